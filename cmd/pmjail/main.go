@@ -1,0 +1,80 @@
+// Command pmjail runs untrusted JavaScript, TypeScript and Python (and, for
+// operators, native programs) in a hardened Linux jail and reports one
+// structured result. See the README for the commands.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/pmjail/pmjail/jail"
+)
+
+// Exit codes of pmjail's own making; a run that ended by itself exits with
+// the guest's code.
+const (
+	exitLimit    = 124 // wall-clock, CPU-time or output limit
+	exitFailure  = 125 // refused, bad input, or pmjail's own failure
+	exitNotExec  = 126 // the runtime could not be executed
+	exitNotFound = 127 // the runtime could not be found
+	exitMemory   = 137 // memory limit
+)
+
+// roles are the parts pmjail's own binary plays in a jail's life, chosen
+// by argv[1] before anything else runs.
+var roles = map[string]func(){
+	jail.InitRole: jail.Init,
+}
+
+var commands = map[string]func(args []string) int{
+	"run":     cmdRun,
+	"exec":    cmdExec,
+	"posture": cmdPosture,
+	"version": cmdVersion,
+}
+
+func main() {
+	if len(os.Args) > 1 {
+		if role, ok := roles[os.Args[1]]; ok {
+			role()
+			os.Exit(exitFailure) // roles never return
+		}
+	}
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(exitFailure)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		if os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+			usage()
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "pmjail: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(exitFailure)
+	}
+	os.Exit(cmd(os.Args[2:]))
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  pmjail run [flags] FILE|-          run a .js, .mjs, .ts or .py file in the jail
+  pmjail exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]
+                                     run a native program in the same jail
+  pmjail posture [--json] [--mode auto|required]
+                                     show what this host can enforce
+  pmjail version
+
+run flags: --runtime deno|python --profile NAME|FILE --mode auto|required
+  --memory 128M --cpu-time 5s --timeout 30s --pids N --output-limit 1M
+  --cap log --cap request=https://origin[,https://o2][:GET,POST]
+  --input JSON|@file --json
+`)
+}
+
+// fail prints one clear line and returns the failure exit code.
+func fail(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "pmjail: "+format+"\n", args...)
+	return exitFailure
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// runFlags are the flags `run`, `exec` and `submit` share.
+type runFlags struct {
+	fs       *flag.FlagSet
+	runtime  string
+	profile  string
+	mode     string
+	input    string
+	jsonOut  bool
+	caps     []string
+	memory   sizeFlag
+	output   sizeFlag
+	cpuTime  durationFlag
+	timeout  durationFlag
+	pids     int64
+	roBinds  []string
+	forExec  bool
+	showHelp bool
+}
+
+func newRunFlags(name string, forExec bool) *runFlags {
+	f := &runFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError), forExec: forExec}
+	fs := f.fs
+	fs.SetOutput(io.Discard)
+	if !forExec {
+		fs.StringVar(&f.runtime, "runtime", "", "deno or python (default: from the file extension)")
+		fs.Func("cap", "a capability: log, or request=ORIGINS[:METHODS] (repeatable)", func(s string) error {
+			f.caps = append(f.caps, s)
+			return nil
+		})
+		fs.StringVar(&f.input, "input", "", "the job's input: JSON, or @file")
+	} else {
+		fs.Func("ro-bind", "bind SRC[:DST] read-only (repeatable)", func(s string) error {
+			f.roBinds = append(f.roBinds, s)
+			return nil
+		})
+	}
+	fs.StringVar(&f.profile, "profile", "", "hardening profile: a built-in name or a file")
+	fs.StringVar(&f.mode, "mode", "", "auto (default) or required")
+	fs.BoolVar(&f.jsonOut, "json", false, "print the result object instead of passing output through")
+	fs.Var(&f.memory, "memory", "memory limit, e.g. 128M")
+	fs.Var(&f.output, "output-limit", "output limit per stream, e.g. 1M")
+	fs.Var(&f.cpuTime, "cpu-time", "CPU-time limit, e.g. 5s")
+	fs.Var(&f.timeout, "timeout", "wall-clock limit, e.g. 30s")
+	fs.Int64Var(&f.pids, "pids", 0, "task limit (threads count)")
+	return f
+}
+
+type sizeFlag struct{ v profiles.Size }
+
+func (s *sizeFlag) String() string { return s.v.String() }
+func (s *sizeFlag) Set(v string) (err error) {
+	s.v, err = profiles.ParseSize(v)
+	if err == nil && s.v == 0 {
+		err = errors.New("must be above zero")
+	}
+	return err
+}
+
+type durationFlag struct{ v profiles.Duration }
+
+func (d *durationFlag) String() string { return d.v.String() }
+func (d *durationFlag) Set(v string) (err error) {
+	d.v, err = profiles.ParseDuration(v)
+	if err == nil && d.v == 0 {
+		err = errors.New("must be above zero")
+	}
+	return err
+}
+
+// parse reads the flags; an error message is one line.
+func (f *runFlags) parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	if f.pids < 0 {
+		return errors.New("invalid value for -pids: must be above zero")
+	}
+	return nil
+}
+
+// request builds the job object the flags describe.
+func (f *runFlags) request() (*job.Request, error) {
+	req := &job.Request{
+		Runtime: f.runtime,
+		Mode:    f.mode,
+		Profile: f.profile,
+		Limits: profiles.Limits{
+			Memory: f.memory.v, Output: f.output.v,
+			CPUTime: f.cpuTime.v, Timeout: f.timeout.v, Pids: f.pids,
+		},
+	}
+	for _, c := range f.caps {
+		if err := ipc.ParseCapFlag(c, &req.Capabilities); err != nil {
+			return nil, fmt.Errorf("--cap %s: %w", c, err)
+		}
+	}
+	if f.input != "" {
+		data := []byte(f.input)
+		if strings.HasPrefix(f.input, "@") {
+			var err error
+			if data, err = readCapped(f.input[1:], job.MaxInputBytes); err != nil {
+				return nil, fmt.Errorf("--input: %w", err)
+			}
+		}
+		if !json.Valid(data) {
+			return nil, errors.New("--input: not valid JSON")
+		}
+		req.Input = data
+	}
+	return req, nil
+}
+
+// readCapped reads a file (or stdin for "-") of at most max bytes.
+func readCapped(name string, max int64) ([]byte, error) {
+	var r io.Reader = os.Stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return nil, fmt.Errorf("%s is a directory", name)
+		}
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than the %d-byte cap", name, max)
+	}
+	return data, nil
+}
+
+func cmdRun(args []string) int {
+	f := newRunFlags("run", false)
+	if err := f.parse(args); err != nil {
+		return fail("run: %v", err)
+	}
+	if f.fs.NArg() != 1 {
+		return fail("run: want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
+	}
+	file := f.fs.Arg(0)
+	req, err := f.request()
+	if err != nil {
+		return fail("run: %v", err)
+	}
+	if req.Runtime == "" {
+		if file == "-" {
+			return fail("run: reading the program from stdin needs --runtime deno|python")
+		}
+		if _, err := runtimes.ForFile(file); err != nil {
+			return fail("run: %v", err)
+		}
+		req.Runtime = runtimeForFile(file)
+	}
+	src, err := readCapped(file, job.MaxSourceBytes)
+	if err != nil {
+		return fail("run: %v", err)
+	}
+	req.Source = string(src)
+	return execute(req, f.jsonOut)
+}
+
+// runtimeForFile names the runtime, keeping TypeScript distinct so that
+// the source is type-stripped.
+func runtimeForFile(file string) string {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".ts", ".mts":
+		return "typescript"
+	case ".py":
+		return "python"
+	}
+	return "deno"
+}
+
+func cmdExec(args []string) int {
+	f := newRunFlags("exec", true)
+	if err := f.parse(args); err != nil {
+		return fail("exec: %v", err)
+	}
+	if f.fs.NArg() < 1 {
+		return fail("exec: want -- PROGRAM [ARGS]")
+	}
+	req, err := f.request()
+	if err != nil {
+		return fail("exec: %v", err)
+	}
+	req.Exec = &job.Exec{Program: f.fs.Arg(0), Args: f.fs.Args()[1:], Binds: f.roBinds}
+	return execute(req, f.jsonOut)
+}
+
+// execute resolves and runs a request in this process and reports it.
+func execute(req *job.Request, jsonOut bool) int {
+	resolved, err := job.Resolve(req, job.DefaultCeiling(), true)
+	if err != nil {
+		return fail("%v", strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
+	}
+	runner, err := newRunner(req.Exec == nil)
+	if err != nil {
+		return fail("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var opt job.Options
+	if !jsonOut {
+		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr
+	}
+	res := runner.Run(ctx, resolved, opt)
+	if jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else if res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil {
+		fmt.Fprintf(os.Stderr, "pmjail: %s: %s\n", res.Status, res.Error.Message)
+	} else if res.Status == jail.StatusError && res.Error != nil && res.Error.Stack != "" {
+		fmt.Fprintln(os.Stderr, res.Error.Stack)
+	}
+	return exitCode(res)
+}
+
+// newRunner finds the runtimes and the cgroups. A host without usable
+// cgroups still runs (auto mode reports it).
+func newRunner(needRuntimes bool) (*job.Runner, error) {
+	rn := &job.Runner{Ceiling: job.DefaultCeiling()}
+	if lvl := os.Getenv("PMJAIL_LOG"); lvl != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(lvl)); err == nil {
+			rn.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+		}
+	}
+	in, err := runtimes.Locate()
+	if err != nil && needRuntimes {
+		return nil, err
+	}
+	rn.Install = in
+	mgr, err := cgroup.NewManager()
+	if err != nil {
+		rn.CgroupReason = err.Error()
+	} else {
+		rn.Cgroups = mgr
+		// Whatever a supervisor killed mid-run left behind goes first.
+		_, _ = mgr.Sweep()
+	}
+	return rn, nil
+}
+
+// exitCode maps a result to the CLI's exit code.
+func exitCode(res *jail.Result) int {
+	switch res.Status {
+	case jail.StatusOK, jail.StatusError:
+		return res.ExitCode
+	case jail.StatusTimeout, jail.StatusCPULimit, jail.StatusOutputLimit:
+		return exitLimit
+	case jail.StatusMemoryLimit:
+		return exitMemory
+	case jail.StatusInternalError:
+		if res.ExitCode == exitNotExec || res.ExitCode == exitNotFound {
+			return res.ExitCode
+		}
+	}
+	return exitFailure
+}

@@ -1,0 +1,436 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/seccomp"
+)
+
+// Fds the init stage receives: the guest channel stays at 3 across exec;
+// the control socket is closed by it.
+const (
+	channelFD = 3
+	controlFD = 4
+)
+
+// newRootBase is where the init stage mounts the job's root before pivoting
+// into it. The mount happens only inside the job's private mount namespace
+// (checked first), as bubblewrap does.
+const newRootBase = "/tmp"
+
+// stageError records which step of the set-up failed.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+func stage(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stageError{stage: name, err: err}
+}
+
+// Init is the init stage: it runs in the job's new namespaces, builds the
+// root, drops everything and execs the runtime. It never returns.
+func Init() {
+	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
+	// filter) must be set on the thread that calls execve.
+	runtime.LockOSThread()
+
+	control := os.NewFile(controlFD, "control")
+	var cfg initConfig
+	if err := json.NewDecoder(control).Decode(&cfg); err != nil {
+		// The supervisor is gone or broken; nothing to report to.
+		os.Exit(125)
+	}
+	report, err := setUp(&cfg)
+	if err != nil {
+		report.Error = err.Error()
+		var se *stageError
+		if errors.As(err, &se) {
+			report.Stage = se.stage
+		}
+		report.ExitCode = 125
+		_ = json.NewEncoder(control).Encode(report)
+		os.Exit(125)
+	}
+	// The filter is the last layer: after it only the report and execve.
+	var listener = -1
+	if len(cfg.Seccomp) > 0 {
+		var prog seccomp.Program
+		if err := prog.UnmarshalBinary(cfg.Seccomp); err != nil {
+			failInit(control, "seccomp", err)
+		}
+		if listener, err = seccomp.Install(&prog); err != nil {
+			failInit(control, "seccomp", err)
+		}
+	}
+	if err := sendReport(control, report, listener); err != nil {
+		os.Exit(125)
+	}
+	p := cfg.Spec.Process
+	err = unix.Exec(p.Args[0], p.Args, p.Env)
+	code := 126
+	if errors.Is(err, unix.ENOENT) {
+		code = 127
+	}
+	_ = json.NewEncoder(control).Encode(initReport{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
+	os.Exit(code)
+}
+
+func failInit(control *os.File, name string, err error) {
+	_ = json.NewEncoder(control).Encode(initReport{Error: name + ": " + err.Error(), Stage: name, ExitCode: 125})
+	os.Exit(125)
+}
+
+// sendReport sends the report and, when there is one, the seccomp listener
+// fd to the supervisor.
+func sendReport(control *os.File, report initReport, listener int) error {
+	data, err := json.Marshal(report)
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	var oob []byte
+	if listener >= 0 {
+		oob = unix.UnixRights(listener)
+	}
+	if err := unix.Sendmsg(int(control.Fd()), data, oob, nil, 0); err != nil {
+		return os.NewSyscallError("sendmsg", err)
+	}
+	if listener >= 0 {
+		_ = unix.Close(listener)
+	}
+	return nil
+}
+
+// setUp performs every step before the seccomp filter, in nsjail's order.
+func setUp(cfg *initConfig) (initReport, error) {
+	var report initReport
+	spec := cfg.Spec
+	if spec == nil || spec.Process == nil || len(spec.Process.Args) == 0 {
+		return report, stage("config", errors.New("no process in spec"))
+	}
+	if err := checkPrivateMountNS(cfg.HostMountNS); err != nil {
+		return report, stage("mount namespace", err)
+	}
+	lastCap, err := lastCapability()
+	if err != nil {
+		return report, stage("capabilities", err)
+	}
+	if err := buildRoot(cfg); err != nil {
+		return report, err
+	}
+	if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
+		return report, err
+	}
+	// The supervisor has placed this process in the job's cgroup by now, so
+	// the new cgroup namespace is rooted at the job's own cgroup.
+	if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
+		return report, err
+	}
+	if err := stage("rlimits", setRlimits(spec.Process.Rlimits)); err != nil {
+		return report, err
+	}
+	if err := stage("fds", closeExtraFDs()); err != nil {
+		return report, err
+	}
+	if cfg.Landlock {
+		report.Landlock, report.LandlockReason = applyLandlock(spec)
+	}
+	if err := stage("privileges", dropPrivileges(spec.Process.User, lastCap)); err != nil {
+		return report, err
+	}
+	return report, nil
+}
+
+// checkPrivateMountNS refuses to go on in the host's mount namespace: a
+// tmpfs over /tmp there would take the host down with it.
+func checkPrivateMountNS(host uint64) error {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &st); err != nil {
+		return os.NewSyscallError("stat /proc/self/ns/mnt", err)
+	}
+	if host == 0 || st.Ino == host {
+		return errors.New("not in a private mount namespace: refusing to build the root")
+	}
+	if os.Getpid() != 1 {
+		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d)", os.Getpid())
+	}
+	return nil
+}
+
+func lastCapability() (int, error) {
+	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(data)), &n); err != nil {
+		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
+	}
+	return n, nil
+}
+
+// buildRoot assembles the job's root on a fresh tmpfs, pivots into it and
+// makes it read-only.
+func buildRoot(cfg *initConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return stage("root", os.NewSyscallError("make mounts private", err))
+	}
+	root := newRootBase
+	if err := unix.Mount("pmjail-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=32m,mode=0755"); err != nil {
+		return stage("root", os.NewSyscallError("mount root tmpfs", err))
+	}
+	for _, f := range cfg.Files {
+		if err := writeRootFile(root, f.Path, f.Data, f.Mode); err != nil {
+			return stage("files", err)
+		}
+	}
+	for _, m := range cfg.Spec.Mounts {
+		if err := mountInRoot(root, m); err != nil {
+			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
+		}
+	}
+	if err := pivotInto(root); err != nil {
+		return stage("pivot_root", err)
+	}
+	if cfg.Spec.Root == nil || cfg.Spec.Root.Readonly {
+		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return stage("root", os.NewSyscallError("remount root read-only", err))
+		}
+	}
+	return nil
+}
+
+func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
+	dst := filepath.Join(root, path)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	if mode == 0 {
+		mode = 0o444
+	}
+	if err := os.WriteFile(dst, data, mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// mountInRoot performs one OCI mount below root.
+func mountInRoot(root string, m specs.Mount) error {
+	dst := filepath.Join(root, m.Destination)
+	flags, data := mountOptions(m.Options)
+	switch m.Type {
+	case "bind":
+		st, err := os.Stat(m.Source)
+		if err != nil {
+			return err
+		}
+		if err := makeMountPoint(dst, st.IsDir()); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return os.NewSyscallError("bind", err)
+		}
+		// A remount must keep the flags the source mount has locked.
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(dst, &sfs); err != nil {
+			return os.NewSyscallError("statfs", err)
+		}
+		flags |= lockedFlags(sfs.Flags)
+		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
+			return os.NewSyscallError("remount bind", err)
+		}
+	default:
+		if err := makeMountPoint(dst, true); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.Source, dst, m.Type, flags, data); err != nil {
+			return os.NewSyscallError("mount", err)
+		}
+	}
+	return nil
+}
+
+func makeMountPoint(dst string, dir bool) error {
+	if dir {
+		return os.MkdirAll(dst, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+var mountFlagNames = map[string]uintptr{
+	"ro":         unix.MS_RDONLY,
+	"nosuid":     unix.MS_NOSUID,
+	"nodev":      unix.MS_NODEV,
+	"noexec":     unix.MS_NOEXEC,
+	"noatime":    unix.MS_NOATIME,
+	"nodiratime": unix.MS_NODIRATIME,
+	"relatime":   unix.MS_RELATIME,
+	"rbind":      unix.MS_BIND | unix.MS_REC,
+	"bind":       unix.MS_BIND,
+	"rw":         0,
+}
+
+// mountOptions splits OCI mount options into flags and fs-specific data.
+func mountOptions(opts []string) (uintptr, string) {
+	var flags uintptr
+	var data []string
+	for _, o := range opts {
+		if f, ok := mountFlagNames[o]; ok {
+			flags |= f
+			continue
+		}
+		data = append(data, o)
+	}
+	return flags &^ (unix.MS_BIND | unix.MS_REC), strings.Join(data, ",")
+}
+
+func lockedFlags(st int64) uintptr {
+	var f uintptr
+	for _, p := range []struct {
+		st int64
+		ms uintptr
+	}{
+		{unix.ST_NOSUID, unix.MS_NOSUID},
+		{unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+		{unix.ST_RDONLY, unix.MS_RDONLY},
+	} {
+		if st&p.st != 0 {
+			f |= p.ms
+		}
+	}
+	return f
+}
+
+// pivotInto makes root the process's root and detaches the old one.
+func pivotInto(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return os.NewSyscallError("chdir", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one, so it
+	// can be detached without a put_old directory.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return os.NewSyscallError("pivot_root", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return os.NewSyscallError("detach old root", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return os.NewSyscallError("chdir /", err)
+	}
+	return nil
+}
+
+func setRlimits(limits []specs.POSIXRlimit) error {
+	for _, l := range limits {
+		res, ok := rlimitNames[l.Type]
+		if !ok {
+			return fmt.Errorf("unknown rlimit %s", l.Type)
+		}
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
+			return os.NewSyscallError("setrlimit "+l.Type, err)
+		}
+	}
+	return nil
+}
+
+var rlimitNames = map[string]int{
+	"RLIMIT_CORE":   unix.RLIMIT_CORE,
+	"RLIMIT_NOFILE": unix.RLIMIT_NOFILE,
+	"RLIMIT_FSIZE":  unix.RLIMIT_FSIZE,
+	"RLIMIT_CPU":    unix.RLIMIT_CPU,
+	"RLIMIT_NPROC":  unix.RLIMIT_NPROC,
+	"RLIMIT_STACK":  unix.RLIMIT_STACK,
+	"RLIMIT_AS":     unix.RLIMIT_AS,
+}
+
+// closeExtraFDs marks every fd above the channel close-on-exec: the guest
+// inherits stdin, stdout, stderr and the channel, nothing else.
+func closeExtraFDs() error {
+	if err := unix.CloseRange(controlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return os.NewSyscallError("close_range", err)
+	}
+	return nil
+}
+
+// Securebits (linux/securebits.h): no capabilities for uid 0 and no
+// ambient raise, each locked, and KEEP_CAPS / NO_SETUID_FIXUP locked off.
+const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
+
+// dropPrivileges empties the bounding, ambient and inheritable capability
+// sets, switches to the guest's ids, sets no_new_privs, re-arms the parent
+// death signal (a credential change clears it) and then checks that nothing
+// can be regained.
+func dropPrivileges(user specs.User, lastCap int) error {
+	for c := 0; c <= lastCap; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return os.NewSyscallError(fmt.Sprintf("drop bounding capability %d", c), err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return os.NewSyscallError("clear ambient capabilities", err)
+	}
+	// Without SECBIT_KEEP_CAPS the switch away from uid 0 clears the
+	// permitted and effective sets; the locked NOROOT bits keep an exec from
+	// granting any back.
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
+		return os.NewSyscallError("set securebits", err)
+	}
+	if err := unix.Setgroups(nil); err != nil {
+		return os.NewSyscallError("setgroups", err)
+	}
+	if err := unix.Setresgid(int(user.GID), int(user.GID), int(user.GID)); err != nil {
+		return os.NewSyscallError("setresgid", err)
+	}
+	if err := unix.Setresuid(int(user.UID), int(user.UID), int(user.UID)); err != nil {
+		return os.NewSyscallError("setresuid", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capset", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return os.NewSyscallError("set no_new_privs", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return os.NewSyscallError("set parent death signal", err)
+	}
+	// Trust, but verify: none of this may be undone.
+	if unix.Setresuid(0, 0, 0) == nil {
+		return errors.New("regained uid 0 after dropping it")
+	}
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capget", err)
+	}
+	if data[0].Effective|data[0].Permitted|data[0].Inheritable|data[1].Effective|data[1].Permitted|data[1].Inheritable != 0 {
+		return errors.New("capabilities left after dropping them")
+	}
+	return nil
+}

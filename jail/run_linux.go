@@ -1,0 +1,535 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// Job is one resolved run: what to exec, in which root, under which limits.
+type Job struct {
+	ID string
+	// Spec is the OCI description of the process, hostname, mounts and
+	// rlimits. Namespaces are always all of them; see cloneFlags.
+	Spec *specs.Spec
+	// Files are written into the job's root (bootstrap and source).
+	Files []runtimes.File
+	// Seccomp is a compiled filter program (package seccomp), nil for none.
+	Seccomp []byte
+	// Landlock adds a Landlock ruleset where the kernel has one.
+	Landlock bool
+
+	Timeout     time.Duration
+	CPUTime     time.Duration
+	OutputLimit int64
+
+	// Cgroup is the job's cgroup, created by the caller, or nil.
+	Cgroup CgroupJob
+	// Channel, when set, receives the host end of the guest channel once
+	// the guest runs. A non-nil error ends the run as a protocol error.
+	Channel func(ctx context.Context, conn net.Conn) error
+	// Denials, when set, receives the seccomp listener fd and serves it
+	// until ctx ends; it owns (closes) the fd.
+	Denials func(ctx context.Context, listener int)
+	// Stdout and Stderr, when set, receive the guest's output as it comes
+	// (up to the output limit), besides the captured copy.
+	Stdout, Stderr io.Writer
+}
+
+// CgroupJob is the part of a job's cgroup the jail drives.
+type CgroupJob interface {
+	// AddProc moves a process in (cgroup v1); not called when FD is ok.
+	AddProc(pid int) error
+	// FD is the cgroup directory for CLONE_INTO_CGROUP (cgroup v2).
+	FD() (int, bool)
+	// CPUTime is the CPU time the job's tasks have used so far.
+	CPUTime() (time.Duration, error)
+	// Kill kills every task in the cgroup.
+	Kill() error
+}
+
+// Outcome is how the contained process ended, before the caller adds what
+// the broker, the cgroup and the posture say.
+type Outcome struct {
+	Status    Status
+	ExitCode  int
+	Signal    string
+	Message   string
+	Stdout    []byte
+	Stderr    []byte
+	Truncated Truncated
+	Wall      time.Duration
+	// CPU and MaxRSS come from the kernel's rusage of the init process, for
+	// hosts without a cgroup.
+	CPU    time.Duration
+	MaxRSS uint64
+	// Observed is the child's real state, read back once it runs.
+	Observed *Observed
+	// Landlock is the ABI version the init stage enforced (0: none).
+	Landlock       int
+	LandlockReason string
+	// LimitsHit names the limits the jail itself enforced.
+	LimitsHit []string
+	// InitStage names the set-up step that failed, for internal errors.
+	InitStage string
+}
+
+// killReason is why the supervisor ended a run early.
+type killReason struct {
+	status Status
+	limit  string
+	msg    string
+}
+
+// Run starts job's contained child, waits for it under the job's limits,
+// kills whatever is left of it and returns how it ended. It always cleans up
+// what it created; the caller owns the cgroup.
+func Run(ctx context.Context, job *Job) *Outcome {
+	start := time.Now()
+	s := &supervision{job: job, out: &Outcome{}}
+	s.run(ctx)
+	s.out.Wall = time.Since(start)
+	return s.out
+}
+
+type supervision struct {
+	job *Job
+	out *Outcome
+
+	mu     sync.Mutex
+	reason *killReason
+	cmd    *exec.Cmd
+}
+
+// stop records the first reason to end the run and kills the tree.
+func (s *supervision) stop(r killReason) {
+	s.mu.Lock()
+	if s.reason == nil {
+		s.reason = &r
+	}
+	cmd := s.cmd
+	s.mu.Unlock()
+	s.killTree(cmd)
+}
+
+func (s *supervision) killTree(cmd *exec.Cmd) {
+	if cmd != nil && cmd.Process != nil {
+		// The child is pid 1 of its pid namespace: killing it kills every
+		// process in the namespace.
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+	}
+	if s.job.Cgroup != nil {
+		_ = s.job.Cgroup.Kill()
+	}
+}
+
+func (s *supervision) fail(stage string, err error) {
+	s.out.Status = StatusInternalError
+	s.out.ExitCode = 125
+	s.out.InitStage = stage
+	s.out.Message = fmt.Sprintf("%s: %v", stage, err)
+}
+
+func (s *supervision) run(ctx context.Context) {
+	job := s.job
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	lease, err := leaseIDs()
+	if err != nil {
+		s.fail("ids", err)
+		return
+	}
+	defer lease.release()
+
+	hostMountNS, err := nsInode("self", "mnt")
+	if err != nil {
+		s.fail("mount namespace", err)
+		return
+	}
+
+	ctlHost, ctlChild, err := socketPair()
+	if err != nil {
+		s.fail("control socket", err)
+		return
+	}
+	defer ctlHost.Close()
+	var chHost, chGuest *os.File
+	if job.Channel != nil {
+		if chHost, chGuest, err = socketPair(); err != nil {
+			ctlChild.Close()
+			s.fail("channel", err)
+			return
+		}
+		defer chHost.Close()
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		s.fail("stdout pipe", err)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		s.fail("stderr pipe", err)
+		return
+	}
+
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{"pmjail-init", InitRole},
+		Env:         []string{},
+		Dir:         "/",
+		Stdout:      outW,
+		Stderr:      errW,
+		ExtraFiles:  []*os.File{chGuest, ctlChild},
+		SysProcAttr: s.sysProcAttr(lease),
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+
+	// The wall clock covers everything from here, set-up included.
+	timer := time.AfterFunc(job.Timeout, func() {
+		s.stop(killReason{status: StatusTimeout, limit: "wall", msg: fmt.Sprintf("wall-clock limit of %s exceeded", job.Timeout)})
+	})
+	defer timer.Stop()
+
+	err = startLocked(cmd)
+	// The child has its own copies now.
+	outW.Close()
+	errW.Close()
+	ctlChild.Close()
+	if chGuest != nil {
+		chGuest.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		s.fail("start", err)
+		return
+	}
+
+	var outputs sync.WaitGroup
+	stdout := &capture{limit: job.OutputLimit, live: job.Stdout}
+	stderr := &capture{limit: job.OutputLimit, live: job.Stderr}
+	onOverflow := func() {
+		s.stop(killReason{status: StatusOutputLimit, limit: "output", msg: fmt.Sprintf("output limit of %d bytes exceeded", job.OutputLimit)})
+	}
+	for _, c := range []struct {
+		r *os.File
+		c *capture
+	}{{outR, stdout}, {errR, stderr}} {
+		outputs.Add(1)
+		go func() {
+			defer outputs.Done()
+			defer c.r.Close()
+			c.c.drain(c.r, onOverflow)
+		}()
+	}
+
+	waitErr := make(chan error, 1)
+	if setupErr := s.handOver(ctx, ctlHost, lease, hostMountNS); setupErr != nil {
+		s.killTree(cmd)
+		_ = cmd.Wait()
+		outputs.Wait()
+		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
+		return
+	}
+	go func() { waitErr <- cmd.Wait() }()
+
+	// The broker's session ends on its own when the guest's end closes, and
+	// Run waits for it: its outcome is part of the run's.
+	var session sync.WaitGroup
+	if chHost != nil {
+		conn, err := net.FileConn(chHost)
+		if err != nil {
+			s.stop(killReason{status: StatusInternalError, msg: fmt.Sprintf("channel: %v", err)})
+		} else {
+			session.Add(1)
+			go func() {
+				defer session.Done()
+				defer conn.Close()
+				if err := job.Channel(ctx, conn); err != nil {
+					s.stop(killReason{status: StatusProtocolError, msg: err.Error()})
+				}
+			}()
+		}
+	}
+
+	var cpuTick <-chan time.Time
+	if job.Cgroup != nil && job.CPUTime > 0 {
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		cpuTick = t.C
+	}
+wait:
+	for {
+		select {
+		case err = <-waitErr:
+			break wait
+		case <-ctx.Done():
+			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
+		case <-cpuTick:
+			if used, err := job.Cgroup.CPUTime(); err == nil && used >= job.CPUTime {
+				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
+			}
+		}
+	}
+	// Nothing of the job may outlive Run.
+	s.killTree(cmd)
+	outputs.Wait()
+	// The guest is gone: the session drains what it sent and ends at EOF,
+	// unless it is stuck in a call on the guest's behalf.
+	sessionDone := make(chan struct{})
+	go func() { session.Wait(); close(sessionDone) }()
+	select {
+	case <-sessionDone:
+	case <-time.After(2 * time.Second):
+		cancel()
+		<-sessionDone
+	}
+	s.finish(cmd, err, stdout, stderr)
+}
+
+// handOver places the child in its cgroup, sends it its configuration and
+// follows its set-up until it has exec'd the runtime.
+func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease, hostMountNS uint64) error {
+	job := s.job
+	pid := s.cmd.Process.Pid
+	if job.Cgroup != nil {
+		if _, ok := job.Cgroup.FD(); !ok {
+			if err := job.Cgroup.AddProc(pid); err != nil {
+				s.fail("cgroup", err)
+				return err
+			}
+		}
+	}
+	spec := *job.Spec
+	proc := *spec.Process
+	proc.User = specs.User{UID: guestID, GID: guestID}
+	spec.Process = &proc
+	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS, Landlock: job.Landlock}
+	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
+		s.fail("send configuration", err)
+		return err
+	}
+	report, listener, err := readReport(ctl)
+	if err != nil {
+		s.fail("init stage", s.initFailure(err))
+		return err
+	}
+	if report.Error != "" {
+		s.out.Status = StatusInternalError
+		s.out.ExitCode = 125
+		s.out.InitStage = report.Stage
+		s.out.Message = "jail set-up failed: " + report.Error
+		return errors.New(report.Error)
+	}
+	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
+	if listener >= 0 {
+		if job.Denials != nil {
+			go job.Denials(ctx, listener)
+		} else {
+			unix.Close(listener)
+		}
+	}
+	// The control socket is close-on-exec: EOF means the runtime is running,
+	// a second report means exec failed.
+	after, _, err := readReport(ctl)
+	if err == nil && after.Error != "" {
+		s.out.Status = StatusInternalError
+		s.out.ExitCode = after.ExitCode
+		s.out.InitStage = after.Stage
+		s.out.Message = after.Error
+		return errors.New(after.Error)
+	}
+	s.out.Observed = observe(pid, lease)
+	return nil
+}
+
+// initFailure explains an init stage that died without a report.
+func (s *supervision) initFailure(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errors.New("init stage exited during set-up")
+	}
+	return err
+}
+
+// readReport reads one newline-terminated JSON report and any fd passed
+// with it. io.EOF means the peer closed the socket first.
+func readReport(ctl *os.File) (initReport, int, error) {
+	var report initReport
+	listener := -1
+	var buf bytes.Buffer
+	chunk := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), chunk, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return report, listener, os.NewSyscallError("recvmsg", err)
+		}
+		if oobn > 0 {
+			if fds, err := parseRights(oob[:oobn]); err == nil && len(fds) > 0 {
+				listener = fds[0]
+				for _, fd := range fds[1:] {
+					unix.Close(fd)
+				}
+			}
+		}
+		if n == 0 {
+			if buf.Len() == 0 {
+				return report, listener, io.EOF
+			}
+			break
+		}
+		buf.Write(chunk[:n])
+		if bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
+			break
+		}
+	}
+	if err := json.Unmarshal(buf.Bytes(), &report); err != nil {
+		return report, listener, fmt.Errorf("decode init report: %w", err)
+	}
+	return report, listener, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds, nil
+}
+
+// finish turns the child's end into the outcome.
+func (s *supervision) finish(cmd *exec.Cmd, waitErr error, stdout, stderr *capture) {
+	out := s.out
+	out.Stdout, out.Stderr = stdout.bytes(), stderr.bytes()
+	out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
+	if ps := cmd.ProcessState; ps != nil {
+		out.CPU = ps.UserTime() + ps.SystemTime()
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			out.MaxRSS = uint64(ru.Maxrss) * 1024
+		}
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+			switch {
+			case ws.Exited():
+				out.ExitCode = ws.ExitStatus()
+			case ws.Signaled():
+				out.Signal = unix.SignalName(ws.Signal())
+				out.ExitCode = 128 + int(ws.Signal())
+			}
+		}
+	} else if waitErr != nil {
+		s.fail("wait", waitErr)
+		return
+	}
+	s.mu.Lock()
+	reason := s.reason
+	s.mu.Unlock()
+	if reason != nil {
+		out.Status = reason.status
+		out.Message = reason.msg
+		if reason.limit != "" {
+			out.LimitsHit = append(out.LimitsHit, reason.limit)
+		}
+		if code, ok := reason.status.ExitCode(); ok {
+			out.ExitCode = code
+		}
+		return
+	}
+	if out.Signal == "SIGXCPU" {
+		out.Status, out.ExitCode = StatusCPULimit, 124
+		out.LimitsHit = append(out.LimitsHit, "cpu")
+		out.Message = fmt.Sprintf("CPU-time limit of %s exceeded", s.job.CPUTime)
+		return
+	}
+	if out.ExitCode == 0 {
+		out.Status = StatusOK
+	} else {
+		out.Status = StatusError
+	}
+}
+
+// sysProcAttr is the whole contract of starting the init stage: every
+// namespace, the id mappings of the job's lease, a new session without a
+// terminal, death with the supervisor, and on cgroup v2 the job's cgroup
+// from the first instruction.
+func (s *supervision) sysProcAttr(lease *idLease) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		UidMappings: []syscall.SysProcIDMap{
+			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
+			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
+		},
+		GidMappings: []syscall.SysProcIDMap{
+			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
+			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
+		},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: nsRootID, Gid: nsRootID, Groups: []uint32{}},
+		Setsid:                     true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	if s.job.Cgroup != nil {
+		if fd, ok := s.job.Cgroup.FD(); ok {
+			attr.UseCgroupFD = true
+			attr.CgroupFD = fd
+		}
+	}
+	return attr
+}
+
+// startLocked starts cmd from a locked OS thread: the parent-death signal
+// fires when the thread that started the child exits, so that thread must
+// be one the Go runtime keeps.
+func startLocked(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return cmd.Start()
+}
+
+func socketPair() (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "child"), nil
+}
+
+func nsInode(pid, ns string) (uint64, error) {
+	var st unix.Stat_t
+	path := "/proc/" + pid + "/ns/" + ns
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, os.NewSyscallError("stat "+path, err)
+	}
+	return st.Ino, nil
+}

@@ -1,0 +1,104 @@
+package jail
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// Hostname is every job's hostname: nothing of the host's.
+const Hostname = "pmjail"
+
+// RootLimits are the limits the jail itself applies through the spec.
+type RootLimits struct {
+	// TmpBytes caps the writable /tmp.
+	TmpBytes int64
+	// OpenFiles caps RLIMIT_NOFILE.
+	OpenFiles uint64
+	// FileBytes caps RLIMIT_FSIZE.
+	FileBytes uint64
+	// CPUSeconds is RLIMIT_CPU's soft limit, a backstop for hosts without a
+	// cgroup; 0 for none.
+	CPUSeconds uint64
+	// Tasks caps RLIMIT_NPROC; every job has its own host uid, so this
+	// counts the job's tasks only. 0 for none.
+	Tasks uint64
+}
+
+// devices are the only device nodes in a job's /dev.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
+
+// NewSpec describes the contained process and its minimal root for a
+// launch: the program and the libraries it loads, the launch's own binds,
+// four devices, a fresh /proc and a size-capped /tmp, all else absent.
+func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
+	libs, err := SharedLibraries(launch.Program)
+	if err != nil {
+		return nil, fmt.Errorf("libraries of %s: %w", launch.Program, err)
+	}
+	target := launch.Target
+	if target == "" {
+		target = launch.Program
+	}
+	ro := []string{"ro", "nosuid", "nodev"}
+	mounts := []specs.Mount{{Destination: target, Type: "bind", Source: launch.Program, Options: ro}}
+	for _, lib := range libs {
+		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: ro})
+	}
+	for _, b := range launch.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)
+		}
+		mounts = append(mounts, specs.Mount{Destination: b.Target, Type: "bind", Source: b.Source, Options: append(ro, "noexec")})
+	}
+	for _, d := range devices {
+		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"nosuid", "noexec"}})
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec", "subset=pid"}},
+		specs.Mount{Destination: runtimes.TmpDir, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
+	)
+	rlimits := []specs.POSIXRlimit{
+		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+		{Type: "RLIMIT_NOFILE", Hard: lim.OpenFiles, Soft: lim.OpenFiles},
+		{Type: "RLIMIT_FSIZE", Hard: lim.FileBytes, Soft: lim.FileBytes},
+	}
+	if lim.CPUSeconds > 0 {
+		// SIGXCPU at the limit, SIGKILL a second later.
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_CPU", Soft: lim.CPUSeconds, Hard: lim.CPUSeconds + 1})
+	}
+	if lim.Tasks > 0 {
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: lim.Tasks, Hard: lim.Tasks})
+	}
+	args := append([]string(nil), launch.Args...)
+	if len(args) > 0 {
+		args[0] = target
+	}
+	return &specs.Spec{
+		Version:  specs.Version,
+		Hostname: Hostname,
+		Root:     &specs.Root{Path: "tmpfs", Readonly: true},
+		Process: &specs.Process{
+			Args:            args,
+			Env:             launch.Env,
+			Cwd:             "/",
+			User:            specs.User{UID: guestID, GID: guestID},
+			Rlimits:         rlimits,
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{},
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.UserNamespace}, {Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+		},
+	}, nil
+}

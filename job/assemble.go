@@ -1,0 +1,97 @@
+package job
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/jail"
+)
+
+// v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
+// last resort, is reached.
+var v8OutOfMemory = [][]byte{[]byte("JavaScript heap out of memory"), []byte("Fatal JavaScript out of memory"), []byte("Fatal process out of memory")}
+
+// assemble turns what the jail, the broker and the cgroup saw into the
+// result, deciding the status by what ended the run first.
+func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, session *ipc.Outcome, haveCgroup bool, usage cgroup.Usage) {
+	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
+	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
+	res.Truncated = out.Truncated
+	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)
+	res.Value = session.Value
+	res.Usage.BrokerCalls = session.Calls
+	for _, l := range session.Logs {
+		res.Logs = append(res.Logs, jail.LogEntry{Level: l.Level, Message: l.Message, Meta: l.Meta})
+	}
+
+	if haveCgroup {
+		res.Usage.CPUMS = usage.CPUTime.Milliseconds()
+		res.Usage.PeakMemoryBytes = usage.MemoryPeakBytes
+		res.Usage.PeakTasks = usage.PidsPeak
+		if usage.MemoryLimitHit || usage.OOMKills > 0 {
+			res.LimitsHit = appendOnce(res.LimitsHit, "memory")
+		}
+		if usage.PidsLimitHit {
+			res.LimitsHit = appendOnce(res.LimitsHit, "pids")
+		}
+	} else {
+		res.Usage.CPUMS = out.CPU.Milliseconds()
+		res.Usage.PeakMemoryBytes = out.MaxRSS
+	}
+
+	oom := haveCgroup && usage.OOMKills > 0
+	heapOOM := false
+	for _, m := range v8OutOfMemory {
+		heapOOM = heapOOM || bytes.Contains(out.Stderr, m)
+	}
+	switch {
+	case out.Status == jail.StatusInternalError:
+		res.Error = &jail.ErrorInfo{Code: "internal", Message: out.Message}
+		if out.InitStage != "" && r.Mode == ModeRequired {
+			res.Status = jail.StatusRefused
+			res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: " + out.Message}
+		}
+	case (out.Status == jail.StatusOK || out.Status == jail.StatusError) && (oom || heapOOM):
+		res.Status, res.ExitCode = jail.StatusMemoryLimit, 137
+		res.LimitsHit = appendOnce(res.LimitsHit, "memory")
+		how := "the cgroup memory limit"
+		if !oom {
+			how = "the V8 heap cap"
+		}
+		res.Error = &jail.ErrorInfo{Code: "memory_limit", Message: fmt.Sprintf("memory limit of %v exceeded (%s)", r.Limits.Memory, how)}
+	case session.ProtocolError != nil && out.Status != jail.StatusTimeout && out.Status != jail.StatusOutputLimit:
+		res.Status, res.ExitCode = jail.StatusProtocolError, 125
+		res.Error = &jail.ErrorInfo{Code: "protocol_error", Message: session.ProtocolError.Error()}
+	case session.HostError != nil:
+		res.Status, res.ExitCode = jail.StatusInternalError, 125
+		res.Error = &jail.ErrorInfo{Code: "internal", Message: session.HostError.Error()}
+	case out.Status == jail.StatusOK || out.Status == jail.StatusError:
+		if g := session.Error; g != nil {
+			res.Status = jail.StatusError
+			if res.ExitCode == 0 {
+				res.ExitCode = 1
+			}
+			res.Error = &jail.ErrorInfo{Code: g.Name, Message: g.Message, Stack: g.Stack}
+		} else if res.ExitCode != 0 {
+			res.Status = jail.StatusError
+			msg := fmt.Sprintf("exited with code %d", res.ExitCode)
+			if res.Signal != "" {
+				msg = "killed by " + res.Signal
+			}
+			res.Error = &jail.ErrorInfo{Code: "exit", Message: msg}
+		}
+	default:
+		res.Error = &jail.ErrorInfo{Code: string(out.Status), Message: out.Message}
+	}
+}
+
+func appendOnce(list []string, v string) []string {
+	for _, x := range list {
+		if x == v {
+			return list
+		}
+	}
+	return append(list, v)
+}

@@ -1,0 +1,128 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/profiles"
+)
+
+// MaxSourceBytes caps a job's program text.
+const MaxSourceBytes = 1 << 20
+
+// MaxInputBytes caps a job's input.
+const MaxInputBytes = 1 << 20
+
+// MaxRequestBytes caps a whole job object.
+const MaxRequestBytes = MaxSourceBytes + MaxInputBytes + 64<<10
+
+// ErrInvalid marks every error caused by the request itself.
+var ErrInvalid = errors.New("invalid job")
+
+// Request is the job object: the socket API's request body, and what the
+// CLI builds from its flags.
+type Request struct {
+	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
+	// type stripping.
+	Runtime      string           `json:"runtime"`
+	Source       string           `json:"source"`
+	Input        json.RawMessage  `json:"input,omitempty"`
+	Capabilities ipc.Capabilities `json:"capabilities"`
+	Limits       profiles.Limits  `json:"limits"`
+	Mode         string           `json:"mode,omitempty"`
+	Profile      string           `json:"profile,omitempty"`
+	// Exec is set only by the CLI's `pmjail exec`: a native program instead
+	// of a runtime. It is not part of the socket API.
+	Exec *Exec `json:"-"`
+}
+
+// Exec describes a native program run by `pmjail exec`.
+type Exec struct {
+	Program string
+	Args    []string
+	// Binds are extra host paths bound read-only (SRC[:DST]).
+	Binds []string
+}
+
+// invalid wraps a message as a request error.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Decode reads one job object. Unknown fields, trailing data and oversize
+// bodies are refused with a message that names the problem.
+func Decode(r io.Reader) (*Request, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read job: %w", err)
+	}
+	if len(data) > MaxRequestBytes {
+		return nil, invalid("job is larger than %d bytes", MaxRequestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var req Request
+	if err := dec.Decode(&req); err != nil {
+		return nil, invalid("malformed job JSON: %s", jsonError(err))
+	}
+	if dec.More() {
+		return nil, invalid("malformed job JSON: data after the job object")
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+func jsonError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("%v (at byte %d)", syn, syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q: want %v, got JSON %s", typ.Field, typ.Type, typ.Value)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// Validate checks what can be checked without a profile or ceiling.
+func (r *Request) Validate() error {
+	if r.Exec == nil {
+		if r.Runtime == "" {
+			return invalid("runtime: missing (want deno or python)")
+		}
+		if r.Source == "" {
+			return invalid("source: empty program")
+		}
+	}
+	if len(r.Source) > MaxSourceBytes {
+		return invalid("source: %d bytes is over the %d-byte cap", len(r.Source), MaxSourceBytes)
+	}
+	if len(r.Input) > MaxInputBytes {
+		return invalid("input: %d bytes is over the %d-byte cap", len(r.Input), MaxInputBytes)
+	}
+	if len(r.Input) > 0 && !json.Valid(r.Input) {
+		return invalid("input: not valid JSON")
+	}
+	switch r.Mode {
+	case "", ModeAuto, ModeRequired:
+	default:
+		return invalid("mode: %q (want auto or required)", r.Mode)
+	}
+	if err := r.Capabilities.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// The modes of a run.
+const (
+	ModeAuto     = "auto"
+	ModeRequired = "required"
+)

@@ -1,0 +1,120 @@
+package job
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// Ceiling is the operator's bound on every job: no request may exceed it.
+type Ceiling struct {
+	// Limits caps each limit a job may ask for.
+	Limits profiles.Limits
+	// Broker bounds capabilities and what the broker does.
+	Broker ipc.Ceiling
+	// Runtimes lists the enabled runtimes; nil enables all.
+	Runtimes []runtimes.Name
+	// Profiles lists the profiles a job may name; nil allows all built-in
+	// ones (a job may never name a file: only the operator may).
+	Profiles []string
+	// Mode is the least strict mode a job may run in: "required" forces it.
+	Mode string
+	// Required adds layers to what mode required insists on.
+	Required []string
+}
+
+// DefaultCeiling is the CLI's: generous limits, every capability.
+func DefaultCeiling() Ceiling {
+	return Ceiling{
+		Limits: profiles.Limits{
+			Memory:  4 << 30,
+			CPUTime: profiles.Duration(10 * time.Minute),
+			Timeout: profiles.Duration(time.Hour),
+			Pids:    4096,
+			Output:  256 << 20,
+			Tmp:     1 << 30,
+		},
+		Broker: ipc.PermissiveCeiling(),
+	}
+}
+
+// Resolved is a job after its profile and ceiling are applied: everything
+// needed to run it.
+type Resolved struct {
+	Request  *Request
+	Runtime  runtimes.Name
+	Kind     string // seccomp policy kind: deno, python or native
+	Profile  *profiles.Profile
+	Limits   profiles.Limits
+	Mode     string
+	Required []string
+}
+
+// Resolve applies the profile the request names (or "default") and checks
+// the result against the ceiling. trustedProfilePaths allows a profile
+// file path (the CLI's --profile FILE); the socket API never does.
+func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Resolved{Request: req, Kind: "native"}
+	if req.Exec == nil {
+		rt, err := runtimes.ParseName(req.Runtime)
+		if err != nil {
+			return nil, invalid("runtime: %v", err)
+		}
+		if ceil.Runtimes != nil && !contains(ceil.Runtimes, rt) {
+			return nil, invalid("runtime: %s is not enabled on this server", rt)
+		}
+		r.Runtime = rt
+		r.Kind = string(rt)
+	}
+	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
+		return nil, invalid("profile: %q: only built-in profile names are accepted here", req.Profile)
+	}
+	if ceil.Profiles != nil && req.Profile != "" && !contains(ceil.Profiles, req.Profile) {
+		return nil, invalid("profile: %q is not allowed on this server", req.Profile)
+	}
+	prof, err := profiles.Load(req.Profile)
+	if err != nil {
+		return nil, invalid("profile: %v", err)
+	}
+	r.Profile = prof
+	r.Limits = req.Limits.Merge(prof.Limits)
+	if err := r.Limits.Validate(); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := r.Limits.Within(ceil.Limits); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := req.Capabilities.Within(ceil.Broker); err != nil {
+		return nil, invalid("%v", err)
+	}
+	r.Mode = req.Mode
+	if r.Mode == "" {
+		r.Mode = ModeAuto
+	}
+	if ceil.Mode == ModeRequired {
+		r.Mode = ModeRequired
+	}
+	r.Required = ceil.Required
+	return r, nil
+}
+
+func contains[T comparable](list []T, v T) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// String is a one-line summary for logs.
+func (r *Resolved) String() string {
+	return fmt.Sprintf("%s profile=%s mode=%s memory=%v timeout=%v", r.Kind, r.Profile.Name, r.Mode, r.Limits.Memory, r.Limits.Timeout)
+}

@@ -1,0 +1,201 @@
+package profiles
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits bound one run. A zero field means "not set" and is filled from the
+// profile, then checked against the operator's ceiling.
+type Limits struct {
+	Memory  Size     `json:"memory,omitempty"`
+	CPUTime Duration `json:"cpu_time,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+	Pids    int64    `json:"pids,omitempty"`
+	Output  Size     `json:"output,omitempty"`
+	// Tmp caps the job's writable /tmp.
+	Tmp Size `json:"tmp,omitempty"`
+}
+
+// Merge fills every unset field of l from d.
+func (l Limits) Merge(d Limits) Limits {
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.CPUTime == 0 {
+		l.CPUTime = d.CPUTime
+	}
+	if l.Timeout == 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.Output == 0 {
+		l.Output = d.Output
+	}
+	if l.Tmp == 0 {
+		l.Tmp = d.Tmp
+	}
+	return l
+}
+
+// Within checks l against a ceiling; the error names the first field over.
+func (l Limits) Within(ceil Limits) error {
+	over := func(field string, v, max any) error {
+		return fmt.Errorf("limits.%s: %v is above the operator's ceiling of %v", field, v, max)
+	}
+	switch {
+	case ceil.Memory > 0 && l.Memory > ceil.Memory:
+		return over("memory", l.Memory, ceil.Memory)
+	case ceil.CPUTime > 0 && l.CPUTime > ceil.CPUTime:
+		return over("cpu_time", l.CPUTime, ceil.CPUTime)
+	case ceil.Timeout > 0 && l.Timeout > ceil.Timeout:
+		return over("timeout", l.Timeout, ceil.Timeout)
+	case ceil.Pids > 0 && l.Pids > ceil.Pids:
+		return over("pids", l.Pids, ceil.Pids)
+	case ceil.Output > 0 && l.Output > ceil.Output:
+		return over("output", l.Output, ceil.Output)
+	case ceil.Tmp > 0 && l.Tmp > ceil.Tmp:
+		return over("tmp", l.Tmp, ceil.Tmp)
+	}
+	return nil
+}
+
+// Validate checks that every limit is set and sane.
+func (l Limits) Validate() error {
+	switch {
+	case l.Memory < 16<<20:
+		return fmt.Errorf("limits.memory: %v is below the 16M minimum", l.Memory)
+	case time.Duration(l.Timeout) < 10*time.Millisecond:
+		return fmt.Errorf("limits.timeout: %v is below the 10ms minimum", l.Timeout)
+	case time.Duration(l.CPUTime) < 10*time.Millisecond:
+		return fmt.Errorf("limits.cpu_time: %v is below the 10ms minimum", l.CPUTime)
+	case l.Pids < 1:
+		return fmt.Errorf("limits.pids: %d is below 1", l.Pids)
+	case l.Output < 1:
+		return fmt.Errorf("limits.output: %v is below 1 byte", l.Output)
+	case l.Tmp < 1<<20:
+		return fmt.Errorf("limits.tmp: %v is below the 1M minimum", l.Tmp)
+	}
+	return nil
+}
+
+// Profile is a named hardening profile: default limits, the seccomp policy
+// for each kind of program and the optional layers.
+type Profile struct {
+	Name   string `json:"name"`
+	Limits Limits `json:"limits"`
+	// Seccomp names the seccomp policy per program kind: "deno", "python",
+	// "native". A value is a built-in policy name or a file path.
+	Seccomp map[string]string `json:"seccomp"`
+	// SeccompLog switches the filter to log mode (development only).
+	SeccompLog bool `json:"seccomp_log,omitempty"`
+	// Landlock adds a Landlock ruleset where the kernel has one.
+	Landlock bool `json:"landlock"`
+	// CoarseTime switches on the timing mitigation.
+	CoarseTime bool `json:"coarse_time,omitempty"`
+}
+
+//go:embed builtin/*.json
+var builtinFS embed.FS
+
+// ErrUnknownHardeningProfile is returned for a profile name with no
+// built-in profile.
+var ErrUnknownHardeningProfile = errors.New("unknown profile")
+
+// Names lists the built-in hardening profiles.
+func Names() []string {
+	entries, _ := builtinFS.ReadDir("builtin")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Load returns the built-in profile called name, or reads the profile file
+// at name when it contains a slash or ends in .json.
+func Load(name string) (*Profile, error) {
+	if name == "" {
+		name = "default"
+	}
+	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("load profile: %w", err)
+		}
+		defer f.Close()
+		p, err := decodeProfile(f)
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: %w", name, err)
+		}
+		return p, nil
+	}
+	data, err := builtinFS.ReadFile("builtin/" + name + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("%w %q (built-in profiles: %s)", ErrUnknownHardeningProfile, name, strings.Join(Names(), ", "))
+	}
+	p, err := decodeProfile(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("built-in profile %s: %w", name, err)
+	}
+	return p, nil
+}
+
+func decodeProfile(r io.Reader) (*Profile, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Validate checks a profile: complete limits and loadable seccomp policies.
+func (p *Profile) Validate() error {
+	if p.Name == "" {
+		return errors.New("name: missing")
+	}
+	if err := p.Limits.Validate(); err != nil {
+		return err
+	}
+	for _, kind := range []string{"deno", "python", "native"} {
+		if _, ok := p.Seccomp[kind]; !ok {
+			return fmt.Errorf("seccomp.%s: missing (name a built-in policy: %s, or a file)", kind, strings.Join(SeccompNames(), ", "))
+		}
+		if _, err := p.SeccompPolicy(kind); err != nil {
+			return fmt.Errorf("seccomp.%s: %w", kind, err)
+		}
+	}
+	for kind := range p.Seccomp {
+		if kind != "deno" && kind != "python" && kind != "native" {
+			return fmt.Errorf("seccomp.%s: unknown program kind (want deno, python or native)", kind)
+		}
+	}
+	return nil
+}
+
+// SeccompPolicy loads the seccomp policy the profile names for a program
+// kind ("deno", "python" or "native").
+func (p *Profile) SeccompPolicy(kind string) (*specs.LinuxSeccomp, error) {
+	ref := p.Seccomp[kind]
+	if strings.ContainsRune(ref, '/') || strings.HasSuffix(ref, ".json") {
+		return LoadSeccompFile(ref)
+	}
+	return Seccomp(ref)
+}

@@ -1,0 +1,115 @@
+package runtimes
+
+import (
+	"embed"
+	"fmt"
+	"path"
+	"strconv"
+)
+
+//go:embed guest/*.js
+var guestFS embed.FS
+
+// guestFiles returns the bootstrap files every Deno-based run carries.
+func guestFiles() ([]File, error) {
+	entries, err := guestFS.ReadDir("guest")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded guest files: %w", err)
+	}
+	var files []File
+	for _, e := range entries {
+		data, err := guestFS.ReadFile("guest/" + e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read embedded guest file %s: %w", e.Name(), err)
+		}
+		files = append(files, File{Path: path.Join(GuestDir, e.Name()), Data: data, Mode: 0o444})
+	}
+	return files, nil
+}
+
+// denoEnv is the whole environment of a Deno guest: nothing is inherited,
+// and DENO_DIR lives on the run's own tmpfs so no storage (code cache,
+// localStorage, Cache API, KV) survives into another run.
+func denoEnv() []string {
+	return []string{
+		"PATH=/nonexistent",
+		"HOME=" + TmpDir,
+		"DENO_DIR=" + TmpDir + "/.deno",
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_NO_PROMPT=1",
+		"NO_COLOR=1",
+		"LANG=C.UTF-8",
+	}
+}
+
+// heapMiB caps V8's old space below the job's memory limit, leaving room
+// for the runtime's own native memory; it is the memory bound of last resort
+// on a host without a cgroup.
+func heapMiB(memoryBytes int64) int64 {
+	if memoryBytes <= 0 {
+		return 0
+	}
+	mib := memoryBytes >> 20
+	heap := mib * 3 / 4
+	if heap < 16 {
+		heap = 16
+	}
+	return heap
+}
+
+// denoArgs is Deno's locked-down command line: no prompt, no config or lock
+// discovery, no remote or npm imports, read access only to the given paths,
+// and no write, env, net, run, ffi or sys permission at all.
+func denoArgs(memoryBytes int64, readable []string, entry string, rest ...string) []string {
+	args := []string{
+		denoTarget, "run",
+		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
+		"--cached-only", "--no-check",
+	}
+	if len(readable) > 0 {
+		allow := "--allow-read="
+		for i, p := range readable {
+			if i > 0 {
+				allow += ","
+			}
+			allow += p
+		}
+		args = append(args, allow)
+	}
+	if heap := heapMiB(memoryBytes); heap > 0 {
+		args = append(args, "--v8-flags=--max-old-space-size="+strconv.FormatInt(heap, 10))
+	}
+	args = append(args, entry)
+	return append(args, rest...)
+}
+
+// denoLaunch describes a JavaScript or TypeScript run.
+func (in *Install) denoLaunch(job Job) (*Launch, error) {
+	files, err := guestFiles()
+	if err != nil {
+		return nil, err
+	}
+	main := JobDir + "/main.js"
+	if job.TypeScript {
+		main = JobDir + "/main.ts"
+	}
+	files = append(files, File{Path: main, Data: job.Source, Mode: 0o444})
+	return &Launch{
+		Program: in.DenoPath,
+		Target:  denoTarget,
+		Args:    denoArgs(job.MemoryBytes, []string{GuestDir, JobDir}, GuestDir+"/bootstrap.js", main),
+		Env:     denoEnv(),
+		Files:   files,
+	}, nil
+}
+
+// Launch describes the run of job on its runtime.
+func (in *Install) Launch(job Job) (*Launch, error) {
+	switch job.Runtime {
+	case Deno:
+		return in.denoLaunch(job)
+	case Python:
+		return in.pythonLaunch(job)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownRuntime, job.Runtime)
+}

@@ -1,0 +1,63 @@
+// pmjail's Deno bootstrap. It connects to the host over the channel, offers
+// the broker as the global `host` (plain scripts) and as `ctx.host`
+// (handler modules), imports the job's module and reports its outcome.
+// Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
+import { Channel, makeHost } from "./channel.js";
+
+const channel = new Channel(3);
+const start = await channel.started;
+channel.unref();
+
+if (start.options?.timing === "coarse") coarsenTime();
+
+const input = start.input ?? null;
+const host = makeHost(channel, input);
+Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
+
+let reported = false;
+async function fail(err) {
+  if (reported) return;
+  reported = true;
+  const e = err instanceof Error ? err : new Error(String(err));
+  await channel.finish({
+    type: "error",
+    error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: e.stack ?? "" },
+  }).catch(() => {});
+  Deno.exit(1);
+}
+
+// Errors thrown after the module finished loading (timers, promises) end the
+// run through the same report instead of Deno's default printout.
+globalThis.addEventListener("error", (ev) => {
+  ev.preventDefault();
+  fail(ev.error ?? ev.message);
+});
+globalThis.addEventListener("unhandledrejection", (ev) => {
+  ev.preventDefault();
+  fail(ev.reason);
+});
+
+try {
+  const mod = await import(Deno.args[0]);
+  if (typeof mod.default === "function") {
+    const value = await mod.default(input, Object.freeze({ host, input }));
+    reported = true;
+    await channel.finish({ type: "done", value: value === undefined ? null : value });
+    Deno.exit(0);
+  }
+  // A plain script: its console output and exit code are the result, and
+  // work it scheduled keeps running until the event loop is empty.
+} catch (err) {
+  await fail(err);
+}
+
+// coarsenTime is the opt-in timing mitigation: clocks at 1 ms resolution and
+// no SharedArrayBuffer for building a finer one.
+function coarsenTime() {
+  const now = performance.now.bind(performance);
+  const dateNow = Date.now;
+  Object.defineProperty(performance, "now", { value: () => Math.floor(now()), configurable: false });
+  Object.defineProperty(Date, "now", { value: () => dateNow(), configurable: false });
+  delete globalThis.SharedArrayBuffer;
+  delete globalThis.Atomics;
+}

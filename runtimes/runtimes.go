@@ -1,0 +1,102 @@
+package runtimes
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Name identifies a guest runtime.
+type Name string
+
+// The runtimes pmjail knows.
+const (
+	Deno   Name = "deno"
+	Python Name = "python"
+)
+
+// ErrUnknownRuntime is returned for a runtime name or file extension pmjail
+// does not run.
+var ErrUnknownRuntime = errors.New("unknown runtime")
+
+// ParseName accepts a runtime name as a job or flag spells it; "typescript"
+// and "javascript" are accepted as Deno.
+func ParseName(s string) (Name, error) {
+	switch strings.ToLower(s) {
+	case "deno", "js", "javascript", "ts", "typescript":
+		return Deno, nil
+	case "python", "py", "pyodide":
+		return Python, nil
+	}
+	return "", fmt.Errorf("%w %q (want deno or python)", ErrUnknownRuntime, s)
+}
+
+// ForFile picks the runtime and the in-jail source name from a file name's
+// extension: .js and .mjs run on Deno, .ts on Deno with type stripping, .py
+// on Pyodide.
+func ForFile(name string) (Name, error) {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".js", ".mjs", ".ts", ".mts":
+		return Deno, nil
+	case ".py":
+		return Python, nil
+	}
+	return "", fmt.Errorf("%w for %q: use a .js, .mjs, .ts or .py file or --runtime", ErrUnknownRuntime, name)
+}
+
+// Job is what a runtime needs to know about one run.
+type Job struct {
+	Runtime Name
+	// Source is the guest program's text.
+	Source []byte
+	// TypeScript marks Deno source that needs type stripping.
+	TypeScript bool
+	// MemoryBytes is the job's memory limit; the V8 heap is capped below it so
+	// that a host without a cgroup still has a memory bound.
+	MemoryBytes int64
+	// CoarseTime switches on the timing mitigation (coarse clocks, no
+	// SharedArrayBuffer).
+	CoarseTime bool
+}
+
+// Launch is everything the jail must assemble for one run: a program to
+// exec inside the new root, the files bound into that root read-only, and
+// the files written into it.
+type Launch struct {
+	// Program is the host path of the executable; the jail binds it (and the
+	// shared libraries it loads) at Target.
+	Program string
+	Target  string
+	// Args is argv inside the jail, Args[0] included.
+	Args []string
+	// Env is the complete environment; nothing of pmjail's own is inherited.
+	Env []string
+	// Binds are host paths bound read-only into the root.
+	Binds []Bind
+	// Files are written into the root before it is made read-only.
+	Files []File
+}
+
+// Bind maps a host path to a path inside the job's root, read-only.
+type Bind struct {
+	Source string
+	Target string
+}
+
+// File is a file created inside the job's root.
+type File struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
+
+// Paths inside every job's root.
+const (
+	GuestDir   = "/pmjail"   // bootstrap code
+	JobDir     = "/job"      // the job's own files
+	RuntimeDir = "/runtime"  // runtime binaries and assets
+	TmpDir     = "/tmp"      // the only writable place
+	denoTarget = RuntimeDir + "/deno"
+)
