@@ -31,6 +31,8 @@ type initConfig struct {
 	HostMountNS uint64 `json:"host_mount_ns"`
 	// Landlock asks for a Landlock ruleset where the kernel has one.
 	Landlock bool `json:"landlock,omitempty"`
+	// Channel asks for the guest channel's FIFOs.
+	Channel bool `json:"channel,omitempty"`
 }
 
 // initReport is what the init stage sends back before exec: either the
@@ -43,4 +45,14 @@ type initReport struct {
 	Landlock int `json:"landlock,omitempty"`
 	// LandlockReason says why Landlock is not enforced.
 	LandlockReason string `json:"landlock_reason,omitempty"`
+	// FDs names the descriptors passed with the report, in order.
+	FDs []string `json:"fds,omitempty"`
+	fds []int
 }
+
+// Names of the descriptors an init report may carry.
+const (
+	fdChannelIn  = "channel_in"
+	fdChannelOut = "channel_out"
+	fdSeccomp    = "seccomp"
+)

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
 )
 
@@ -68,17 +69,21 @@ func Init() {
 		os.Exit(125)
 	}
 	// The filter is the last layer: after it only the report and execve.
-	var listener = -1
 	if len(cfg.Seccomp) > 0 {
 		var prog seccomp.Program
 		if err := prog.UnmarshalBinary(cfg.Seccomp); err != nil {
 			failInit(control, "seccomp", err)
 		}
-		if listener, err = seccomp.Install(&prog); err != nil {
+		listener, err := seccomp.Install(&prog)
+		if err != nil {
 			failInit(control, "seccomp", err)
 		}
+		if listener >= 0 {
+			report.FDs = append(report.FDs, fdSeccomp)
+			report.fds = append(report.fds, listener)
+		}
 	}
-	if err := sendReport(control, report, listener); err != nil {
+	if err := sendReport(control, report); err != nil {
 		os.Exit(125)
 	}
 	p := cfg.Spec.Process
@@ -96,23 +101,23 @@ func failInit(control *os.File, name string, err error) {
 	os.Exit(125)
 }
 
-// sendReport sends the report and, when there is one, the seccomp listener
-// fd to the supervisor.
-func sendReport(control *os.File, report initReport, listener int) error {
+// sendReport sends the report and the descriptors it names to the
+// supervisor, then closes this side's copies.
+func sendReport(control *os.File, report initReport) error {
 	data, err := json.Marshal(report)
 	if err != nil {
 		return err
 	}
 	data = append(data, '\n')
 	var oob []byte
-	if listener >= 0 {
-		oob = unix.UnixRights(listener)
+	if len(report.fds) > 0 {
+		oob = unix.UnixRights(report.fds...)
 	}
 	if err := unix.Sendmsg(int(control.Fd()), data, oob, nil, 0); err != nil {
 		return os.NewSyscallError("sendmsg", err)
 	}
-	if listener >= 0 {
-		_ = unix.Close(listener)
+	for _, fd := range report.fds {
+		_ = unix.Close(fd)
 	}
 	return nil
 }
@@ -131,7 +136,7 @@ func setUp(cfg *initConfig) (initReport, error) {
 	if err != nil {
 		return report, stage("capabilities", err)
 	}
-	if err := buildRoot(cfg); err != nil {
+	if err := buildRoot(cfg, &report); err != nil {
 		return report, err
 	}
 	if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
@@ -149,7 +154,11 @@ func setUp(cfg *initConfig) (initReport, error) {
 		return report, err
 	}
 	if cfg.Landlock {
-		report.Landlock, report.LandlockReason = applyLandlock(spec)
+		var rw []string
+		if cfg.Channel {
+			rw = append(rw, runtimes.ChannelOut)
+		}
+		report.Landlock, report.LandlockReason = applyLandlock(spec, rw)
 	}
 	if err := stage("privileges", dropPrivileges(spec.Process.User, lastCap)); err != nil {
 		return report, err
@@ -187,7 +196,7 @@ func lastCapability() (int, error) {
 
 // buildRoot assembles the job's root on a fresh tmpfs, pivots into it and
 // makes it read-only.
-func buildRoot(cfg *initConfig) error {
+func buildRoot(cfg *initConfig, report *initReport) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return stage("root", os.NewSyscallError("make mounts private", err))
 	}
@@ -204,6 +213,14 @@ func buildRoot(cfg *initConfig) error {
 		if err := mountInRoot(root, m); err != nil {
 			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
 		}
+	}
+	if cfg.Channel {
+		fds, err := makeChannel(root, int(cfg.Spec.Process.User.UID))
+		if err != nil {
+			return stage("channel", err)
+		}
+		report.FDs = append(report.FDs, fdChannelIn, fdChannelOut)
+		report.fds = append(report.fds, fds...)
 	}
 	if err := pivotInto(root); err != nil {
 		return stage("pivot_root", err)
@@ -433,4 +450,43 @@ func dropPrivileges(user specs.User, lastCap int) error {
 		return errors.New("capabilities left after dropping them")
 	}
 	return nil
+}
+
+// makeChannel creates the guest channel's FIFOs in the new root and opens
+// their ends: the host's two (returned, to be sent to the supervisor) and a
+// writer the guest inherits as fd 3, so that the host reads EOF exactly when
+// every guest process is gone, whether or not the guest ever opened the
+// path itself.
+func makeChannel(root string, guestUID int) ([]int, error) {
+	dir := filepath.Join(root, runtimes.ChannelDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	in, out := filepath.Join(root, runtimes.ChannelIn), filepath.Join(root, runtimes.ChannelOut)
+	for _, p := range []string{in, out} {
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			return nil, os.NewSyscallError("mkfifo "+p, err)
+		}
+		if err := unix.Chown(p, guestUID, guestUID); err != nil {
+			return nil, os.NewSyscallError("chown "+p, err)
+		}
+	}
+	// O_RDWR opens a FIFO without waiting for a peer.
+	hostIn, err := unix.Open(in, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("open channel in", err)
+	}
+	hostOut, err := unix.Open(out, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("open channel out", err)
+	}
+	guestOut, err := unix.Open(out, unix.O_WRONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("open channel out for the guest", err)
+	}
+	if err := unix.Dup3(guestOut, channelFD, 0); err != nil {
+		return nil, os.NewSyscallError("dup3", err)
+	}
+	unix.Close(guestOut)
+	return []int{hostIn, hostOut}, nil
 }

@@ -169,15 +169,6 @@ func (s *supervision) run(ctx context.Context) {
 		return
 	}
 	defer ctlHost.Close()
-	var chHost, chGuest *os.File
-	if job.Channel != nil {
-		if chHost, chGuest, err = socketPair(); err != nil {
-			ctlChild.Close()
-			s.fail("channel", err)
-			return
-		}
-		defer chHost.Close()
-	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		s.fail("stdout pipe", err)
@@ -198,7 +189,7 @@ func (s *supervision) run(ctx context.Context) {
 		Dir:         "/",
 		Stdout:      outW,
 		Stderr:      errW,
-		ExtraFiles:  []*os.File{chGuest, ctlChild},
+		ExtraFiles:  []*os.File{nil, ctlChild},
 		SysProcAttr: s.sysProcAttr(lease),
 	}
 	s.mu.Lock()
@@ -216,9 +207,6 @@ func (s *supervision) run(ctx context.Context) {
 	outW.Close()
 	errW.Close()
 	ctlChild.Close()
-	if chGuest != nil {
-		chGuest.Close()
-	}
 	if err != nil {
 		outR.Close()
 		errR.Close()
@@ -245,7 +233,8 @@ func (s *supervision) run(ctx context.Context) {
 	}
 
 	waitErr := make(chan error, 1)
-	if setupErr := s.handOver(ctx, ctlHost, lease, hostMountNS); setupErr != nil {
+	conn, setupErr := s.handOver(ctx, ctlHost, lease, hostMountNS)
+	if setupErr != nil {
 		s.killTree(cmd)
 		_ = cmd.Wait()
 		outputs.Wait()
@@ -257,20 +246,15 @@ func (s *supervision) run(ctx context.Context) {
 	// The broker's session ends on its own when the guest's end closes, and
 	// Run waits for it: its outcome is part of the run's.
 	var session sync.WaitGroup
-	if chHost != nil {
-		conn, err := net.FileConn(chHost)
-		if err != nil {
-			s.stop(killReason{status: StatusInternalError, msg: fmt.Sprintf("channel: %v", err)})
-		} else {
-			session.Add(1)
-			go func() {
-				defer session.Done()
-				defer conn.Close()
-				if err := job.Channel(ctx, conn); err != nil {
-					s.stop(killReason{status: StatusProtocolError, msg: err.Error()})
-				}
-			}()
-		}
+	if conn != nil {
+		session.Add(1)
+		go func() {
+			defer session.Done()
+			defer conn.Close()
+			if err := job.Channel(ctx, conn); err != nil {
+				s.stop(killReason{status: StatusProtocolError, msg: err.Error()})
+			}
+		}()
 	}
 
 	var cpuTick <-chan time.Time
@@ -309,15 +293,16 @@ wait:
 }
 
 // handOver places the child in its cgroup, sends it its configuration and
-// follows its set-up until it has exec'd the runtime.
-func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease, hostMountNS uint64) error {
+// follows its set-up until it has exec'd the runtime. It returns the host
+// end of the guest channel when the job has one.
+func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease, hostMountNS uint64) (net.Conn, error) {
 	job := s.job
 	pid := s.cmd.Process.Pid
 	if job.Cgroup != nil {
 		if _, ok := job.Cgroup.FD(); !ok {
 			if err := job.Cgroup.AddProc(pid); err != nil {
 				s.fail("cgroup", err)
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -325,29 +310,49 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	proc := *spec.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
 	spec.Process = &proc
-	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS, Landlock: job.Landlock}
+	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
+		Landlock: job.Landlock, Channel: job.Channel != nil}
 	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
 		s.fail("send configuration", err)
-		return err
+		return nil, err
 	}
-	report, listener, err := readReport(ctl)
+	report, fds, err := readReport(ctl)
 	if err != nil {
 		s.fail("init stage", s.initFailure(err))
-		return err
+		return nil, err
 	}
 	if report.Error != "" {
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = 125
 		s.out.InitStage = report.Stage
 		s.out.Message = "jail set-up failed: " + report.Error
-		return errors.New(report.Error)
+		return nil, errors.New(report.Error)
 	}
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
-	if listener >= 0 {
-		if job.Denials != nil {
-			go job.Denials(ctx, listener)
+	named := map[string]*os.File{}
+	for i, fd := range fds {
+		if i < len(report.FDs) {
+			named[report.FDs[i]] = os.NewFile(uintptr(fd), report.FDs[i])
 		} else {
-			unix.Close(listener)
+			unix.Close(fd)
+		}
+	}
+	if f := named[fdSeccomp]; f != nil {
+		if job.Denials != nil {
+			// The server owns the fd from here.
+			fd, _ := unix.Dup(int(f.Fd()))
+			go job.Denials(ctx, fd)
+		}
+		f.Close()
+	}
+	var conn net.Conn
+	if in, out := named[fdChannelIn], named[fdChannelOut]; in != nil && out != nil {
+		conn = &fifoConn{r: out, w: in}
+	} else {
+		for _, f := range []*os.File{in, out} {
+			if f != nil {
+				f.Close()
+			}
 		}
 	}
 	// The control socket is close-on-exec: EOF means the runtime is running,
@@ -358,10 +363,13 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 		s.out.ExitCode = after.ExitCode
 		s.out.InitStage = after.Stage
 		s.out.Message = after.Error
-		return errors.New(after.Error)
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, errors.New(after.Error)
 	}
 	s.out.Observed = observe(pid, lease)
-	return nil
+	return conn, nil
 }
 
 // initFailure explains an init stage that died without a report.
@@ -372,33 +380,30 @@ func (s *supervision) initFailure(err error) error {
 	return err
 }
 
-// readReport reads one newline-terminated JSON report and any fd passed
+// readReport reads one newline-terminated JSON report and the fds passed
 // with it. io.EOF means the peer closed the socket first.
-func readReport(ctl *os.File) (initReport, int, error) {
+func readReport(ctl *os.File) (initReport, []int, error) {
 	var report initReport
-	listener := -1
+	var fds []int
 	var buf bytes.Buffer
 	chunk := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), chunk, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			return report, listener, os.NewSyscallError("recvmsg", err)
+			return report, fds, os.NewSyscallError("recvmsg", err)
 		}
 		if oobn > 0 {
-			if fds, err := parseRights(oob[:oobn]); err == nil && len(fds) > 0 {
-				listener = fds[0]
-				for _, fd := range fds[1:] {
-					unix.Close(fd)
-				}
+			if got, err := parseRights(oob[:oobn]); err == nil {
+				fds = append(fds, got...)
 			}
 		}
 		if n == 0 {
 			if buf.Len() == 0 {
-				return report, listener, io.EOF
+				return report, fds, io.EOF
 			}
 			break
 		}
@@ -408,9 +413,9 @@ func readReport(ctl *os.File) (initReport, int, error) {
 		}
 	}
 	if err := json.Unmarshal(buf.Bytes(), &report); err != nil {
-		return report, listener, fmt.Errorf("decode init report: %w", err)
+		return report, fds, fmt.Errorf("decode init report: %w", err)
 	}
-	return report, listener, nil
+	return report, fds, nil
 }
 
 func parseRights(oob []byte) ([]int, error) {

@@ -59,7 +59,8 @@ func heapMiB(memoryBytes int64) int64 {
 
 // denoArgs is Deno's locked-down command line: no prompt, no config or lock
 // discovery, no remote or npm imports, read access only to the given paths,
-// and no write, env, net, run, ffi or sys permission at all.
+// write access only to the channel's outgoing FIFO, and no env, net, run,
+// ffi or sys permission at all.
 func denoArgs(memoryBytes int64, readable []string, entry string, rest ...string) []string {
 	args := []string{
 		denoTarget, "run",
@@ -76,6 +77,7 @@ func denoArgs(memoryBytes int64, readable []string, entry string, rest ...string
 		}
 		args = append(args, allow)
 	}
+	args = append(args, "--allow-write="+ChannelOut)
 	if heap := heapMiB(memoryBytes); heap > 0 {
 		args = append(args, "--v8-flags=--max-old-space-size="+strconv.FormatInt(heap, 10))
 	}
@@ -100,6 +102,7 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 		Args:    denoArgs(job.MemoryBytes, []string{GuestDir, JobDir}, GuestDir+"/bootstrap.js", main),
 		Env:     denoEnv(),
 		Files:   files,
+		Channel: true,
 	}, nil
 }
 

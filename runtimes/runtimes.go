@@ -77,6 +77,8 @@ type Launch struct {
 	Binds []Bind
 	// Files are written into the root before it is made read-only.
 	Files []File
+	// Channel asks the jail for the guest channel's FIFOs.
+	Channel bool
 }
 
 // Bind maps a host path to a path inside the job's root, read-only.
@@ -99,4 +101,10 @@ const (
 	RuntimeDir = "/runtime"  // runtime binaries and assets
 	TmpDir     = "/tmp"      // the only writable place
 	denoTarget = RuntimeDir + "/deno"
+
+	// The guest channel's FIFOs (see ipc/PROTOCOL.md), made by the jail's
+	// init stage: the guest reads ChannelIn and writes ChannelOut.
+	ChannelDir = GuestDir + "/channel"
+	ChannelIn  = ChannelDir + "/in"
+	ChannelOut = ChannelDir + "/out"
 )

@@ -4,9 +4,8 @@
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
 import { Channel, makeHost } from "./channel.js";
 
-const channel = new Channel(3);
+const channel = new Channel();
 const start = await channel.started;
-channel.unref();
 
 if (start.options?.timing === "coarse") coarsenTime();
 
@@ -15,15 +14,18 @@ const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
 
 let reported = false;
-async function fail(err) {
+function fail(err) {
   if (reported) return;
   reported = true;
   const e = err instanceof Error ? err : new Error(String(err));
-  await channel.finish({
-    type: "error",
-    error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: e.stack ?? "" },
-  }).catch(() => {});
-  Deno.exit(1);
+  try {
+    channel.finish({
+      type: "error",
+      error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: e.stack ?? "" },
+    });
+  } finally {
+    Deno.exit(1);
+  }
 }
 
 // Errors thrown after the module finished loading (timers, promises) end the
@@ -41,14 +43,16 @@ try {
   const mod = await import(Deno.args[0]);
   if (typeof mod.default === "function") {
     const value = await mod.default(input, Object.freeze({ host, input }));
+    // JSON.stringify throws for a value that cannot cross (a BigInt, a
+    // cycle): that is the guest's error, reported as such.
+    channel.finish({ type: "done", value: value === undefined ? null : value });
     reported = true;
-    await channel.finish({ type: "done", value: value === undefined ? null : value });
     Deno.exit(0);
   }
   // A plain script: its console output and exit code are the result, and
   // work it scheduled keeps running until the event loop is empty.
 } catch (err) {
-  await fail(err);
+  fail(err);
 }
 
 // coarsenTime is the opt-in timing mitigation: clocks at 1 ms resolution and

@@ -1,87 +1,124 @@
 // The guest end of pmjail's channel (see ipc/PROTOCOL.md): length-prefixed
-// JSON frames over the socketpair inherited as fd 3. Every check happens on
-// the host; nothing here is trusted by it.
-import net from "node:net";
-import { Buffer } from "node:buffer";
+// JSON frames over two FIFOs in the job's private root, whose other ends the
+// supervisor holds. Only Deno's own file API is used (no Node compatibility
+// layer, which would cost ~100 ms a run). Every check happens on the host;
+// nothing here is trusted by it.
+export const CHANNEL_IN = "/pmjail/channel/in";
+export const CHANNEL_OUT = "/pmjail/channel/out";
 
 const MAX_FRAME = 4 << 20;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 export class Channel {
-  #sock;
-  #buf = Buffer.alloc(0);
+  #in;
+  #out;
+  #buf = new Uint8Array(0);
   #nextId = 1;
   #pending = new Map();
+  #reading = false;
   #startResolve;
   started;
 
-  constructor(fd = 3) {
+  constructor() {
+    this.#out = Deno.openSync(CHANNEL_OUT, { write: true });
+    this.#in = Deno.openSync(CHANNEL_IN, { read: true });
     this.started = new Promise((resolve) => (this.#startResolve = resolve));
-    this.#sock = new net.Socket({ fd, readable: true, writable: true });
-    this.#sock.on("data", (chunk) => this.#onData(chunk));
-    this.#sock.on("error", () => {});
-    this.#sock.on("close", () => {
-      for (const [, p] of this.#pending) {
-        p.resolve({ ok: false, error: { code: "internal", message: "channel closed" } });
-      }
-      this.#pending.clear();
-    });
+    this.#pump();
   }
 
-  #onData(chunk) {
-    this.#buf = this.#buf.length ? Buffer.concat([this.#buf, chunk]) : chunk;
+  // #pump reads frames while something is awaited (the start frame, or a
+  // reply): an idle channel holds no read, so a finished script can exit.
+  async #pump() {
+    if (this.#reading) return;
+    this.#reading = true;
+    try {
+      const chunk = new Uint8Array(64 << 10);
+      while (this.#startResolve || this.#pending.size > 0) {
+        const n = await this.#in.read(chunk);
+        if (n === null) {
+          this.#closed();
+          return;
+        }
+        this.#append(chunk.subarray(0, n));
+        this.#drain();
+      }
+    } catch {
+      this.#closed();
+    } finally {
+      this.#reading = false;
+    }
+  }
+
+  #append(bytes) {
+    const next = new Uint8Array(this.#buf.length + bytes.length);
+    next.set(this.#buf, 0);
+    next.set(bytes, this.#buf.length);
+    this.#buf = next;
+  }
+
+  #drain() {
     while (this.#buf.length >= 4) {
-      const n = this.#buf.readUInt32BE(0);
+      const n = new DataView(this.#buf.buffer, this.#buf.byteOffset).getUint32(0);
       if (n > MAX_FRAME || this.#buf.length < 4 + n) break;
-      const frame = JSON.parse(this.#buf.subarray(4, 4 + n).toString("utf8"));
-      this.#buf = this.#buf.subarray(4 + n);
+      const frame = JSON.parse(decoder.decode(this.#buf.subarray(4, 4 + n)));
+      this.#buf = this.#buf.slice(4 + n);
       this.#dispatch(frame);
     }
   }
 
   #dispatch(frame) {
-    if (frame.type === "start") {
-      this.#startResolve(frame);
+    if (frame.type === "start" && this.#startResolve) {
+      const resolve = this.#startResolve;
+      this.#startResolve = null;
+      resolve(frame);
     } else if (frame.type === "reply") {
       const p = this.#pending.get(frame.id);
       if (!p) return;
       this.#pending.delete(frame.id);
-      this.#refresh();
-      p.resolve(frame.ok ? { ok: true, value: frame.value ?? null } : { ok: false, error: frame.error });
+      p(frame.ok ? { ok: true, value: frame.value ?? null } : { ok: false, error: frame.error });
     }
   }
 
-  // Only outstanding calls keep the process alive: a plain script that is
-  // done must be able to exit with the channel still open.
-  #refresh() {
-    if (this.#pending.size > 0) this.#sock.ref();
-    else this.#sock.unref();
+  #closed() {
+    for (const [, resolve] of this.#pending) {
+      resolve({ ok: false, error: { code: "internal", message: "channel closed" } });
+    }
+    this.#pending.clear();
+  }
+
+  #write(obj) {
+    const body = encoder.encode(JSON.stringify(obj));
+    const frame = new Uint8Array(4 + body.length);
+    new DataView(frame.buffer).setUint32(0, body.length);
+    frame.set(body, 4);
+    let off = 0;
+    while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
   }
 
   send(obj) {
-    const body = Buffer.from(JSON.stringify(obj), "utf8");
-    const head = Buffer.alloc(4);
-    head.writeUInt32BE(body.length, 0);
-    return new Promise((resolve) => this.#sock.write(Buffer.concat([head, body]), () => resolve()));
+    this.#write(obj);
   }
 
   call(method, params) {
     const id = this.#nextId++;
     return new Promise((resolve) => {
-      this.#pending.set(id, { resolve });
-      this.#refresh();
-      this.send({ type: "call", id, method, params: params ?? null }).catch(() => {});
+      this.#pending.set(id, resolve);
+      try {
+        this.#write({ type: "call", id, method, params: params ?? null });
+      } catch (err) {
+        this.#pending.delete(id);
+        resolve({ ok: false, error: { code: "internal", message: String(err) } });
+        return;
+      }
+      this.#pump();
     });
   }
 
-  unref() {
-    this.#refresh();
-  }
-
-  // finish sends the last frame and resolves once the kernel has it; the
-  // caller exits right after.
-  async finish(frame) {
-    this.#sock.ref();
-    await this.send(frame);
+  // finish sends the last frame; writes are synchronous, so the caller may
+  // exit right after.
+  finish(frame) {
+    this.#write(frame);
   }
 }
 

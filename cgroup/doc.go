@@ -1,0 +1,13 @@
+// Package cgroup owns the per-job control groups of pmjail: probing which
+// cgroup mechanic the host offers (v1 legacy/hybrid or v2 unified) and
+// proving it writable, creating one cgroup per job beneath the supervisor's
+// own cgroup with memory (no swap), pids and CPU limits from an OCI
+// runtime-spec LinuxResources, reading the job's usage (peak memory, CPU
+// time, pids, OOM kills, limit hits), killing the job's whole process tree,
+// removing the cgroup, and sweeping the job cgroups of dead supervisors.
+//
+// Limits are written through github.com/containerd/cgroups/v3 (cgroup1 and
+// cgroup2). Usage reads, kill and removal are done here on the few files
+// they need, because the supervisor polls usage every ~50 ms and the
+// library's kill fallback reaps processes that belong to the caller.
+package cgroup

@@ -1,0 +1,137 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readString reads a small cgroup file.
+func readString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return string(b), nil
+}
+
+// writeString writes one value to a cgroup file in a single write(2), as
+// the kernel parses each write on its own.
+func writeString(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := f.WriteString(value)
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, werr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("close %s: %w", path, cerr)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// pidAlive reports whether pid exists (a zombie counts as alive: its
+// supervisor has not been reaped, so its jobs are not yet orphans).
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// readProcs returns the pids in dir's cgroup.procs and in every cgroup
+// beneath it. A directory that vanished reads as empty.
+func readProcs(dir string) ([]int, error) {
+	var out []int
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		pids, err := parsePids(string(data))
+		if err != nil {
+			return fmt.Errorf("%s/cgroup.procs: %w", p, err)
+		}
+		out = append(out, pids...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list processes of %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// removeTree removes the cgroup dir and any cgroups beneath it, deepest
+// first (cgroupfs refuses rmdir of a cgroup with children). EBUSY, which
+// the kernel returns while exiting tasks are still being released, is
+// retried until deadline. A directory already gone is success.
+func removeTree(dir string, deadline time.Time) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		delay := time.Millisecond
+		for {
+			err := unix.Rmdir(dirs[i])
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", dirs[i], os.NewSyscallError("rmdir", err))
+			}
+			time.Sleep(delay)
+			delay = min(2*delay, 50*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// controllerList returns the space-separated names of a cgroup.controllers
+// or cgroup.subtree_control file as a set.
+func controllerList(path string) (map[string]bool, error) {
+	s, err := readString(path)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool)
+	for _, c := range strings.Fields(s) {
+		set[c] = true
+	}
+	return set, nil
+}

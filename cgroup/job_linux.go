@@ -1,0 +1,309 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
+)
+
+// Job is one job's cgroup: one directory per controller on v1, a single
+// directory on v2.
+type Job struct {
+	m     *Manager
+	name  string
+	paths map[string]string // controller (v1) or UnifiedKey (v2) -> dir
+	v1    cgroup1.Cgroup    // nil on v2 and for swept orphans
+	v2    *cgroup2.Manager  // nil on v1 and for swept orphans
+	fd    int               // v2: O_PATH fd of the directory, else -1
+
+	mu       sync.Mutex
+	deleted  bool
+	memSeen  uint64 // highest memory usage seen, when the kernel keeps no peak
+	pidsSeen uint64 // highest pids.current seen, when there is no pids.peak
+}
+
+// Name returns the job's cgroup name ("pmjail-<pid>-<id>").
+func (j *Job) Name() string { return j.name }
+
+// Paths returns controller -> directory (v1) or UnifiedKey -> directory
+// (v2), for the posture and the report.
+func (j *Job) Paths() map[string]string {
+	out := make(map[string]string, len(j.paths))
+	for k, v := range j.paths {
+		out[k] = v
+	}
+	return out
+}
+
+// FD returns an O_PATH directory fd of the job's cgroup for
+// SysProcAttr.UseCgroupFD/CgroupFD (clone3 CLONE_INTO_CGROUP), which puts
+// the child in the job at birth. v2 only; it stays open until Delete.
+func (j *Job) FD() (int, bool) {
+	if j.fd < 0 {
+		return -1, false
+	}
+	return j.fd, true
+}
+
+func (m *Manager) createV1(name string, l limits) (*Job, error) {
+	ctrls := []string{}
+	for _, c := range m.host.Controllers {
+		// cpu only carries the quota: leave it out when there is none,
+		// so that AddProc writes one cgroup.procs fewer.
+		if c == CPU && l.cpuQuota == 0 {
+			continue
+		}
+		ctrls = append(ctrls, c)
+	}
+	j := &Job{m: m, name: name, paths: map[string]string{}, fd: -1}
+	rel := map[string]string{}
+	var subs []cgroup1.Subsystem
+	for _, c := range ctrls {
+		dir := filepath.Join(m.host.Parent[c], name)
+		// Mkdir, not the library's MkdirAll: a name already taken is an
+		// error, never a shared cgroup.
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			j.removeDirs()
+			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		j.paths[c] = dir
+		root := m.host.v1Root[c]
+		r, err := filepath.Rel(filepath.Join(root, c), dir)
+		if err != nil {
+			j.removeDirs()
+			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		rel[c] = "/" + r
+		switch c {
+		case Memory:
+			subs = append(subs, cgroup1.NewMemory(root))
+		case Pids:
+			subs = append(subs, cgroup1.NewPids(root))
+		case CPU:
+			subs = append(subs, cgroup1.NewCpu(root))
+		case CPUAcct:
+			subs = append(subs, cgroup1.NewCpuacct(root))
+		case Freezer:
+			subs = append(subs, cgroup1.NewFreezer(root))
+		}
+	}
+	path := func(n cgroup1.Name) (string, error) {
+		p, ok := rel[string(n)]
+		if !ok {
+			return "", cgroup1.ErrControllerNotActive
+		}
+		return p, nil
+	}
+	cg, err := cgroup1.New(path, l.v1(m.host.SwapCapped),
+		cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
+	if err != nil {
+		j.removeDirs()
+		return nil, fmt.Errorf("create cgroup %s: set limits: %w", name, err)
+	}
+	j.v1 = cg
+	return j, nil
+}
+
+func (m *Manager) createV2(name string, l limits) (*Job, error) {
+	parent := m.host.Parent[UnifiedKey]
+	dir := filepath.Join(parent, name)
+	j := &Job{m: m, name: name, paths: map[string]string{UnifiedKey: dir}, fd: -1}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	// The library treats its mountpoint as the top it may touch: giving it
+	// our own cgroup keeps its subtree_control writes inside what we own.
+	cg, err := cgroup2.NewManager(parent, "/"+name, l.v2(m.host.SwapCapped))
+	if err != nil {
+		j.removeDirs()
+		return nil, fmt.Errorf("create cgroup %s: set limits: %w", dir, err)
+	}
+	j.v2 = cg
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		j.removeDirs()
+		return nil, fmt.Errorf("create cgroup %s: %w", dir, os.NewSyscallError("open", err))
+	}
+	j.fd = fd
+	return j, nil
+}
+
+// AddProc moves process pid (all its threads) into the job, writing the
+// cgroup.procs of each controller the job uses.
+func (j *Job) AddProc(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("add pid %d to cgroup %s: invalid pid", pid, j.name)
+	}
+	var err error
+	switch {
+	case j.v1 != nil:
+		err = j.v1.AddProc(uint64(pid))
+	case j.v2 != nil:
+		err = j.v2.AddProc(uint64(pid))
+	default:
+		err = errors.New("job has no live cgroup")
+	}
+	if err != nil {
+		return fmt.Errorf("add pid %d to cgroup %s: %w", pid, j.name, err)
+	}
+	return nil
+}
+
+// procs returns every pid in the job (all controllers, all descendants).
+func (j *Job) procs() ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for _, dir := range j.paths {
+		pids, err := readProcs(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pids {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Kill kills every task of the job and returns once the job is empty:
+// cgroup.kill on v2 when the kernel has it, else freeze, SIGKILL each pid,
+// thaw, until no task is left. It does not reap: the caller waits for its
+// own child as usual.
+func (j *Job) Kill() error {
+	deadline := time.Now().Add(killTimeout)
+	if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Kill {
+		if err := writeString(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
+		}
+	}
+	self := os.Getpid()
+	delay := 100 * time.Microsecond
+	for {
+		pids, err := j.procs()
+		if err != nil {
+			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kill cgroup %s: %d tasks still present after %v", j.name, len(pids), killTimeout)
+		}
+		frozen := j.freeze(true, time.Now().Add(100*time.Millisecond))
+		for _, p := range pids {
+			if p == self {
+				// Never kill the supervisor, whatever the cgroup says.
+				if frozen {
+					j.freeze(false, deadline)
+				}
+				return fmt.Errorf("kill cgroup %s: holds the supervisor itself (pid %d)", j.name, p)
+			}
+			if err := unix.Kill(p, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+				if frozen {
+					j.freeze(false, deadline)
+				}
+				return fmt.Errorf("kill cgroup %s: pid %d: %w", j.name, p, os.NewSyscallError("kill", err))
+			}
+		}
+		if frozen {
+			// Frozen tasks act on SIGKILL once thawed.
+			j.freeze(false, deadline)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// freeze freezes (on=true) or thaws the job and reports whether it reached
+// that state by deadline. Freezing stops forks between reading the pids and
+// signalling them. Without a freezer it returns false.
+func (j *Job) freeze(on bool, deadline time.Time) bool {
+	var file, value, statePath, want string
+	if dir, ok := j.paths[Freezer]; ok {
+		// Reading freezer.state is what moves v1 from FREEZING to FROZEN.
+		file, statePath = filepath.Join(dir, "freezer.state"), filepath.Join(dir, "freezer.state")
+		value, want = "THAWED", "THAWED"
+		if on {
+			value, want = "FROZEN", "FROZEN"
+		}
+	} else if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Has(Freezer) {
+		file, statePath = filepath.Join(dir, "cgroup.freeze"), filepath.Join(dir, "cgroup.events")
+		value, want = "0", "frozen 0"
+		if on {
+			value, want = "1", "frozen 1"
+		}
+	} else {
+		return false
+	}
+	if err := writeString(file, value); err != nil {
+		return false
+	}
+	for {
+		s, err := readString(statePath)
+		if err != nil {
+			return false
+		}
+		if containsLine(s, want) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// Delete kills what is left in the job and removes its cgroup from every
+// hierarchy, retrying briefly while the kernel still holds it busy. It is
+// idempotent.
+func (j *Job) Delete() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.deleted {
+		return nil
+	}
+	if err := j.Kill(); err != nil {
+		return fmt.Errorf("delete cgroup %s: %w", j.name, err)
+	}
+	if err := j.removeDirs(); err != nil {
+		return fmt.Errorf("delete cgroup %s: %w", j.name, err)
+	}
+	j.deleted = true
+	return nil
+}
+
+// removeDirs closes the fd and removes every directory of the job.
+func (j *Job) removeDirs() error {
+	if j.fd >= 0 {
+		unix.Close(j.fd)
+		j.fd = -1
+	}
+	deadline := time.Now().Add(killTimeout)
+	var errs []error
+	for _, dir := range j.paths {
+		if err := removeTree(dir, deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func containsLine(s, line string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}

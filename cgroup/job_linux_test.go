@@ -1,0 +1,344 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestOOMKillUnderMemoryLimit(t *testing.T) {
+	m := requireManager(t)
+	const limit = 64 << 20
+	j := create(t, m, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: i64(limit), Swap: i64(limit)}})
+	// dd allocates its 200 MB block and fills it from /dev/zero.
+	c := start(t, j, "exec dd if=/dev/zero of=/dev/null bs=200M count=1")
+	err := c.wait(t, 30*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("dd: want to be killed, got %v", err)
+	}
+	if ws := ee.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("dd: want SIGKILL, got %v", ee)
+	}
+	u, err := j.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("usage %+v", u)
+	if u.OOMKills == 0 || !u.MemoryLimitHit {
+		t.Errorf("want OOMKills > 0 and MemoryLimitHit, got %+v", u)
+	}
+	if u.MemoryPeakBytes == 0 || u.MemoryPeakBytes > limit+(1<<20) {
+		t.Errorf("peak %d: want in (0, limit + 1 MiB]", u.MemoryPeakBytes)
+	}
+	if err := j.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, j)
+}
+
+func TestMemoryUnderLimitIsNotFlagged(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: i64(256 << 20), Swap: i64(256 << 20)}})
+	c := start(t, j, "exec dd if=/dev/zero of=/dev/null bs=16M count=1")
+	if err := c.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("dd under limit: %v", err)
+	}
+	u, err := j.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.OOMKills != 0 || u.MemoryLimitHit {
+		t.Errorf("want no OOM and no limit hit, got %+v", u)
+	}
+	if u.MemoryPeakBytes < 16<<20 {
+		t.Errorf("peak %d: want at least the 16 MiB block", u.MemoryPeakBytes)
+	}
+}
+
+func TestPidsLimitRefusesForks(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(8)}})
+	c := start(t, j, "i=0; while [ $i -lt 20 ]; do sleep 30 & i=$((i+1)); done; sleep 30")
+	deadline := time.Now().Add(10 * time.Second)
+	var u Usage
+	for {
+		var err error
+		if u, err = j.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if u.PidsLimitHit || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("usage %+v", u)
+	if !u.PidsLimitHit {
+		t.Fatalf("want PidsLimitHit, got %+v", u)
+	}
+	if u.PidsPeak > 8 || u.PidsCurrent > 8 {
+		t.Errorf("pids beyond the limit of 8: %+v", u)
+	}
+	if err := j.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 5*time.Second)
+	assertGone(t, j)
+}
+
+func TestCPUTimeAccumulates(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, nil)
+	start(t, j, "while :; do :; done")
+	deadline := time.Now().Add(15 * time.Second)
+	var last time.Duration
+	for {
+		u, err := j.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.CPUTime < last {
+			t.Fatalf("CPU time went back from %v to %v", last, u.CPUTime)
+		}
+		last = u.CPUTime
+		if c, err := j.CPUTime(); err != nil || c < last {
+			t.Fatalf("CPUTime() = %v, %v; Stats said %v before", c, err, last)
+		}
+		if last >= 300*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time %v after 15 s of a busy loop", last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestCPUQuotaThrottles(t *testing.T) {
+	m := requireManager(t)
+	if !m.Host().Has(CPU) {
+		skipOrFail(t, "cpu controller not usable: %s", m.Host().Reason)
+	}
+	// 10 ms per 100 ms period: a busy loop gets about a tenth of a CPU.
+	j := create(t, m, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: i64(10000), Period: u64(100000)}})
+	start(t, j, "while :; do :; done")
+	time.Sleep(time.Second)
+	u, err := j.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPUTime > 400*time.Millisecond || u.CPUTime == 0 {
+		t.Errorf("CPU time %v in 1 s under a 10%% quota: want (0, 400ms]", u.CPUTime)
+	}
+}
+
+func TestKillEndsWholeTree(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(64)}})
+	c := start(t, j, `sleep 300 & (sleep 300 & sleep 300 & wait) & sh -c 'sleep 300 & wait' & wait`)
+	var pids []int
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pids) < 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("tree did not start: %v", pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+		var err error
+		if pids, err = j.procs(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := j.procs(); err != nil || len(left) != 0 {
+		t.Fatalf("after Kill: procs %v, %v", left, err)
+	}
+	var ee *exec.ExitError
+	if err := c.wait(t, 5*time.Second); !errors.As(err, &ee) {
+		t.Fatalf("shell: want killed, got %v", err)
+	}
+	for _, p := range pids {
+		if p == c.cmd.Process.Pid {
+			continue
+		}
+		if st := procState(p); st != "" && st != "Z" {
+			t.Errorf("pid %d survived Kill in state %s", p, st)
+		}
+	}
+	// pids.current drops as the dead are reaped (ours by wait above, the
+	// orphaned grandchildren by init), not at exit.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		u, err := j.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.PidsCurrent == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Kill: %d tasks still counted", u.PidsCurrent)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// procState returns the state letter of pid, or "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return "?"
+	}
+	return s[i+2 : i+3]
+}
+
+func TestDeleteRemovesEveryHierarchy(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: i64(128 << 20), Swap: i64(128 << 20)},
+		Pids:   &specs.LinuxPids{Limit: i64(32)},
+		CPU:    cpuIfAny(m),
+	})
+	if len(j.Paths()) == 0 {
+		t.Fatal("job has no paths")
+	}
+	for k, dir := range j.Paths() {
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("cgroup %q: %v", k, err)
+		}
+	}
+	start(t, j, "sleep 300")
+	if err := j.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, j)
+	if err := j.Delete(); err != nil {
+		t.Errorf("second Delete: %v", err)
+	}
+	if _, err := j.Stats(); err == nil {
+		t.Error("Stats after Delete: want an error")
+	}
+}
+
+func cpuIfAny(m *Manager) *specs.LinuxCPU {
+	if !m.Host().Has(CPU) {
+		return nil
+	}
+	return &specs.LinuxCPU{Quota: i64(50000), Period: u64(100000)}
+}
+
+func TestCreateDeleteCyclesLeaveNothing(t *testing.T) {
+	m := requireManager(t)
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: i64(64 << 20), Swap: i64(64 << 20)},
+		Pids:   &specs.LinuxPids{Limit: i64(16)},
+	}
+	for i := 0; i < 200; i++ {
+		j, err := m.Create("cycle-"+itoa(i), res)
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := j.Delete(); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+	}
+	if left := leftovers(t, m); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+func TestCreateRejects(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, nil)
+	id := strings.TrimPrefix(j.Name(), namePrefix+itoa(os.Getpid())+"-")
+	if _, err := m.Create(id, nil); err == nil {
+		t.Error("Create of an existing id: want an error, never a shared cgroup")
+	}
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("x", 65)} {
+		if _, err := m.Create(bad, nil); err == nil {
+			t.Errorf("Create(%q): want an error", bad)
+		}
+	}
+	if _, err := m.Create("neg", &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: i64(-1)}}); err == nil {
+		t.Error("negative memory limit: want an error")
+	}
+	if left := leftovers(t, m); len(left) != len(j.Paths()) {
+		t.Errorf("after rejected creates: %v", left)
+	}
+}
+
+func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
+	m := requireManager(t)
+	// A dead pid: a process we started and reaped.
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPid := dead.Process.Pid
+	if pidAlive(deadPid) {
+		t.Skip("pid reused at once")
+	}
+	// A live sibling supervisor: a sleeping process we started.
+	sib := exec.Command("/bin/sleep", "60")
+	if err := sib.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sib.Process.Kill(); _ = sib.Wait() })
+
+	res := &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(16)}}
+	orphan, err := (&Manager{host: m.host, pid: deadPid}).Create("orphan", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = orphan.Delete() })
+	inOrphan := start(t, orphan, "sleep 300")
+	sibling, err := (&Manager{host: m.host, pid: sib.Process.Pid}).Create("sibling", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sibling.Delete() })
+	mine := create(t, m, res)
+
+	removed, err := m.Sweep()
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	has := func(n string) bool {
+		for _, r := range removed {
+			if r == n {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(orphan.Name()) {
+		t.Errorf("Sweep removed %v, want %s among them", removed, orphan.Name())
+	}
+	if has(sibling.Name()) || has(mine.Name()) {
+		t.Errorf("Sweep removed a live owner's job: %v", removed)
+	}
+	assertGone(t, orphan)
+	var ee *exec.ExitError
+	if err := inOrphan.wait(t, 5*time.Second); !errors.As(err, &ee) {
+		t.Errorf("task of the orphan: want killed, got %v", err)
+	}
+	for _, j := range []*Job{sibling, mine} {
+		for k, dir := range j.Paths() {
+			if _, err := os.Stat(dir); err != nil {
+				t.Errorf("live job %s lost %q: %v", j.Name(), k, err)
+			}
+		}
+	}
+}

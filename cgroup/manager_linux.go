@@ -1,0 +1,205 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Manager creates job cgroups beneath the supervisor's own cgroup.
+type Manager struct {
+	host *Host
+	pid  int
+}
+
+// NewManager probes the host and prepares job creation. On v2 it enables
+// memory, pids and cpu for the children of our own cgroup; when the kernel
+// refuses because our cgroup holds processes (the no internal process
+// rule), it first moves every process of our cgroup into the leaf
+// "<own>/pmjail-supervisor", as systemd's Delegate=yes expects. The error
+// wraps ErrNotSupported when cgroups cannot be used.
+func NewManager() (*Manager, error) {
+	h, err := Probe()
+	if err != nil {
+		return nil, err
+	}
+	if h.Mode == V2 {
+		if err := enableV2(h); err != nil {
+			return nil, err
+		}
+		if len(h.Controllers) == 0 {
+			return nil, fmt.Errorf("cgroup manager: %s: %w", h.Reason, ErrNotSupported)
+		}
+	}
+	return &Manager{host: h, pid: os.Getpid()}, nil
+}
+
+// Host returns what the probe proved, as the Manager uses it.
+func (m *Manager) Host() *Host { return m.host }
+
+// enableV2 enables the job controllers in <own>/cgroup.subtree_control,
+// one at a time so that one refused controller does not cost the others.
+func enableV2(h *Host) error {
+	dir := h.Parent[UnifiedKey]
+	ctl := filepath.Join(dir, "cgroup.subtree_control")
+	var kept []string
+	for _, c := range h.Controllers {
+		if c == Freezer {
+			kept = append(kept, c)
+			continue
+		}
+		err := enableOne(dir, ctl, c)
+		if err != nil {
+			if errors.Is(err, ErrNotSupported) {
+				h.addReason("%s: %v", c, err)
+				continue
+			}
+			return err
+		}
+		kept = append(kept, c)
+	}
+	h.Controllers = kept
+	if !h.Has(Memory) {
+		h.SwapCapped = false
+		return nil
+	}
+	// Now that memory is on for children, a child shows whether swap
+	// accounting exists.
+	err := tryChild(dir, func(child string) {
+		h.SwapCapped = exists(filepath.Join(child, "memory.swap.max"))
+	})
+	if err != nil {
+		return fmt.Errorf("cgroup manager: %w", err)
+	}
+	return nil
+}
+
+func enableOne(dir, ctl, c string) error {
+	for attempt := 0; attempt < 6; attempt++ {
+		on, err := controllerList(ctl)
+		if err != nil {
+			return fmt.Errorf("cgroup manager: %w", err)
+		}
+		if on[c] {
+			return nil
+		}
+		err = writeString(ctl, "+"+c)
+		if err == nil {
+			continue // re-read to confirm
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("%w: %w", err, ErrNotSupported)
+		}
+		if err := evacuate(dir); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("enable %s in %s: still off after retries: %w", c, ctl, ErrNotSupported)
+}
+
+// evacuate moves every process of dir into dir/pmjail-supervisor, retrying
+// while processes keep appearing (forks racing with the move).
+func evacuate(dir string) error {
+	leaf := filepath.Join(dir, leafName)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create cgroup %s: %w", leaf, err)
+	}
+	for round := 0; round < 20; round++ {
+		data, err := readString(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return fmt.Errorf("cgroup manager: %w", err)
+		}
+		pids, err := parsePids(data)
+		if err != nil {
+			return fmt.Errorf("cgroup manager: %s/cgroup.procs: %w", dir, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, p := range pids {
+			err := writeString(filepath.Join(leaf, "cgroup.procs"), fmt.Sprint(p))
+			if err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("cgroup manager: move pid %d into %s: %w", p, leaf, err)
+			}
+		}
+	}
+	return fmt.Errorf("cgroup manager: processes keep appearing in %s", dir)
+}
+
+// Create makes the cgroup of job id with the limits of res (see limitsFrom)
+// and returns it empty. It fails with ErrNotSupported when a limit needs a
+// controller the host lacks.
+func (m *Manager) Create(id string, res *specs.LinuxResources) (*Job, error) {
+	name, err := jobName(m.pid, id)
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	l, err := limitsFrom(res)
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
+	}
+	for _, c := range l.needs() {
+		if !m.host.Has(c) {
+			return nil, fmt.Errorf("create cgroup %s: %s controller: %w", name, c, ErrNotSupported)
+		}
+	}
+	if m.host.Mode == V2 {
+		return m.createV2(name, l)
+	}
+	return m.createV1(name, l)
+}
+
+// Sweep removes the job cgroups whose owning supervisor is dead, killing
+// their tasks first. Jobs of a live supervisor, this one included, are
+// never touched. It returns the names removed.
+func (m *Manager) Sweep() ([]string, error) {
+	found := map[string]map[string]string{} // name -> key -> dir
+	for key, parent := range m.host.Parent {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			return nil, fmt.Errorf("sweep cgroups in %s: %w", parent, err)
+		}
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			if _, ok := ownerPID(e.Name()); !ok {
+				continue
+			}
+			if found[e.Name()] == nil {
+				found[e.Name()] = map[string]string{}
+			}
+			found[e.Name()][key] = filepath.Join(parent, e.Name())
+		}
+	}
+	names := make([]string, 0, len(found))
+	for n := range found {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var removed []string
+	var errs []error
+	for _, n := range names {
+		owner, _ := ownerPID(n)
+		if owner == m.pid || pidAlive(owner) {
+			continue
+		}
+		j := &Job{m: m, name: n, paths: found[n], fd: -1}
+		if err := j.Delete(); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: %w", err))
+			continue
+		}
+		removed = append(removed, n)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// killTimeout bounds Kill and Delete: a task stuck in uninterruptible
+// sleep can keep a cgroup busy, and the supervisor must not hang on it.
+const killTimeout = 5 * time.Second

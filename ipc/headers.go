@@ -1,0 +1,75 @@
+package ipc
+
+import (
+	"net/http"
+	"strings"
+)
+
+// droppedHeaders are never forwarded from the guest: hop-by-hop headers that
+// would let it steer the connection, and those the transport owns.
+var droppedHeaders = map[string]bool{
+	"Connection":          true,
+	"Keep-Alive":          true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Transfer-Encoding":   true,
+	"Upgrade":             true,
+	"Host":                true,
+	"Content-Length":      true,
+	"Proxy-Connection":    true,
+	"Proxy-Authenticate":  true,
+	"Proxy-Authorization": true,
+}
+
+// credentialHeaders may not come from the guest on an origin where the
+// broker injects a secret, so a guest cannot mix its own credentials with
+// (or probe the shape of) the operator's.
+var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
+
+func dropHeader(canonical string) bool {
+	return droppedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-")
+}
+
+// validHeaderName: an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || !isTokenChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// validHeaderValue: no control characters but horizontal tab, so no CR/LF
+// header injection and no NUL.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// responseHeaders flattens the server's headers into lower-case names with
+// repeated values joined by ", " (as fetch's Headers does).
+func responseHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, vs := range h {
+		out[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	return out
+}

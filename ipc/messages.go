@@ -1,0 +1,85 @@
+package ipc
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Log is one entry the guest logged through the broker.
+type Log struct {
+	Level   string          `json:"level"`
+	Message string          `json:"message"`
+	Meta    json.RawMessage `json:"meta,omitempty"`
+}
+
+// GuestError is what the guest reports when its code threw.
+type GuestError struct {
+	Name    string `json:"name"`
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+}
+
+// Reply error codes (PROTOCOL.md).
+const (
+	CodeDenied         = "denied"
+	CodeNotFound       = "not_found"
+	CodeInvalidRequest = "invalid_request"
+	CodeUnsupported    = "unsupported"
+	CodeTimeout        = "timeout"
+	CodeRateLimited    = "rate_limited"
+	CodeTooLarge       = "too_large"
+	CodeInternal       = "internal"
+)
+
+// CallError is a failed broker call as the guest sees it.
+type CallError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *CallError) Error() string { return e.Code + ": " + e.Message }
+
+func callErr(code, format string, args ...any) *CallError {
+	return &CallError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// startFrame is the host's first frame.
+type startFrame struct {
+	Type         string          `json:"type"`
+	Input        json.RawMessage `json:"input"`
+	Capabilities Capabilities    `json:"capabilities"`
+	Options      startOptions    `json:"options"`
+}
+
+type startOptions struct {
+	Timing string `json:"timing"`
+}
+
+// replyFrame answers one call.
+type replyFrame struct {
+	Type  string          `json:"type"`
+	ID    uint64          `json:"id"`
+	OK    bool            `json:"ok"`
+	Value json.RawMessage `json:"value,omitempty"`
+	Error *CallError      `json:"error,omitempty"`
+}
+
+// guestFrame is the union of what the guest may send; which fields count
+// depends on Type.
+type guestFrame struct {
+	Type   string          `json:"type"`
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Value  json.RawMessage `json:"value"`
+	Error  *GuestError     `json:"error"`
+}
+
+// Frame types.
+const (
+	typeStart = "start"
+	typeReply = "reply"
+	typeCall  = "call"
+	typeDone  = "done"
+	typeError = "error"
+)

@@ -1,0 +1,416 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxRedirects is how many redirects request.send follows, each re-checked.
+const maxRedirects = 5
+
+// broker performs request.send for one run.
+type broker struct {
+	req      *RequestCapability // nil: no request capability
+	origins  map[string]bool
+	ceil     Ceiling
+	resolver Resolver
+	rootCAs  *x509.CertPool
+	log      *slog.Logger
+	secrets  []string // every secret value, to scrub from messages
+}
+
+func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
+	b := &broker{req: cfg.Capabilities.Request, ceil: ceil, resolver: cfg.Resolver, rootCAs: cfg.RootCAs, log: cfg.Logger}
+	if b.resolver == nil {
+		b.resolver = net.DefaultResolver
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.req != nil {
+		b.origins = b.req.origins()
+	}
+	for _, s := range ceil.Secrets {
+		if s.Value != "" {
+			b.secrets = append(b.secrets, s.Value)
+		}
+	}
+	return b
+}
+
+type sendParams struct {
+	URL       string            `json:"url"`
+	Method    string            `json:"method"`
+	Headers   map[string]string `json:"headers"`
+	Body      *string           `json:"body"`
+	TimeoutMS *float64          `json:"timeout_ms"`
+	Auth      string            `json:"auth"`
+}
+
+type sendResult struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+// hop is one request of a possibly redirected call.
+type hop struct {
+	method string
+	url    *url.URL
+	origin string
+	header http.Header
+	body   *string
+}
+
+// send is request.send: every check happens here, on the decoded params,
+// before anything leaves the host.
+func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage, *CallError) {
+	if b.req == nil {
+		return nil, callErr(CodeDenied, "the job did not declare the request capability")
+	}
+	var p sendParams
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, callErr(CodeInvalidRequest, "request params: %v", err)
+	}
+	method := strings.ToUpper(p.Method)
+	if method == "" {
+		method = "GET"
+	}
+	if !validHeaderName(method) {
+		return nil, callErr(CodeInvalidRequest, "method %.40q is not a valid HTTP method", p.Method)
+	}
+	u, cerr := b.checkURL(p.URL)
+	if cerr != nil {
+		return nil, cerr
+	}
+	origin, _ := originOf(u)
+	if cerr := b.checkTarget(origin, method); cerr != nil {
+		return nil, cerr
+	}
+
+	var secret *Secret
+	if p.Auth != "" {
+		if b.req.authFor(origin) != p.Auth {
+			return nil, callErr(CodeDenied, "the job does not grant secret %.80q for %s", p.Auth, origin)
+		}
+		s, ok := b.ceil.Secrets[p.Auth]
+		if !ok {
+			return nil, callErr(CodeDenied, "no secret %.80q is configured", p.Auth)
+		}
+		secret = &s
+	}
+	header, cerr := b.guestHeaders(p.Headers, origin)
+	if cerr != nil {
+		return nil, cerr
+	}
+
+	timeout := b.ceil.RequestTimeout
+	if p.TimeoutMS != nil {
+		ms := *p.TimeoutMS
+		if math.IsNaN(ms) || ms < 0 {
+			return nil, callErr(CodeInvalidRequest, "timeout_ms must be a non-negative number")
+		}
+		if ms > 0 && ms < float64(timeout/time.Millisecond) {
+			timeout = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	h := hop{method: method, url: u, origin: origin, header: header, body: p.Body}
+	res, cerr := b.follow(ctx, h, p.Auth, secret)
+	if cerr != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && cerr.Code == CodeInternal {
+			cerr = callErr(CodeTimeout, "the request took longer than %s", timeout)
+		}
+		cerr.Message = b.scrub(cerr.Message)
+		return nil, cerr
+	}
+	v, err := json.Marshal(res)
+	if err != nil {
+		return nil, callErr(CodeInternal, "encode response")
+	}
+	return v, nil
+}
+
+// checkURL parses a URL the guest named (or a server redirected to).
+func (b *broker) checkURL(s string) (*url.URL, *CallError) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, callErr(CodeInvalidRequest, "url: %v", unwrapURLError(err))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, callErr(CodeDenied, "url %.200q: only http and https URLs are allowed", u.Redacted())
+	}
+	if u.User != nil {
+		return nil, callErr(CodeDenied, "url %.200q: URLs with credentials are refused", u.Redacted())
+	}
+	if u.Host == "" || u.Opaque != "" {
+		return nil, callErr(CodeInvalidRequest, "url %.200q has no host", u.Redacted())
+	}
+	if _, err := originOf(u); err != nil {
+		return nil, callErr(CodeInvalidRequest, "url: %v", err)
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u, nil
+}
+
+// checkTarget: the origin must be declared and the method allowed for it.
+func (b *broker) checkTarget(origin, method string) *CallError {
+	if !b.origins[origin] {
+		return callErr(CodeDenied, "origin %.200s is not declared in capabilities.request.urls", origin)
+	}
+	if !slices.Contains(b.req.methods(), method) {
+		return callErr(CodeDenied, "method %s is not declared in capabilities.request.methods", method)
+	}
+	if b.ceil.Methods != nil && !slices.Contains(b.ceil.Methods, method) {
+		return callErr(CodeDenied, "method %s is not allowed by the operator", method)
+	}
+	return nil
+}
+
+// guestHeaders validates and filters the headers the guest asked for.
+func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header, *CallError) {
+	h := make(http.Header, len(in))
+	authOrigin := b.req.authFor(origin) != ""
+	var reserved []string
+	if authOrigin {
+		reserved = append(reserved, credentialHeaders...)
+		if s, ok := b.ceil.Secrets[b.req.authFor(origin)]; ok {
+			reserved = append(reserved, http.CanonicalHeaderKey(s.header()))
+		}
+	}
+	for _, k := range sortedKeys(in) {
+		v := in[k]
+		if !validHeaderName(k) {
+			return nil, callErr(CodeInvalidRequest, "header name %.80q is not valid", k)
+		}
+		if !validHeaderValue(v) {
+			return nil, callErr(CodeInvalidRequest, "header %s: the value holds control characters", k)
+		}
+		ck := http.CanonicalHeaderKey(k)
+		if dropHeader(ck) {
+			continue
+		}
+		if slices.Contains(reserved, ck) {
+			return nil, callErr(CodeDenied, "header %s is reserved on %s, where the broker injects credentials", ck, origin)
+		}
+		h.Add(ck, v)
+	}
+	return h, nil
+}
+
+// follow performs the request and up to maxRedirects redirects, each target
+// re-checked against the declared origins, methods and address rules.
+func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (*sendResult, *CallError) {
+	for redirects := 0; ; redirects++ {
+		header := h.header.Clone()
+		if secret != nil && b.req.authFor(h.origin) == authName {
+			header.Set(secret.header(), secret.Value)
+		}
+		resp, cerr := b.roundTrip(ctx, h, header)
+		if cerr != nil {
+			return nil, cerr
+		}
+		next, isRedirect, cerr := b.redirect(resp, h)
+		if !isRedirect || cerr != nil {
+			if cerr != nil {
+				drainClose(resp)
+				return nil, cerr
+			}
+			return b.readResponse(resp)
+		}
+		drainClose(resp)
+		if redirects == maxRedirects {
+			return nil, callErr(CodeDenied, "more than %d redirects", maxRedirects)
+		}
+		h = next
+	}
+}
+
+// redirect works out where a 3xx response points and whether going there
+// is allowed. It changes the method as browsers do: 303 (and 301/302 after
+// a POST) becomes GET without a body.
+func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return hop{}, false, nil
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		return hop{}, false, nil // a 3xx without a target is a final answer
+	}
+	ref, err := cur.url.Parse(loc)
+	if err != nil {
+		return hop{}, true, callErr(CodeInvalidRequest, "redirect location: %v", unwrapURLError(err))
+	}
+	u, cerr := b.checkURL(ref.String())
+	if cerr != nil {
+		cerr.Message = "redirect: " + cerr.Message
+		return hop{}, true, cerr
+	}
+	origin, _ := originOf(u)
+	next := hop{method: cur.method, url: u, origin: origin, header: cur.header.Clone(), body: cur.body}
+	if resp.StatusCode == http.StatusSeeOther && cur.method != "HEAD" ||
+		(resp.StatusCode == http.StatusMovedPermanently || resp.StatusCode == http.StatusFound) && cur.method == "POST" {
+		next.method, next.body = "GET", nil
+		next.header.Del("Content-Type")
+	}
+	if origin != cur.origin {
+		// The guest's own credentials were meant for the origin it named.
+		for _, k := range credentialHeaders {
+			next.header.Del(k)
+		}
+	}
+	if cerr := b.checkTarget(origin, next.method); cerr != nil {
+		cerr.Message = "redirect to " + u.Redacted() + ": " + cerr.Message
+		return hop{}, true, cerr
+	}
+	return next, true, nil
+}
+
+// roundTrip resolves the host once, checks the address, and sends the
+// request over a connection pinned to that address: no second lookup a
+// rebinding DNS server could answer differently, and no proxy from the
+// environment.
+func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*http.Response, *CallError) {
+	addr, cerr := b.pickAddr(ctx, h.url)
+	if cerr != nil {
+		return nil, cerr
+	}
+	port := h.url.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[h.url.Scheme]
+	}
+	target := net.JoinHostPort(addr.String(), port)
+	dialer := &net.Dialer{}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", target)
+		},
+		TLSClientConfig:        &tls.Config{RootCAs: b.rootCAs, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	var body io.Reader
+	if h.body != nil {
+		body = strings.NewReader(*h.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, h.method, h.url.String(), body)
+	if err != nil {
+		return nil, callErr(CodeInvalidRequest, "build request: %v", err)
+	}
+	req.Header = header
+	resp, err := tr.RoundTrip(req)
+	b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "err", err)
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, b.netErr(ctx, err)
+	}
+	resp.Body = &closeTransport{ReadCloser: resp.Body, tr: tr}
+	return resp, nil
+}
+
+type closeTransport struct {
+	io.ReadCloser
+	tr *http.Transport
+}
+
+func (c *closeTransport) Close() error {
+	err := c.ReadCloser.Close()
+	c.tr.CloseIdleConnections()
+	return err
+}
+
+// pickAddr resolves the URL's host and returns the first address the rules
+// allow; a literal IP host is its own (declared) address.
+func (b *broker) pickAddr(ctx context.Context, u *url.URL) (netip.Addr, *CallError) {
+	host := u.Hostname()
+	if a, err := netip.ParseAddr(host); err == nil {
+		if !addrAllowed(a, true, b.ceil.AllowPrivateAddresses) {
+			return netip.Addr{}, callErr(CodeDenied, "address %s is reserved (metadata, multicast or unspecified)", a)
+		}
+		return a, nil
+	}
+	addrs, err := b.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			return netip.Addr{}, callErr(CodeNotFound, "host %.200s not found", host)
+		}
+		return netip.Addr{}, b.netErr(ctx, fmt.Errorf("resolve %s: %w", host, err))
+	}
+	for _, a := range addrs {
+		if addrAllowed(a, false, b.ceil.AllowPrivateAddresses) {
+			return a.Unmap(), nil
+		}
+	}
+	if len(addrs) == 0 {
+		return netip.Addr{}, callErr(CodeNotFound, "host %.200s has no addresses", host)
+	}
+	return netip.Addr{}, callErr(CodeDenied, "host %.200s resolves to %s, a private or reserved address", host, addrs[0])
+}
+
+// readResponse reads at most MaxResponseBytes of the body.
+func (b *broker) readResponse(resp *http.Response) (*sendResult, *CallError) {
+	defer resp.Body.Close()
+	limit := b.ceil.MaxResponseBytes
+	if resp.ContentLength > limit {
+		return nil, callErr(CodeTooLarge, "the response body (%d bytes) is over the %d-byte cap", resp.ContentLength, limit)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, b.netErr(context.Background(), fmt.Errorf("read response: %w", err))
+	}
+	if int64(len(body)) > limit {
+		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
+	}
+	return &sendResult{Status: resp.StatusCode, Headers: responseHeaders(resp.Header), Body: string(body)}, nil
+}
+
+// netErr maps a transport failure to a reply error.
+func (b *broker) netErr(ctx context.Context, err error) *CallError {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return callErr(CodeTimeout, "%s", unwrapURLError(err))
+	case errors.Is(err, context.Canceled):
+		return callErr(CodeInternal, "the run is ending")
+	}
+	return callErr(CodeInternal, "%s", unwrapURLError(err))
+}
+
+// scrub removes secret values from a message bound for the guest.
+func (b *broker) scrub(msg string) string {
+	for _, s := range b.secrets {
+		msg = strings.ReplaceAll(msg, s, "[redacted]")
+	}
+	return msg
+}
+
+// drainClose reads a little of an unwanted body so the close is clean.
+func drainClose(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+}

@@ -1,0 +1,378 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testServer is a real HTTP server on 127.0.0.1 with the routes the broker
+// tests need.
+func testServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo-Method", r.Method)
+		w.Header().Set("X-Saw-Connection", r.Header.Get("X-Custom"))
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "hello %s %s ü", r.Method, body)
+	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("x"), 4096))
+	})
+	mux.HandleFunc("/big-chunked", func(w http.ResponseWriter, r *http.Request) {
+		for range 8 {
+			w.Write(bytes.Repeat([]byte("y"), 512))
+			w.(http.Flusher).Flush()
+		}
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/loop", http.StatusTemporaryRedirect)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func requestSession(t *testing.T, req *RequestCapability, ceil Ceiling, resolver Resolver) *running {
+	t.Helper()
+	caps := Capabilities{Request: req}
+	if err := caps.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := caps.Within(ceil); err != nil {
+		t.Fatal(err)
+	}
+	return startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil, Resolver: resolver})
+}
+
+func decodeResult(t *testing.T, f hostFrame) sendResult {
+	t.Helper()
+	wantOK(t, f)
+	var res sendResult
+	if err := json.Unmarshal(f.Value, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestRequestAllowedAndDenied(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	other := testServer(t) // same host, another port
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"GET", "POST"}}, PermissiveCeiling(), nil)
+
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/hello?x=1#frag", "method": "post",
+		"body": "büdy", "headers": map[string]string{"X-Custom": "v", "Connection": "close, X-Custom", "Host": "evil.example"}}))
+	if res.Status != 200 || res.Body != "hello POST büdy ü" || res.Headers["x-echo-method"] != "POST" || res.Headers["x-saw-connection"] != "v" {
+		t.Fatalf("result %+v", res)
+	}
+	redirectOK := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/redirect?to=/hello"}))
+	if redirectOK.Status != 200 || redirectOK.Body != "hello GET  ü" {
+		t.Fatalf("same-origin redirect: %+v", redirectOK)
+	}
+
+	for name, params := range map[string]map[string]any{
+		"other origin":             {"url": "https://example.com/"},
+		"other port":               {"url": other.URL + "/hello"},
+		"other method":             {"url": srv.URL + "/hello", "method": "DELETE"},
+		"userinfo":                 {"url": strings.Replace(srv.URL, "http://", "http://user:pw@", 1) + "/hello"},
+		"file scheme":              {"url": "file:///etc/passwd"},
+		"redirect to other origin": {"url": srv.URL + "/redirect?to=" + other.URL + "/hello"},
+		"redirect to metadata":     {"url": srv.URL + "/redirect?to=http://169.254.169.254/latest/meta-data/"},
+		"redirect with userinfo":   {"url": srv.URL + "/redirect?to=" + strings.Replace(srv.URL, "http://", "http://u:p@", 1)},
+		"redirect loop":            {"url": srv.URL + "/loop"},
+	} {
+		f := r.g.call("request.send", params)
+		if f.OK || f.Error.Code != CodeDenied {
+			t.Errorf("%s: want denied, got %+v %s", name, f.Error, f.Value)
+		}
+	}
+	for name, params := range map[string]any{
+		"CRLF in value": map[string]any{"url": srv.URL + "/hello", "headers": map[string]string{"X-A": "a\r\nX-Injected: 1"}},
+		"bad name":      map[string]any{"url": srv.URL + "/hello", "headers": map[string]string{"X A": "a"}},
+		"unknown field": map[string]any{"url": srv.URL + "/hello", "proxy": "http://evil"},
+		"no url":        map[string]any{},
+		"not an object": []int{1},
+		"bad timeout":   map[string]any{"url": srv.URL + "/hello", "timeout_ms": -5},
+	} {
+		f := r.g.call("request.send", params)
+		if f.OK || f.Error.Code != CodeInvalidRequest && f.Error.Code != CodeDenied {
+			t.Errorf("%s: want invalid_request, got %+v", name, f.Error)
+		}
+	}
+	out := r.finish(t)
+	if out.Denied["request.send"] < 9 {
+		t.Fatalf("denied counts %v", out.Denied)
+	}
+}
+
+func TestRequestWithoutCapabilityDenied(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	r := startServe(t, context.Background(), SessionConfig{Ceiling: PermissiveCeiling()})
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/hello"}), CodeDenied)
+	r.finish(t)
+}
+
+func TestRequestCaps(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	ceil := PermissiveCeiling()
+	ceil.MaxResponseBytes = 1024
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, ceil, nil)
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/big"}), CodeTooLarge)
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/big-chunked"}), CodeTooLarge)
+	t0 := time.Now()
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/slow", "timeout_ms": 100}), CodeTimeout)
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("timeout_ms 100 took %s", d)
+	}
+	r.finish(t)
+
+	// The reply must also fit a frame.
+	ceil = PermissiveCeiling()
+	ceil.MaxFrame = 2048
+	r = requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, ceil, nil)
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/big"}), CodeTooLarge)
+	r.finish(t)
+}
+
+func TestRequestCeilingTimeout(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	ceil := PermissiveCeiling()
+	ceil.RequestTimeout = 150 * time.Millisecond
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, ceil, nil)
+	t0 := time.Now()
+	// The guest asks for longer than the operator allows.
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/slow", "timeout_ms": 60000}), CodeTimeout)
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	r.finish(t)
+}
+
+func TestRequestPrivateNameDenied(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	origin := "http://localhost.pmjail.test:" + port
+	var lookups atomic.Int32
+	resolver := ResolverFunc(func(ctx context.Context, host string) ([]netip.Addr, error) {
+		lookups.Add(1)
+		if host == "localhost.pmjail.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	})
+	req := &RequestCapability{URLs: []string{origin, "http://missing.pmjail.test"}}
+	r := requestSession(t, req, PermissiveCeiling(), resolver)
+	f := r.g.call("request.send", map[string]any{"url": origin + "/hello"})
+	wantCode(t, f, CodeDenied)
+	if !strings.Contains(f.Error.Message, "private") {
+		t.Fatalf("message %q", f.Error.Message)
+	}
+	wantCode(t, r.g.call("request.send", map[string]any{"url": "http://missing.pmjail.test/"}), CodeNotFound)
+	r.finish(t)
+
+	ceil := PermissiveCeiling()
+	ceil.AllowPrivateAddresses = true
+	r = requestSession(t, req, ceil, resolver)
+	before := lookups.Load()
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": origin + "/hello"}))
+	if res.Status != 200 || !strings.HasPrefix(res.Body, "hello GET") {
+		t.Fatalf("result %+v", res)
+	}
+	if n := lookups.Load() - before; n != 1 {
+		t.Fatalf("host resolved %d times for one request, want once", n)
+	}
+	r.finish(t)
+}
+
+func TestRequestMetadataLiteralDenied(t *testing.T) {
+	noLeak(t)
+	// Declared as a literal, a metadata address is still refused, before any
+	// connection is tried.
+	r := requestSession(t, &RequestCapability{URLs: []string{"http://169.254.169.254", "http://[fd00:ec2::254]", "http://0.0.0.0:1"}}, PermissiveCeiling(), nil)
+	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://0.0.0.0:1/"} {
+		wantCode(t, r.g.call("request.send", map[string]any{"url": u, "timeout_ms": 200}), CodeDenied)
+	}
+	r.finish(t)
+}
+
+func TestRequestSecretInjection(t *testing.T) {
+	noLeak(t)
+	const secret = "s3cr3t-value-9f8e7d"
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.URL.Path == "/hop" {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+			return
+		}
+		fmt.Fprint(w, "authorised")
+	}))
+	t.Cleanup(srv.Close)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, "other:"+r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	t.Cleanup(other.Close)
+
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: secret}, "unused": {Value: "other-secret"}}
+	req := &RequestCapability{URLs: []string{srv.URL, other.URL}, Auth: map[string]string{srv.URL: "api"}}
+	r := requestSession(t, req, ceil, nil)
+
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api"}))
+	if res.Body != "authorised" {
+		t.Fatalf("result %+v", res)
+	}
+	// Followed cross-origin, the secret stays behind.
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/hop?to=" + other.URL + "/", "auth": "api"}))
+	// Without auth the secret is not sent.
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/"}))
+	// Secrets the job was not granted, or for another origin: denied.
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "unused"}), CodeDenied)
+	wantCode(t, r.g.call("request.send", map[string]any{"url": other.URL + "/", "auth": "api"}), CodeDenied)
+	// The guest may not set credentials on an origin with injected auth.
+	for _, h := range []string{"authorization", "Cookie", "x-api-key"} {
+		wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api", "headers": map[string]string{h: "mine"}}), CodeDenied)
+	}
+	r.finish(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{secret + "|", secret + "|", "other:|", "|"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if bytes.Contains(r.g.sawBytes(), []byte(secret)) || bytes.Contains(r.g.sawBytes(), []byte("other-secret")) {
+		t.Fatal("a secret value reached the guest")
+	}
+}
+
+func TestRequestInFlightCap(t *testing.T) {
+	noLeak(t)
+	var cur, peak atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ceil := PermissiveCeiling()
+	ceil.MaxCalls = 20000
+	const n = 10000
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, ceil, nil)
+	go func() {
+		var buf []byte
+		for i := 1; i <= n; i++ {
+			buf, _ = AppendFrame(buf, map[string]any{"type": "call", "id": i, "method": "request.send", "params": map[string]string{"url": srv.URL + "/"}}, DefaultMaxFrame)
+		}
+		_, _ = r.g.conn.Write(buf)
+	}()
+	codes := map[string]int{}
+	for i := 0; i < n-DefaultMaxInFlight; i++ {
+		f := r.g.recv()
+		if f.OK {
+			codes["ok"]++
+		} else {
+			codes[f.Error.Code]++
+		}
+	}
+	close(release)
+	for i := 0; i < DefaultMaxInFlight; i++ {
+		if f := r.g.recv(); f.OK {
+			codes["ok"]++
+		} else {
+			codes[f.Error.Code]++
+		}
+	}
+	out := r.finish(t)
+	t.Logf("codes %v, server peak concurrency %d", codes, peak.Load())
+	if codes["ok"] != DefaultMaxInFlight || codes[CodeRateLimited] != n-DefaultMaxInFlight || peak.Load() > DefaultMaxInFlight {
+		t.Fatalf("codes %v peak %d", codes, peak.Load())
+	}
+	if out.Calls != n {
+		t.Fatalf("calls %d", out.Calls)
+	}
+}
+
+func TestDuplicateInFlightID(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, PermissiveCeiling(), nil)
+	call := map[string]any{"type": "call", "id": 5, "method": "request.send", "params": map[string]any{"url": srv.URL + "/slow"}}
+	r.g.send(call)
+	r.g.send(call)
+	out := r.wait(t, 2*time.Second)
+	if !errors.Is(out.ProtocolError, ErrProtocol) || !strings.Contains(out.ProtocolError.Error(), "already in flight") {
+		t.Fatalf("outcome %+v", out)
+	}
+}
+
+func TestRequestIgnoresProxyEnvironment(t *testing.T) {
+	// If the broker took a proxy from the environment, the request would go
+	// out in proxy form (an absolute request URI). Loopback IPs are never
+	// proxied by Go, so the target is a name.
+	t.Setenv("HTTP_PROXY", "http://proxy.pmjail.test:3128")
+	t.Setenv("http_proxy", "http://proxy.pmjail.test:3128")
+	t.Setenv("NO_PROXY", "")
+	t.Setenv("no_proxy", "")
+	noLeak(t)
+	var uri atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { uri.Store(r.RequestURI) }))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	origin := "http://api.pmjail.test:" + port
+	resolver := ResolverFunc(func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	})
+	ceil := PermissiveCeiling()
+	ceil.AllowPrivateAddresses = true
+	r := requestSession(t, &RequestCapability{URLs: []string{origin}}, ceil, resolver)
+	if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": origin + "/direct"})); res.Status != 200 {
+		t.Fatalf("result %+v", res)
+	}
+	r.finish(t)
+	if got, _ := uri.Load().(string); got != "/direct" {
+		t.Fatalf("server saw request URI %q: the request went through a proxy", got)
+	}
+}

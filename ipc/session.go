@@ -1,0 +1,425 @@
+package ipc
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// SessionConfig is everything Serve needs about one run.
+type SessionConfig struct {
+	// Input is the job's input, sent in the start frame and by input.get.
+	Input json.RawMessage
+	// Capabilities as the job declared them; Validate and Within must have
+	// passed.
+	Capabilities Capabilities
+	// Ceiling is the operator's; zero limits take their defaults.
+	Ceiling Ceiling
+	// Timing is passed to the guest: "precise" (default) or "coarse".
+	Timing string
+	// OnLog, if set, sees every log entry the broker accepts, as it comes.
+	OnLog func(Log)
+	// Logger receives the supervisor's own account of the session.
+	Logger *slog.Logger
+	// Resolver resolves request host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// RootCAs verifies HTTPS servers; nil means the host's roots.
+	RootCAs *x509.CertPool
+}
+
+// Outcome is how a session ended and what it gathered.
+type Outcome struct {
+	// Done: the guest sent done; Value is what it returned (nil if nothing).
+	Done  bool
+	Value json.RawMessage
+	// Error: the guest sent error (its code threw), or its done value broke
+	// a host rule (Name "ResultError").
+	Error *GuestError
+	// Logs the broker accepted, in order, and how many it refused for caps.
+	Logs        []Log
+	LogsDropped int
+	// Calls is the number of call frames received, refused ones included.
+	Calls int
+	// Denied counts calls answered "denied", by method.
+	Denied map[string]int
+	// ProtocolError is set when the guest broke the protocol (including a
+	// frame that never finished, or not reading replies for WriteTimeout);
+	// it wraps ErrProtocol. The run should end with status protocol_error.
+	ProtocolError error
+	// HostError is set when the host side itself failed (a recovered panic
+	// in the session loop); the run should end with status internal_error.
+	HostError error
+}
+
+// session is one run's channel state.
+type session struct {
+	conn   net.Conn
+	br     *bufio.Reader
+	cfg    SessionConfig
+	ceil   Ceiling
+	log    *slog.Logger
+	broker *broker
+
+	ctx    context.Context // ends when Serve returns; cancels in-flight calls
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	dlMu    sync.Mutex // orders deadline changes against stop
+	stopped bool
+
+	wMu sync.Mutex // one frame at a time on the wire
+
+	mu       sync.Mutex // guards everything below
+	out      Outcome
+	inflight map[uint64]bool
+	logBytes int
+	failure  error // why a writer or call stopped the session
+}
+
+var errStopped = errors.New("session stopped")
+
+// Serve sends the start frame, then serves the guest's frames until it sends
+// done or error, the conn reaches EOF, ctx ends, or the guest breaks the
+// protocol (ProtocolError is set). It returns promptly in every case, after
+// every goroutine it started has finished. It never closes conn, but leaves
+// its deadlines in the past: the caller closes it.
+func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) {
+	s := newSession(ctx, conn, cfg)
+	stopOnCancel := context.AfterFunc(ctx, s.stop)
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ipc session panic", "panic", r, "stack", string(debug.Stack()))
+			s.mu.Lock()
+			s.out.HostError = fmt.Errorf("ipc session: panic: %v", r)
+			s.mu.Unlock()
+		}
+		stopOnCancel()
+		s.stop()
+		s.cancel()
+		s.wg.Wait()
+		if s.out.ProtocolError == nil && errors.Is(s.failure, ErrProtocol) {
+			s.out.ProtocolError = s.failure
+		}
+		if s.out.ProtocolError != nil {
+			s.log.Warn("ipc protocol error", "err", s.out.ProtocolError)
+		}
+		out = s.out // every writer has finished
+	}()
+
+	input := cfg.Input
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	timing := cfg.Timing
+	if timing == "" {
+		timing = "precise"
+	}
+	start := startFrame{Type: typeStart, Input: input, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}}
+	frame, err := AppendFrame(nil, start, s.ceil.MaxFrame)
+	if err != nil {
+		// The job's input is the host's business, not a guest breach.
+		s.out.HostError = fmt.Errorf("start frame: %w", err)
+		return
+	}
+	if err := s.write(frame); err != nil {
+		s.end(err)
+		return
+	}
+	for {
+		body, err := s.readFrame()
+		if err != nil {
+			s.end(err)
+			return
+		}
+		if last := s.handle(body); last {
+			return
+		}
+	}
+}
+
+func newSession(ctx context.Context, conn net.Conn, cfg SessionConfig) *session {
+	s := &session{
+		conn:     conn,
+		cfg:      cfg,
+		ceil:     cfg.Ceiling.WithDefaults(),
+		log:      cfg.Logger,
+		inflight: map[uint64]bool{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.br = bufio.NewReaderSize(conn, 64<<10)
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.out.Denied = map[string]int{}
+	s.broker = newBroker(cfg, s.ceil)
+	return s
+}
+
+// readFrame waits as long as it takes for a frame to start, then gives it
+// FrameTimeout to finish: a guest may think for a long time between calls
+// (the run's wall timeout bounds that), but a half-sent frame is an attack
+// on the reader or a broken guest.
+func (s *session) readFrame() ([]byte, error) {
+	if !s.setDeadline(s.conn.SetReadDeadline, time.Time{}) {
+		return nil, errStopped
+	}
+	if _, err := s.br.Peek(1); err != nil {
+		return nil, err
+	}
+	if !s.setDeadline(s.conn.SetReadDeadline, time.Now().Add(s.ceil.FrameTimeout)) {
+		return nil, errStopped
+	}
+	return ReadFrame(s.br, s.ceil.MaxFrame)
+}
+
+// end records why reading stopped.
+func (s *session) end(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.failure != nil:
+		if errors.Is(s.failure, ErrProtocol) {
+			s.out.ProtocolError = s.failure
+		}
+		s.log.Debug("ipc session ended", "reason", s.failure)
+	case s.ctx.Err() != nil:
+		s.log.Debug("ipc session cancelled", "reason", context.Cause(s.ctx))
+	case errors.Is(err, io.EOF):
+		s.log.Debug("ipc session: guest closed the channel")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.out.ProtocolError = fmt.Errorf("%w: a frame started but did not finish within %s", ErrProtocol, s.ceil.FrameTimeout)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrProtocol):
+		if !errors.Is(err, ErrProtocol) {
+			err = fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		s.out.ProtocolError = err
+	default:
+		// A socket error (the guest's end vanished): not the guest's protocol
+		// breach, the run's exit status tells the story.
+		s.log.Debug("ipc session: channel failed", "err", err)
+	}
+}
+
+// protocolError stops the session for a guest's breach of the rules.
+func (s *session) protocolError(format string, args ...any) {
+	s.fail(fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...))
+}
+
+// fail records the first reason to stop and unblocks everything.
+func (s *session) fail(err error) {
+	s.mu.Lock()
+	if s.failure == nil {
+		s.failure = err
+	}
+	s.mu.Unlock()
+	s.stop()
+}
+
+// stop puts the conn's deadlines in the past so every blocked read or write
+// returns at once, and keeps them there.
+func (s *session) stop() {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	past := time.Unix(1, 0)
+	_ = s.conn.SetReadDeadline(past)
+	_ = s.conn.SetWriteDeadline(past)
+}
+
+// setDeadline sets a deadline unless the session has stopped, in which case
+// it reports false (and the deadline stays in the past).
+func (s *session) setDeadline(set func(time.Time) error, t time.Time) bool {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	if s.stopped {
+		return false
+	}
+	_ = set(t)
+	return true
+}
+
+// write sends one encoded frame, giving the guest WriteTimeout to take it.
+func (s *session) write(frame []byte) error {
+	s.wMu.Lock()
+	defer s.wMu.Unlock()
+	if !s.setDeadline(s.conn.SetWriteDeadline, time.Now().Add(s.ceil.WriteTimeout)) {
+		return errStopped
+	}
+	if _, err := s.conn.Write(frame); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && !s.isStopped() {
+			err = fmt.Errorf("%w: the guest did not read a frame for %s", ErrProtocol, s.ceil.WriteTimeout)
+		} else {
+			err = fmt.Errorf("write frame: %w", err)
+		}
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+func (s *session) isStopped() bool {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	return s.stopped
+}
+
+// reply answers call id. A value too big for a frame becomes too_large.
+func (s *session) reply(id uint64, method string, value json.RawMessage, cerr *CallError) {
+	rf := replyFrame{Type: typeReply, ID: id, OK: cerr == nil, Value: value, Error: cerr}
+	frame, err := AppendFrame(nil, rf, s.ceil.MaxFrame)
+	if errors.Is(err, ErrFrameTooLarge) {
+		cerr = callErr(CodeTooLarge, "the reply would exceed the %d-byte frame cap", s.ceil.MaxFrame)
+		rf = replyFrame{Type: typeReply, ID: id, Error: cerr}
+		frame, err = AppendFrame(nil, rf, s.ceil.MaxFrame)
+	}
+	if err != nil {
+		cerr = callErr(CodeInternal, "encode reply")
+		s.log.Error("ipc reply encode", "method", method, "err", err)
+		frame, _ = AppendFrame(nil, replyFrame{Type: typeReply, ID: id, Error: cerr}, s.ceil.MaxFrame)
+	}
+	if cerr != nil && cerr.Code == CodeDenied {
+		s.mu.Lock()
+		s.out.Denied[method]++
+		s.mu.Unlock()
+		s.log.Debug("ipc call denied", "method", method, "reason", cerr.Message)
+	}
+	_ = s.write(frame) // a failure has already stopped the session
+}
+
+// handle processes one guest frame and reports whether it was the last.
+func (s *session) handle(body []byte) bool {
+	var f guestFrame
+	if err := json.Unmarshal(body, &f); err != nil {
+		s.protocolError("undecodable frame: %v", err)
+		return true
+	}
+	switch f.Type {
+	case typeCall:
+		s.handleCall(&f)
+		return false
+	case typeDone:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := checkValueDepth(f.Value); err != nil {
+			s.out.Error = &GuestError{Name: "ResultError", Message: fmt.Sprintf("pmjail: the returned value %v", err)}
+			return true
+		}
+		s.out.Done = true
+		if len(f.Value) > 0 {
+			s.out.Value = f.Value
+		}
+		return true
+	case typeError:
+		if f.Error == nil {
+			s.protocolError("error frame without an error object")
+			return true
+		}
+		s.mu.Lock()
+		s.out.Error = f.Error
+		s.mu.Unlock()
+		return true
+	default:
+		s.protocolError("unknown frame type %q", f.Type)
+		return true
+	}
+}
+
+// maxCallID is the largest integer a JavaScript number holds exactly.
+const maxCallID = 1<<53 - 1
+
+func (s *session) handleCall(f *guestFrame) {
+	id, err := strconv.ParseUint(string(f.ID), 10, 64)
+	if err != nil || id == 0 || id > maxCallID {
+		s.protocolError("call id %.40q is not a positive integer", f.ID)
+		return
+	}
+	if f.Method == "" {
+		s.protocolError("call %d has no method", id)
+		return
+	}
+	s.mu.Lock()
+	s.out.Calls++
+	over := s.out.Calls > s.ceil.MaxCalls
+	dup := s.inflight[id]
+	s.mu.Unlock()
+	if dup {
+		s.protocolError("call id %d is already in flight", id)
+		return
+	}
+	if over {
+		s.reply(id, f.Method, nil, callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls))
+		return
+	}
+	if err := checkValueDepth(f.Params); err != nil {
+		s.reply(id, f.Method, nil, callErr(CodeInvalidRequest, "params %v", err))
+		return
+	}
+	switch f.Method {
+	case "input.get":
+		input := s.cfg.Input
+		if len(input) == 0 {
+			input = json.RawMessage("null")
+		}
+		s.reply(id, f.Method, input, nil)
+	case "log.debug", "log.info", "log.warn", "log.error":
+		s.safeCall(id, f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
+	case "request.send":
+		if s.cfg.Capabilities.Request == nil {
+			s.reply(id, f.Method, nil, callErr(CodeDenied, "the job did not declare the request capability"))
+			return
+		}
+		s.mu.Lock()
+		busy := len(s.inflight) >= s.ceil.MaxInFlight
+		if !busy {
+			s.inflight[id] = true
+		}
+		s.mu.Unlock()
+		if busy {
+			s.reply(id, f.Method, nil, callErr(CodeRateLimited, "more than %d requests in flight", s.ceil.MaxInFlight))
+			return
+		}
+		params := f.Params
+		s.wg.Go(func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.inflight, id)
+				s.mu.Unlock()
+			}()
+			s.safeCall(id, f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+		})
+	default:
+		s.reply(id, f.Method, nil, callErr(CodeUnsupported, "unknown method %.80q", f.Method))
+	}
+}
+
+// safeCall runs one broker call and replies, turning a panic into an
+// internal error so a broker bug cannot take the supervisor down.
+func (s *session) safeCall(id uint64, method string, call func() (json.RawMessage, *CallError)) {
+	value, cerr := func() (v json.RawMessage, cerr *CallError) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("ipc broker panic", "method", method, "panic", r, "stack", string(debug.Stack()))
+				v, cerr = nil, callErr(CodeInternal, "the broker failed")
+			}
+		}()
+		return call()
+	}()
+	if s.ctx.Err() != nil {
+		return // the session is over; nobody reads this reply
+	}
+	s.reply(id, method, value, cerr)
+}
