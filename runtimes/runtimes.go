@@ -96,10 +96,10 @@ type File struct {
 
 // Paths inside every job's root.
 const (
-	GuestDir   = "/pmjail"   // bootstrap code
-	JobDir     = "/job"      // the job's own files
-	RuntimeDir = "/runtime"  // runtime binaries and assets
-	TmpDir     = "/tmp"      // the only writable place
+	GuestDir   = "/pmjail"  // bootstrap code
+	JobDir     = "/job"     // the job's own files
+	RuntimeDir = "/runtime" // runtime binaries and assets
+	TmpDir     = "/tmp"     // the only writable place
 	denoTarget = RuntimeDir + "/deno"
 
 	// The guest channel's FIFOs (see ipc/PROTOCOL.md), made by the jail's

@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pmjail is the path of the binary under test.
+var pmjail string
+
+// repoRoot is the checkout the tests run from.
+var repoRoot string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoRoot = filepath.Dir(wd)
+	if os.Getenv("PMJAIL_RUNTIME_DIR") == "" {
+		os.Setenv("PMJAIL_RUNTIME_DIR", filepath.Join(repoRoot, "node_modules"))
+	}
+	pmjail = os.Getenv("PMJAIL_BIN")
+	if pmjail == "" {
+		dir, err := os.MkdirTemp("", "pmjail-itest-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		pmjail = filepath.Join(dir, "pmjail")
+		build := exec.Command("go", "build", "-o", pmjail, "./cmd/pmjail")
+		build.Dir = repoRoot
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build pmjail:", err)
+			return 1
+		}
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "integration: these tests need root (they create namespaces and cgroups)")
+		if os.Getenv("CI") == "true" {
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// Result mirrors the result object of the contract, as the tests read it.
+type Result struct {
+	ID       string          `json:"id"`
+	Status   string          `json:"status"`
+	ExitCode int             `json:"exit_code"`
+	Signal   string          `json:"signal"`
+	Value    json.RawMessage `json:"value"`
+	Error    *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Stack   string `json:"stack"`
+	} `json:"error"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated struct {
+		Stdout bool `json:"stdout"`
+		Stderr bool `json:"stderr"`
+	} `json:"truncated"`
+	Logs []struct {
+		Level   string          `json:"level"`
+		Message string          `json:"message"`
+		Meta    json.RawMessage `json:"meta"`
+	} `json:"logs"`
+	LimitsHit []string          `json:"limits_hit"`
+	Denied    map[string]uint64 `json:"denied_syscalls"`
+	Usage     struct {
+		WallMS          int64  `json:"wall_ms"`
+		CPUMS           int64  `json:"cpu_ms"`
+		PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+		PeakTasks       uint64 `json:"peak_tasks"`
+		BrokerCalls     int    `json:"broker_calls"`
+	} `json:"usage"`
+	Posture json.RawMessage `json:"posture"`
+}
+
+// Invocation is one run of the binary.
+type Invocation struct {
+	ExitCode int
+	Stdout   string
+	Stderr   string
+	Result   *Result // set when --json output parsed
+}
+
+// pmjailCmd runs the binary with args and optional stdin, with a deadline.
+func pmjailCmd(t *testing.T, stdin string, args ...string) Invocation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pmjail, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	inv := Invocation{Stdout: out.String(), Stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		inv.ExitCode = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run pmjail %v: %v", args, err)
+	}
+	for _, a := range args {
+		if a == "--json" {
+			var r Result
+			if err := json.Unmarshal(out.Bytes(), &r); err == nil {
+				inv.Result = &r
+			}
+		}
+	}
+	return inv
+}
+
+// runScript writes source to a file named name in a fresh directory and
+// runs it with `pmjail run --json [flags] FILE`, returning the parsed result.
+func runScript(t *testing.T, name, source string, flags ...string) *Result {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run", "--json"}, flags...)
+	args = append(args, path)
+	inv := pmjailCmd(t, "", args...)
+	if inv.Result == nil {
+		t.Fatalf("pmjail %v: no result (exit %d)\nstdout: %s\nstderr: %s", args, inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	return inv.Result
+}

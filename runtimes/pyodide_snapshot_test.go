@@ -1,0 +1,184 @@
+package runtimes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasSnapshotBind(l *Launch) bool {
+	for _, b := range l.Binds {
+		if b.Target == snapshotTarget {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPyodideSnapshotBuilt(t *testing.T) {
+	in := snapshotInstall(t)
+	snap, err := in.PyodideSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(snap.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != snap.Meta.Size || snap.Meta.Size < 1<<20 || len(snap.Meta.SHA256) != 64 {
+		t.Errorf("snapshot %s: size %d, sidecar %+v", snap.Path, st.Size(), snap.Meta)
+	}
+	if snap.Meta.PyodideVersion != "314.0.7" || snap.Meta.DenoVersion != "2.9.6" {
+		t.Errorf("sidecar versions %+v", snap.Meta)
+	}
+	if !strings.HasSuffix(snap.Path, "pyodide-314.0.7-deno-2.9.6.snapshot") {
+		t.Errorf("snapshot path %s", snap.Path)
+	}
+	if got := in.PythonStart(); got != "snapshot" {
+		t.Errorf("PythonStart() = %q", got)
+	}
+	// Nothing of the build is left beside the snapshot.
+	entries, _ := os.ReadDir(in.StateDir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 {
+		t.Errorf("state dir holds %v", names)
+	}
+	l, err := in.Launch(Job{Runtime: Python, Source: []byte("pass\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasSnapshotBind(l) || !slices.Contains(l.Args, snapshotTarget) {
+		t.Errorf("launch does not use the snapshot: %+v", l.Args)
+	}
+}
+
+// TestPyodideSnapshotStale corrupts a snapshot's recorded checksum: runs
+// start cold (and still work), and EnsurePyodideSnapshot rebuilds it.
+func TestPyodideSnapshotStale(t *testing.T) {
+	good, err := snapshotInstall(t).PyodideSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := testInstall(t, t.TempDir())
+	if got := in.PythonStart(); !strings.HasPrefix(got, "cold: ") {
+		t.Errorf("PythonStart() without a snapshot = %q", got)
+	}
+	path := filepath.Join(in.StateDir, filepath.Base(good.Path))
+	copyFile(t, good.Path, path)
+	meta := good.Meta
+	meta.SHA256 = strings.Repeat("0", 64)
+	side, _ := json.Marshal(meta)
+	if err := os.WriteFile(path+".json", side, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.PyodideSnapshot(); !errors.Is(err, ErrNoSnapshot) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("PyodideSnapshot() with a bad checksum: %v", err)
+	}
+	if got := in.PythonStart(); !strings.HasPrefix(got, "cold: ") || !strings.Contains(got, "checksum") {
+		t.Errorf("PythonStart() = %q", got)
+	}
+	l, err := in.Launch(Job{Runtime: Python, Source: []byte("print('cold', 6 * 7)\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasSnapshotBind(l) || slices.Contains(l.Args, snapshotTarget) {
+		t.Errorf("launch uses a stale snapshot: %+v", l.Args)
+	}
+	r := runBwrap(t, l, nil, nil)
+	wantDone(t, r)
+	if r.Stdout != "cold 42\n" {
+		t.Errorf("cold run stdout %q", r.Stdout)
+	}
+	t.Logf("cold hello: %v wall", r.Wall)
+
+	snap, err := in.EnsurePyodideSnapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Meta.SHA256 == meta.SHA256 || in.PythonStart() != "snapshot" {
+		t.Errorf("not rebuilt: %+v, %s", snap.Meta, in.PythonStart())
+	}
+	// A version mismatch is stale too.
+	meta = snap.Meta
+	meta.DenoVersion = "0.0.1"
+	side, _ = json.Marshal(meta)
+	if err := os.WriteFile(path+".json", side, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.PyodideSnapshot(); !errors.Is(err, ErrNoSnapshot) {
+		t.Errorf("PyodideSnapshot() with another deno version: %v", err)
+	}
+}
+
+func TestPythonLaunchShape(t *testing.T) {
+	in := testInstall(t, t.TempDir())
+	for _, c := range []struct {
+		mem  int64
+		heap string
+	}{{0, ""}, {32 << 20, "--v8-flags=--max-old-space-size=64"}, {1 << 30, "--v8-flags=--max-old-space-size=768"}} {
+		l, err := in.Launch(Job{Runtime: Python, Source: []byte("pass\n"), MemoryBytes: c.mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var heap string
+		for _, a := range l.Args {
+			if strings.HasPrefix(a, "--v8-flags=") {
+				heap = a
+			}
+			for _, banned := range []string{"--allow-write", "--allow-env", "--allow-net", "--allow-run", "--allow-ffi", "--allow-sys", "--allow-all", "-A"} {
+				if strings.HasPrefix(a, banned) {
+					t.Errorf("launch grants %s", a)
+				}
+			}
+		}
+		if heap != c.heap {
+			t.Errorf("memory %d: heap flag %q, want %q", c.mem, heap, c.heap)
+		}
+		if !slices.Contains(l.Args, "--allow-read="+GuestDir+","+JobDir+","+pyodideTarget) {
+			t.Errorf("read scope: %v", l.Args)
+		}
+		if l.Program != in.DenoPath || l.Target != denoTarget || l.Args[0] != denoTarget {
+			t.Errorf("program %s at %s, argv0 %s", l.Program, l.Target, l.Args[0])
+		}
+		paths := map[string]bool{}
+		for _, f := range l.Files {
+			paths[f.Path] = true
+		}
+		for _, want := range []string{"/pmjail/loader.mjs", "/pmjail/bootstrap.py", "/pmjail/channel.js", "/job/main.py"} {
+			if !paths[want] {
+				t.Errorf("no file %s", want)
+			}
+		}
+		for _, b := range l.Binds {
+			if _, err := os.Stat(b.Source); err != nil {
+				t.Errorf("bind source: %v", err)
+			}
+		}
+	}
+}
