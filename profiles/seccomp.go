@@ -1,0 +1,222 @@
+package profiles
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	libseccomp "github.com/seccomp/libseccomp-golang"
+)
+
+//go:embed seccomp/*.json
+var seccompFS embed.FS
+
+// ErrUnknownProfile is returned by Seccomp for a name with no built-in policy.
+var ErrUnknownProfile = errors.New("unknown seccomp profile")
+
+// SeccompNames lists the built-in seccomp policies.
+func SeccompNames() []string {
+	entries, err := seccompFS.ReadDir("seccomp")
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name()[:len(e.Name())-len(".json")])
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Seccomp returns a fresh copy of the built-in seccomp policy called name
+// ("deno", "pyodide" or "native"), validated.
+func Seccomp(name string) (*specs.LinuxSeccomp, error) {
+	data, err := seccompFS.ReadFile("seccomp/" + name + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile %q: %w", name, ErrUnknownProfile)
+	}
+	p, err := decodeSeccomp(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("built-in seccomp profile %q: %w", name, err)
+	}
+	return p, nil
+}
+
+// LoadSeccompFile reads and validates a seccomp policy from a JSON file in
+// the OCI runtime-spec LinuxSeccomp format. Unknown fields are refused: a
+// misspelt key must not silently drop part of a policy.
+func LoadSeccompFile(path string) (*specs.LinuxSeccomp, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load seccomp profile: %w", err)
+	}
+	defer f.Close()
+	p, err := decodeSeccomp(f)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func decodeSeccomp(r io.Reader) (*specs.LinuxSeccomp, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var p specs.LinuxSeccomp
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode: trailing data after the profile")
+	}
+	if err := ValidateSeccomp(&p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// nativeArch is the one architecture a policy may name: pmjail filters only
+// the native entry point and refuses every other (x32, i386) outright.
+var nativeArch = map[string]specs.Arch{
+	"amd64": specs.ArchX86_64,
+	"arm64": specs.ArchAARCH64,
+}[runtime.GOARCH]
+
+var knownActions = map[specs.LinuxSeccompAction]bool{
+	specs.ActKill: true, specs.ActKillProcess: true, specs.ActKillThread: true,
+	specs.ActTrap: true, specs.ActErrno: true, specs.ActAllow: true, specs.ActLog: true,
+	// Known to the spec but not supported by pmjail (see ValidateSeccomp).
+	specs.ActTrace: true, specs.ActNotify: true,
+}
+
+var knownOps = map[specs.LinuxSeccompOperator]bool{
+	specs.OpNotEqual: true, specs.OpLessThan: true, specs.OpLessEqual: true, specs.OpEqualTo: true,
+	specs.OpGreaterEqual: true, specs.OpGreaterThan: true, specs.OpMaskedEqual: true,
+}
+
+var knownFlags = map[specs.LinuxSeccompFlag]bool{
+	specs.LinuxSeccompFlagLog:              true,
+	specs.LinuxSeccompFlagSpecAllow:        true,
+	specs.LinuxSeccompFlagWaitKillableRecv: true,
+}
+
+// ValidateSeccomp checks a policy before it is compiled and says which field
+// is wrong: unknown or unsupported actions, operators, flags and
+// architectures, empty or unknown syscall names, out-of-range arguments, an
+// errno on an action that cannot carry one, and contradictory rules (one
+// syscall both allowed and denied without conditions).
+func ValidateSeccomp(p *specs.LinuxSeccomp) error {
+	if p == nil {
+		return errors.New("no seccomp profile")
+	}
+	if err := checkAction("defaultAction", p.DefaultAction); err != nil {
+		return err
+	}
+	if p.DefaultErrnoRet != nil && p.DefaultAction != specs.ActErrno {
+		return fmt.Errorf("defaultErrnoRet: only meaningful with defaultAction %q, not %q", specs.ActErrno, p.DefaultAction)
+	}
+	if err := checkErrno("defaultErrnoRet", p.DefaultErrnoRet); err != nil {
+		return err
+	}
+	for i, a := range p.Architectures {
+		if a != nativeArch {
+			return fmt.Errorf("architectures[%d]: unsupported architecture %q: only the native %q is filtered, other entry points are refused", i, a, nativeArch)
+		}
+	}
+	for i, f := range p.Flags {
+		if !knownFlags[f] {
+			return fmt.Errorf("flags[%d]: unknown flag %q", i, f)
+		}
+	}
+	if p.ListenerPath != "" || p.ListenerMetadata != "" {
+		return errors.New("listenerPath: not supported: pmjail's supervisor is the only notification listener")
+	}
+
+	// unconditional[name] is the action of the first rule that names the
+	// syscall without conditions, to find contradictions.
+	type seen struct {
+		field string
+		allow bool
+	}
+	unconditional := map[string]seen{}
+	for i, rule := range p.Syscalls {
+		field := fmt.Sprintf("syscalls[%d]", i)
+		if err := checkAction(field+".action", rule.Action); err != nil {
+			return err
+		}
+		if rule.ErrnoRet != nil && rule.Action != specs.ActErrno {
+			return fmt.Errorf("%s.errnoRet: only meaningful with action %q, not %q", field, specs.ActErrno, rule.Action)
+		}
+		if err := checkErrno(field+".errnoRet", rule.ErrnoRet); err != nil {
+			return err
+		}
+		if len(rule.Names) == 0 {
+			return fmt.Errorf("%s.names: empty: a rule must name at least one syscall", field)
+		}
+		argSeen := map[uint]bool{}
+		for j, a := range rule.Args {
+			af := fmt.Sprintf("%s.args[%d]", field, j)
+			if a.Index > 5 {
+				return fmt.Errorf("%s.index: %d out of range: syscalls have arguments 0 to 5", af, a.Index)
+			}
+			if !knownOps[a.Op] {
+				return fmt.Errorf("%s.op: unknown operator %q", af, a.Op)
+			}
+			if a.ValueTwo != 0 && a.Op != specs.OpMaskedEqual {
+				return fmt.Errorf("%s.valueTwo: only meaningful with op %q", af, specs.OpMaskedEqual)
+			}
+			// libseccomp refuses two checks on one argument in one rule;
+			// say so here, with the field, rather than at compile time.
+			if argSeen[a.Index] {
+				return fmt.Errorf("%s.index: argument %d already checked in this rule: split it into two rules", af, a.Index)
+			}
+			argSeen[a.Index] = true
+		}
+		for j, name := range rule.Names {
+			nf := fmt.Sprintf("%s.names[%d]", field, j)
+			if name == "" {
+				return fmt.Errorf("%s: empty syscall name", nf)
+			}
+			if _, err := libseccomp.GetSyscallFromName(name); err != nil {
+				return fmt.Errorf("%s: unknown syscall %q", nf, name)
+			}
+			if len(rule.Args) > 0 {
+				continue
+			}
+			allow := rule.Action == specs.ActAllow || rule.Action == specs.ActLog
+			if prev, ok := unconditional[name]; ok && prev.allow != allow {
+				return fmt.Errorf("%s: syscall %q is both allowed and denied without conditions (see %s)", nf, name, prev.field)
+			}
+			unconditional[name] = seen{field: field, allow: allow}
+		}
+	}
+	return nil
+}
+
+func checkAction(field string, a specs.LinuxSeccompAction) error {
+	switch {
+	case a == "":
+		return fmt.Errorf("%s: missing", field)
+	case !knownActions[a]:
+		return fmt.Errorf("%s: unknown action %q", field, a)
+	case a == specs.ActTrace:
+		return fmt.Errorf("%s: action %q not supported: a jailed run has no tracer", field, a)
+	case a == specs.ActNotify:
+		return fmt.Errorf("%s: action %q not supported in a profile: the operator turns notification on for all denials", field, a)
+	}
+	return nil
+}
+
+func checkErrno(field string, e *uint) error {
+	// 4095 is the largest value the kernel passes back as an error (MAX_ERRNO).
+	if e != nil && (*e == 0 || *e > 4095) {
+		return fmt.Errorf("%s: %d out of range 1..4095", field, *e)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package seccomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"unsafe"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// notif and notifResp mirror struct seccomp_notif and seccomp_notif_resp
+// from <linux/seccomp.h> (x/sys/unix has the ioctl numbers, not the types).
+type notif struct {
+	id    uint64
+	pid   uint32
+	flags uint32
+	nr    int32
+	arch  uint32
+	ip    uint64
+	args  [6]uint64
+}
+
+type notifResp struct {
+	id    uint64
+	val   int64
+	error int32
+	flags uint32
+}
+
+// Serve answers the notifications on listenerFD with EPERM and counts them
+// by syscall name, until ctx ends or every filtered task is gone. It closes
+// listenerFD. Use (*Denials).Serve to answer with another errno (a
+// Program's Errno) or to read the counts while it runs.
+func Serve(ctx context.Context, listenerFD int) *Denials {
+	d := &Denials{}
+	_ = d.Serve(ctx, listenerFD, unix.EPERM)
+	return d
+}
+
+// Serve is the notification loop behind the package's Serve. It returns nil
+// when ctx ends or the listener hangs up (all filtered tasks exited), and
+// an error if the listener itself fails; it always closes listenerFD.
+func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) error {
+	defer unix.Close(listenerFD)
+	// An eventfd wakes the poll when ctx ends: a blocked NOTIF_RECV cannot
+	// be interrupted by closing the fd.
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("eventfd", err))
+	}
+	defer unix.Close(wake)
+	stop := context.AfterFunc(ctx, func() {
+		one := [8]byte{1}
+		_, _ = unix.Write(wake, one[:])
+	})
+	defer stop()
+
+	arch, archErr := libseccomp.GetNativeArch()
+	fds := []unix.PollFd{{Fd: int32(listenerFD), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("poll", err))
+		}
+		if fds[1].Revents != 0 || ctx.Err() != nil {
+			return nil
+		}
+		if fds[0].Revents&unix.POLLIN == 0 {
+			if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+				return nil // no task uses the filter any more
+			}
+			continue
+		}
+		var req notif // the kernel insists on a zeroed struct
+		if err := ioctl(listenerFD, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+			// ENOENT: the task died (or was interrupted) before we read it.
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("ioctl SECCOMP_IOCTL_NOTIF_RECV", err))
+		}
+		d.add(syscallName(req.nr, arch, archErr))
+		resp := notifResp{id: req.id, error: -int32(errno)}
+		if err := ioctl(listenerFD, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil &&
+			!errors.Is(err, unix.ENOENT) { // the task is gone: nothing to answer
+			return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("ioctl SECCOMP_IOCTL_NOTIF_SEND", err))
+		}
+	}
+}
+
+func syscallName(nr int32, arch libseccomp.ScmpArch, archErr error) string {
+	if archErr == nil {
+		if name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(arch); err == nil {
+			return name
+		}
+	}
+	return "syscall_" + strconv.Itoa(int(nr))
+}
+
+func ioctl(fd int, req uint, arg unsafe.Pointer) error {
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
