@@ -41,6 +41,12 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		// The jail binds the binary into itself as an unprivileged host
+		// id: the directory must be searchable by others.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		pmjail = filepath.Join(dir, "pmjail")
 		build := exec.Command("go", "build", "-o", pmjail, "./cmd/pmjail")
 		build.Dir = repoRoot

@@ -139,13 +139,17 @@ func setUp(cfg *initConfig) (initReport, error) {
 	if err := buildRoot(cfg, &report); err != nil {
 		return report, err
 	}
-	if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
-		return report, err
+	if hasNamespace(spec, specs.UTSNamespace) {
+		if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
+			return report, err
+		}
 	}
 	// The supervisor has placed this process in the job's cgroup by now, so
 	// the new cgroup namespace is rooted at the job's own cgroup.
-	if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
-		return report, err
+	if hasNamespace(spec, specs.CgroupNamespace) {
+		if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
+			return report, err
+		}
 	}
 	if err := stage("rlimits", setRlimits(spec.Process.Rlimits)); err != nil {
 		return report, err
@@ -200,6 +204,32 @@ func buildRoot(cfg *initConfig, report *initReport) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return stage("root", os.NewSyscallError("make mounts private", err))
 	}
+	// Bind sources are opened before the root's tmpfs can hide any of them
+	// (a source under /tmp, say), then bound through their fds.
+	sources := make([]int, len(cfg.Spec.Mounts))
+	for i, m := range cfg.Spec.Mounts {
+		sources[i] = -1
+		if m.Type != "bind" {
+			continue
+		}
+		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			hint := ""
+			if errors.Is(err, unix.EACCES) {
+				// The init stage holds no privilege over host files.
+				hint = " (the jail's ids are unprivileged on the host: the path and its parents must be readable by others)"
+			}
+			return stage("mounts", fmt.Errorf("bind source %s: %w%s", m.Source, os.NewSyscallError("open", err), hint))
+		}
+		sources[i] = fd
+	}
+	defer func() {
+		for _, fd := range sources {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
 	root := newRootBase
 	if err := unix.Mount("pmjail-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=32m,mode=0755"); err != nil {
 		return stage("root", os.NewSyscallError("mount root tmpfs", err))
@@ -209,8 +239,8 @@ func buildRoot(cfg *initConfig, report *initReport) error {
 			return stage("files", err)
 		}
 	}
-	for _, m := range cfg.Spec.Mounts {
-		if err := mountInRoot(root, m); err != nil {
+	for i, m := range cfg.Spec.Mounts {
+		if err := mountInRoot(root, m, sources[i]); err != nil {
 			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
 		}
 	}
@@ -247,20 +277,21 @@ func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// mountInRoot performs one OCI mount below root.
-func mountInRoot(root string, m specs.Mount) error {
+// mountInRoot performs one OCI mount below root; a bind mount's source is
+// the already opened src.
+func mountInRoot(root string, m specs.Mount, src int) error {
 	dst := filepath.Join(root, m.Destination)
 	flags, data := mountOptions(m.Options)
 	switch m.Type {
 	case "bind":
-		st, err := os.Stat(m.Source)
-		if err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(src, &st); err != nil {
+			return os.NewSyscallError("fstat", err)
+		}
+		if err := makeMountPoint(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 			return err
 		}
-		if err := makeMountPoint(dst, st.IsDir()); err != nil {
-			return err
-		}
-		if err := unix.Mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return os.NewSyscallError("bind", err)
 		}
 		// A remount must keep the flags the source mount has locked.

@@ -24,7 +24,13 @@ type Observed struct {
 	Namespaces     map[string]bool   `json:"namespaces"`
 	NamespaceIDs   map[string]uint64 `json:"namespace_inodes"`
 	Cgroups        []string          `json:"cgroups,omitempty"`
-	Error          string            `json:"error,omitempty"`
+	// RootReadOnly and Mounts describe the process's mount table.
+	RootReadOnly bool `json:"root_read_only"`
+	Mounts       int  `json:"mounts"`
+	// CoreLimit and NoFileLimit are its RLIMIT_CORE and RLIMIT_NOFILE.
+	CoreLimit   string `json:"rlimit_core"`
+	NoFileLimit string `json:"rlimit_nofile"`
+	Error       string `json:"error,omitempty"`
 }
 
 // NoCapabilities reports whether every capability set is empty.
@@ -91,6 +97,29 @@ func observe(pid int, lease *idLease) *Observed {
 	}
 	if data, err := os.ReadFile("/proc/" + p + "/cgroup"); err == nil {
 		o.Cgroups = strings.Split(strings.TrimSpace(string(data)), "\n")
+	}
+	if data, err := os.ReadFile("/proc/" + p + "/mountinfo"); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 6 {
+				continue
+			}
+			o.Mounts++
+			if f[4] == "/" {
+				o.RootReadOnly = strings.HasPrefix(f[5], "ro")
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/" + p + "/limits"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case strings.HasPrefix(line, "Max core file size") && len(f) >= 6:
+				o.CoreLimit = f[4] + "/" + f[5]
+			case strings.HasPrefix(line, "Max open files") && len(f) >= 5:
+				o.NoFileLimit = f[3] + "/" + f[4]
+			}
+		}
 	}
 	return o
 }

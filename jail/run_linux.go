@@ -309,6 +309,11 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	spec := *job.Spec
 	proc := *spec.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
+	if !hasNamespace(&spec, specs.UserNamespace) {
+		// Without a user namespace the guest takes the lease's host ids
+		// directly: still unprivileged and unique to this job.
+		proc.User = specs.User{UID: uint32(lease.guestID()), GID: uint32(lease.guestID())}
+	}
 	spec.Process = &proc
 	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
 		Landlock: job.Landlock, Channel: job.Channel != nil}
@@ -489,20 +494,21 @@ func (s *supervision) finish(cmd *exec.Cmd, waitErr error, stdout, stderr *captu
 // from the first instruction.
 func (s *supervision) sysProcAttr(lease *idLease) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
-		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
-			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		UidMappings: []syscall.SysProcIDMap{
+		Cloneflags: cloneFlags(s.job.Spec),
+		Credential: &syscall.Credential{Uid: nsRootID, Gid: nsRootID, Groups: []uint32{}},
+		Setsid:     true,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if attr.Cloneflags&unix.CLONE_NEWUSER != 0 {
+		attr.UidMappings = []syscall.SysProcIDMap{
 			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
 			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
-		},
-		GidMappings: []syscall.SysProcIDMap{
+		}
+		attr.GidMappings = []syscall.SysProcIDMap{
 			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
 			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
-		},
-		GidMappingsEnableSetgroups: true,
-		Credential:                 &syscall.Credential{Uid: nsRootID, Gid: nsRootID, Groups: []uint32{}},
-		Setsid:                     true,
-		Pdeathsig:                  syscall.SIGKILL,
+		}
+		attr.GidMappingsEnableSetgroups = true
 	}
 	if s.job.Cgroup != nil {
 		if fd, ok := s.job.Cgroup.FD(); ok {
@@ -537,4 +543,39 @@ func nsInode(pid, ns string) (uint64, error) {
 		return 0, os.NewSyscallError("stat "+path, err)
 	}
 	return st.Ino, nil
+}
+
+// cloneFlags are the namespaces the spec asks for, except the cgroup
+// namespace, which the init stage enters once it is in the job's cgroup.
+func cloneFlags(spec *specs.Spec) uintptr {
+	var flags uintptr
+	for _, ns := range spec.Linux.Namespaces {
+		switch ns.Type {
+		case specs.UserNamespace:
+			flags |= unix.CLONE_NEWUSER
+		case specs.PIDNamespace:
+			flags |= unix.CLONE_NEWPID
+		case specs.MountNamespace:
+			flags |= unix.CLONE_NEWNS
+		case specs.NetworkNamespace:
+			flags |= unix.CLONE_NEWNET
+		case specs.IPCNamespace:
+			flags |= unix.CLONE_NEWIPC
+		case specs.UTSNamespace:
+			flags |= unix.CLONE_NEWUTS
+		}
+	}
+	return flags
+}
+
+func hasNamespace(spec *specs.Spec, t specs.LinuxNamespaceType) bool {
+	if spec.Linux == nil {
+		return false
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == t {
+			return true
+		}
+	}
+	return false
 }

@@ -3,10 +3,11 @@ package job
 import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
 )
 
-// missingRequired lists the layers mode required insists on that this
-// runner cannot provide before anything starts.
+// missingRequired lists the extra layers the operator requires that this
+// runner cannot provide, before anything starts.
 func (rn *Runner) missingRequired(r *Resolved) []string {
 	if r.Mode != ModeRequired {
 		return nil
@@ -14,7 +15,7 @@ func (rn *Runner) missingRequired(r *Resolved) []string {
 	var missing []string
 	for _, l := range r.Required {
 		switch l {
-		case "cgroup_memory", "cgroup_pids", "cgroup_cpu":
+		case posture.CgroupMemory, posture.CgroupPids, posture.CgroupCPU:
 			if rn.Cgroups == nil || !rn.Cgroups.Host().Has(l[len("cgroup_"):]) {
 				missing = append(missing, l)
 			}
@@ -23,12 +24,20 @@ func (rn *Runner) missingRequired(r *Resolved) []string {
 	return missing
 }
 
-// posture is the run's posture (filled in by package posture).
-func (rn *Runner) posture(r *Resolved, out *jail.Outcome, cg *cgroup.Job, missing []string) any {
-	m := map[string]any{"mode": r.Mode}
-	if out != nil {
-		m["observed"] = out.Observed
-		m["landlock"] = out.Landlock
+// facts gathers what the run's posture is built from.
+func (rn *Runner) facts(r *Resolved, out *jail.Outcome, cg *cgroup.Job, filtered bool) posture.RunFacts {
+	f := posture.RunFacts{
+		Mode:         r.Mode,
+		Required:     r.Required,
+		Outcome:      out,
+		Seccomp:      filtered,
+		Cgroup:       cg,
+		CgroupReason: rn.CgroupReason,
+		Runtime:      string(r.Runtime),
+		CoarseTime:   r.Profile.CoarseTime,
 	}
-	return m
+	if rn.Cgroups != nil {
+		f.CgroupHost = rn.Cgroups.Host()
+	}
+	return f
 }

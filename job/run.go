@@ -17,6 +17,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
@@ -33,6 +34,8 @@ type Runner struct {
 	CgroupReason string
 	// Ceiling is the operator's, applied again to what the broker does.
 	Ceiling Ceiling
+	// Prober, when set, holds the host's probed posture (the daemon).
+	Prober *posture.Prober
 	Logger  *slog.Logger
 
 	filtersMu sync.Mutex
@@ -55,6 +58,12 @@ func NewID() string {
 
 // Run runs one resolved job and returns its one result. It never panics on
 // the guest's account and always cleans up what it created.
+//
+// With a Prober (the daemon) the host's probed posture decides up front:
+// mode required refuses without the core, auto leaves out what is missing.
+// Without one (the CLI) every layer is tried; the init stage fails closed,
+// so a set-up failure means a layer is missing: the host is probed then,
+// and the run is refused (required) or retried without it (auto).
 func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Result {
 	start := time.Now()
 	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
@@ -65,20 +74,64 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	}()
 	logger.Info("run starting", "job", r.String())
 
-	refuse := func(missing []string, why string) *jail.Result {
-		res.Status, res.ExitCode = jail.StatusRefused, 125
-		res.Error = &jail.ErrorInfo{Code: "refused", Message: why}
-		res.Posture = rn.posture(r, nil, nil, missing)
-		return res
+	var probed *posture.Probed
+	if rn.Prober != nil {
+		probed = rn.Prober.Get(ctx)
 	}
-	fail := func(code, format string, args ...any) *jail.Result {
+	for {
+		if probed != nil {
+			report := probed.Report(r.Mode, r.Required)
+			if report.Decision == "refuse" {
+				rn.refuse(res, report)
+				return res
+			}
+			if !probed.Has(posture.MountNS) || !probed.Has(posture.PIDNS) {
+				report.Decision = "refuse"
+				report.Missing = []string{posture.MountNS, posture.PIDNS}
+				rn.refuse(res, report)
+				res.Error.Message = "this host cannot build a jail: no mount or pid namespace"
+				return res
+			}
+		}
+		out := rn.attempt(ctx, r, opt, probed, res, logger)
+		if out == nil || out.InitStage == "" || probed != nil || !setupLayerFailure(out) {
+			return res
+		}
+		logger.Warn("jail set-up failed; probing the host", "stage", out.InitStage, "err", out.Message)
+		probed = posture.Probe(ctx, posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason})
+		*res = jail.Result{ID: res.ID, Logs: []jail.LogEntry{}}
+	}
+}
+
+// setupLayerFailure reports a set-up failure that a missing layer explains.
+func setupLayerFailure(out *jail.Outcome) bool {
+	switch out.InitStage {
+	case "start", "seccomp", "mount namespace", "pivot_root", "root", "mounts", "cgroup namespace", "hostname", "privileges":
+		return true
+	}
+	return false
+}
+
+func (rn *Runner) refuse(res *jail.Result, report *posture.Report) {
+	res.Status, res.ExitCode = jail.StatusRefused, 125
+	res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: missing layers: " + strings.Join(report.Missing, ", ")}
+	res.Posture = report
+}
+
+// attempt runs the job once with the layers probed allows (all of them
+// when probed is nil) and fills res. It returns the jail's outcome, or nil
+// when the run never reached the jail.
+func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed *posture.Probed, res *jail.Result, logger *slog.Logger) *jail.Outcome {
+	fail := func(code, format string, args ...any) *jail.Outcome {
 		res.Status, res.ExitCode = jail.StatusInternalError, 125
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
-		return res
+		return nil
 	}
-
 	if missing := rn.missingRequired(r); len(missing) > 0 {
-		return refuse(missing, "mode required: missing layers: "+strings.Join(missing, ", "))
+		report := posture.ForRun(rn.facts(r, nil, nil, false))
+		report.Decision, report.Missing = "refuse", missing
+		rn.refuse(res, report)
+		return nil
 	}
 	launch, err := rn.launch(r)
 	if err != nil {
@@ -100,9 +153,14 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	if err != nil {
 		return fail("spec", "%v", err)
 	}
-	filter, err := rn.filter(r)
-	if err != nil {
-		return fail("seccomp", "%v", err)
+	var filter []byte
+	if probed == nil || probed.Has(posture.Seccomp) {
+		if filter, err = rn.filter(r); err != nil {
+			return fail("seccomp", "%v", err)
+		}
+	}
+	if probed != nil {
+		degrade(spec, probed)
 	}
 
 	var cg *cgroup.Job
@@ -139,7 +197,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	if cg != nil {
 		job.Cgroup = cgroupJob{cg}
 	}
-	if r.Request.Exec == nil {
+	if launch.Channel {
 		timing := "precise"
 		if r.Profile.CoarseTime {
 			timing = "coarse"
@@ -148,7 +206,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 			outcome = ipc.Serve(ctx, conn, ipc.SessionConfig{
 				Input:        r.Request.Input,
 				Capabilities: r.Request.Capabilities,
-				Ceiling:      rn.brokerCeiling(r),
+				Ceiling:      rn.Ceiling.Broker,
 				Timing:       timing,
 				OnLog:        opt.OnLog,
 				Logger:       logger,
@@ -167,8 +225,40 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	}
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
-	res.Posture = rn.posture(r, out, cg, nil)
-	return res
+	facts := rn.facts(r, out, cg, filter != nil)
+	facts.DenoFlags = denoFlags(launch)
+	if probed != nil {
+		facts.Host = &probed.Host
+	}
+	res.Posture = posture.ForRun(facts)
+	return out
+}
+
+// degrade leaves out of the spec the namespaces the host lacks (mode auto).
+func degrade(spec *specs.Spec, probed *posture.Probed) {
+	layer := map[specs.LinuxNamespaceType]string{
+		specs.UserNamespace: posture.UserNS, specs.PIDNamespace: posture.PIDNS, specs.MountNamespace: posture.MountNS,
+		specs.NetworkNamespace: posture.NetNS, specs.IPCNamespace: posture.IPCNS, specs.UTSNamespace: posture.UTSNS,
+		specs.CgroupNamespace: posture.CgroupNS,
+	}
+	var kept []specs.LinuxNamespace
+	for _, ns := range spec.Linux.Namespaces {
+		if probed.Has(layer[ns.Type]) {
+			kept = append(kept, ns)
+		}
+	}
+	spec.Linux.Namespaces = kept
+}
+
+// denoFlags are the runtime's permission flags, for the posture.
+func denoFlags(l *runtimes.Launch) []string {
+	var flags []string
+	for _, a := range l.Args {
+		if strings.HasPrefix(a, "--no-") || strings.HasPrefix(a, "--allow-") || strings.HasPrefix(a, "--cached-only") {
+			flags = append(flags, a)
+		}
+	}
+	return flags
 }
 
 // cgroupJob adapts a job cgroup to what the jail drives.

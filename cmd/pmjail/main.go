@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
 )
 
 // Exit codes of pmjail's own making; a run that ended by itself exits with
@@ -23,7 +24,8 @@ const (
 // roles are the parts pmjail's own binary plays in a jail's life, chosen
 // by argv[1] before anything else runs.
 var roles = map[string]func(){
-	jail.InitRole: jail.Init,
+	jail.InitRole:     jail.Init,
+	posture.ProbeRole: posture.ProbeChild,
 }
 
 var commands = map[string]func(args []string) int{

@@ -21,6 +21,3 @@ func cmdVersion(args []string) int {
 	return 0
 }
 
-func cmdPosture(args []string) int {
-	return fail("posture: not implemented yet")
-}

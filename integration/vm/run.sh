@@ -4,8 +4,8 @@
 #
 # usage: integration/vm/run.sh [-x PROGRAM]... [-d HOSTDIR:GUESTDIR]...
 #                              [-e NAME=VALUE]... PAYLOAD [ARGS...]
-#   PAYLOAD  the program to run in the VM (static, or also listed with -x);
-#            it runs as /payload/<name> with ARGS, cwd /tmp
+#   PAYLOAD  the program to run in the VM (static or dynamic: its libraries
+#            come along); it runs as /payload/<name> with ARGS, cwd /tmp
 #   -x PROG  a (dynamically linked) program to put in the guest's /bin, with
 #            the shared libraries and the dynamic loader that ldd lists
 #   -d H:G   copy the host directory tree H to G in the guest (in RAM), with
@@ -28,7 +28,8 @@
 # 2 for a usage error. Nothing is left running; the temp work dir is removed.
 set -euo pipefail
 
-readonly SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SELF_DIR
 readonly MARKER='@@EXIT='
 readonly CACHE=${VM_CACHE:-$SELF_DIR/.cache}
 readonly KERNEL_PKG=${VM_KERNEL:-linux-image-cloud-amd64}
@@ -62,8 +63,9 @@ parse_args() {
     case $opt in
       x) [ -x "$OPTARG" ] || { log "-x $OPTARG: not an executable"; exit 2; }
          EXTRA_PROGRAMS+=("$(readlink -f "$OPTARG")") ;;
-      d) [[ $OPTARG == ?*:/* ]] && [ -d "${OPTARG%%:*}" ] ||
-           { log "-d $OPTARG: want an existing HOSTDIR:/GUESTDIR"; exit 2; }
+      d) if [[ $OPTARG != ?*:/* ]] || [ ! -d "${OPTARG%%:*}" ]; then
+           log "-d $OPTARG: want an existing HOSTDIR:/GUESTDIR"; exit 2
+         fi
          EXTRA_DIRS+=("$OPTARG") ;;
       e) [[ $OPTARG =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
            { log "-e $OPTARG: want NAME=VALUE"; exit 2; }
@@ -262,7 +264,8 @@ EOF
 # modules.dep, decompressed: busybox insmod takes plain .ko files) and lists
 # them in load order for init.
 add_modules() {
-  local name rel dep deps=() seen=" " list=$ROOT/etc/modules.load
+  # seen and list are used by queue_module (bash's dynamic scope).
+  local name rel i deps=() seen=" " list=$ROOT/etc/modules.load
   : > "$list"
   for name in $MODULES; do
     rel=$(awk -F: -v n="$name" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko(\.[a-z]+)?$/, "", f);
@@ -323,6 +326,7 @@ accel_args() {
   else
     # One vCPU, single-threaded TCG: multi-threaded TCG with 2 vCPUs
     # panicked the guest about once in 20 boots.
+    # shellcheck disable=SC2054 # the comma belongs to QEMU's option syntax
     QEMU_ACCEL=(-accel tcg,thread=single -cpu max -smp 1)
   fi
 }
@@ -347,12 +351,13 @@ boot() {
         -m "$MEM" -display none -serial stdio -no-reboot \
         -pidfile "$WORK/qemu.pid" \
         -kernel "$KERNEL_DIR/vmlinux" -initrd "$WORK/initrd.cpio" -append "$cmdline" \
-        </dev/null | sed -u 's/\r$//' | tee "$LOG"
+        </dev/null | sed -u 's/\r$//' | tee "$WORK/console.log"
   ) &
   wait $! || status=$?
   QEMU_STATUS=$status
 }
 
+# shellcheck disable=SC2317 # reached through the EXIT trap
 cleanup() {
   local pid
   if [ -n "$WORK" ] && [ -s "$WORK/qemu.pid" ]; then
@@ -361,6 +366,11 @@ cleanup() {
     if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = qemu-system-x86 ]; then
       kill -KILL "$pid" 2>/dev/null || true
     fi
+  fi
+  # The log is kept per run and copied out at the end (also after a timeout
+  # or an interrupt), so concurrent runs never read each other's marker.
+  if [ -n "$WORK" ] && [ -f "$WORK/console.log" ]; then
+    if cp "$WORK/console.log" "$LOG.tmp.$$"; then mv "$LOG.tmp.$$" "$LOG"; fi
   fi
   [ -z "$WORK" ] || rm -rf "$WORK"
 }
@@ -384,7 +394,7 @@ main() {
   t1=$(date +%s.%N)
   boot
   t2=$(date +%s.%N)
-  rc=$(sed -n "s/^$MARKER\([0-9]\{1,3\}\)\( .*\)\{0,1\}\$/\1/p" "$LOG" | tail -n 1)
+  rc=$(sed -n "s/^$MARKER\([0-9]\{1,3\}\)\( .*\)\{0,1\}\$/\1/p" "$WORK/console.log" | tail -n 1)
   log "$(awk -v a="$t0" -v b="$t1" -v c="$t2" \
     'BEGIN { printf "prepare %.1fs, VM %.1fs, total %.1fs", b - a, c - b, c - a }')"
   if [ -z "$rc" ]; then

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/posture"
+)
+
+// cmdPosture probes the host and prints its posture; it exits 0 if the
+// asked mode would run, 1 if it would refuse.
+func cmdPosture(args []string) int {
+	fs := flag.NewFlagSet("posture", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	jsonOut := fs.Bool("json", false, "print the posture object")
+	mode := fs.String("mode", job.ModeAuto, "auto or required")
+	require := fs.String("require", "", "comma-separated layers to require besides the core (e.g. cgroup_memory,landlock)")
+	if err := fs.Parse(args); err != nil {
+		return fail("posture: %v", err)
+	}
+	if *mode != job.ModeAuto && *mode != job.ModeRequired {
+		return fail("posture: --mode %q (want auto or required)", *mode)
+	}
+	var extra []string
+	if *require != "" {
+		for _, l := range strings.Split(*require, ",") {
+			if !contains(posture.Names, l) {
+				return fail("posture: --require %q: unknown layer (layers: %s)", l, strings.Join(posture.Names, ", "))
+			}
+			extra = append(extra, l)
+		}
+	}
+	rn, err := newRunner(false)
+	if err != nil {
+		return fail("posture: %v", err)
+	}
+	report := posture.Probe(context.Background(), posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason}).Report(*mode, extra)
+	if *jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(report)
+	} else {
+		printPosture(report)
+	}
+	if report.Decision != "run" {
+		return 1
+	}
+	return 0
+}
+
+func printPosture(r *posture.Report) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "LAYER\tSTATE\tDETAIL")
+	for _, l := range r.Layers {
+		name := l.Name
+		if l.Core {
+			name += " *"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", name, l.State, l.Detail)
+	}
+	w.Flush()
+	fmt.Printf("\n* containment core (mode required refuses without it)\n")
+	fmt.Printf("cgroup: %s", r.Cgroup.Mechanic)
+	for ctl, p := range r.Cgroup.Paths {
+		if ctl == "" {
+			ctl = "unified"
+		}
+		fmt.Printf(" %s=%s", ctl, p)
+	}
+	fmt.Println()
+	if h := r.Host; h != nil {
+		fmt.Printf("kernel: %s, privileged: %v, landlock ABI: %d\n", h.Kernel, h.Privileged, h.LandlockABI)
+		for _, rt := range h.Runtimes {
+			fmt.Printf("runtime %s: %s %s %s\n", rt.Name, rt.Version, rt.Path, rt.Start)
+		}
+		var keys []string
+		for k, v := range h.Sysctls {
+			keys = append(keys, k+"="+v)
+		}
+		fmt.Printf("sysctls: %s\n", strings.Join(sorted(keys), " "))
+	}
+	fmt.Printf("mode %s: %s", r.Mode, r.Decision)
+	if len(r.Missing) > 0 {
+		fmt.Printf(" (missing: %s)", strings.Join(r.Missing, ", "))
+	}
+	fmt.Println()
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func sorted(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}

@@ -1,0 +1,343 @@
+package posture
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/seccomp"
+)
+
+// ProbeRole is argv[1] of pmjail's own binary when it runs as a probe's
+// throwaway child; main dispatches it to ProbeChild.
+const ProbeRole = "__pmjail_probe"
+
+// Probed is what the probes proved about this host.
+type Probed struct {
+	Layers []Layer
+	Cgroup Cgroup
+	Host   Host
+	At     time.Time
+}
+
+// Report is the host's posture in a mode; extra adds layers to what
+// required insists on.
+func (p *Probed) Report(mode string, extra []string) *Report {
+	r := &Report{Layers: append([]Layer(nil), p.Layers...), Cgroup: p.Cgroup, Host: &p.Host, ProbedAt: p.At}
+	r.decide(mode, extra)
+	return r
+}
+
+// Has reports whether the probes proved the named layer.
+func (p *Probed) Has(name string) bool {
+	for _, l := range p.Layers {
+		if l.Name == name {
+			return l.State == Applied
+		}
+	}
+	return false
+}
+
+// Options say where the runtimes and cgroups are.
+type Options struct {
+	Install *runtimes.Install
+	// Cgroups is the supervisor's manager, nil when it could not be made
+	// (CgroupReason says why).
+	Cgroups      *cgroup.Manager
+	CgroupReason string
+}
+
+var namespaceProbes = []struct {
+	name string
+	flag uintptr
+	typ  specs.LinuxNamespaceType
+}{
+	{UserNS, 0, specs.UserNamespace},
+	{PIDNS, unix.CLONE_NEWPID, specs.PIDNamespace},
+	{MountNS, unix.CLONE_NEWNS, specs.MountNamespace},
+	{NetNS, unix.CLONE_NEWNET, specs.NetworkNamespace},
+	{IPCNS, unix.CLONE_NEWIPC, specs.IPCNamespace},
+	{UTSNS, unix.CLONE_NEWUTS, specs.UTSNamespace},
+	{CgroupNS, unix.CLONE_NEWCGROUP, specs.CgroupNamespace},
+}
+
+// Probe proves each layer on this host by trying it: every namespace in a
+// throwaway child, then a whole jail around pmjail's own probe role, which
+// checks from inside that its root is read-only and its privileges gone.
+func Probe(ctx context.Context, opt Options) *Probed {
+	p := &Probed{At: time.Now().UTC()}
+	layers := map[string]Layer{}
+	set := func(name string, st State, detail string) {
+		layers[name] = Layer{Name: name, State: st, Core: isCore(name), Detail: detail}
+	}
+
+	var namespaces []specs.LinuxNamespaceType
+	for _, ns := range namespaceProbes {
+		if err := tryNamespace(ns.flag); err != nil {
+			set(ns.name, Missing, err.Error())
+			continue
+		}
+		set(ns.name, Applied, "a throwaway child entered a new one")
+		namespaces = append(namespaces, ns.typ)
+	}
+
+	p.Host = hostInfo(opt.Install)
+	filter, filterErr := nativeFilter()
+	if filterErr != nil {
+		set(Seccomp, Missing, filterErr.Error())
+	}
+	switch {
+	case !hasType(namespaces, specs.MountNamespace) || !hasType(namespaces, specs.PIDNamespace):
+		for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
+			set(l, Missing, "no jail can be built without mount and pid namespaces")
+		}
+	default:
+		inside, out, err := probeJail(ctx, namespaces, filter)
+		if err != nil && filter != nil && out != nil && out.InitStage == "seccomp" {
+			set(Seccomp, Missing, "installing the filter failed: "+out.Message)
+			inside, out, err = probeJail(ctx, namespaces, nil)
+		}
+		if err != nil {
+			for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
+				if _, done := layers[l]; !done {
+					set(l, Missing, "the probe jail failed: "+err.Error())
+				}
+			}
+			break
+		}
+		judge(set, inside, out, filter != nil, layers)
+	}
+
+	cg := cgroupLayers(opt)
+	p.Cgroup = cg.info
+	for _, l := range cg.layers {
+		layers[l.Name] = l
+	}
+	if p.Host.LandlockABI > 0 {
+		set(Landlock, Applied, fmt.Sprintf("ABI %d", p.Host.LandlockABI))
+	} else {
+		set(Landlock, Missing, "the kernel offers no Landlock ABI")
+	}
+	if opt.Install != nil {
+		set(DenoPermissions, Applied, "Deno runs with --no-prompt and reads only its bootstrap, the job and its assets")
+	} else {
+		set(DenoPermissions, Missing, "no runtime installed")
+	}
+	set(Timing, Off, "opt-in per profile (coarse_time)")
+
+	for _, name := range Names {
+		if l, ok := layers[name]; ok {
+			p.Layers = append(p.Layers, l)
+		}
+	}
+	return p
+}
+
+// Prober caches the host's posture for a daemon's life.
+type Prober struct {
+	opt    Options
+	mu     sync.Mutex
+	probed *Probed
+}
+
+// NewProber returns a prober whose first Get probes the host.
+func NewProber(opt Options) *Prober { return &Prober{opt: opt} }
+
+// Get returns the cached posture, probing once.
+func (pr *Prober) Get(ctx context.Context) *Probed {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.probed == nil {
+		pr.probed = Probe(ctx, pr.opt)
+	}
+	return pr.probed
+}
+
+// Refresh probes again.
+func (pr *Prober) Refresh(ctx context.Context) *Probed {
+	p := Probe(ctx, pr.opt)
+	pr.mu.Lock()
+	pr.probed = p
+	pr.mu.Unlock()
+	return p
+}
+
+// tryNamespace starts pmjail's probe role in a new user namespace plus
+// flag, and reports whether the kernel allowed it.
+func tryNamespace(flag uintptr) error {
+	cmd := exec.Command("/proc/self/exe", ProbeRole)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  unix.CLONE_NEWUSER | flag,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if len(out) > 0 {
+			return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		}
+		return err
+	}
+	return nil
+}
+
+func hasType(list []specs.LinuxNamespaceType, t specs.LinuxNamespaceType) bool {
+	for _, x := range list {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// nativeFilter compiles the native seccomp policy the probe jail runs under.
+func nativeFilter() ([]byte, error) {
+	policy, err := profiles.Seccomp("native")
+	if err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Compile(policy, seccomp.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("compile seccomp filter: %w", err)
+	}
+	return prog.MarshalBinary()
+}
+
+// insideReport is what the probe role sees from inside the jail.
+type insideReport struct {
+	RootWrite    string `json:"root_write"`
+	HostFile     string `json:"host_file"`
+	Hostname     string `json:"hostname"`
+	NoNewPrivs   string `json:"no_new_privs"`
+	Seccomp      string `json:"seccomp"`
+	CapEff       string `json:"cap_eff"`
+	CapBnd       string `json:"cap_bnd"`
+	RegainRoot   string `json:"regain_root"`
+	CoreLimitMax uint64 `json:"core_limit_max"`
+}
+
+// probeJail runs the probe role in a jail with the given namespaces.
+func probeJail(ctx context.Context, namespaces []specs.LinuxNamespaceType, filter []byte) (*insideReport, *jail.Outcome, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	launch := &runtimes.Launch{Program: exe, Target: "/pmjail-probe", Args: []string{exe, ProbeRole, "inside"}, Env: []string{}}
+	spec, err := jail.NewSpec(launch, jail.RootLimits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20})
+	if err != nil {
+		return nil, nil, err
+	}
+	spec.Linux.Namespaces = nil
+	for _, t := range namespaces {
+		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: t})
+	}
+	out := jail.Run(ctx, &jail.Job{ID: "probe", Spec: spec, Seccomp: filter, Landlock: true, Timeout: 10 * time.Second, OutputLimit: 64 << 10})
+	if out.Status != jail.StatusOK {
+		return nil, out, fmt.Errorf("%s: %s%s", out.Status, out.Message, strings.TrimSpace(" "+string(out.Stderr)))
+	}
+	var in insideReport
+	if err := json.Unmarshal(out.Stdout, &in); err != nil {
+		return nil, out, fmt.Errorf("probe report: %w (%q)", err, out.Stdout)
+	}
+	return &in, out, nil
+}
+
+// judge turns the probe jail's report and observed state into layers.
+func judge(set func(string, State, string), in *insideReport, out *jail.Outcome, filtered bool, have map[string]Layer) {
+	o := out.Observed
+	switch {
+	case in.RootWrite == "EROFS" && in.HostFile == "ENOENT":
+		set(Rootfs, Applied, "pivot_root into a read-only tmpfs root: writing / gave EROFS, /etc/hostname is absent")
+	default:
+		set(Rootfs, Missing, fmt.Sprintf("inside the probe jail: write / → %s, /etc/hostname → %s", in.RootWrite, in.HostFile))
+	}
+	if _, done := have[Seccomp]; !done {
+		if filtered && in.Seccomp == "2" {
+			set(Seccomp, Applied, "a filter loaded (Seccomp: 2 inside the probe jail)")
+		} else {
+			set(Seccomp, Missing, "Seccomp: "+in.Seccomp+" inside the probe jail")
+		}
+	}
+	if in.NoNewPrivs == "1" {
+		set(NoNewPrivs, Applied, "NoNewPrivs: 1 inside the probe jail")
+	} else {
+		set(NoNewPrivs, Missing, "NoNewPrivs: "+in.NoNewPrivs)
+	}
+	if strings.Trim(in.CapEff, "0") == "" && strings.Trim(in.CapBnd, "0") == "" && in.RegainRoot != "ok" && (o == nil || o.NoCapabilities()) {
+		set(Capabilities, Applied, "CapEff and CapBnd empty inside the probe jail; setuid(0) failed with "+in.RegainRoot)
+	} else {
+		set(Capabilities, Missing, fmt.Sprintf("CapEff %s CapBnd %s, setuid(0): %s", in.CapEff, in.CapBnd, in.RegainRoot))
+	}
+	if in.CoreLimitMax == 0 {
+		set(Rlimits, Applied, "RLIMIT_CORE 0 and the open-file and file-size caps set")
+	} else {
+		set(Rlimits, Missing, fmt.Sprintf("RLIMIT_CORE max %d", in.CoreLimitMax))
+	}
+}
+
+// ProbeChild is the probe role. Without arguments it only proves that a
+// process could start (namespace probes); with "inside" it reports what it
+// sees from inside a jail. It never returns.
+func ProbeChild() {
+	if len(os.Args) < 3 || os.Args[2] != "inside" {
+		os.Exit(0)
+	}
+	var r insideReport
+	r.RootWrite = errnoName(os.WriteFile("/pmjail-probe-write", nil, 0o600))
+	_, err := os.Stat("/etc/hostname")
+	r.HostFile = errnoName(err)
+	r.Hostname, _ = os.Hostname()
+	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			switch k {
+			case "NoNewPrivs":
+				r.NoNewPrivs = v
+			case "Seccomp":
+				r.Seccomp = v
+			case "CapEff":
+				r.CapEff = v
+			case "CapBnd":
+				r.CapBnd = v
+			}
+		}
+	}
+	r.RegainRoot = errnoName(unix.Setresuid(0, 0, 0))
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_CORE, &rl) == nil {
+		r.CoreLimitMax = rl.Max
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(&r)
+	os.Exit(0)
+}
+
+func errnoName(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return err.Error()
+}

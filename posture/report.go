@@ -1,0 +1,126 @@
+package posture
+
+import (
+	"time"
+
+	"github.com/pmjail/pmjail/jail"
+)
+
+// State is a layer's state on a host or in a run.
+type State string
+
+// The states of a layer.
+const (
+	Applied  State = "applied"
+	Missing  State = "missing"
+	Degraded State = "degraded"
+	Off      State = "off" // available but not asked for (e.g. the timing mitigation)
+)
+
+// Layer names: stable, used in reports, in the operator's "required" list
+// and in refusals.
+const (
+	UserNS          = "user_namespace"
+	PIDNS           = "pid_namespace"
+	MountNS         = "mount_namespace"
+	NetNS           = "network_namespace"
+	IPCNS           = "ipc_namespace"
+	UTSNS           = "uts_namespace"
+	CgroupNS        = "cgroup_namespace"
+	Rootfs          = "rootfs"
+	Seccomp         = "seccomp"
+	NoNewPrivs      = "no_new_privs"
+	Capabilities    = "capabilities"
+	Rlimits         = "rlimits"
+	CgroupMemory    = "cgroup_memory"
+	CgroupPids      = "cgroup_pids"
+	CgroupCPU       = "cgroup_cpu"
+	Landlock        = "landlock"
+	DenoPermissions = "deno_permissions"
+	Timing          = "timing_mitigation"
+)
+
+// Core is the containment core mode required insists on.
+var Core = []string{MountNS, Rootfs, NetNS, Seccomp, NoNewPrivs, Capabilities}
+
+// Names lists every layer in report order.
+var Names = []string{UserNS, PIDNS, MountNS, NetNS, IPCNS, UTSNS, CgroupNS, Rootfs, Seccomp,
+	NoNewPrivs, Capabilities, Rlimits, CgroupMemory, CgroupPids, CgroupCPU, Landlock, DenoPermissions, Timing}
+
+// Layer is one hardening layer's state, with the evidence or the reason.
+type Layer struct {
+	Name   string `json:"name"`
+	State  State  `json:"state"`
+	Core   bool   `json:"core,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Report is a posture: the host's (pmjail posture, the daemon) or a run's
+// (attached to every result).
+type Report struct {
+	Mode string `json:"mode"`
+	// Decision is "run" or "refuse".
+	Decision string `json:"decision"`
+	// Missing names the layers the mode requires that are not applied.
+	Missing []string `json:"missing,omitempty"`
+	Layers  []Layer  `json:"layers"`
+	Cgroup  Cgroup   `json:"cgroup"`
+	Host    *Host    `json:"host,omitempty"`
+	// Observed is the run's process state as read back from /proc.
+	Observed *jail.Observed `json:"observed,omitempty"`
+	ProbedAt time.Time      `json:"probed_at,omitzero"`
+}
+
+// Cgroup is the cgroup mechanic in use.
+type Cgroup struct {
+	// Mechanic is "v1", "v2" or "none".
+	Mechanic string            `json:"mechanic"`
+	Paths    map[string]string `json:"paths,omitempty"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
+// Layer returns the named layer of the report.
+func (r *Report) Layer(name string) (Layer, bool) {
+	for _, l := range r.Layers {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Layer{}, false
+}
+
+// Applied reports whether the named layer is applied.
+func (r *Report) Applied(name string) bool {
+	l, ok := r.Layer(name)
+	return ok && l.State == Applied
+}
+
+// decide fills Mode, Decision and Missing: auto always runs; required runs
+// only when the core and the operator's extra layers are applied.
+func (r *Report) decide(mode string, extra []string) {
+	r.Mode = mode
+	r.Decision = "run"
+	r.Missing = nil
+	if mode != "required" {
+		return
+	}
+	for _, name := range append(append([]string(nil), Core...), extra...) {
+		if !r.Applied(name) && !contains(r.Missing, name) {
+			r.Missing = append(r.Missing, name)
+		}
+	}
+	if len(r.Missing) > 0 {
+		r.Decision = "refuse"
+	}
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func isCore(name string) bool { return contains(Core, name) }

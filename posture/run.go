@@ -1,0 +1,179 @@
+package posture
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/jail"
+)
+
+// RunFacts is what a run knows about its own protection.
+type RunFacts struct {
+	Mode     string
+	Required []string
+	// Outcome is the jail's account of the run (nil for a run refused
+	// before it started).
+	Outcome *jail.Outcome
+	// Seccomp says a filter was asked for.
+	Seccomp bool
+	// Cgroup is the job's cgroup, nil if it had none.
+	Cgroup     *cgroup.Job
+	CgroupHost *cgroup.Host
+	// CgroupReason says why there is no cgroup.
+	CgroupReason string
+	// Runtime is "deno", "python" or "" for a native program.
+	Runtime    string
+	DenoFlags  []string
+	CoarseTime bool
+	// Host is the daemon's probed host information, if any.
+	Host *Host
+}
+
+// ForRun builds a run's posture from what was read back from the contained
+// process itself.
+func ForRun(f RunFacts) *Report {
+	r := &Report{Host: f.Host}
+	add := func(name string, st State, detail string) {
+		r.Layers = append(r.Layers, Layer{Name: name, State: st, Core: isCore(name), Detail: detail})
+	}
+	out := f.Outcome
+	var o *jail.Observed
+	if out != nil {
+		o = out.Observed
+		r.Observed = o
+	}
+	// A process that ended before it could be read back still had every
+	// layer the init stage applies: it fails closed before exec.
+	verified := o != nil && o.Error == ""
+	started := out != nil && out.InitStage == "" && out.Status != jail.StatusInternalError
+	unread := "enforced by the init stage before exec (the process exited before it could be read back)"
+
+	for _, ns := range namespaceProbes {
+		key := nsKey(ns.name)
+		switch {
+		case verified && o.Namespaces[key]:
+			add(ns.name, Applied, fmt.Sprintf("namespace inode %d differs from the supervisor's", o.NamespaceIDs[key]))
+		case verified:
+			add(ns.name, Missing, "the process shares the supervisor's namespace")
+		case started:
+			add(ns.name, Applied, unread)
+		default:
+			add(ns.name, Missing, "the run did not start")
+		}
+	}
+	check := func(name string, ok bool, good, bad string) {
+		switch {
+		case verified && ok:
+			add(name, Applied, good)
+		case verified:
+			add(name, Missing, bad)
+		case started:
+			add(name, Applied, unread)
+		default:
+			add(name, Missing, "the run did not start")
+		}
+	}
+	if verified {
+		check(Rootfs, o.RootReadOnly, fmt.Sprintf("read-only tmpfs root with %d mounts", o.Mounts), "the root is writable")
+		if f.Seccomp {
+			check(Seccomp, o.Seccomp == 2, fmt.Sprintf("filter mode, %d filter(s); denials named in denied_syscalls", o.SeccompFilters), fmt.Sprintf("Seccomp: %d", o.Seccomp))
+		} else {
+			add(Seccomp, Missing, "no filter on this host")
+		}
+		check(NoNewPrivs, o.NoNewPrivs, "NoNewPrivs: 1", "NoNewPrivs: 0")
+		check(Capabilities, o.NoCapabilities(), "CapEff, CapPrm, CapInh, CapBnd and CapAmb all empty", "capabilities left: CapEff "+o.CapEff+" CapBnd "+o.CapBnd)
+		check(Rlimits, strings.HasPrefix(o.CoreLimit, "0/"), "core "+o.CoreLimit+", open files "+o.NoFileLimit, "core dumps allowed")
+	} else {
+		check(Rootfs, false, "", "")
+		if f.Seccomp {
+			check(Seccomp, false, "", "")
+		} else {
+			add(Seccomp, Missing, "no filter on this host")
+		}
+		check(NoNewPrivs, false, "", "")
+		check(Capabilities, false, "", "")
+		check(Rlimits, false, "", "")
+	}
+
+	r.Cgroup, r.Layers = runCgroup(f, r.Layers)
+
+	switch {
+	case out != nil && out.Landlock > 0:
+		add(Landlock, Applied, fmt.Sprintf("ABI %d: read-only root, writable /tmp only, no TCP, scoped signals and abstract sockets", out.Landlock))
+	case out != nil && out.LandlockReason != "":
+		add(Landlock, Missing, out.LandlockReason)
+	default:
+		add(Landlock, Off, "not asked for by the profile")
+	}
+	if f.Runtime != "" {
+		add(DenoPermissions, Applied, strings.Join(f.DenoFlags, " "))
+	} else {
+		add(DenoPermissions, Off, "a native program: no runtime permission layer")
+	}
+	if f.CoarseTime {
+		add(Timing, Applied, "performance.now() at 1 ms, no SharedArrayBuffer")
+	} else {
+		add(Timing, Off, "precise clocks (opt-in via the profile's coarse_time)")
+	}
+	r.decide(f.Mode, f.Required)
+	return r
+}
+
+func nsKey(layer string) string {
+	switch layer {
+	case UserNS:
+		return "user"
+	case PIDNS:
+		return "pid"
+	case MountNS:
+		return "mnt"
+	case NetNS:
+		return "net"
+	case IPCNS:
+		return "ipc"
+	case UTSNS:
+		return "uts"
+	}
+	return "cgroup"
+}
+
+// runCgroup reports the job's cgroup and the limits read back from it.
+func runCgroup(f RunFacts, layers []Layer) (Cgroup, []Layer) {
+	if f.Cgroup == nil {
+		reason := f.CgroupReason
+		if reason == "" {
+			reason = "no cgroup"
+		}
+		return Cgroup{Mechanic: "none", Reason: reason}, append(layers, noCgroupLayers(reason)...)
+	}
+	paths := f.Cgroup.Paths()
+	info := Cgroup{Mechanic: f.CgroupHost.Mode.String(), Paths: paths}
+	v2 := f.CgroupHost.Mode == cgroup.V2
+	dir := func(ctl string) (string, bool) {
+		if v2 {
+			d, ok := paths[cgroup.UnifiedKey]
+			return d, ok
+		}
+		d, ok := paths[ctl]
+		return d, ok
+	}
+	type limit struct{ layer, ctl, v1, v2 string }
+	for _, l := range []limit{
+		{CgroupMemory, cgroup.Memory, "memory.limit_in_bytes", "memory.max"},
+		{CgroupPids, cgroup.Pids, "pids.max", "pids.max"},
+		{CgroupCPU, cgroup.CPU, "cpu.cfs_quota_us", "cpu.max"},
+	} {
+		d, ok := dir(l.ctl)
+		if !ok || !f.CgroupHost.Has(l.ctl) {
+			layers = append(layers, Layer{Name: l.layer, State: Missing, Detail: "controller unavailable"})
+			continue
+		}
+		file := l.v1
+		if v2 {
+			file = l.v2
+		}
+		layers = append(layers, Layer{Name: l.layer, State: Applied, Detail: fmt.Sprintf("%s = %s (%s)", file, readLimit(d, file), d)})
+	}
+	return info, layers
+}
