@@ -30,6 +30,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	repoRoot = filepath.Dir(wd)
+	if dir := os.Getenv("PMJAIL_REPO_ROOT"); dir != "" {
+		repoRoot = dir // a test binary run elsewhere, as in the VM
+	}
 	if os.Getenv("PMJAIL_RUNTIME_DIR") == "" {
 		os.Setenv("PMJAIL_RUNTIME_DIR", filepath.Join(repoRoot, "node_modules"))
 	}

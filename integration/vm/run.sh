@@ -219,6 +219,18 @@ write_init() {
     echo "PAYLOAD=$(quote "/payload/${PAYLOAD##*/}")"
     printf 'set --'; for a in "${PAYLOAD_ARGS[@]}"; do printf ' %s' "$(quote "$a")"; done; echo
     cat <<'EOF'
+# The initramfs root (rootfs) cannot be pivot_root'ed away from, as a jail
+# must: like a real system, move onto a tmpfs root first.
+if [ ! -e /.switched ]; then
+  /bin/busybox mkdir -p /newroot
+  /bin/busybox mount -t tmpfs -o size=80%,mode=0755 root /newroot
+  for d in /*; do
+    case $d in /newroot|/proc|/sys|/dev) ;; *) /bin/busybox cp -a "$d" /newroot/ ;; esac
+  done
+  /bin/busybox mkdir -p /newroot/proc /newroot/sys /newroot/dev
+  /bin/busybox touch /newroot/.switched
+  exec /bin/busybox switch_root /newroot /init
+fi
 /bin/busybox --install -s /bin
 export PATH=/bin:/usr/bin:/sbin:/usr/sbin HOME=/root TERM=dumb
 mount -t proc proc /proc
