@@ -36,7 +36,7 @@ type Runner struct {
 	Ceiling Ceiling
 	// Prober, when set, holds the host's probed posture (the daemon).
 	Prober *posture.Prober
-	Logger  *slog.Logger
+	Logger *slog.Logger
 
 	filtersMu sync.Mutex
 	filters   map[string][]byte

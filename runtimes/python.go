@@ -41,5 +41,6 @@ func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 		Env:     denoEnv(),
 		Binds:   binds,
 		Files:   files,
+		Channel: true,
 	}, nil
 }

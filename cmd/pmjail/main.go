@@ -32,6 +32,8 @@ var commands = map[string]func(args []string) int{
 	"run":     cmdRun,
 	"exec":    cmdExec,
 	"posture": cmdPosture,
+	"serve":   cmdServe,
+	"submit":  cmdSubmit,
 	"version": cmdVersion,
 }
 
@@ -66,6 +68,10 @@ func usage() {
                                      run a native program in the same jail
   pmjail posture [--json] [--mode auto|required]
                                      show what this host can enforce
+  pmjail serve [--socket PATH] [--config FILE]
+                                     serve the socket API (as a systemd service)
+  pmjail submit [--socket PATH] [run flags] FILE|-
+                                     send a job to a daemon, print it like run
   pmjail version
 
 run flags: --runtime deno|python --profile NAME|FILE --mode auto|required

@@ -20,4 +20,3 @@ func cmdVersion(args []string) int {
 	fmt.Printf("pmjail %s%s\n", version, rev)
 	return 0
 }
-

@@ -7,6 +7,8 @@
 //   deno run ... /pmjail/loader.mjs run <assetsDir> <snapshot|-> /job/main.py
 // Usage (by the supervisor, once per Pyodide+Deno version, no guest code):
 //   deno run ... <dir>/loader.mjs snapshot <assetsDir> <outFile>
+//   deno run ... /pmjail/loader.mjs warm <assetsDir> <snapshot|->
+// (warm runs at the in-jail paths: Deno's code cache is keyed by them)
 import { Channel, makeHost } from "./channel.js";
 
 const [mode, assetsDir, snapshotArg, mainPath] = Deno.args;
@@ -44,6 +46,11 @@ if (mode === "snapshot") {
   py.runPython(`import ${PRELOAD.join(", ")}`);
   const bytes = py.makeMemorySnapshot();
   await Deno.writeFile(snapshotArg, bytes);
+  Deno.exit(0);
+} else if (mode === "warm") {
+  // Loads Pyodide as a run does, so that Deno's code cache (DENO_DIR)
+  // holds the compiled modules; no guest code, no channel.
+  await load(snapshotArg && snapshotArg !== "-" ? { _loadSnapshot: await Deno.readFile(snapshotArg) } : {});
   Deno.exit(0);
 } else if (mode !== "run") {
   console.error(`pmjail loader: unknown mode ${mode}`);
