@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
@@ -63,31 +65,43 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 	return l, nil
 }
 
+// filter is a compiled seccomp program: the bytes the init stage installs
+// and the errno the supervisor answers a notified denial with.
+type filter struct {
+	program []byte
+	errno   unix.Errno
+}
+
 // filter compiles (once per profile and kind) the job's seccomp program.
-func (rn *Runner) filter(r *Resolved) ([]byte, error) {
+func (rn *Runner) filter(r *Resolved) (filter, error) {
 	key := r.Profile.Name + "/" + r.Kind + fmt.Sprint(r.Profile.SeccompLog)
 	rn.filtersMu.Lock()
 	defer rn.filtersMu.Unlock()
-	if b, ok := rn.filters[key]; ok {
-		return b, nil
+	if f, ok := rn.filters[key]; ok {
+		return f, nil
 	}
 	policy, err := r.Profile.SeccompPolicy(r.Kind)
 	if err != nil {
-		return nil, err
+		return filter{}, err
 	}
-	prog, err := seccomp.Compile(policy, seccomp.Options{Notify: true, Log: r.Profile.SeccompLog})
+	prog, err := seccomp.Compile(policy, seccomp.Options{Notify: !r.Profile.SeccompLog, Log: r.Profile.SeccompLog})
 	if err != nil {
-		return nil, fmt.Errorf("compile %s seccomp policy of profile %s: %w", r.Kind, r.Profile.Name, err)
+		return filter{}, fmt.Errorf("compile %s seccomp policy of profile %s: %w", r.Kind, r.Profile.Name, err)
 	}
 	b, err := prog.MarshalBinary()
 	if err != nil {
-		return nil, err
+		return filter{}, err
+	}
+	f := filter{program: b, errno: prog.Errno}
+	if f.errno == 0 {
+		// Never answer a denial with success.
+		f.errno = unix.EPERM
 	}
 	if rn.filters == nil {
-		rn.filters = map[string][]byte{}
+		rn.filters = map[string]filter{}
 	}
-	rn.filters[key] = b
-	return b, nil
+	rn.filters[key] = f
+	return f, nil
 }
 
 func (rn *Runner) brokerCeiling(r *Resolved) ipc.Ceiling {

@@ -39,7 +39,7 @@ type Runner struct {
 	Logger *slog.Logger
 
 	filtersMu sync.Mutex
-	filters   map[string][]byte
+	filters   map[string]filter
 }
 
 // Options are per-run hooks: live output and logs, for the CLI's pass-through
@@ -153,9 +153,9 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	if err != nil {
 		return fail("spec", "%v", err)
 	}
-	var filter []byte
+	var flt filter
 	if probed == nil || probed.Has(posture.Seccomp) {
-		if filter, err = rn.filter(r); err != nil {
+		if flt, err = rn.filter(r); err != nil {
 			return fail("seccomp", "%v", err)
 		}
 	}
@@ -183,7 +183,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		ID:          res.ID,
 		Spec:        spec,
 		Files:       launch.Files,
-		Seccomp:     filter,
+		Seccomp:     flt.program,
 		Landlock:    r.Profile.Landlock,
 		Timeout:     time.Duration(lim.Timeout),
 		CPUTime:     time.Duration(lim.CPUTime),
@@ -191,7 +191,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		Stdout:      opt.Stdout,
 		Stderr:      opt.Stderr,
 		Denials: func(ctx context.Context, fd int) {
-			_ = denials.Serve(ctx, fd, 0)
+			_ = denials.Serve(ctx, fd, flt.errno)
 		},
 	}
 	if cg != nil {
@@ -225,7 +225,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
-	facts := rn.facts(r, out, cg, filter != nil)
+	facts := rn.facts(r, out, cg, flt.program != nil)
 	facts.DenoFlags = denoFlags(launch)
 	if probed != nil {
 		facts.Host = &probed.Host

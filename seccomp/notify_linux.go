@@ -46,6 +46,11 @@ func Serve(ctx context.Context, listenerFD int) *Denials {
 // an error if the listener itself fails; it always closes listenerFD.
 func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) error {
 	defer unix.Close(listenerFD)
+	if errno == 0 {
+		// An answer of 0 is success for a call that never ran: a denial
+		// is never answered that way.
+		errno = unix.EPERM
+	}
 	// An eventfd wakes the poll when ctx ends: a blocked NOTIF_RECV cannot
 	// be interrupted by closing the fd.
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)

@@ -240,3 +240,24 @@ func TestServeStopsWithContext(t *testing.T) {
 		t.Fatal("Serve did not return after its context ended")
 	}
 }
+
+// A denial is never answered with success, whatever errno a caller passes:
+// an answer of 0 would tell the guest that a call which never ran worked.
+func TestNotifyNeverAnswersSuccess(t *testing.T) {
+	needRoot(t)
+	prog := compile(t, probeProfile(t), seccomp.Options{Notify: true})
+	ctx := testContext(t)
+	c := startChild(t, ctx, "probe", prog, nil, "mount", "bpf")
+	var d seccomp.Denials
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx, c.listener, 0) }()
+	got := c.wait(t)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mount", "bpf"} {
+		if got[name] != "EPERM" {
+			t.Errorf("%s answered with errno 0 asked: got %q, want EPERM", name, got[name])
+		}
+	}
+}

@@ -14,12 +14,12 @@ const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
 
 let reported = false;
-function fail(err) {
+async function fail(err) {
   if (reported) return;
   reported = true;
   const e = err instanceof Error ? err : new Error(String(err));
   try {
-    channel.finish({
+    await channel.finish({
       type: "error",
       error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: e.stack ?? "" },
     });
@@ -45,14 +45,15 @@ try {
     const value = await mod.default(input, Object.freeze({ host, input }));
     // JSON.stringify throws for a value that cannot cross (a BigInt, a
     // cycle): that is the guest's error, reported as such.
-    channel.finish({ type: "done", value: value === undefined ? null : value });
+    const sent = channel.finish({ type: "done", value: value === undefined ? null : value });
     reported = true;
+    await sent;
     Deno.exit(0);
   }
   // A plain script: its console output and exit code are the result, and
   // work it scheduled keeps running until the event loop is empty.
 } catch (err) {
-  fail(err);
+  await fail(err);
 }
 
 // coarsenTime is the opt-in timing mitigation: clocks at 1 ms resolution and

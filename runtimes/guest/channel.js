@@ -87,17 +87,37 @@ export class Channel {
     this.#pending.clear();
   }
 
+  // #write queues one frame (JSON.stringify throws here, synchronously, for
+  // a value that cannot cross). Frames go out asynchronously, so the guest
+  // keeps reading replies while it writes: with both FIFOs full and both
+  // sides blocked in a write, neither would ever read.
   #write(obj) {
     const body = encoder.encode(JSON.stringify(obj));
     const frame = new Uint8Array(4 + body.length);
     new DataView(frame.buffer).setUint32(0, body.length);
     frame.set(body, 4);
-    let off = 0;
-    while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
+    this.#queue.push(frame);
+    if (!this.#flushing) this.#flushing = this.#flush();
+    return this.#flushing;
+  }
+
+  #queue = [];
+  #flushing = null;
+
+  async #flush() {
+    try {
+      while (this.#queue.length > 0) {
+        const frame = this.#queue.shift();
+        let off = 0;
+        while (off < frame.length) off += await this.#out.write(frame.subarray(off));
+      }
+    } finally {
+      this.#flushing = null;
+    }
   }
 
   send(obj) {
-    this.#write(obj);
+    return this.#write(obj);
   }
 
   call(method, params) {
@@ -105,7 +125,7 @@ export class Channel {
     return new Promise((resolve) => {
       this.#pending.set(id, resolve);
       try {
-        this.#write({ type: "call", id, method, params: params ?? null });
+        this.#write({ type: "call", id, method, params: params ?? null }).catch(() => this.#closed());
       } catch (err) {
         this.#pending.delete(id);
         resolve({ ok: false, error: { code: "internal", message: String(err) } });
@@ -115,10 +135,11 @@ export class Channel {
     });
   }
 
-  // finish sends the last frame; writes are synchronous, so the caller may
-  // exit right after.
+  // finish sends the last frame and resolves once every frame is written;
+  // the caller exits then. It throws, synchronously, for a frame that
+  // cannot be serialised.
   finish(frame) {
-    this.#write(frame);
+    return this.#write(frame);
   }
 }
 

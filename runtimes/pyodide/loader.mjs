@@ -130,24 +130,24 @@ try {
 
 switch (outcome.kind) {
   case "done":
-    finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
+    await finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
     Deno.exit(0);
     break;
   case "exit":
     // sys.exit(n): the exit code is the result, as for a Deno script.
-    finish(null);
+    await finish(null);
     Deno.exit(outcome.code);
     break;
   default:
-    finish({ type: "error", error: outcome.error });
+    await finish({ type: "error", error: outcome.error });
     Deno.exit(1);
 }
 
-// finish sends the last frame; the channel writes synchronously, so the
-// caller may exit right after.
-function finish(frame) {
+// finish sends the last frame and resolves once it is written; the caller
+// exits then.
+async function finish(frame) {
   try {
-    if (frame) channel.finish(frame);
+    if (frame) await channel.finish(frame);
   } catch {
     // The host is gone; the exit code still tells.
   }
