@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestCleanup_AfterRuns(t *testing.T) {
+	before := snapshotHost(t)
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok.js")
+	loop := filepath.Join(dir, "loop.js")
+	bomb := filepath.Join(dir, "bomb.js")
+	writeFile(t, ok, `console.log(1)`)
+	writeFile(t, loop, `for (;;) {}`)
+	writeFile(t, bomb, `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`)
+	if inv := pmjailCmd(t, "", "run", "--json", ok); inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("finished run: exit %d", inv.ExitCode)
+	}
+	if inv := pmjailCmd(t, "", "run", "--json", "--timeout", "1s", loop); inv.Result == nil || inv.Result.Status != "timeout" {
+		t.Fatalf("timed-out run: exit %d", inv.ExitCode)
+	}
+	if inv := pmjailCmd(t, "", "run", "--json", "--memory", "64M", bomb); inv.Result == nil || inv.Result.Status != "memory_limit" {
+		t.Fatalf("killed run: exit %d", inv.ExitCode)
+	}
+	// Interrupted: SIGTERM to the supervisor mid-run.
+	cmd, _ := startPmjail(t, "run", "--json", loop)
+	waitForChild(t, cmd.Process.Pid)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if n := jobCgroups(cmd.Process.Pid); len(n) > 0 {
+		t.Errorf("cgroups left after SIGTERM: %v", n)
+	}
+	assertNothingLeft(t, before)
+}
+
+// waitForChild waits until the supervisor pid has a jailed descendant.
+func waitForChild(t *testing.T, pid int) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if d := descendants(pid); len(d) > 0 && len(jobCgroups(pid)) > 0 {
+			time.Sleep(300 * time.Millisecond) // let the runtime start
+			return descendants(pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("supervisor %d started no child", pid)
+	return nil
+}
+
+func TestCleanup_SupervisorSIGKILL(t *testing.T) {
+	before := snapshotHost(t)
+	loop := filepath.Join(t.TempDir(), "loop.js")
+	writeFile(t, loop, `for (;;) {}`)
+	cmd, _ := startPmjail(t, "run", "--json", "--timeout", "60s", loop)
+	sup := cmd.Process.Pid
+	kids := waitForChild(t, sup)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		var living []int
+		for _, k := range kids {
+			if alive(k) {
+				living = append(living, k)
+			}
+		}
+		if len(living) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guest processes %v outlived the SIGKILLed supervisor by 2s", describePids(living))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	left := jobCgroups(sup)
+	if len(left) == 0 {
+		t.Errorf("no cgroup of the SIGKILLed supervisor %d found: the sweep test proves nothing", sup)
+	}
+	// The next run sweeps the orphan.
+	ok := filepath.Join(t.TempDir(), "ok.js")
+	writeFile(t, ok, `console.log(1)`)
+	if inv := pmjailCmd(t, "", "run", "--json", ok); inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("next run: exit %d %s", inv.ExitCode, inv.Stderr)
+	}
+	if n := jobCgroups(sup); len(n) > 0 {
+		t.Errorf("the next run did not sweep the orphan cgroups %v", n)
+	}
+	assertNothingLeft(t, before)
+}
+
+func TestCleanup_ManySequentialRuns(t *testing.T) {
+	before := snapshotHost(t)
+	var pids []int
+	for i := 0; i < 200; i++ {
+		cmd, out := startPmjail(t, "exec", "--", "/bin/true")
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("exec /bin/true #%d: %v %s", i, err, out)
+		}
+		pids = append(pids, cmd.Process.Pid)
+	}
+	ok := filepath.Join(t.TempDir(), "ok.js")
+	writeFile(t, ok, `console.log(1)`)
+	for i := 0; i < 20; i++ {
+		cmd, out := startPmjail(t, "run", ok)
+		if err := cmd.Wait(); err != nil || out.String() != "1\n" {
+			t.Fatalf("deno run #%d: %v %q", i, err, out)
+		}
+		pids = append(pids, cmd.Process.Pid)
+	}
+	for _, p := range pids {
+		if n := jobCgroups(p); len(n) > 0 {
+			t.Errorf("run by supervisor %d left %v", p, n)
+		}
+	}
+	assertNothingLeft(t, before)
+}

@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const memMargin = 8 << 20
+
+func TestLimits_MemoryJS(t *testing.T) {
+	before := memAvailable(t)
+	cases := map[string]string{
+		// Plain arrays: the V8 heap cap meets it first.
+		"heap": `const a = []; for (;;) a.push(new Array(1e6).fill(1.5));`,
+		// Typed arrays live outside the V8 heap: the cgroup must stop them.
+		"buffers": `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`,
+	}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bomb.js")
+			writeFile(t, path, src)
+			inv := pmjailCmd(t, "", "run", "--json", "--memory", "64M", path)
+			r := inv.Result
+			if r == nil || r.Status != "memory_limit" || inv.ExitCode != 137 || r.ExitCode != 137 {
+				t.Fatalf("result %+v exit %d, want memory_limit and 137", r, inv.ExitCode)
+			}
+			if r.Usage.PeakMemoryBytes > 64<<20+memMargin {
+				t.Errorf("peak memory %d, want <= 64 MiB + 8 MiB", r.Usage.PeakMemoryBytes)
+			}
+			if !slices.Contains(r.LimitsHit, "memory") || r.Error == nil || r.Error.Code != "memory_limit" {
+				t.Errorf("limits_hit %v error %+v, want memory", r.LimitsHit, r.Error)
+			}
+		})
+	}
+	if after := memAvailable(t); after < before-512<<20 {
+		t.Errorf("MemAvailable fell from %d to %d", before, after)
+	}
+}
+
+func TestLimits_MemoryPython(t *testing.T) {
+	r := runScript(t, "bomb.py", "import sys\nprint('started', flush=True)\nb = []\nwhile True:\n    b.append(bytearray(1 << 20))\n")
+	if r.Status != "memory_limit" || r.ExitCode != 137 || !strings.Contains(r.Stdout, "started") {
+		t.Fatalf("status %s exit %d stdout %q error %+v, want memory_limit 137 after the script started", r.Status, r.ExitCode, r.Stdout, r.Error)
+	}
+	if r.Usage.PeakMemoryBytes > 256<<20+memMargin {
+		t.Errorf("peak %d above the default profile's 256M", r.Usage.PeakMemoryBytes)
+	}
+}
+
+// forkTree is a bounded fork bomb: a tree of depth 3 and fan-out 3 (at most
+// 40 shells in all, by construction), each node busy for a while, so an
+// unenforced cap would still hurt nobody.
+const forkTree = `
+node() {
+  d=$1
+  if [ "$d" -lt 3 ]; then
+    for k in 1 2 3; do node $((d+1)) & done
+  fi
+  i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done
+  wait
+}
+node 0
+echo tree-done
+`
+
+func TestLimits_ForkBomb(t *testing.T) {
+	inv := pmjailCmd(t, "", "exec", "--json", "--pids", "16", "--", "/bin/sh", "-c", forkTree)
+	r := inv.Result
+	if r == nil {
+		t.Fatalf("no result: %s", inv.Stderr)
+	}
+	if !slices.Contains(r.LimitsHit, "pids") || r.Usage.PeakTasks > 16 || r.Usage.PeakTasks == 0 {
+		t.Errorf("limits_hit %v peak_tasks %d, want pids and <= 16", r.LimitsHit, r.Usage.PeakTasks)
+	}
+	if !strings.Contains(r.Stderr, "fork") {
+		t.Errorf("stderr %q: want the shell's refused fork", r.Stderr)
+	}
+	if r.Status != "ok" || !strings.Contains(r.Stdout, "tree-done") {
+		t.Errorf("status %s stdout %q: want the tree to finish on its own", r.Status, r.Stdout)
+	}
+}
+
+func TestLimits_CPUTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spin.js")
+	writeFile(t, path, "for (;;) {}\n")
+	inv := pmjailCmd(t, "", "run", "--json", "--cpu-time", "1s", path)
+	r := inv.Result
+	if r == nil || r.Status != "cpu_limit" || inv.ExitCode != 124 {
+		t.Fatalf("result %+v exit %d, want cpu_limit 124", r, inv.ExitCode)
+	}
+	if r.Usage.CPUMS < 900 || r.Usage.WallMS > 5000 {
+		t.Errorf("cpu %d ms wall %d ms, want about 1 s of CPU", r.Usage.CPUMS, r.Usage.WallMS)
+	}
+}
+
+func TestLimits_ConcurrentJobsIsolated(t *testing.T) {
+	var wg sync.WaitGroup
+	var bomb, normal *Result
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		bomb = runScript(t, "bomb.js", `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`, "--memory", "64M")
+	}()
+	go func() {
+		defer wg.Done()
+		normal = runScript(t, "normal.js", `const a = new Uint8Array(100 << 20).fill(1); let s = 0; for (let i = 0; i < a.length; i += 4096) s += a[i]; console.log(s);`)
+	}()
+	wg.Wait()
+	if bomb.Status != "memory_limit" {
+		t.Errorf("bomb: %s, want memory_limit", bomb.Status)
+	}
+	if normal.Status != "ok" || normal.Stdout != "25600\n" || normal.Usage.PeakMemoryBytes < 100<<20 {
+		t.Errorf("normal (100 MiB under the default 256M): %s %q peak %d error %+v, want ok", normal.Status, normal.Stdout, normal.Usage.PeakMemoryBytes, normal.Error)
+	}
+}
+
+func TestLimits_DiskTmpFull(t *testing.T) {
+	bin := buildProber(t)
+	r, rep := runProber(t, bin, nil, "fill_tmp", "list=/tmp")
+	wantErrno(t, rep, "fill_tmp", "ENOSPC")
+	var n int
+	if p := rep["fill_tmp"]; p.Detail != nil {
+		_ = jsonUnmarshal(p.Detail, &n)
+	}
+	if n < 15<<20 || n > 16<<20 {
+		t.Errorf("wrote %d bytes before ENOSPC, want the default profile's 16M", n)
+	}
+	if r.Status != "ok" || r.ExitCode != 0 {
+		t.Errorf("status %s exit %d, want the run to end normally", r.Status, r.ExitCode)
+	}
+	// The shell sees it too.
+	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/sh", "-c", `s=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; s=$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s; s=$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s; n=0; while [ $n -lt 2000 ] && printf '%s' "$s" >> /tmp/f$((n/400)); do n=$((n+1)); done; echo wrote=$n`)
+	// dash reports the failed write as "I/O error"; 2000 writes of 16 KiB
+	// would be 31 MiB, so stopping early means the cap held.
+	if inv.Result == nil || inv.Result.Status != "ok" || !strings.Contains(inv.Result.Stderr, "printf") ||
+		strings.Contains(inv.Result.Stdout, "wrote=2000") {
+		t.Errorf("shell fill: exit %d stdout %q stderr %q", inv.ExitCode, inv.Result.Stdout, inv.Result.Stderr)
+	}
+}
+
+func TestLimits_DeepRecursion(t *testing.T) {
+	r := runScript(t, "deep.js", "function f(n) { return f(n + 1) + 1; }\nf(0);\n")
+	if r.Status != "error" || r.Error == nil || r.Error.Code != "RangeError" || !strings.Contains(r.Error.Message, "Maximum call stack") {
+		t.Fatalf("status %s error %+v, want error RangeError Maximum call stack", r.Status, r.Error)
+	}
+}
+
+func TestLimits_IPCFlood(t *testing.T) {
+	src := `
+const counts = {};
+for (let i = 0; i < __N__; i++) {
+  const r = await host.log.info("flood " + i);
+  const k = r.ok ? "ok" : r.error.code;
+  counts[k] = (counts[k] ?? 0) + 1;
+}
+console.log(JSON.stringify(counts));
+`
+	// Every call counts against the per-run budget (1000), denied or not.
+	r := runScript(t, "flood.js", fill(src, "N", "100000"), "--timeout", "60s")
+	if r.Status != "ok" || strings.TrimSpace(r.Stdout) != `{"denied":1000,"rate_limited":99000}` || len(r.Logs) != 0 {
+		t.Errorf("without --cap log: %s %q logs %d, want ok, no call accepted", r.Status, r.Stdout, len(r.Logs))
+	}
+	r = runScript(t, "flood.js", fill(src, "N", "3000"), "--timeout", "60s", "--cap", "log")
+	if r.Status != "ok" || strings.TrimSpace(r.Stdout) != `{"ok":1000,"rate_limited":2000}` || len(r.Logs) != 1000 {
+		t.Errorf("with --cap log: %s %q logs %d error %+v, want ok, 1000 ok then rate_limited", r.Status, r.Stdout, len(r.Logs), r.Error)
+	}
+}

@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// seccompDenied are calls every profile refuses: the guest must see EPERM.
+var seccompDenied = []string{
+	"ptrace_traceme", "ptrace_attach=1", "mount", "umount2", "unshare_user", "unshare_net", "unshare_ns",
+	"setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+	"personality", "iopl", "ioperm", "kexec_load", "init_module", "finit_module", "open_by_handle_at",
+	"name_to_handle_at", "reboot", "swapon", "syslog", "acct", "chroot", "pivot_root", "sethostname",
+	"clock_settime", "process_vm_readv", "setuid0", "capset", "shmget", "msgget", "semget", "mknod",
+	"x32_getpid", "int80_getpid",
+}
+
+func TestSecurityKernel_ProberSyscalls(t *testing.T) {
+	bin := buildProber(t)
+	shmBefore := snapshotHost(t).shm
+	probes := append(append([]string{}, seccompDenied...), "open_ptmx", "tiocsti")
+	r, rep := runProber(t, bin, nil, probes...)
+	for _, p := range seccompDenied {
+		wantErrno(t, rep, p, "EPERM")
+	}
+	wantErrno(t, rep, "open_ptmx", "ENOENT")
+	wantErrno(t, rep, "tiocsti", "EPERM", "ENOTTY")
+	if r.Status != "ok" {
+		t.Errorf("status %s exit %d stderr %q", r.Status, r.ExitCode, r.Stderr)
+	}
+	for _, name := range []string{"ptrace", "mount", "unshare", "bpf", "kexec_load", "reboot"} {
+		if r.Denied[name] == 0 {
+			t.Errorf("denied_syscalls %v does not name %s", r.Denied, name)
+		}
+	}
+	if n := newItems(shmBefore, snapshotHost(t).shm); len(n) > 0 {
+		t.Errorf("SysV segments appeared on the host: %q", n)
+	}
+}
+
+// Namespace flags through clone(2) itself (allowed for threads and forks):
+// the filter must refuse the namespace flags, not only unshare(2).
+func TestSecurityKernel_CloneNamespaces(t *testing.T) {
+	bin := buildProber(t)
+	_, rep := runProber(t, bin, nil, "clone_newuser", "clone_newns", "clone_newnet")
+	for _, p := range []string{"clone_newuser", "clone_newns", "clone_newnet"} {
+		wantErrno(t, rep, p, "EPERM")
+	}
+}
+
+func TestSecurityKernel_Posture(t *testing.T) {
+	bin := buildProber(t)
+	r, rep := runProber(t, bin, nil, "identity", "env", "proc_pids", "net_interfaces", "proc_net_dev",
+		"create=/pmjail-probe", "exec_tmp", "lo_up")
+	var id struct {
+		UID, EUID, GID int
+		CapEff         string `json:"cap_eff"`
+		CapBnd         string `json:"cap_bnd"`
+		CapAmb         string `json:"cap_amb"`
+		NoNewPrivs     string `json:"no_new_privs"`
+		Seccomp        string
+		Hostname       string
+	}
+	if detail(t, rep, "identity", &id) {
+		if id.UID != 1000 || id.EUID != 1000 || id.CapEff != "0000000000000000" || id.CapBnd != "0000000000000000" ||
+			id.CapAmb != "0000000000000000" || id.NoNewPrivs != "1" || id.Seccomp != "2" || id.Hostname != "pmjail" {
+			t.Errorf("identity %+v", id)
+		}
+	}
+	var env []string
+	if detail(t, rep, "env", &env) {
+		var keys []string
+		for _, kv := range env {
+			k, _, _ := strings.Cut(kv, "=")
+			keys = append(keys, k)
+		}
+		if strings.Join(keys, ",") != "PATH,HOME,LANG" {
+			t.Errorf("environment %q, want exactly PATH, HOME, LANG", env)
+		}
+	}
+	var pids []int
+	if detail(t, rep, "proc_pids", &pids) && (len(pids) > 3 || len(pids) == 0) {
+		t.Errorf("/proc shows pids %v, want only the job's own", pids)
+	}
+	for _, p := range []string{"net_interfaces", "proc_net_dev"} {
+		var ifs []string
+		if detail(t, rep, p, &ifs) && strings.Join(ifs, ",") != "lo" {
+			t.Errorf("%s: %v, want only lo", p, ifs)
+		}
+	}
+	wantErrno(t, rep, "create=/pmjail-probe", "EROFS")
+	wantErrno(t, rep, "exec_tmp", "EACCES")
+	wantErrno(t, rep, "lo_up", "EPERM")
+	// The host sees the guest under a jail uid, never root.
+	if r.Status != "ok" {
+		t.Errorf("status %s", r.Status)
+	}
+}
+
+func TestSecurityProcess_Signals(t *testing.T) {
+	bin := buildProber(t)
+	victim := startVictim(t)
+	self := os.Getpid()
+	_, rep := runProber(t, bin, nil, "kill="+itoa(victim)+",9", "kill="+itoa(self)+",0", "kill=1,0", "getppid")
+	wantErrno(t, rep, "kill="+itoa(victim)+",9", "ESRCH")
+	wantErrno(t, rep, "kill="+itoa(self)+",0", "ESRCH")
+	if p := rep["kill=1,0"]; !p.OK {
+		t.Errorf("kill(1, 0) in the job's own pid namespace: %+v, want success (pid 1 is the job)", p)
+	}
+	var ppid int
+	if detail(t, rep, "getppid", &ppid) && ppid != 0 {
+		t.Errorf("getppid %d, want 0 (the parent is outside the pid namespace)", ppid)
+	}
+	if !alive(victim) {
+		t.Errorf("the host process %d died", victim)
+	}
+}
