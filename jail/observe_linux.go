@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/pmjail/pmjail/netns"
 )
 
 // Observed is the contained process's real state, read back from /proc
@@ -30,7 +32,9 @@ type Observed struct {
 	// CoreLimit and NoFileLimit are its RLIMIT_CORE and RLIMIT_NOFILE.
 	CoreLimit   string `json:"rlimit_core"`
 	NoFileLimit string `json:"rlimit_nofile"`
-	Error       string `json:"error,omitempty"`
+	// Network is what the process's network namespace holds.
+	Network *netns.Report `json:"network,omitempty"`
+	Error   string        `json:"error,omitempty"`
 }
 
 // NoCapabilities reports whether every capability set is empty.
@@ -109,6 +113,9 @@ func observe(pid int, lease *idLease) *Observed {
 				o.RootReadOnly = strings.HasPrefix(f[5], "ro")
 			}
 		}
+	}
+	if rep, err := netns.Inspect(pid); err == nil {
+		o.Network = &rep
 	}
 	if data, err := os.ReadFile("/proc/" + p + "/limits"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/netns"
 )
 
 // RunFacts is what a run knows about its own protection.
@@ -52,6 +53,12 @@ func ForRun(f RunFacts) *Report {
 	for _, ns := range namespaceProbes {
 		key := nsKey(ns.name)
 		switch {
+		case verified && ns.name == NetNS && o.Network != nil:
+			if o.Network.Isolated {
+				add(ns.name, Applied, fmt.Sprintf("namespace inode %d holds only %s", o.Network.JobInode, interfaces(o.Network)))
+			} else {
+				add(ns.name, Missing, o.Network.Reason)
+			}
 		case verified && o.Namespaces[key]:
 			add(ns.name, Applied, fmt.Sprintf("namespace inode %d differs from the supervisor's", o.NamespaceIDs[key]))
 		case verified:
@@ -176,4 +183,19 @@ func runCgroup(f RunFacts, layers []Layer) (Cgroup, []Layer) {
 		layers = append(layers, Layer{Name: l.layer, State: Applied, Detail: fmt.Sprintf("%s = %s (%s)", file, readLimit(d, file), d)})
 	}
 	return info, layers
+}
+
+func interfaces(r *netns.Report) string {
+	var names []string
+	for _, i := range r.Interfaces {
+		state := "down"
+		if i.Up {
+			state = "up"
+		}
+		names = append(names, i.Name+" ("+state+")")
+	}
+	if len(names) == 0 {
+		return "no interface"
+	}
+	return strings.Join(names, ", ")
 }
