@@ -5,9 +5,10 @@ BIN     := bin/pmjail
 DEB     := libseccomp-dev pkg-config bubblewrap strace
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: setup deps build run test test-host test-vm bench lint clean
+.PHONY: setup deps build run test test-host test-vm bench soak lint clean
 
 setup: deps build
+	$(BIN) prepare
 
 # Debian packages, Go modules and the pinned runtimes (Deno, Pyodide) from
 # the npm registry via package-lock.json.
@@ -49,6 +50,16 @@ test-vm: setup
 		-e CI=true -e PMJAIL_BIN=$(VMBIN)/pmjail -e PMJAIL_RUNTIME_DIR=$(CURDIR)/node_modules \
 		-e PMJAIL_REPO_ROOT=$(CURDIR) -e 'VM_TESTS=$(VM_TESTS)' \
 		integration/vm/suite.sh $(VMBIN)
+
+# Side-by-side costs (bare Deno/Pyodide, bubblewrap, the daemon, seccomp)
+# with a short soak; writes BENCHMARKS.md. FULL_SOAK=1 runs the full soak.
+bench: build
+	$(GO) run ./bench $(if $(FULL_SOAK),-full-soak) $(BENCHFLAGS)
+
+# The long soak alone (2,000 native + 200 Deno runs, then leak checks),
+# printed to stdout.
+soak: build
+	$(GO) run ./bench -only soak -full-soak -out - $(BENCHFLAGS)
 
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }

@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -393,13 +392,6 @@ func memAvailable(t *testing.T) int64 {
 	}
 	t.Fatal("no MemAvailable in /proc/meminfo")
 	return 0
-}
-
-// withTimeout is a context for helpers that wait.
-func withTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func writeFile(t *testing.T, path, content string) {

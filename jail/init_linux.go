@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -154,7 +155,7 @@ func setUp(cfg *initConfig) (initReport, error) {
 	if err := stage("rlimits", setRlimits(spec.Process.Rlimits)); err != nil {
 		return report, err
 	}
-	if err := stage("fds", closeExtraFDs()); err != nil {
+	if err := stage("fds", closeExtraFDs(cfg.Channel)); err != nil {
 		return report, err
 	}
 	if cfg.Landlock {
@@ -209,7 +210,7 @@ func buildRoot(cfg *initConfig, report *initReport) error {
 	sources := make([]int, len(cfg.Spec.Mounts))
 	for i, m := range cfg.Spec.Mounts {
 		sources[i] = -1
-		if m.Type != "bind" {
+		if m.Type != "bind" && m.Type != "copy" {
 			continue
 		}
 		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -240,7 +241,13 @@ func buildRoot(cfg *initConfig, report *initReport) error {
 		}
 	}
 	for i, m := range cfg.Spec.Mounts {
-		if err := mountInRoot(root, m, sources[i]); err != nil {
+		mount := mountInRoot
+		if m.Type == "copy" {
+			mount = func(root string, m specs.Mount, src int) error {
+				return copyIntoRoot(root, m, src, int(cfg.Spec.Process.User.UID))
+			}
+		}
+		if err := mount(root, m, sources[i]); err != nil {
 			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
 		}
 	}
@@ -312,6 +319,41 @@ func mountInRoot(root string, m specs.Mount, src int) error {
 		}
 	}
 	return nil
+}
+
+// copyIntoRoot gives the guest a writable copy of a read-only host
+// directory (m.Source, opened as src) at m.Destination on the job's /tmp,
+// which must be mounted already: writes stay in the run and the host copy
+// never changes. It copies rather than mounting overlayfs: a copy-up of a
+// file whose owner is not mapped in the job's user namespace fails with
+// EOVERFLOW, and the shared copy is root's. Only directories and regular
+// files are copied, and the directory must be small (a code cache).
+func copyIntoRoot(root string, m specs.Mount, src, uid int) error {
+	dst := filepath.Join(root, m.Destination)
+	from := os.DirFS(fmt.Sprintf("/proc/self/fd/%d", src))
+	return fs.WalkDir(from, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, p)
+		switch {
+		case d.IsDir():
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case d.Type().IsRegular():
+			data, err := fs.ReadFile(from, p)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(target, data, 0o644); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		return os.Chown(target, uid, uid)
+	})
 }
 
 func makeMountPoint(dst string, dir bool) error {
@@ -418,10 +460,15 @@ var rlimitNames = map[string]int{
 	"RLIMIT_AS":     unix.RLIMIT_AS,
 }
 
-// closeExtraFDs marks every fd above the channel close-on-exec: the guest
-// inherits stdin, stdout, stderr and the channel, nothing else.
-func closeExtraFDs() error {
-	if err := unix.CloseRange(controlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+// closeExtraFDs marks every fd above the channel close-on-exec (and the
+// channel's placeholder too when there is no channel): the guest inherits
+// stdin, stdout, stderr and the channel, nothing else.
+func closeExtraFDs(channel bool) error {
+	first := uint(controlFD)
+	if !channel {
+		first = channelFD
+	}
+	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return os.NewSyscallError("close_range", err)
 	}
 	return nil
@@ -515,6 +562,7 @@ func makeChannel(root string, guestUID int) ([]int, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("open channel out for the guest", err)
 	}
+	// dup3 replaces the placeholder the supervisor left at fd 3.
 	if err := unix.Dup3(guestOut, channelFD, 0); err != nil {
 		return nil, os.NewSyscallError("dup3", err)
 	}

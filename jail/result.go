@@ -1,9 +1,6 @@
 package jail
 
-import (
-	"encoding/json"
-	"time"
-)
+import "encoding/json"
 
 // Status says how a run ended. The names are the result object's contract.
 type Status string
@@ -87,5 +84,3 @@ type Usage struct {
 	PeakTasks       uint64 `json:"peak_tasks,omitempty"`
 	BrokerCalls     int    `json:"broker_calls"`
 }
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }

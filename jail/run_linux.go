@@ -169,6 +169,15 @@ func (s *supervision) run(ctx context.Context) {
 		return
 	}
 	defer ctlHost.Close()
+	// fd 3 is the guest channel's slot: held by a placeholder until the init
+	// stage puts the channel there, so nothing of its own can take it.
+	placeholder, err := os.Open(os.DevNull)
+	if err != nil {
+		ctlChild.Close()
+		s.fail("fd placeholder", err)
+		return
+	}
+	defer placeholder.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		s.fail("stdout pipe", err)
@@ -189,7 +198,7 @@ func (s *supervision) run(ctx context.Context) {
 		Dir:         "/",
 		Stdout:      outW,
 		Stderr:      errW,
-		ExtraFiles:  []*os.File{nil, ctlChild},
+		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: s.sysProcAttr(lease),
 	}
 	s.mu.Lock()

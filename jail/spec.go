@@ -53,7 +53,11 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
 			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)
 		}
-		mounts = append(mounts, specs.Mount{Destination: b.Target, Type: "bind", Source: b.Source, Options: append(ro, "noexec")})
+		opts := append([]string(nil), ro...)
+		if !b.Exec {
+			opts = append(opts, "noexec")
+		}
+		mounts = append(mounts, specs.Mount{Destination: b.Target, Type: "bind", Source: b.Source, Options: opts})
 	}
 	for _, d := range devices {
 		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"nosuid", "noexec"}})
@@ -63,6 +67,14 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		specs.Mount{Destination: runtimes.TmpDir, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
 	)
+	// A "copy" mount (pmjail's own type) is a per-run writable copy of the
+	// read-only host directory Source, made by the init stage on /tmp (above).
+	for _, c := range launch.Copies {
+		if !filepath.IsAbs(c.Source) || !filepath.IsAbs(c.Target) {
+			return nil, fmt.Errorf("copy %s:%s: paths must be absolute", c.Source, c.Target)
+		}
+		mounts = append(mounts, specs.Mount{Destination: c.Target, Type: "copy", Source: c.Source, Options: []string{"nosuid", "nodev", "noexec"}})
+	}
 	rlimits := []specs.POSIXRlimit{
 		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 		{Type: "RLIMIT_NOFILE", Hard: lim.OpenFiles, Soft: lim.OpenFiles},

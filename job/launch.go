@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
 )
@@ -60,7 +59,7 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 		if !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
 			return nil, invalid("--ro-bind %q: paths must be absolute", b)
 		}
-		l.Binds = append(l.Binds, runtimes.Bind{Source: filepath.Clean(src), Target: filepath.Clean(dst)})
+		l.Binds = append(l.Binds, runtimes.Bind{Source: filepath.Clean(src), Target: filepath.Clean(dst), Exec: true})
 	}
 	return l, nil
 }
@@ -102,8 +101,4 @@ func (rn *Runner) filter(r *Resolved) (filter, error) {
 	}
 	rn.filters[key] = f
 	return f, nil
-}
-
-func (rn *Runner) brokerCeiling(r *Resolved) ipc.Ceiling {
-	return rn.Ceiling.Broker
 }

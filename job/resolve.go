@@ -84,7 +84,9 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		return nil, invalid("profile: %v", err)
 	}
 	r.Profile = prof
-	r.Limits = req.Limits.Merge(prof.Limits)
+	// A limit the job leaves out takes the profile's default, lowered to
+	// the operator's ceiling; one the job asks for must fit under it.
+	r.Limits = req.Limits.Merge(prof.Limits.Clamp(ceil.Limits))
 	if err := r.Limits.Validate(); err != nil {
 		return nil, invalid("%v", err)
 	}

@@ -72,7 +72,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		res.Usage.WallMS = time.Since(start).Milliseconds()
 		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS)
 	}()
-	logger.Info("run starting", "job", r.String())
+	logger.Info("run starting", "spec", r.String())
 
 	var probed *posture.Probed
 	if rn.Prober != nil {
@@ -227,6 +227,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	res.Denied = denials.Counts()
 	facts := rn.facts(r, out, cg, flt.program != nil)
 	facts.DenoFlags = denoFlags(launch)
+	facts.Start = launch.Start
 	if probed != nil {
 		facts.Host = &probed.Host
 	}

@@ -66,9 +66,18 @@ type Report struct {
 	Layers  []Layer  `json:"layers"`
 	Cgroup  Cgroup   `json:"cgroup"`
 	Host    *Host    `json:"host,omitempty"`
+	// Runtime is what ran, for a run's posture.
+	Runtime *RunRuntime `json:"runtime,omitempty"`
 	// Observed is the run's process state as read back from /proc.
 	Observed *jail.Observed `json:"observed,omitempty"`
 	ProbedAt time.Time      `json:"probed_at,omitzero"`
+}
+
+// RunRuntime names a run's runtime and, for Python, how it started:
+// "snapshot" or "cold: <why>".
+type RunRuntime struct {
+	Name  string `json:"name"`
+	Start string `json:"start,omitempty"`
 }
 
 // Cgroup is the cgroup mechanic in use.

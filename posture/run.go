@@ -23,8 +23,10 @@ type RunFacts struct {
 	CgroupHost *cgroup.Host
 	// CgroupReason says why there is no cgroup.
 	CgroupReason string
-	// Runtime is "deno", "python" or "" for a native program.
+	// Runtime is "deno", "python" or "" for a native program; Start says
+	// how it started (Python: "snapshot" or "cold: <why>").
 	Runtime    string
+	Start      string
 	DenoFlags  []string
 	CoarseTime bool
 	// Host is the daemon's probed host information, if any.
@@ -35,6 +37,9 @@ type RunFacts struct {
 // process itself.
 func ForRun(f RunFacts) *Report {
 	r := &Report{Host: f.Host}
+	if f.Runtime != "" {
+		r.Runtime = &RunRuntime{Name: f.Runtime, Start: f.Start}
+	}
 	add := func(name string, st State, detail string) {
 		r.Layers = append(r.Layers, Layer{Name: name, State: st, Core: isCore(name), Detail: detail})
 	}

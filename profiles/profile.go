@@ -49,6 +49,30 @@ func (l Limits) Merge(d Limits) Limits {
 	return l
 }
 
+// Clamp lowers every limit of l that is above the ceiling's (a zero
+// ceiling field sets no bound).
+func (l Limits) Clamp(ceil Limits) Limits {
+	if ceil.Memory > 0 && l.Memory > ceil.Memory {
+		l.Memory = ceil.Memory
+	}
+	if ceil.CPUTime > 0 && l.CPUTime > ceil.CPUTime {
+		l.CPUTime = ceil.CPUTime
+	}
+	if ceil.Timeout > 0 && l.Timeout > ceil.Timeout {
+		l.Timeout = ceil.Timeout
+	}
+	if ceil.Pids > 0 && l.Pids > ceil.Pids {
+		l.Pids = ceil.Pids
+	}
+	if ceil.Output > 0 && l.Output > ceil.Output {
+		l.Output = ceil.Output
+	}
+	if ceil.Tmp > 0 && l.Tmp > ceil.Tmp {
+		l.Tmp = ceil.Tmp
+	}
+	return l
+}
+
 // Within checks l against a ceiling; the error names the first field over.
 func (l Limits) Within(ceil Limits) error {
 	over := func(field string, v, max any) error {

@@ -34,7 +34,7 @@ func denoEnv() []string {
 	return []string{
 		"PATH=/nonexistent",
 		"HOME=" + TmpDir,
-		"DENO_DIR=" + TmpDir + "/.deno",
+		"DENO_DIR=" + denoDir,
 		"DENO_NO_UPDATE_CHECK=1",
 		"DENO_NO_PROMPT=1",
 		"NO_COLOR=1",
@@ -96,6 +96,9 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 		main = JobDir + "/main.ts"
 	}
 	files = append(files, File{Path: main, Data: job.Source, Mode: 0o444})
+	// No warm cache here: measured, it gains a JavaScript hello nothing
+	// (80 vs 82 ms median) and costs 0.8 MB; only Pyodide's large modules
+	// are worth it.
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  denoTarget,

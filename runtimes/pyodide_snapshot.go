@@ -92,9 +92,12 @@ func (in *Install) snapshotWant() (SnapshotMeta, error) {
 	return SnapshotMeta{PyodideVersion: pv, DenoVersion: dv, LoaderSHA256: hex.EncodeToString(sum[:])}, nil
 }
 
-// snapshotPath is where the snapshot for these versions lives.
+// snapshotPath is where the snapshot for these versions and this loader
+// lives. The loader is in the name so that two pmjail builds sharing one
+// runtime directory (an upgrade in progress, a second checkout) each keep
+// their own instead of rebuilding over each other.
 func (in *Install) snapshotPath(want SnapshotMeta) string {
-	return filepath.Join(in.StateDir, fmt.Sprintf("pyodide-%s-deno-%s.snapshot", want.PyodideVersion, want.DenoVersion))
+	return filepath.Join(in.StateDir, fmt.Sprintf("pyodide-%s-deno-%s-%.12s.snapshot", want.PyodideVersion, want.DenoVersion, want.LoaderSHA256))
 }
 
 // PyodideSnapshot returns the valid snapshot for this install, or an error

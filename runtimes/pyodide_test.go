@@ -8,6 +8,19 @@ import (
 	"testing"
 )
 
+// requireHost skips a test whose host lacks a feature, and fails it instead
+// when CI=true: CI hosts must have every feature the suite needs.
+func requireHost(t testing.TB, ok bool, feature string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("host lacks %s (CI=true: a skip is a failure)", feature)
+	}
+	t.Skipf("host lacks %s", feature)
+}
+
 // testInstall is the repository's own runtime install with its state in a
 // temporary directory, so tests never touch the real snapshot.
 func testInstall(t testing.TB, stateDir string) *Install {

@@ -9,10 +9,30 @@ package runtimes
 // what a start needs.
 const pythonHeapFloorMiB = 64
 
+// pythonHeapBytes is the memory figure whose heap share (see heapMiB) a
+// Python run gets for a job memory limit: never under the floor.
+func pythonHeapBytes(mem int64) int64 {
+	if mem > 0 && heapMiB(mem) < pythonHeapFloorMiB {
+		return (pythonHeapFloorMiB*4/3 + 1) << 20
+	}
+	return mem
+}
+
+// pythonReadable is the loader's read scope: the guest files, the job, the
+// Pyodide assets and, when there is one, the snapshot.
+func pythonReadable(snapshot bool) []string {
+	r := []string{GuestDir, JobDir, pyodideTarget}
+	if snapshot {
+		r = append(r, snapshotTarget)
+	}
+	return r
+}
+
 // pythonLaunch describes a Python run: Deno running the Pyodide loader, with
 // read access only to the guest files, the job, the Pyodide assets and the
 // memory snapshot. A run starts from the snapshot when a valid one exists
-// (see PyodideSnapshot) and cold otherwise; PythonStart says which.
+// (see PyodideSnapshot) and cold otherwise; Launch.Start says which. With a
+// warm code cache (see WarmDenoCache) DENO_DIR is a writable copy of it.
 func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 	files, err := pyodideGuestFiles()
 	if err != nil {
@@ -21,26 +41,27 @@ func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 	files = append(files, File{Path: pythonMain, Data: job.Source, Mode: 0o444})
 
 	binds := in.pyodideBinds()
-	readable := []string{GuestDir, JobDir, pyodideTarget}
-	snapshotArg := "-"
-	if snap, err := in.PyodideSnapshot(); err == nil {
+	snapshotArg, start := "-", "snapshot"
+	var copies []Copy
+	snap, err := in.PyodideSnapshot()
+	if err == nil {
 		binds = append(binds, Bind{Source: snap.Path, Target: snapshotTarget})
-		readable = append(readable, snapshotTarget)
 		snapshotArg = snapshotTarget
-	}
-
-	mem := job.MemoryBytes
-	if mem > 0 && heapMiB(mem) < pythonHeapFloorMiB {
-		// The memory figure whose heap share (see heapMiB) is the floor.
-		mem = (pythonHeapFloorMiB*4/3 + 1) << 20
+		if cache, err := in.warmDenoCache(snap); err == nil {
+			copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
+		}
+	} else {
+		start = "cold: " + err.Error()
 	}
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  denoTarget,
-		Args:    denoArgs(mem, readable, pyodideLoader, "run", pyodideTarget, snapshotArg, pythonMain),
+		Args:    denoArgs(pythonHeapBytes(job.MemoryBytes), pythonReadable(snap != nil), pyodideLoader, "run", pyodideTarget, snapshotArg, pythonMain),
 		Env:     denoEnv(),
 		Binds:   binds,
+		Copies:  copies,
 		Files:   files,
 		Channel: true,
+		Start:   start,
 	}, nil
 }

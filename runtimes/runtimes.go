@@ -77,14 +77,31 @@ type Launch struct {
 	Binds []Bind
 	// Files are written into the root before it is made read-only.
 	Files []File
+	// Copies are writable per-run copies of read-only host directories.
+	Copies []Copy
 	// Channel asks the jail for the guest channel's FIFOs.
 	Channel bool
+	// Start says how the runtime starts, for the result: for Python
+	// "snapshot" or "cold: <why>" (see PythonStart); empty for others.
+	Start string
+}
+
+// Copy gives the guest its own writable copy of the host directory Source
+// at Target (below TmpDir): writes land on the run's own /tmp and vanish
+// with it, and the shared host directory never changes. (Not overlayfs: a
+// copy-up of a file owned by an id the job's namespace does not map fails.)
+type Copy struct {
+	Source string
+	Target string
 }
 
 // Bind maps a host path to a path inside the job's root, read-only.
 type Bind struct {
 	Source string
 	Target string
+	// Exec lets the guest execute files under it (an operator's --ro-bind
+	// of tools); runtime assets are bound noexec.
+	Exec bool
 }
 
 // File is a file created inside the job's root.

@@ -32,6 +32,7 @@ var commands = map[string]func(args []string) int{
 	"run":     cmdRun,
 	"exec":    cmdExec,
 	"posture": cmdPosture,
+	"prepare": cmdPrepare,
 	"serve":   cmdServe,
 	"submit":  cmdSubmit,
 	"version": cmdVersion,
@@ -68,6 +69,7 @@ func usage() {
                                      run a native program in the same jail
   pmjail posture [--json] [--mode auto|required]
                                      show what this host can enforce
+  pmjail prepare                     build the Pyodide snapshot and warm code cache
   pmjail serve [--socket PATH] [--config FILE]
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-

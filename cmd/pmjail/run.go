@@ -24,21 +24,20 @@ import (
 
 // runFlags are the flags `run`, `exec` and `submit` share.
 type runFlags struct {
-	fs       *flag.FlagSet
-	runtime  string
-	profile  string
-	mode     string
-	input    string
-	jsonOut  bool
-	caps     []string
-	memory   sizeFlag
-	output   sizeFlag
-	cpuTime  durationFlag
-	timeout  durationFlag
-	pids     int64
-	roBinds  []string
-	forExec  bool
-	showHelp bool
+	fs      *flag.FlagSet
+	runtime string
+	profile string
+	mode    string
+	input   string
+	jsonOut bool
+	caps    []string
+	memory  sizeFlag
+	output  sizeFlag
+	cpuTime durationFlag
+	timeout durationFlag
+	pids    int64
+	roBinds []string
+	forExec bool
 }
 
 func newRunFlags(name string, forExec bool) *runFlags {
@@ -228,6 +227,13 @@ func execute(req *job.Request, jsonOut bool) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if resolved.Runtime == runtimes.Python && runner.Install != nil {
+		// The first Python run on a host builds the snapshot and the warm
+		// code cache (seconds, once); a failure only means a cold start.
+		if err := runner.Install.PreparePython(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "pmjail: %s; Python starts cold\n", oneLine(err))
+		}
+	}
 	var opt job.Options
 	if !jsonOut {
 		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr

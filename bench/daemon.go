@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/job"
+)
+
+// Daemon is a `pmjail serve` started for the bench on a private socket.
+type Daemon struct {
+	Socket   string
+	Cmd      *exec.Cmd
+	Client   *client.Client
+	StartRSS int64 // KiB, once healthy and idle
+	done     chan error
+}
+
+// daemonConfig lets four runs go at once (the highest concurrency
+// measured) and queues the rest.
+const daemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn"}`
+
+// helloJob is the daemon's Deno hello, the issue's example job.
+func helloJob() *job.Request { return &job.Request{Runtime: "deno", Source: "console.log(1)"} }
+
+// StartDaemon starts `pmjail serve` and waits until it answers
+// /v1/health; it fails fast when this pmjail has no serve command.
+func StartDaemon(ctx context.Context, b *Bench) (*Daemon, error) {
+	if !strings.Contains(commandsOf(b.Pmjail), "pmjail serve") {
+		return nil, errors.New("skipped: daemon not built (no `pmjail serve`)")
+	}
+	cfg := b.work("daemon.json")
+	if err := os.WriteFile(cfg, []byte(daemonConfig), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(b.work("daemon.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	d := &Daemon{Socket: b.work("pmjail.sock"), done: make(chan error, 1)}
+	d.Cmd = exec.Command(b.Pmjail, "serve", "--socket", d.Socket, "--config", cfg)
+	d.Cmd.Dir = b.Work
+	d.Cmd.Stdout, d.Cmd.Stderr = logf, logf
+	if err := d.Cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start pmjail serve: %w", err)
+	}
+	go func() { d.done <- d.Cmd.Wait() }()
+	d.Client = client.New(d.Socket)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := d.Client.Health(hctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case werr := <-d.done:
+			log, _ := os.ReadFile(b.work("daemon.log"))
+			return nil, fmt.Errorf("pmjail serve exited (%v): %s", werr, tail(string(log)))
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.Stop()
+			return nil, fmt.Errorf("pmjail serve not healthy after 20s: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// One run first, so that the idle figure includes what any daemon
+	// holds after its first job (compiled filters, the posture probe).
+	if err := d.Hello(ctx); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	st, err := d.Stats()
+	if err != nil {
+		d.Stop()
+		return nil, err
+	}
+	d.StartRSS = st.RSS
+	return d, nil
+}
+
+// Hello runs the hello job and checks its result.
+func (d *Daemon) Hello(ctx context.Context) error {
+	res, err := d.Client.Run(ctx, helloJob())
+	if err != nil {
+		return fmt.Errorf("daemon run: %w", err)
+	}
+	if res.Status != "ok" || res.Stdout != "1\n" {
+		return fmt.Errorf("daemon run: status %s, stdout %q, error %+v", res.Status, res.Stdout, res.Error)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM, waits, and kills the daemon if it lingers.
+func (d *Daemon) Stop() {
+	d.Client.Close()
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		_ = d.Cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// DaemonStats are what leak checks read of the daemon process.
+type DaemonStats struct {
+	RSS, HWM int64 // KiB
+	FDs      int
+}
+
+func (d *Daemon) Stats() (DaemonStats, error) {
+	pid := d.Cmd.Process.Pid
+	var st DaemonStats
+	var err error
+	if st.RSS, err = procStatusKiB(pid, "VmRSS"); err != nil {
+		return st, err
+	}
+	if st.HWM, err = procStatusKiB(pid, "VmHWM"); err != nil {
+		return st, err
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return st, err
+	}
+	st.FDs = len(fds)
+	return st, nil
+}
+
+// batch runs n jobs with c workers and returns runs per second.
+func batch(ctx context.Context, n, c int, one func(context.Context) error) (float64, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	start := time.Now()
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := one(ctx); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// daemonThroughput: jobs per second through the daemon against a bare
+// Deno loop at the same concurrency, batches alternating.
+func (b *Bench) daemonThroughput(ctx context.Context) error {
+	b.Report.Section("Daemon throughput")
+	if b.Daemon == nil {
+		b.Report.Para("skipped: daemon not built or not starting (see the notes at the top).")
+		for _, c := range []int{1, 2, 4} {
+			b.Report.Skip(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), "skipped: daemon not built")
+		}
+		return nil
+	}
+	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
+	const rounds = 3
+	var rows [][]string
+	for _, c := range []int{1, 2, 4} {
+		n := 16 * c
+		var dRates, bRates []float64
+		for r := 0; r < rounds; r++ {
+			runDaemon := func() error {
+				rate, err := batch(ctx, n, c, b.Daemon.Hello)
+				dRates = append(dRates, rate)
+				return err
+			}
+			runBare := func() error {
+				rate, err := batch(ctx, n, c, func(ctx context.Context) error { _, err := bare.Once(ctx); return err })
+				bRates = append(bRates, rate)
+				return err
+			}
+			first, second := runDaemon, runBare
+			if r%2 == 1 {
+				first, second = runBare, runDaemon
+			}
+			if err := first(); err != nil {
+				return err
+			}
+			if err := second(); err != nil {
+				return err
+			}
+		}
+		dm, bm := medianF(dRates), medianF(bRates)
+		ratio := dm / bm
+		rows = append(rows, []string{fmt.Sprint(c), fmt.Sprint(n),
+			fmt.Sprintf("%.1f/s (%.1f – %.1f)", dm, minF(dRates), maxF(dRates)),
+			fmt.Sprintf("%.1f/s (%.1f – %.1f)", bm, minF(bRates), maxF(bRates)),
+			fmt.Sprintf("%.0f%%", 100*ratio)})
+		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), fmt.Sprintf("%.0f%%", 100*ratio), ratio >= 0.85)
+	}
+	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "bare deno loop", "daemon / bare"}, rows)
+	b.Report.Para("%d batches per side and concurrency, daemon and bare alternating (which goes first alternates too). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, runtime.NumCPU())
+	return nil
+}
+
+func medianF(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func minF(v []float64) float64 { return slices.Min(v) }
+
+func maxF(v []float64) float64 { return slices.Max(v) }

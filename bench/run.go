@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Variant is one side of a comparison: a command run to completion and
+// timed from start to exit.
+type Variant struct {
+	Name string
+	Argv []string
+	// Dir is the working directory: a scratch folder, so that no project
+	// config (package.json, deno.json) is found by Deno.
+	Dir string
+	// Env is added to the bench's own environment.
+	Env []string
+	// FreshDenoDir gives each run its own empty DENO_DIR (made before the
+	// clock starts, removed after it stops).
+	FreshDenoDir bool
+	// Want must appear in the command's stdout for a run to count.
+	Want string
+}
+
+// Command is the variant as a shell-ready line, for the report.
+func (v Variant) Command() string {
+	var b strings.Builder
+	if v.FreshDenoDir {
+		b.WriteString("DENO_DIR=$(mktemp -d) ")
+	}
+	for _, e := range v.Env {
+		b.WriteString(e + " ")
+	}
+	b.WriteString(strings.Join(v.Argv, " "))
+	return b.String()
+}
+
+// Once runs v one time and returns its wall time.
+func (v Variant) Once(ctx context.Context) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, v.Argv[0], v.Argv[1:]...)
+	cmd.Env = append(os.Environ(), v.Env...)
+	cmd.Dir = v.Dir
+	if v.FreshDenoDir {
+		dir, err := os.MkdirTemp("", "bench-denodir-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		cmd.Env = append(cmd.Env, "DENO_DIR="+dir)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %s", v.Name, err, tail(stderr.String()))
+	}
+	if v.Want != "" && !strings.Contains(stdout.String(), v.Want) {
+		return 0, fmt.Errorf("%s: stdout %q lacks %q; stderr: %s", v.Name, tail(stdout.String()), v.Want, tail(stderr.String()))
+	}
+	return elapsed, nil
+}
+
+// Interleave runs the variants in turn, reps rounds after warmup discarded
+// rounds, rotating which goes first in each round so that none always runs
+// right after another; it returns each variant's timings.
+func Interleave(ctx context.Context, variants []Variant, reps, warmup int) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(variants))
+	n := len(variants)
+	for round := 0; round < warmup+reps; round++ {
+		for j := 0; j < n; j++ {
+			i := (j + round) % n
+			d, err := variants[i].Once(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if round >= warmup {
+				out[i] = append(out[i], d)
+			}
+		}
+	}
+	return out, nil
+}
+
+// tail is the last few hundred bytes of s, for error messages.
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 400 {
+		s = "…" + s[len(s)-400:]
+	}
+	return s
+}

@@ -1,0 +1,180 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+)
+
+// maxEventBytes caps one line of a stream: a result carries at most the
+// output limits the daemon's ceiling allows, plus logs.
+const maxEventBytes = 512 << 20
+
+// maxBodyBytes caps a non-streamed answer for the same reason.
+const maxBodyBytes = 512 << 20
+
+// Client talks to one daemon. It is safe for concurrent use.
+type Client struct {
+	http *http.Client
+}
+
+// New returns a client of the daemon listening on socketPath.
+func New(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	return &Client{http: &http.Client{Transport: tr}}
+}
+
+// Close drops the idle connections.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+}
+
+// The host part of every URL; the transport ignores it.
+const base = "http://pmjail"
+
+// Run sends the job and waits for its result. A result whatever its status
+// (a timeout, an error in the guest) is not an error; a refusal by the
+// daemon is an *Error. Cancelling ctx cancels the run.
+func (c *Client) Run(ctx context.Context, req *job.Request) (*jail.Result, error) {
+	resp, err := c.post(ctx, req, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res jail.Result
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&res); err != nil {
+		return nil, fmt.Errorf("read result: %w", err)
+	}
+	return &res, nil
+}
+
+// Stream sends the job and calls fn with each event as it arrives (output
+// chunks, logs, and last the result), then returns the result.
+func (c *Client) Stream(ctx context.Context, req *job.Request, fn func(Event)) (*jail.Result, error) {
+	resp, err := c.post(ctx, req, NDJSON)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("read event: %w", err)
+		}
+		if fn != nil {
+			fn(ev)
+		}
+		if ev.Type == EventResult {
+			if ev.Result == nil {
+				return nil, errors.New("read event: result event without a result")
+			}
+			return ev.Result, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return nil, errors.New("read events: the stream ended before the result")
+}
+
+// Posture returns the daemon's host posture (as `pmjail posture --json`).
+func (c *Client) Posture(ctx context.Context) (json.RawMessage, error) {
+	body, err := c.get(ctx, "/"+APIVersion+"/posture")
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(body), nil
+}
+
+// Health returns the daemon's health. A draining daemon answers 503,
+// returned as an *Error.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	body, err := c.get(ctx, "/"+APIVersion+"/health")
+	if err != nil {
+		return nil, err
+	}
+	var h Health
+	if err := json.Unmarshal(body, &h); err != nil {
+		return nil, fmt.Errorf("read health: %w", err)
+	}
+	return &h, nil
+}
+
+// Metrics returns the daemon's Prometheus metrics as text.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	body, err := c.get(ctx, "/metrics")
+	return string(body), err
+}
+
+func (c *Client) post(ctx context.Context, req *job.Request, accept string) (*http.Response, error) {
+	if req.Exec != nil {
+		return nil, errors.New("submit job: native programs (exec) are not part of the socket API")
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode job: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+APIVersion+"/runs", bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", accept)
+	return c.do(hreq)
+}
+
+func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return body, nil
+}
+
+// do sends the request and turns a non-2xx answer into an *Error.
+func (c *Client) do(hreq *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", hreq.Method, hreq.URL.Path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var retry time.Duration
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		retry = time.Duration(s) * time.Second
+	}
+	return nil, decodeError(resp.StatusCode, body, retry)
+}

@@ -1,0 +1,37 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/job"
+)
+
+func TestDecodeError(t *testing.T) {
+	e := decodeError(400, []byte(`{"error":{"code":"invalid_job","message":"limits.memory: too much","field":"limits.memory"}}`), 0)
+	if e.Code != "invalid_job" || e.Field != "limits.memory" || e.StatusCode != 400 {
+		t.Errorf("%+v", e)
+	}
+	e = decodeError(502, []byte("<html>bad gateway</html>"), 3*time.Second)
+	if e.Code != "http_502" || !strings.Contains(e.Error(), "retry after 3s") {
+		t.Errorf("%+v: %v", e, e)
+	}
+}
+
+func TestClientRefusesExecAndReportsDialErrors(t *testing.T) {
+	c := New(filepath.Join(t.TempDir(), "none.sock"))
+	defer c.Close()
+	_, err := c.Run(context.Background(), &job.Request{Exec: &job.Exec{Program: "/bin/true"}})
+	if err == nil || !strings.Contains(err.Error(), "exec") {
+		t.Errorf("exec job: %v", err)
+	}
+	_, err = c.Health(context.Background())
+	var apiErr *Error
+	if err == nil || errors.As(err, &apiErr) {
+		t.Errorf("no daemon: %v, want a dial error", err)
+	}
+}

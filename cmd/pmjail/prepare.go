@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// cmdPrepare builds what pmjail derives from its runtimes once per Pyodide
+// and Deno version, outside any guest: the Pyodide memory snapshot and the
+// warm Deno code cache. `make setup` calls it; a run or the daemon builds
+// whatever is missing on first use too, so it is an optimisation only.
+func cmdPrepare(args []string) int {
+	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return fail("prepare: %v", err)
+	}
+	if fs.NArg() != 0 {
+		return fail("prepare: unexpected arguments %q", fs.Args())
+	}
+	in, err := runtimes.Locate()
+	if err != nil {
+		return fail("prepare: %v", oneLine(err))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := in.Prepare(ctx)
+	if err != nil {
+		return fail("prepare: %v", oneLine(err))
+	}
+	fmt.Printf("pyodide snapshot: %s (%d bytes, sha256 %s)\n", p.Snapshot.Path, p.Snapshot.Meta.Size, p.Snapshot.Meta.SHA256)
+	if p.DenoCache != nil {
+		fmt.Printf("deno code cache: %s (%d bytes)\n", p.DenoCache.Dir, p.DenoCache.Size)
+		for _, old := range in.PruneDenoCaches(p.DenoCache) {
+			fmt.Printf("removed stale cache %s\n", old)
+		}
+	} else {
+		fmt.Printf("deno code cache: none (%s)\n", p.DenoCacheReason)
+	}
+	return 0
+}
+
+// oneLine keeps an error to one line: a failed build quotes the loader's
+// output, which may span several.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/server"
+)
+
+// cmdSubmit sends a job to a daemon: `pmjail submit --socket PATH [run
+// flags] FILE`. Its output and exit code are those of `pmjail run`.
+func cmdSubmit(args []string) int {
+	f := newRunFlags("submit", false)
+	sock := f.fs.String("socket", server.DefaultSocketPath, "the daemon's Unix socket")
+	if err := f.parse(args); err != nil {
+		return fail("submit: %v", err)
+	}
+	if f.fs.NArg() != 1 {
+		return fail("submit: want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
+	}
+	file := f.fs.Arg(0)
+	req, err := f.request()
+	if err != nil {
+		return fail("submit: %v", err)
+	}
+	if req.Runtime == "" {
+		if file == "-" {
+			return fail("submit: reading the program from stdin needs --runtime deno|python")
+		}
+		if _, err := runtimes.ForFile(file); err != nil {
+			return fail("submit: %v", err)
+		}
+		req.Runtime = runtimeForFile(file)
+	}
+	src, err := readCapped(file, job.MaxSourceBytes)
+	if err != nil {
+		return fail("submit: %v", err)
+	}
+	req.Source = string(src)
+
+	// Interrupting submit closes the connection, which cancels the run.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := client.New(*sock)
+	defer c.Close()
+	var res *jail.Result
+	if f.jsonOut {
+		res, err = c.Run(ctx, req)
+	} else {
+		res, err = c.Stream(ctx, req, func(ev client.Event) {
+			switch ev.Type {
+			case client.EventStdout:
+				_, _ = os.Stdout.WriteString(ev.Data)
+			case client.EventStderr:
+				_, _ = os.Stderr.WriteString(ev.Data)
+			}
+		})
+	}
+	if err != nil {
+		var apiErr *client.Error
+		if errors.As(err, &apiErr) {
+			return fail("submit: %s", apiErr.Message)
+		}
+		return fail("submit: %v", err)
+	}
+	if f.jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else if res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil {
+		fmt.Fprintf(os.Stderr, "pmjail: %s: %s\n", res.Status, res.Error.Message)
+	} else if res.Status == jail.StatusError && res.Error != nil && res.Error.Stack != "" {
+		fmt.Fprintln(os.Stderr, res.Error.Stack)
+	}
+	return exitCode(res)
+}

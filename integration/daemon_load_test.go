@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+)
+
+// hello is the smallest real run.
+func hello() *job.Request { return &job.Request{Runtime: "deno", Source: `console.log(1)`} }
+
+// runMany sends n hello runs through c from conc workers and returns how
+// many came back ok; every other outcome is reported.
+func runMany(t testing.TB, c *client.Client, n, conc int) int64 {
+	var next, ok atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				res, err := c.Run(ctx, hello())
+				cancel()
+				switch {
+				case err != nil:
+					t.Errorf("run: %v", err)
+				case res.Status != jail.StatusOK || res.Stdout != "1\n":
+					t.Errorf("run %s: %s %q %+v", res.ID, res.Status, res.Stdout, res.Error)
+				default:
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ok.Load()
+}
+
+// rssKB reads a process's resident set.
+func rssKB(t testing.TB, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+// children lists a process's children with their states.
+func children(t testing.TB, pid int) []string {
+	t.Helper()
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []string
+	for _, tf := range tasks {
+		data, err := os.ReadFile(tf)
+		if err != nil {
+			continue
+		}
+		for _, c := range strings.Fields(string(data)) {
+			stat, _ := os.ReadFile("/proc/" + c + "/stat")
+			state := "?"
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 {
+				state = string(stat[i+2])
+			}
+			out = append(out, c+":"+state)
+		}
+	}
+	return out
+}
+
+func TestDaemonLoad(t *testing.T) {
+	total := 500
+	if testing.Short() {
+		total = 150
+	}
+	const conc = 8
+	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, conc, 2*conc, "0660"))
+	t0 := time.Now()
+	warm := runMany(t, d.c, 100, conc)
+	rss100 := rssKB(t, d.pid())
+	rest := runMany(t, d.c, total-100, conc)
+	rssEnd := rssKB(t, d.pid())
+	elapsed := time.Since(t0)
+	t.Logf("%d runs at concurrency %d in %v (%.1f runs/s); daemon RSS %d kB after 100, %d kB after %d",
+		total, conc, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), rss100, rssEnd, total)
+	if got := warm + rest; got != int64(total) {
+		t.Errorf("%d of %d runs came back ok", got, total)
+	}
+	if grow := rssEnd - rss100; grow > 30<<10 {
+		t.Errorf("daemon RSS grew by %d kB between run 100 and run %d", grow, total)
+	}
+	m, err := d.c.Metrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`pmjail_runs_total{status="ok"} %d`, total); !strings.Contains(m, want) {
+		t.Errorf("metrics lack %q", want)
+	}
+	if cgs := jobCgroups(d.pid()); len(cgs) > 0 {
+		t.Errorf("job cgroups left after the runs: %v", cgs)
+	}
+	if kids := children(t, d.pid()); len(kids) > 0 {
+		t.Errorf("the idle daemon still has children (pid:state): %v", kids)
+	}
+}
+
+func TestDaemonCrashRecovery(t *testing.T) {
+	dir := daemonDir(t)
+	cfg := fmt.Sprintf(baseConfig, 4, 8, "0660")
+	d := startDaemon(t, dir, cfg)
+	// Load that is mid-run when the daemon dies.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = d.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 20000))`})
+		}()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var orphans []string
+	for len(orphans) < 4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		orphans = jobCgroups(d.pid())
+	}
+	if len(orphans) == 0 {
+		t.Fatalf("no job cgroups of pid %d appeared under load", d.pid())
+	}
+	oldPID := d.pid()
+	d.kill()
+	wg.Wait() // the clients see their connections drop
+	if left := jobCgroups(oldPID); len(left) == 0 {
+		t.Fatalf("the killed daemon's cgroups vanished by themselves; nothing to sweep")
+	} else {
+		t.Logf("the SIGKILLed daemon %d left %d cgroup dirs, e.g. %s", oldPID, len(left), left[0])
+	}
+
+	d2 := startDaemon(t, dir, cfg) // the stale socket file is replaced
+	if left := jobCgroups(oldPID); len(left) > 0 {
+		t.Errorf("cgroups of the dead daemon left after restart: %v", left)
+	}
+	if !strings.Contains(d2.logs.String(), "swept cgroups left by a previous instance") {
+		t.Errorf("the restart did not log its sweep:\n%s", d2.logs)
+	}
+	res, err := d2.c.Run(context.Background(), hello())
+	if err != nil || res.Status != jail.StatusOK {
+		t.Fatalf("run after restart: %+v %v", res, err)
+	}
+}
+
+// BenchmarkDaemonThroughput measures hello runs per second through the
+// daemon at concurrency 1, 2 and 4.
+func BenchmarkDaemonThroughput(b *testing.B) {
+	d := startDaemon(b, daemonDir(b), fmt.Sprintf(baseConfig, 4, 8, "0660"))
+	runMany(b, d.c, 4, 4) // warm the page cache
+	for _, conc := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("conc-%d", conc), func(b *testing.B) {
+			t0 := time.Now()
+			b.ResetTimer()
+			ok := runMany(b, d.c, b.N, conc)
+			b.StopTimer()
+			if ok != int64(b.N) {
+				b.Fatalf("%d of %d runs ok", ok, b.N)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "runs/s")
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package job
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/profiles"
+)
+
+func TestDecodeRefusesBadJobs(t *testing.T) {
+	cases := map[string]struct{ body, want string }{
+		"malformed":       {`{"runtime": "deno",`, "malformed job JSON"},
+		"unknown field":   {`{"runtime":"deno","source":"1","sauce":"x"}`, `unknown field "sauce"`},
+		"trailing data":   {`{"runtime":"deno","source":"1"} {}`, "data after the job object"},
+		"wrong type":      {`{"runtime":"deno","source":1}`, `field "source"`},
+		"no runtime":      {`{"source":"1"}`, "runtime: missing"},
+		"empty source":    {`{"runtime":"deno","source":""}`, "source: empty program"},
+		"bad mode":        {`{"runtime":"deno","source":"1","mode":"sometimes"}`, `mode: "sometimes"`},
+		"bad size":        {`{"runtime":"deno","source":"1","limits":{"memory":"12Q"}}`, `invalid size "12Q"`},
+		"bad duration":    {`{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, `invalid duration "-1s"`},
+		"bad capability":  {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["ftp://x"]}}}`, "capabilities.request.urls[0]"},
+		"oversize source": {`{"runtime":"deno","source":"` + strings.Repeat("x", MaxSourceBytes+1) + `"}`, "over the"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(strings.NewReader(c.body))
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Decode: %v, want an ErrInvalid containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := Decode(strings.NewReader(strings.Repeat(" ", MaxRequestBytes+1))); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("oversize body: %v", err)
+	}
+}
+
+func TestDecodeAndResolve(t *testing.T) {
+	req, err := Decode(strings.NewReader(`{"runtime":"typescript","source":"export default () => 1","input":{"a":1},
+		"capabilities":{"log":true},"limits":{"memory":"64M","timeout":2000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Resolve(req, DefaultCeiling(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Runtime != "deno" || r.Mode != ModeAuto || r.Profile.Name != "default" {
+		t.Fatalf("resolved %+v", r)
+	}
+	if r.Limits.Memory != 64<<20 || time.Duration(r.Limits.Timeout) != 2*time.Second {
+		t.Fatalf("limits %+v: the job's own values must win", r.Limits)
+	}
+	def, _ := profiles.Load("default")
+	if r.Limits.Pids != def.Limits.Pids || r.Limits.Output != def.Limits.Output {
+		t.Fatalf("limits %+v: unset ones come from the profile %+v", r.Limits, def.Limits)
+	}
+}
+
+func TestResolveAgainstTheCeiling(t *testing.T) {
+	ceil := DefaultCeiling()
+	ceil.Limits.Memory = 128 << 20
+	ceil.Limits.Timeout = profiles.Duration(5 * time.Second)
+
+	over := &Request{Runtime: "deno", Source: "1", Limits: profiles.Limits{Memory: 512 << 20}}
+	if _, err := Resolve(over, ceil, false); err == nil || !strings.Contains(err.Error(), "limits.memory") {
+		t.Fatalf("a job over the ceiling: %v, want an error naming limits.memory", err)
+	}
+	// Defaults the job leaves out are lowered to the ceiling, not refused.
+	r, err := Resolve(&Request{Runtime: "deno", Source: "1"}, ceil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Limits.Memory != 128<<20 || time.Duration(r.Limits.Timeout) != 5*time.Second {
+		t.Fatalf("defaults not clamped to the ceiling: %+v", r.Limits)
+	}
+
+	ceil.Mode = ModeRequired
+	if r, _ := Resolve(&Request{Runtime: "deno", Source: "1", Mode: ModeAuto}, ceil, false); r.Mode != ModeRequired {
+		t.Fatalf("mode %q: the operator's required must win", r.Mode)
+	}
+	ceil.Runtimes = nil
+	ceil.Runtimes = append(ceil.Runtimes, "deno")
+	if _, err := Resolve(&Request{Runtime: "python", Source: "1"}, ceil, false); err == nil || !strings.Contains(err.Error(), "not enabled") {
+		t.Fatalf("a disabled runtime: %v", err)
+	}
+	if _, err := Resolve(&Request{Runtime: "deno", Source: "1", Profile: "/etc/x.json"}, ceil, false); err == nil || !strings.Contains(err.Error(), "built-in profile names") {
+		t.Fatalf("a profile file from an untrusted request: %v", err)
+	}
+	if _, err := Resolve(&Request{Runtime: "cobol", Source: "1"}, DefaultCeiling(), false); err == nil || !strings.Contains(err.Error(), "unknown runtime") {
+		t.Fatalf("unknown runtime: %v", err)
+	}
+}

@@ -1,0 +1,256 @@
+package runtimes
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+//go:embed denocache.mjs
+var compactScript []byte
+
+// ErrNoDenoCache is returned when there is no warm Deno code cache for
+// this install; runs then start with an empty DENO_DIR.
+var ErrNoDenoCache = errors.New("no warm deno code cache")
+
+// denoDir is DENO_DIR inside a job's root. It is on the run's own /tmp:
+// an empty one, or a writable copy of the warm cache.
+const denoDir = TmpDir + "/.deno"
+
+// warmHeapBytes is the memory limit the cache is warmed under. V8 checks a
+// code cache entry against a hash of its flags, so the heap cap is part of
+// the key: the default profile's 256M is the common case (see
+// TestDenoCacheFlagKey for what a different cap costs).
+const warmHeapBytes = 256 << 20
+
+// denoCacheBuildTimeout bounds the one-off warm run (~1 s from a snapshot).
+const denoCacheBuildTimeout = 2 * time.Minute
+
+// DenoCache is a DENO_DIR that Deno's code cache was warmed in by loading
+// Pyodide at the in-jail paths: a run that gets a writable view of it
+// skips recompiling Pyodide's JavaScript. It is built by the supervisor
+// only, holds no guest data, and a guest never writes to it.
+type DenoCache struct {
+	Dir  string
+	Size int64
+}
+
+// denoCacheKey names what the cache depends on: Deno, Pyodide, the guest
+// files the jail writes (their content is what V8 checks) and the snapshot
+// the warm run restored.
+func (in *Install) denoCacheKey(snap *Snapshot) (string, error) {
+	want, err := in.snapshotWant()
+	if err != nil {
+		return "", err
+	}
+	files, err := pyodideGuestFiles()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "deno %s\npyodide %s\nsnapshot %s\nheap %d\n", want.DenoVersion, want.PyodideVersion, snap.Meta.SHA256, warmHeapBytes)
+	for _, f := range files {
+		sum := sha256.Sum256(f.Data)
+		fmt.Fprintf(h, "%s %x\n", f.Path, sum)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// cacheDir is where the warm cache for key lives.
+func (in *Install) cacheDir(key string) string {
+	return filepath.Join(in.StateDir, "deno-cache-"+key)
+}
+
+// WarmDenoCache returns the warm cache for this install and its current
+// snapshot, or an error wrapping ErrNoDenoCache. It never builds one.
+func (in *Install) WarmDenoCache() (*DenoCache, error) {
+	snap, err := in.PyodideSnapshot()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
+	}
+	return in.warmDenoCache(snap)
+}
+
+func (in *Install) warmDenoCache(snap *Snapshot) (*DenoCache, error) {
+	key, err := in.denoCacheKey(snap)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
+	}
+	dir := in.cacheDir(key)
+	// The directory appears by one rename once complete, so its presence is
+	// its validity.
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrNoDenoCache, dir)
+	}
+	return &DenoCache{Dir: dir, Size: dirSize(dir)}, nil
+}
+
+// EnsureDenoCache returns the warm cache, building it first when it is
+// missing: it runs the loader's warm mode (Pyodide restored from snapshot,
+// no guest code) under bubblewrap with the same paths, flags and
+// environment as a run, DENO_DIR bound writable to a fresh directory, then
+// publishes that directory read-only for the jail to copy and removes
+// caches of older keys.
+func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCache, error) {
+	if c, err := in.warmDenoCache(snap); err == nil {
+		return c, nil
+	}
+	key, err := in.denoCacheKey(snap)
+	if err != nil {
+		return nil, fmt.Errorf("build deno cache: %w", err)
+	}
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil, fmt.Errorf("build deno cache: %w (install bubblewrap)", err)
+	}
+	if err := os.MkdirAll(in.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("build deno cache: %w", err)
+	}
+	work, err := os.MkdirTemp(in.StateDir, ".deno-cache-build-")
+	if err != nil {
+		return nil, fmt.Errorf("build deno cache: %w", err)
+	}
+	defer os.RemoveAll(work)
+
+	files, err := pyodideGuestFiles()
+	if err != nil {
+		return nil, err
+	}
+	guest, cache := filepath.Join(work, "guest"), filepath.Join(work, "cache")
+	for _, d := range []string{guest, cache} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, fmt.Errorf("build deno cache: %w", err)
+		}
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(guest, path.Base(f.Path)), f.Data, 0o444); err != nil {
+			return nil, fmt.Errorf("build deno cache: %w", err)
+		}
+	}
+
+	args := []string{
+		"--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+		"--ro-bind", "/usr", "/usr",
+		"--ro-bind-try", "/lib", "/lib",
+		"--ro-bind-try", "/lib64", "/lib64",
+		"--ro-bind", in.DenoPath, denoTarget,
+		"--ro-bind", guest, GuestDir,
+		"--ro-bind", snap.Path, snapshotTarget,
+		"--dev", "/dev", "--proc", "/proc", "--tmpfs", TmpDir,
+		"--bind", cache, denoDir,
+		"--chdir", "/",
+	}
+	for _, b := range in.pyodideBinds() {
+		args = append(args, "--ro-bind", b.Source, b.Target)
+	}
+	for _, e := range denoEnv() {
+		k, v, _ := strings.Cut(e, "=")
+		args = append(args, "--setenv", k, v)
+	}
+	args = append(args, "--")
+	args = append(args, denoArgs(pythonHeapBytes(warmHeapBytes), pythonReadable(true), pyodideLoader, "warm", pyodideTarget, snapshotTarget)...)
+
+	ctx, cancel := context.WithTimeout(ctx, denoCacheBuildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap, args...)
+	cmd.Dir = work
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build deno cache: warm run: %w: %s", err, msg)
+	}
+	if err := in.compactCache(ctx, work, cache); err != nil {
+		return nil, err
+	}
+	// Readable by the jail's unprivileged ids, writable by none of them:
+	// each run works on its own copy.
+	if err := filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Chmod(p, 0o755)
+		case d.Type().IsRegular():
+			return os.Chmod(p, 0o644)
+		}
+		// Deno links node_compat_bin/node to itself; a jailed Deno cannot
+		// make that link (seccomp), and the cache needs none.
+		return os.Remove(p)
+	}); err != nil {
+		return nil, fmt.Errorf("build deno cache: %w", err)
+	}
+	dir := in.cacheDir(key)
+	if err := os.Rename(cache, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, os.ErrExist) {
+		// Another supervisor may have published the same key first.
+		if _, serr := os.Stat(dir); serr != nil {
+			return nil, fmt.Errorf("build deno cache: %w", err)
+		}
+	}
+	return in.warmDenoCache(snap)
+}
+
+// compactCache runs denocache.mjs on the warmed cache: WAL folded in, no
+// -wal or -shm file left, so the guest reads the databases read-only.
+func (in *Install) compactCache(ctx context.Context, work, cache string) error {
+	script := filepath.Join(work, "denocache.mjs")
+	if err := os.WriteFile(script, compactScript, 0o444); err != nil {
+		return fmt.Errorf("build deno cache: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, in.DenoPath, "run",
+		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm", "--no-check",
+		"--allow-read="+cache, "--allow-write="+cache, script, cache)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=/nonexistent", "HOME=" + work, "DENO_DIR=" + filepath.Join(work, "compact-deno"), "DENO_NO_UPDATE_CHECK=1", "NO_COLOR=1"}
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build deno cache: compact: %w: %s", err, msg)
+	}
+	for _, pattern := range []string{"*-wal", "*-shm", "*-journal"} {
+		left, _ := filepath.Glob(filepath.Join(cache, pattern))
+		for _, f := range left {
+			if err := os.Remove(f); err != nil {
+				return fmt.Errorf("build deno cache: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// pruneCaches deletes the caches of other keys. A run that mounted one
+// already holds its lower directory open; at worst it misses the cache.
+func (in *Install) pruneCaches(keep string) []string {
+	var removed []string
+	old, _ := filepath.Glob(filepath.Join(in.StateDir, "deno-cache-*"))
+	for _, d := range old {
+		if filepath.Base(d) != keep && os.RemoveAll(d) == nil {
+			removed = append(removed, d)
+		}
+	}
+	return removed
+}
+
+// dirSize is the total size of the regular files below dir.
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,58 @@
+package runtimes
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+)
+
+// Prepared is what Prepare built or found.
+type Prepared struct {
+	Snapshot *Snapshot
+	// DenoCache is nil when it could not be built; DenoCacheReason says
+	// why. Runs work without it, a little slower.
+	DenoCache       *DenoCache
+	DenoCacheReason string
+}
+
+// Prepare builds what the supervisor derives from the runtimes, once per
+// Pyodide and Deno version and never inside a guest: the Pyodide memory
+// snapshot (required: an error if it cannot be built) and the warm Deno
+// code cache (best effort). What is present and valid is kept, so it is
+// cheap to call at every daemon start or before a Python run; the daemon
+// should call it in the background and serve meanwhile (runs start cold
+// until it is done).
+func (in *Install) Prepare(ctx context.Context) (*Prepared, error) {
+	snap, err := in.EnsurePyodideSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Prepared{Snapshot: snap}
+	if p.DenoCache, err = in.EnsureDenoCache(ctx, snap); err != nil {
+		p.DenoCacheReason = err.Error()
+	}
+	return p, nil
+}
+
+// PruneDenoCaches removes the warm caches of other keys (older guest files,
+// snapshots or versions) and returns them; `pmjail prepare` calls it, runs
+// never do, so two builds sharing a runtime directory do not undo each other.
+func (in *Install) PruneDenoCaches(keep *DenoCache) []string {
+	return in.pruneCaches(filepath.Base(keep.Dir))
+}
+
+// PreparePython is the first-use hook for a one-shot supervisor (the CLI)
+// about to run Python: it builds what is missing, so a run never starts
+// cold for lack of a `pmjail prepare`. The valid case costs one snapshot
+// check.
+func (in *Install) PreparePython(ctx context.Context) error {
+	if snap, err := in.PyodideSnapshot(); err == nil {
+		if _, err := in.warmDenoCache(snap); err == nil {
+			return nil
+		}
+	}
+	if _, err := in.Prepare(ctx); err != nil {
+		return fmt.Errorf("prepare python: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,394 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// ConfigVersion is the config schema this daemon reads.
+const ConfigVersion = 1
+
+// maxConfigBytes caps the config file.
+const maxConfigBytes = 1 << 20
+
+// Config is the operator's config file (JSON, schema in API.md). Unknown
+// fields are refused. Zero values take the defaults of Defaults.
+type Config struct {
+	Version int          `json:"version"`
+	Socket  SocketConfig `json:"socket"`
+	Allow   Allow        `json:"allow"`
+	// MaxConcurrency bounds the runs at once (default: the number of CPUs).
+	MaxConcurrency int `json:"max_concurrency"`
+	// MaxQueue bounds the runs waiting for a slot (default 2×MaxConcurrency;
+	// -1 means no queue). Beyond it a run is refused with 429.
+	MaxQueue int `json:"max_queue"`
+	// QueueTimeout bounds the wait for a slot (default 60s; then 503).
+	QueueTimeout profiles.Duration `json:"queue_timeout"`
+	// ShutdownGrace is how long SIGTERM lets in-flight runs finish before
+	// cancelling them (default 30s).
+	ShutdownGrace profiles.Duration `json:"shutdown_grace"`
+	// LogLevel is debug, info, warn or error (default info).
+	LogLevel string `json:"log_level"`
+	// Ceiling bounds every job.
+	Ceiling CeilingConfig `json:"ceiling"`
+}
+
+// SocketConfig is where the daemon listens when systemd does not hand it a
+// socket. Changing it takes a restart.
+type SocketConfig struct {
+	Path  string `json:"path"`  // default /run/pmjail/pmjail.sock
+	Owner string `json:"owner"` // user name or uid; default the daemon's
+	Group string `json:"group"` // group name or gid; default the daemon's
+	Mode  string `json:"mode"`  // octal; default "0660"
+}
+
+// Allow lists the peers that may use the API, matched by SO_PEERCRED: a
+// peer is allowed when its uid is listed, or its primary or one of its
+// supplementary groups is. The daemon's own uid is always allowed.
+type Allow struct {
+	UIDs   []uint32 `json:"uids"`
+	GIDs   []uint32 `json:"gids"`
+	Users  []string `json:"users"`
+	Groups []string `json:"groups"`
+}
+
+// CeilingConfig is what no job may exceed.
+type CeilingConfig struct {
+	// Limits caps each limit (default: memory 1G, cpu_time 60s, timeout 5m,
+	// pids 256, output 16M, tmp 256M).
+	Limits profiles.Limits `json:"limits"`
+	// Runtimes enabled (default: deno and python).
+	Runtimes []string `json:"runtimes"`
+	// Profiles a job may name (default: every built-in one).
+	Profiles []string `json:"profiles"`
+	// Mode "required" forces every run into mode required; "auto" (the
+	// default) lets the job choose.
+	Mode string `json:"mode"`
+	// Required adds layers that mode required insists on.
+	Required     []string           `json:"required"`
+	Capabilities CapabilitiesConfig `json:"capabilities"`
+	// Secrets the broker may inject into requests, by name.
+	Secrets map[string]SecretConfig `json:"secrets"`
+}
+
+// CapabilitiesConfig says which capabilities a job may declare.
+type CapabilitiesConfig struct {
+	// Log allows the log capability (default true).
+	Log *bool `json:"log"`
+	// Request allows the request capability; absent, it is refused.
+	Request *RequestCeiling `json:"request"`
+}
+
+// RequestCeiling bounds the request capability.
+type RequestCeiling struct {
+	// Origins a job may declare; ["*"] allows any. Required.
+	Origins []string `json:"origins"`
+	// Methods a job may declare (default: any).
+	Methods               []string          `json:"methods"`
+	AllowPrivateAddresses bool              `json:"allow_private_addresses"`
+	MaxResponseBytes      profiles.Size     `json:"max_response_bytes"`
+	Timeout               profiles.Duration `json:"timeout"`
+	MaxCalls              int               `json:"max_calls"`
+	MaxInFlight           int               `json:"max_in_flight"`
+}
+
+// SecretConfig is one named secret: its value inline or in a file.
+type SecretConfig struct {
+	Header    string `json:"header"` // default Authorization
+	Value     string `json:"value"`
+	ValueFile string `json:"value_file"`
+}
+
+// Defaults for the config.
+const (
+	DefaultSocketPath    = "/run/pmjail/pmjail.sock"
+	DefaultSocketMode    = 0o660
+	DefaultQueueTimeout  = 60 * time.Second
+	DefaultShutdownGrace = 30 * time.Second
+)
+
+// DefaultLimits is the ceiling's limits when the config sets none.
+func DefaultLimits() profiles.Limits {
+	return profiles.Limits{
+		Memory:  1 << 30,
+		CPUTime: profiles.Duration(time.Minute),
+		Timeout: profiles.Duration(5 * time.Minute),
+		Pids:    256,
+		Output:  16 << 20,
+		Tmp:     256 << 20,
+	}
+}
+
+// LoadConfig reads and validates a config file; "" gives the defaults.
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		c := &Config{Version: ConfigVersion}
+		return c, c.normalize()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	c, err := ParseConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes and validates a config, filling in the defaults.
+func ParseConfig(r io.Reader) (*Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxConfigBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("malformed JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("malformed JSON: data after the config object")
+	}
+	if err := c.normalize(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// normalize checks the config and fills in its defaults.
+func (c *Config) normalize() error {
+	if c.Version != ConfigVersion {
+		return fmt.Errorf("version: %d (this pmjail reads version %d)", c.Version, ConfigVersion)
+	}
+	if c.Socket.Path == "" {
+		c.Socket.Path = DefaultSocketPath
+	}
+	if c.Socket.Mode == "" {
+		c.Socket.Mode = "0" + strconv.FormatUint(DefaultSocketMode, 8)
+	}
+	if _, err := c.Socket.FileMode(); err != nil {
+		return err
+	}
+	if _, _, err := c.Socket.Owners(); err != nil {
+		return err
+	}
+	if c.MaxConcurrency < 0 {
+		return fmt.Errorf("max_concurrency: %d is below 0", c.MaxConcurrency)
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = runtime.NumCPU()
+	}
+	switch {
+	case c.MaxQueue < -1:
+		return fmt.Errorf("max_queue: %d (want -1 for none, or a count)", c.MaxQueue)
+	case c.MaxQueue == 0:
+		c.MaxQueue = 2 * c.MaxConcurrency
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = profiles.Duration(DefaultShutdownGrace)
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if _, err := c.Level(); err != nil {
+		return err
+	}
+	if _, err := c.Allow.resolve(); err != nil {
+		return err
+	}
+	_, err := c.Ceiling.JobCeiling()
+	return err
+}
+
+// queueLen is the queue bound as the limiter takes it.
+func (c *Config) queueLen() int {
+	if c.MaxQueue < 0 {
+		return 0
+	}
+	return c.MaxQueue
+}
+
+// FileMode parses the socket's mode.
+func (s SocketConfig) FileMode() (os.FileMode, error) {
+	m, err := strconv.ParseUint(s.Mode, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, fmt.Errorf("socket.mode: %q is not an octal permission such as \"0660\"", s.Mode)
+	}
+	return os.FileMode(m), nil
+}
+
+// Owners resolves the socket's owner and group; -1 keeps the daemon's.
+func (s SocketConfig) Owners() (uid, gid int, err error) {
+	uid, gid = -1, -1
+	if s.Owner != "" {
+		if uid, err = lookupID(s.Owner, true); err != nil {
+			return 0, 0, fmt.Errorf("socket.owner: %w", err)
+		}
+	}
+	if s.Group != "" {
+		if gid, err = lookupID(s.Group, false); err != nil {
+			return 0, 0, fmt.Errorf("socket.group: %w", err)
+		}
+	}
+	return uid, gid, nil
+}
+
+// lookupID takes a number as it is and resolves a name.
+func lookupID(name string, isUser bool) (int, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return int(n), nil
+	}
+	var id string
+	if isUser {
+		u, err := user.Lookup(name)
+		if err != nil {
+			return 0, err
+		}
+		id = u.Uid
+	} else {
+		g, err := user.LookupGroup(name)
+		if err != nil {
+			return 0, err
+		}
+		id = g.Gid
+	}
+	n, err := strconv.ParseUint(id, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%s: non-numeric id %q", name, id)
+	}
+	return int(n), nil
+}
+
+// peerSet is the resolved allow list.
+type peerSet struct {
+	uids, gids map[uint32]bool
+}
+
+func (a Allow) resolve() (peerSet, error) {
+	p := peerSet{uids: map[uint32]bool{uint32(os.Geteuid()): true}, gids: map[uint32]bool{}}
+	for _, u := range a.UIDs {
+		p.uids[u] = true
+	}
+	for _, g := range a.GIDs {
+		p.gids[g] = true
+	}
+	for i, name := range a.Users {
+		id, err := lookupID(name, true)
+		if err != nil {
+			return p, fmt.Errorf("allow.users[%d]: %w", i, err)
+		}
+		p.uids[uint32(id)] = true
+	}
+	for i, name := range a.Groups {
+		id, err := lookupID(name, false)
+		if err != nil {
+			return p, fmt.Errorf("allow.groups[%d]: %w", i, err)
+		}
+		p.gids[uint32(id)] = true
+	}
+	return p, nil
+}
+
+// JobCeiling maps the ceiling onto the job package's, checking it.
+func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
+	var ceil job.Ceiling
+	ceil.Limits = cc.Limits.Merge(DefaultLimits())
+	if err := ceil.Limits.Validate(); err != nil {
+		return ceil, fmt.Errorf("ceiling.%w", err)
+	}
+	rts := cc.Runtimes
+	if rts == nil {
+		rts = []string{string(runtimes.Deno), string(runtimes.Python)}
+	}
+	ceil.Runtimes = []runtimes.Name{}
+	for i, s := range rts {
+		n, err := runtimes.ParseName(s)
+		if err != nil {
+			return ceil, fmt.Errorf("ceiling.runtimes[%d]: %w", i, err)
+		}
+		ceil.Runtimes = append(ceil.Runtimes, n)
+	}
+	for i, p := range cc.Profiles {
+		if strings.ContainsAny(p, "/.") {
+			return ceil, fmt.Errorf("ceiling.profiles[%d]: %q: name a built-in profile", i, p)
+		}
+		if _, err := profiles.Load(p); err != nil {
+			return ceil, fmt.Errorf("ceiling.profiles[%d]: %w", i, err)
+		}
+	}
+	ceil.Profiles = cc.Profiles
+	switch cc.Mode {
+	case "", job.ModeAuto, job.ModeRequired:
+		ceil.Mode = cc.Mode
+	default:
+		return ceil, fmt.Errorf("ceiling.mode: %q (want auto or required)", cc.Mode)
+	}
+	ceil.Required = cc.Required
+
+	b := ipc.Ceiling{AllowLog: cc.Capabilities.Log == nil || *cc.Capabilities.Log}
+	if r := cc.Capabilities.Request; r != nil {
+		b.AllowRequest = true
+		switch {
+		case len(r.Origins) == 0:
+			return ceil, fmt.Errorf(`ceiling.capabilities.request.origins: empty (list origins, or ["*"] for any)`)
+		case slices.Contains(r.Origins, "*"):
+			if len(r.Origins) > 1 {
+				return ceil, fmt.Errorf(`ceiling.capabilities.request.origins: "*" must stand alone`)
+			}
+		default:
+			b.Origins = r.Origins
+		}
+		b.Methods = r.Methods
+		b.AllowPrivateAddresses = r.AllowPrivateAddresses
+		b.MaxResponseBytes = int64(r.MaxResponseBytes)
+		b.RequestTimeout = time.Duration(r.Timeout)
+		b.MaxCalls = r.MaxCalls
+		b.MaxInFlight = r.MaxInFlight
+	}
+	if len(cc.Secrets) > 0 {
+		b.Secrets = map[string]ipc.Secret{}
+	}
+	for name, s := range cc.Secrets {
+		v := s.Value
+		switch {
+		case s.Value != "" && s.ValueFile != "":
+			return ceil, fmt.Errorf("ceiling.secrets[%q]: set value or value_file, not both", name)
+		case s.ValueFile != "":
+			data, err := os.ReadFile(s.ValueFile)
+			if err != nil {
+				return ceil, fmt.Errorf("ceiling.secrets[%q].value_file: %w", name, err)
+			}
+			v = strings.TrimRight(string(data), "\r\n")
+		}
+		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v}
+	}
+	b = b.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return ceil, err
+	}
+	ceil.Broker = b
+	return ceil, nil
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/profiles"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := ParseConfig(strings.NewReader(`{"version": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxConcurrency != runtime.NumCPU() || c.MaxQueue != 2*runtime.NumCPU() {
+		t.Errorf("concurrency %d queue %d, want NumCPU and twice that", c.MaxConcurrency, c.MaxQueue)
+	}
+	if c.Socket.Path != DefaultSocketPath || c.Socket.Mode != "0660" {
+		t.Errorf("socket %+v", c.Socket)
+	}
+	ceil, err := c.Ceiling.JobCeiling()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ceil.Limits != DefaultLimits() || !ceil.Broker.AllowLog || ceil.Broker.AllowRequest {
+		t.Errorf("default ceiling: %+v", ceil)
+	}
+	if len(ceil.Runtimes) != 2 {
+		t.Errorf("runtimes %v, want both", ceil.Runtimes)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	for _, tc := range []struct{ cfg, want string }{
+		{`{"version": 1, "bogus": 1}`, `unknown field "bogus"`},
+		{`{"version": 1, "ceiling": {"limits": {"memory": "1G", "swap": 1}}}`, `unknown field "swap"`},
+		{`{}`, "version: 0"},
+		{`{"version": 1, "socket": {"mode": "rw"}}`, "socket.mode"},
+		{`{"version": 1, "max_queue": -2}`, "max_queue"},
+		{`{"version": 1, "log_level": "loud"}`, "log_level"},
+		{`{"version": 1, "ceiling": {"runtimes": ["ruby"]}}`, "ceiling.runtimes[0]"},
+		{`{"version": 1, "ceiling": {"mode": "strictest"}}`, "ceiling.mode"},
+		{`{"version": 1, "ceiling": {"profiles": ["../x"]}}`, "ceiling.profiles[0]"},
+		{`{"version": 1, "ceiling": {"capabilities": {"request": {}}}}`, "ceiling.capabilities.request.origins"},
+		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["ftp://x"]}}}}`, "ceiling.origins[0]"},
+		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "value_file": "/x"}}}}`, `ceiling.secrets["k"]`},
+		{`{"version": 1, "ceiling": {"limits": {"memory": "1M"}}}`, "ceiling.limits.memory"},
+		{`{"version": 1, "allow": {"users": ["no-such-user-pmjail"]}}`, "allow.users[0]"},
+		{`{"version": 1} {}`, "data after"},
+	} {
+		_, err := ParseConfig(strings.NewReader(tc.cfg))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one naming %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestConfigCeilingMapping(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(secret, []byte("Bearer s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(strings.NewReader(`{
+		"version": 1,
+		"max_concurrency": 3, "max_queue": -1, "queue_timeout": "5s",
+		"allow": {"uids": [1000], "groups": ["root"]},
+		"ceiling": {
+			"limits": {"memory": "512M", "timeout": 40000},
+			"runtimes": ["deno"],
+			"mode": "required",
+			"capabilities": {"log": false, "request": {"origins": ["https://api.example.com"], "methods": ["GET", "POST"], "max_calls": 5}},
+			"secrets": {"api": {"value_file": "` + secret + `"}}
+		}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.queueLen() != 0 || time.Duration(c.QueueTimeout) != 5*time.Second {
+		t.Errorf("queue %d timeout %v", c.queueLen(), c.QueueTimeout)
+	}
+	ceil, err := c.Ceiling.JobCeiling()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ceil.Limits.Memory != 512<<20 || time.Duration(ceil.Limits.Timeout) != 40*time.Second ||
+		ceil.Limits.Pids != DefaultLimits().Pids {
+		t.Errorf("limits %+v", ceil.Limits)
+	}
+	b := ceil.Broker
+	if b.AllowLog || !b.AllowRequest || len(b.Origins) != 1 || b.MaxCalls != 5 || b.Secrets["api"].Value != "Bearer s3cret" {
+		t.Errorf("broker ceiling %+v", b)
+	}
+	// The mapped ceiling is what job.Resolve enforces.
+	for _, tc := range []struct {
+		req   job.Request
+		field string
+	}{
+		{job.Request{Runtime: "python", Source: "x"}, "runtime"},
+		{job.Request{Runtime: "deno", Source: "x", Limits: profiles.Limits{Memory: 1 << 30}}, "limits.memory"},
+		{job.Request{Runtime: "deno", Source: "x", Capabilities: mustCaps(t, `{"log": true}`)}, "capabilities.log"},
+		{job.Request{Runtime: "deno", Source: "x", Capabilities: mustCaps(t, `{"request": {"urls": ["https://evil.example"]}}`)}, "capabilities.request.urls[0]"},
+	} {
+		_, err := job.Resolve(&tc.req, ceil, false)
+		if err == nil {
+			t.Errorf("%+v: resolved, want refused", tc.req)
+			continue
+		}
+		if _, field := jobErrorMessage(err); field != tc.field {
+			t.Errorf("%+v: %v: field %q, want %q", tc.req, err, field, tc.field)
+		}
+	}
+	r, err := job.Resolve(&job.Request{Runtime: "deno", Source: "x", Mode: "auto"}, ceil, false)
+	if err != nil || r.Mode != job.ModeRequired {
+		t.Errorf("resolve within the ceiling: %v, mode %v (want forced to required)", err, r)
+	}
+	peers, err := c.Allow.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		p    Peer
+		want bool
+	}{
+		{Peer{UID: 1000, GID: 1000}, true},
+		{Peer{UID: uint32(os.Geteuid()), GID: 5}, true},
+		{Peer{UID: 1001, GID: 0}, true},
+		{Peer{UID: 1001, GID: 1001, Groups: []uint32{7, 0}}, true},
+		{Peer{UID: 1001, GID: 1001, Groups: []uint32{7}}, false},
+		{Peer{UID: 1000, Err: os.ErrPermission}, false},
+	} {
+		if got := peers.allowed(&tc.p); got != tc.want {
+			t.Errorf("peer %+v allowed=%v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
+
+func TestConfigRequestAnyOrigin(t *testing.T) {
+	c, err := ParseConfig(strings.NewReader(`{"version":1,"ceiling":{"capabilities":{"request":{"origins":["*"]}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceil, _ := c.Ceiling.JobCeiling()
+	if !ceil.Broker.AllowRequest || ceil.Broker.Origins != nil {
+		t.Errorf("origins [*]: %+v", ceil.Broker)
+	}
+	_, err = ParseConfig(strings.NewReader(`{"version":1,"ceiling":{"capabilities":{"request":{"origins":["*","https://a.example"]}}}}`))
+	if err == nil {
+		t.Error(`"*" with other origins accepted`)
+	}
+}

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/job"
+)
+
+// The error codes of the API (client.ErrorDetail.Code).
+const (
+	codeInvalid          = "invalid_job"
+	codeTooLarge         = "too_large"
+	codeForbidden        = "forbidden"
+	codeQueueFull        = "queue_full"
+	codeQueueTimeout     = "queue_timeout"
+	codeDraining         = "draining"
+	codeNotFound         = "not_found"
+	codeMethodNotAllowed = "method_not_allowed"
+)
+
+// writeJSON sends v with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// writeError sends an error body; retry > 0 adds Retry-After.
+func writeError(w http.ResponseWriter, status int, code, msg, field string, retry time.Duration) {
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, status, client.ErrorBody{Error: client.ErrorDetail{Code: code, Message: msg, Field: field}})
+}
+
+// jobErrorMessage strips the sentinel's prefix and finds the field a job
+// error names: job and ipc errors begin with the field path
+// ("limits.memory: ...", "capabilities.request.urls[0]: ...").
+func jobErrorMessage(err error) (msg, field string) {
+	msg = strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": ")
+	head, rest, ok := strings.Cut(msg, ": ")
+	if ok && isFieldPath(head) {
+		field = head
+	}
+	// encoding/json names an unknown field as `unknown field "x"`.
+	if _, name, ok := strings.Cut(rest, `unknown field "`); ok {
+		field, _, _ = strings.Cut(name, `"`)
+	}
+	return msg, field
+}
+
+func isFieldPath(s string) bool {
+	if s == "" || s == "malformed job JSON" {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_.[]\"", r) ||
+			r >= 'A' && r <= 'Z' || r == ':' || r == '/' || r == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// isTooLarge reports a body over the cap.
+func isTooLarge(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe) || strings.Contains(err.Error(), "larger than")
+}

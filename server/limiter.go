@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errQueueFull is the limiter's refusal when every slot and queue place is
+// taken.
+var errQueueFull = errors.New("queue full")
+
+// limiter admits runs: up to max at once, up to queue more waiting in
+// arrival order, and refuses the rest at once so that callers get a 429
+// rather than an unbounded wait. Its bounds can change at a reload.
+type limiter struct {
+	mu      sync.Mutex
+	running int
+	max     int
+	queue   int
+	waiters []chan struct{}
+}
+
+func newLimiter(max, queue int) *limiter {
+	return &limiter{max: max, queue: queue}
+}
+
+// acquire takes a slot, waiting in the queue until one frees or ctx ends.
+// The returned release must be called exactly once.
+func (l *limiter) acquire(ctx context.Context) (release func(), err error) {
+	l.mu.Lock()
+	if l.running < l.max && len(l.waiters) == 0 {
+		l.running++
+		l.mu.Unlock()
+		return l.releaseOnce(), nil
+	}
+	if len(l.waiters) >= l.queue {
+		l.mu.Unlock()
+		return nil, errQueueFull
+	}
+	ch := make(chan struct{})
+	l.waiters = append(l.waiters, ch)
+	l.mu.Unlock()
+
+	select {
+	case <-ch:
+		return l.releaseOnce(), nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, w := range l.waiters {
+			if w == ch {
+				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+				return nil, ctx.Err()
+			}
+		}
+		// Granted while we gave up: hand the slot on.
+		l.running--
+		l.grantLocked()
+		return nil, ctx.Err()
+	}
+}
+
+func (l *limiter) releaseOnce() func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.running--
+			l.grantLocked()
+			l.mu.Unlock()
+		})
+	}
+}
+
+// grantLocked gives free slots to the longest waiters.
+func (l *limiter) grantLocked() {
+	for l.running < l.max && len(l.waiters) > 0 {
+		ch := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		l.running++
+		close(ch)
+	}
+}
+
+// resize sets new bounds; runs already admitted keep their slots.
+func (l *limiter) resize(max, queue int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.max, l.queue = max, queue
+	l.grantLocked()
+}
+
+// stats returns the runs in flight and waiting, and the bounds.
+func (l *limiter) stats() (running, queued, max, queue int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running, len(l.waiters), l.max, l.queue
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestLimiterBoundsAndOrder(t *testing.T) {
+	l := newLimiter(1, 2)
+	ctx := context.Background()
+	rel1, err := l.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 2)
+	rels := make(chan func(), 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			rel, err := l.acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- i
+			rels <- rel
+		}()
+		waitFor(t, func() bool { _, q, _, _ := l.stats(); return q == i })
+	}
+	if _, err := l.acquire(ctx); !errors.Is(err, errQueueFull) {
+		t.Fatalf("fourth acquire: %v, want queue full", err)
+	}
+	rel1()
+	rel1() // a second release is a no-op
+	if first := <-got; first != 1 {
+		t.Errorf("waiter %d went first, want 1 (arrival order)", first)
+	}
+	if r, q, _, _ := l.stats(); r != 1 || q != 1 {
+		t.Errorf("running %d queued %d, want 1 and 1", r, q)
+	}
+	(<-rels)()
+	<-got
+	(<-rels)()
+	if r, q, _, _ := l.stats(); r != 0 || q != 0 {
+		t.Errorf("after all releases: running %d queued %d", r, q)
+	}
+}
+
+func TestLimiterCancelledWaiterLeavesQueue(t *testing.T) {
+	l := newLimiter(1, 1)
+	rel, _ := l.acquire(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire: %v, want deadline exceeded", err)
+	}
+	if _, q, _, _ := l.stats(); q != 0 {
+		t.Errorf("queued %d after the waiter gave up", q)
+	}
+	rel()
+	if r, _, _, _ := l.stats(); r != 0 {
+		t.Errorf("running %d after release", r)
+	}
+}
+
+func TestLimiterResize(t *testing.T) {
+	l := newLimiter(1, 4)
+	rel, _ := l.acquire(context.Background())
+	done := make(chan func())
+	go func() {
+		r, err := l.acquire(context.Background())
+		if err == nil {
+			done <- r
+		}
+	}()
+	waitFor(t, func() bool { _, q, _, _ := l.stats(); return q == 1 })
+	l.resize(2, 4)
+	select {
+	case r := <-done:
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("a larger bound did not admit the waiter")
+	}
+	rel()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pmjail/pmjail/jail"
+)
+
+// TestMain lets the test binary serve as a job's init stage, as pmjail's
+// binary does, and points the runtimes at the checkout's node_modules.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == jail.InitRole {
+		jail.Init()
+	}
+	if os.Getenv("PMJAIL_RUNTIME_DIR") == "" {
+		if wd, err := os.Getwd(); err == nil {
+			os.Setenv("PMJAIL_RUNTIME_DIR", filepath.Join(filepath.Dir(wd), "node_modules"))
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// needRoot fails under CI=true and skips elsewhere when not root: the
+// server's runs create namespaces and cgroups.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (namespaces, cgroups) and CI=true forbids skipping")
+	}
+	t.Skip("needs root: runs create namespaces and cgroups")
+}

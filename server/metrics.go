@@ -1,0 +1,55 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the daemon's Prometheus series, on a registry of its own so
+// that two servers in one process (tests) do not collide.
+type metrics struct {
+	reg      *prometheus.Registry
+	runs     *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	rejected *prometheus.CounterVec
+}
+
+func newMetrics(lim *limiter) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pmjail_runs_total",
+			Help: "Runs finished, by result status.",
+		}, []string{"status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pmjail_run_duration_seconds",
+			Help:    "Wall-clock time of finished runs, queueing excluded, by runtime.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"runtime"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pmjail_requests_rejected_total",
+			Help: "Requests refused before a run, by reason (the error code).",
+		}, []string{"reason"}),
+	}
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pmjail_runs_in_flight",
+		Help: "Runs executing now.",
+	}, func() float64 { r, _, _, _ := lim.stats(); return float64(r) })
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pmjail_runs_queued",
+		Help: "Runs waiting for a slot.",
+	}, func() float64 { _, q, _, _ := lim.stats(); return float64(q) })
+	m.reg.MustRegister(m.runs, m.duration, m.rejected, inFlight, queued,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every status and reason shows from the start, at zero, so that
+	// rate() and alerts work before the first occurrence.
+	for _, s := range []string{"ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
+		"protocol_error", "refused", "internal_error"} {
+		m.runs.WithLabelValues(s)
+	}
+	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
+		m.rejected.WithLabelValues(r)
+	}
+	return m
+}

@@ -1,0 +1,303 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// Timeouts of the HTTP layer. A run's own deadline is its wall-clock limit
+// plus runSlack: the jail enforces the limit, this is the net beneath it.
+const (
+	readHeaderTimeout = 10 * time.Second
+	bodyReadTimeout   = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+	resultTimeout     = 60 * time.Second
+	runSlack          = 30 * time.Second
+	drainCancelWait   = 30 * time.Second
+)
+
+// Options are what a server needs besides its config.
+type Options struct {
+	// Install locates the runtimes (runtimes.Locate).
+	Install *runtimes.Install
+	// Cgroups creates job cgroups; nil when the host has none usable, and
+	// then CgroupReason says why.
+	Cgroups      *cgroup.Manager
+	CgroupReason string
+	// Logger receives the daemon's structured log; nil discards it.
+	Logger *slog.Logger
+	// Prober holds the host's posture, probed once for the daemon's life:
+	// every run decides with it and GET /v1/posture serves it
+	// (?refresh=1 probes again).
+	Prober *posture.Prober
+	// Version is reported by GET /v1/health.
+	Version string
+}
+
+// state is what a reload replaces; runs in flight keep the one they
+// started with.
+type state struct {
+	cfg    *Config
+	ceil   job.Ceiling
+	runner *job.Runner
+	peers  peerSet
+}
+
+// Server is the daemon's API.
+type Server struct {
+	opt     Options
+	log     *slog.Logger
+	state   atomic.Pointer[state]
+	lim     *limiter
+	metrics *metrics
+	http    *http.Server
+	started time.Time
+
+	// runCtx is every request's base context: cancelling it cancels every
+	// run (the end of a shutdown's grace period).
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+	draining   atomic.Bool
+	shutdownMu sync.Mutex
+}
+
+// New builds a server and, before it takes any work, sweeps what a previous
+// instance left behind.
+func New(cfg *Config, opt Options) (*Server, error) {
+	s := &Server{opt: opt, log: opt.Logger, started: time.Now()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if opt.Cgroups != nil {
+		// Crash recovery. A supervisor killed mid-run leaves its job
+		// cgroups (named after its pid) with their tasks; Sweep kills
+		// those tasks and removes the cgroups of every dead owner. A job's
+		// files live only in its own mount namespace (a tmpfs root), which
+		// the kernel frees with the job's last task, so there are no job
+		// directories on the host to sweep.
+		removed, err := opt.Cgroups.Sweep()
+		if len(removed) > 0 {
+			s.log.Warn("swept cgroups left by a previous instance", "count", len(removed), "cgroups", removed)
+		}
+		if err != nil {
+			s.log.Error("sweep cgroups", "err", err)
+		}
+	}
+	st, err := s.newState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.state.Store(st)
+	if s.opt.Prober == nil {
+		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason})
+		st.runner.Prober = s.opt.Prober
+	}
+	// Probe before accepting work, and say what protects the runs.
+	report := s.postureReport(s.opt.Prober.Get(context.Background()))
+	var applied, missing []string
+	for _, l := range report.Layers {
+		switch l.State {
+		case posture.Applied:
+			applied = append(applied, l.Name)
+		case posture.Missing, posture.Degraded:
+			missing = append(missing, l.Name+": "+l.Detail)
+		}
+	}
+	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
+		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing)
+	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
+	s.metrics = newMetrics(s.lim)
+	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       connContext,
+		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+func (s *Server) newState(cfg *Config) (*state, error) {
+	ceil, err := cfg.Ceiling.JobCeiling()
+	if err != nil {
+		return nil, err
+	}
+	peers, err := cfg.Allow.resolve()
+	if err != nil {
+		return nil, err
+	}
+	// A Runner's ceiling is fixed for its life (the broker reads it), so a
+	// new ceiling takes a new Runner; the runtimes and cgroups are shared.
+	rn := &job.Runner{
+		Install:      s.opt.Install,
+		Cgroups:      s.opt.Cgroups,
+		CgroupReason: s.opt.CgroupReason,
+		Ceiling:      ceil,
+		Logger:       s.log,
+		Prober:       s.opt.Prober,
+	}
+	return &state{cfg: cfg, ceil: ceil, runner: rn, peers: peers}, nil
+}
+
+// Reload applies a new config to the runs that start from now on: the
+// ceiling, the allowed peers and the concurrency bounds. The socket's own
+// settings take a restart.
+func (s *Server) Reload(cfg *Config) error {
+	st, err := s.newState(cfg)
+	if err != nil {
+		return err
+	}
+	old := s.state.Swap(st)
+	if old.cfg.Socket != cfg.Socket {
+		s.log.Warn("config reload: socket settings change only at restart")
+	}
+	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
+	// A reload is also the operator's way to have the host probed again.
+	report := s.postureReport(s.opt.Prober.Refresh(context.Background()))
+	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(),
+		"posture_decision", report.Decision, "refusing_for", report.Missing)
+	return nil
+}
+
+// Config returns the config in force.
+func (s *Server) Config() *Config { return s.state.Load().cfg }
+
+// Serve answers requests on ln until Shutdown. ln must be a Unix socket:
+// every connection's peer is checked by its credentials.
+func (s *Server) Serve(ln net.Listener) error {
+	if _, ok := ln.(*net.UnixListener); !ok {
+		return fmt.Errorf("serve: %T is not a Unix socket listener", ln)
+	}
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops taking requests and lets the runs in flight finish for up
+// to grace; then it cancels them and waits for their results to be sent.
+func (s *Server) Shutdown(grace time.Duration) error {
+	s.shutdownMu.Lock()
+	defer s.shutdownMu.Unlock()
+	s.draining.Store(true)
+	running, queued, _, _ := s.lim.stats()
+	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := s.http.Shutdown(ctx)
+	if err == nil {
+		s.cancelRuns()
+		return nil
+	}
+	running, queued, _, _ = s.lim.stats()
+	s.log.Warn("grace period over: cancelling runs", "in_flight", running, "queued", queued)
+	s.cancelRuns()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), drainCancelWait)
+	defer cancel2()
+	if err := s.http.Shutdown(ctx2); err != nil {
+		_ = s.http.Close()
+		return fmt.Errorf("shutdown: runs still busy after cancelling: %w", err)
+	}
+	return nil
+}
+
+// Handler is the API's routes behind the peer check.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+client.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
+	mux.HandleFunc("/"+client.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
+	mux.HandleFunc("/"+client.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
+	mux.Handle("/metrics", s.only(http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
+	})
+	return s.authorise(mux)
+}
+
+// authorise refuses every request from a peer the config does not allow.
+func (s *Server) authorise(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := peerFrom(r.Context())
+		if !s.state.Load().peers.allowed(p) {
+			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
+			s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
+				"method", r.Method, "path", r.URL.Path, "err", p.Err)
+			writeError(w, http.StatusForbidden, codeForbidden,
+				fmt.Sprintf("uid %d is not allowed to use this pmjail daemon", p.UID), "", 0)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" "+r.URL.Path+": use "+method, "", 0)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	running, queued, max, queue := s.lim.stats()
+	h := client.Health{
+		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
+		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue,
+		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
+	}
+	if s.draining.Load() {
+		writeError(w, http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) handlePosture(w http.ResponseWriter, r *http.Request) {
+	probed := s.opt.Prober.Get(r.Context())
+	if r.URL.Query().Get("refresh") != "" {
+		probed = s.opt.Prober.Refresh(r.Context())
+	}
+	writeJSON(w, http.StatusOK, s.postureReport(probed))
+}
+
+// postureReport is the host's posture in the mode the current config sets.
+func (s *Server) postureReport(probed *posture.Probed) *posture.Report {
+	ceil := s.state.Load().ceil
+	mode := ceil.Mode
+	if mode == "" {
+		mode = job.ModeAuto
+	}
+	return probed.Report(mode, ceil.Required)
+}
+
+func wantsStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, client.NDJSON) {
+			return true
+		}
+	}
+	return false
+}
