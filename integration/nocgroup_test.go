@@ -78,3 +78,22 @@ func TestNoCgroupAutoDegradesAndSaysSo(t *testing.T) {
 		t.Fatalf("20 tasks under --pids 8 without cgroups: exit %d status %s stdout %q stderr %q", code, res.Status, res.Stdout, res.Stderr)
 	}
 }
+
+func TestNoCgroupRequiredMemoryCapRefuses(t *testing.T) {
+	hello := filepath.Join(t.TempDir(), "hello.js")
+	if err := os.WriteFile(hello, []byte(`console.log("must not run")`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, code := withoutCgroups(t, "run", "--json", "--mode", "required", "--require", "cgroup_memory", hello)
+	if code != 125 || res.Status != "refused" || res.Error == nil || !strings.Contains(res.Error.Message, "cgroup_memory") {
+		t.Fatalf("exit %d status %s error %+v", code, res.Status, res.Error)
+	}
+	if res.Stdout != "" {
+		t.Fatalf("a refused run printed %q", res.Stdout)
+	}
+	// The core alone is still there: without the extra layer it runs.
+	res, code = withoutCgroups(t, "run", "--json", "--mode", "required", hello)
+	if code != 0 || res.Status != "ok" {
+		t.Fatalf("required without extra layers: exit %d status %s error %+v", code, res.Status, res.Error)
+	}
+}

@@ -75,8 +75,13 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	logger.Info("run starting", "spec", r.String())
 
 	var probed *posture.Probed
-	if rn.Prober != nil {
+	switch {
+	case rn.Prober != nil:
 		probed = rn.Prober.Get(ctx)
+	case r.Mode == ModeRequired && len(r.Required) > 0:
+		// Layers beyond the core (Landlock, a cgroup controller, ...) are
+		// not failed closed by the init stage: prove them before running.
+		probed = posture.Probe(ctx, posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason})
 	}
 	for {
 		if probed != nil {
@@ -125,12 +130,6 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	fail := func(code, format string, args ...any) *jail.Outcome {
 		res.Status, res.ExitCode = jail.StatusInternalError, 125
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
-		return nil
-	}
-	if missing := rn.missingRequired(r); len(missing) > 0 {
-		report := posture.ForRun(rn.facts(r, nil, nil, false))
-		report.Decision, report.Missing = "refuse", missing
-		rn.refuse(res, report)
 		return nil
 	}
 	launch, err := rn.launch(r)

@@ -76,7 +76,7 @@ func usage() {
                                      send a job to a daemon, print it like run
   pmjail version
 
-run flags: --runtime deno|python --profile NAME|FILE --mode auto|required
+run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --require LAYERS
   --memory 128M --cpu-time 5s --timeout 30s --pids N --output-limit 1M
   --cap log --cap request=https://origin[,https://o2][:GET,POST]
   --input JSON|@file --json

@@ -18,6 +18,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -37,6 +38,7 @@ type runFlags struct {
 	timeout durationFlag
 	pids    int64
 	roBinds []string
+	require []string
 	forExec bool
 }
 
@@ -65,6 +67,17 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	fs.Var(&f.cpuTime, "cpu-time", "CPU-time limit, e.g. 5s")
 	fs.Var(&f.timeout, "timeout", "wall-clock limit, e.g. 30s")
 	fs.Int64Var(&f.pids, "pids", 0, "task limit (threads count)")
+	if name != "submit" { // a daemon's operator sets what its runs require
+		fs.Func("require", "layers mode required insists on besides the core, comma-separated", func(v string) error {
+			for _, l := range strings.Split(v, ",") {
+				if !contains(posture.Names, l) {
+					return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
+				}
+				f.require = append(f.require, l)
+			}
+			return nil
+		})
+	}
 	return f
 }
 
@@ -184,7 +197,7 @@ func cmdRun(args []string) int {
 		return fail("run: %v", err)
 	}
 	req.Source = string(src)
-	return execute(req, f.jsonOut)
+	return execute(req, f.require, f.jsonOut)
 }
 
 // runtimeForFile names the runtime, keeping TypeScript distinct so that
@@ -212,12 +225,15 @@ func cmdExec(args []string) int {
 		return fail("exec: %v", err)
 	}
 	req.Exec = &job.Exec{Program: f.fs.Arg(0), Args: f.fs.Args()[1:], Binds: f.roBinds}
-	return execute(req, f.jsonOut)
+	return execute(req, f.require, f.jsonOut)
 }
 
-// execute resolves and runs a request in this process and reports it.
-func execute(req *job.Request, jsonOut bool) int {
-	resolved, err := job.Resolve(req, job.DefaultCeiling(), true)
+// execute resolves and runs a request in this process and reports it; the
+// CLI's user is its own operator, so --require adds to the ceiling.
+func execute(req *job.Request, require []string, jsonOut bool) int {
+	ceil := job.DefaultCeiling()
+	ceil.Required = require
+	resolved, err := job.Resolve(req, ceil, true)
 	if err != nil {
 		return fail("%v", strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
 	}

@@ -195,7 +195,7 @@ copy_tree() {
   # Hard links when the work dir shares the file system: no 100 MB copy.
   cp -al "$host/." "$ROOT$guest/" 2>/dev/null || cp -a "$host/." "$ROOT$guest/"
   while IFS= read -r -d '' f; do
-    [ "$(head -c 4 "$f")" = $'\x7fELF' ] && copy_libs "$f"
+    if [ "$(head -c 4 "$f")" = $'\x7fELF' ]; then copy_libs "$f"; fi
   done < <(find "$host" -type f -perm -u+x -print0)
 }
 

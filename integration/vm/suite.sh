@@ -25,6 +25,6 @@ run() {
 
 run selftest "$dir/selftest" -deno=
 run cgroup sh -c "cd /tmp && '$dir/cgroup.test' -test.v -test.count=1"
-run integration sh -c "cd /tmp && '$dir/integration.test' -test.v -test.count=1 -test.timeout=20m -test.run '${VM_TESTS:-.}'"
+run integration sh -c "cd /tmp && '$dir/integration.test' -test.v -test.count=1 -test.timeout=20m -test.run '${VM_TESTS:-.}' -test.skip '${VM_SKIP:-^$}'"
 echo "$summary"
 exit $status

@@ -1,0 +1,58 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A profile the operator wrote is checked before anything runs, and the
+// error names the field at fault.
+func TestBadProfilesAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	hello := filepath.Join(dir, "hello.js")
+	writeFile(t, hello, `console.log("must not run")`)
+	policy := filepath.Join(dir, "policy.json")
+	writeFile(t, policy, `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_FOO"}]}`)
+	cases := map[string]struct{ profile, want string }{
+		"unknown field": {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide","native":"native"},"landlock":true,"color":"red"}`, `unknown field "color"`},
+		"bad limit":     {`{"name":"x","limits":{"memory":"1M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide","native":"native"}}`, "limits.memory"},
+		"bad policy":    {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"` + policy + `","python":"pyodide","native":"native"}}`, `syscalls[0].action`},
+		"no policy":     {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide"}}`, "seccomp.native"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
+			writeFile(t, file, c.profile)
+			inv := pmjailCmd(t, "", "run", "--profile", file, hello)
+			if inv.ExitCode != 125 || !strings.HasPrefix(inv.Stderr, "pmjail:") || !strings.Contains(inv.Stderr, c.want) || strings.Contains(inv.Stdout, "must not run") {
+				t.Fatalf("exit %d stdout %q stderr %q, want 125 and an error naming %q", inv.ExitCode, inv.Stdout, inv.Stderr, c.want)
+			}
+		})
+	}
+	if _, err := os.Stat(policy); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The strict profile's timing mitigation: coarse clocks, no
+// SharedArrayBuffer, and the posture says it is on.
+func TestTimingMitigation(t *testing.T) {
+	src := `const t = performance.now();
+console.log(JSON.stringify({ integer: Number.isInteger(t), sab: typeof SharedArrayBuffer, atomics: typeof Atomics }));`
+	res := runScript(t, "timing.js", src, "--profile", "strict")
+	if res.Status != "ok" || strings.TrimSpace(res.Stdout) != `{"integer":true,"sab":"undefined","atomics":"undefined"}` {
+		t.Fatalf("strict: status %s stdout %q error %+v", res.Status, res.Stdout, res.Error)
+	}
+	if p := decodePosture(t, res.Posture); p.state("timing_mitigation") != "applied" {
+		t.Fatalf("strict: timing_mitigation %q in the posture", p.state("timing_mitigation"))
+	}
+	res = runScript(t, "timing.js", src)
+	if res.Status != "ok" || !strings.Contains(res.Stdout, `"sab":"function"`) {
+		t.Fatalf("default: status %s stdout %q", res.Status, res.Stdout)
+	}
+	if p := decodePosture(t, res.Posture); p.state("timing_mitigation") != "off" {
+		t.Fatalf("default: timing_mitigation %q in the posture", p.state("timing_mitigation"))
+	}
+}
