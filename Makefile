@@ -47,9 +47,10 @@ test-vm: setup
 	$(GO) test -c -o $(VMBIN)/cgroup.test ./cgroup
 	$(GO) test -c -o $(VMBIN)/integration.test ./integration
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/selftest ./integration/vm/selftest
+	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/prober ./integration/prober
 	cp $(BIN) $(VMBIN)/pmjail
 	integration/vm/run.sh -d $(VMBIN):$(VMBIN) -d $(CURDIR)/node_modules:$(CURDIR)/node_modules \
-		-e CI=true -e PMJAIL_BIN=$(VMBIN)/pmjail -e PMJAIL_RUNTIME_DIR=$(CURDIR)/node_modules \
+		-e CI=true -e PMJAIL_BIN=$(VMBIN)/pmjail -e PMJAIL_PROBER=$(VMBIN)/prober -e PMJAIL_RUNTIME_DIR=$(CURDIR)/node_modules \
 		-e PMJAIL_REPO_ROOT=$(CURDIR) -e 'VM_TESTS=$(VM_TESTS)' -e 'VM_SKIP=$(VM_SKIP)' \
 		integration/vm/suite.sh $(VMBIN)
 

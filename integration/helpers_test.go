@@ -49,6 +49,10 @@ func outsideTmpDir(t *testing.T, prefix string) string {
 // outside /tmp and returns the binary's path.
 func buildProber(t *testing.T) string {
 	t.Helper()
+	// Prebuilt where there is no Go toolchain (the VM).
+	if p := os.Getenv("PMJAIL_PROBER"); p != "" {
+		return p
+	}
 	dir := outsideTmpDir(t, "itest-prober-")
 	bin := filepath.Join(dir, "prober")
 	cmd := exec.Command("go", "build", "-o", bin, "./integration/prober")

@@ -114,6 +114,20 @@ type supervision struct {
 	mu     sync.Mutex
 	reason *killReason
 	cmd    *exec.Cmd
+	// intoCgroup: the child started in the job's cgroup (CLONE_INTO_CGROUP).
+	intoCgroup bool
+}
+
+// restartable returns a fresh copy of a command whose start failed (an
+// exec.Cmd cannot be started twice), sharing its files and attributes.
+func (s *supervision) restartable(cmd *exec.Cmd) *exec.Cmd {
+	attr := *cmd.SysProcAttr
+	next := &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &attr}
+	s.mu.Lock()
+	s.cmd = next
+	s.mu.Unlock()
+	return next
 }
 
 // stop records the first reason to end the run and kills the tree.
@@ -212,6 +226,15 @@ func (s *supervision) run(ctx context.Context) {
 	defer timer.Stop()
 
 	err = startLocked(cmd)
+	if err != nil && errors.Is(err, unix.ENOSYS) && cmd.SysProcAttr.UseCgroupFD {
+		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
+		// seccomp filter, as in Docker's default profile): start with
+		// clone and join the cgroup before the runtime starts instead.
+		cmd = s.restartable(cmd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
+		err = startLocked(cmd)
+	}
+	s.intoCgroup = err == nil && cmd.SysProcAttr.UseCgroupFD
 	// The child has its own copies now.
 	outW.Close()
 	errW.Close()
@@ -308,7 +331,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	job := s.job
 	pid := s.cmd.Process.Pid
 	if job.Cgroup != nil {
-		if _, ok := job.Cgroup.FD(); !ok {
+		if !s.intoCgroup {
 			if err := job.Cgroup.AddProc(pid); err != nil {
 				s.fail("cgroup", err)
 				return nil, err

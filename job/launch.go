@@ -32,8 +32,8 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 	})
 }
 
-// nativeLaunch binds a native program, found by the operator's PATH, at its
-// own path, with the --ro-bind paths beside it.
+// nativeLaunch binds a native program, found by the operator's PATH, at the
+// path it was asked by, with the --ro-bind paths beside it.
 func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 	path, err := exec.LookPath(x.Program)
 	if err != nil {
@@ -42,11 +42,14 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 	if path, err = filepath.Abs(path); err != nil {
 		return nil, err
 	}
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
-		path = resolved
+	// The file is bound at the path it was asked by: a multi-call binary
+	// (busybox) picks its applet from argv[0].
+	file, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, fmt.Errorf("program %q: %w", x.Program, err)
 	}
 	l := &runtimes.Launch{
-		Program: path,
+		Program: file,
 		Target:  path,
 		Args:    append([]string{path}, x.Args...),
 		Env:     nativeEnv,

@@ -172,32 +172,43 @@ func readCapped(name string, max int64) ([]byte, error) {
 
 func cmdRun(args []string) int {
 	f := newRunFlags("run", false)
-	if err := f.parse(args); err != nil {
+	req, err := f.programRequest(args)
+	if err != nil {
 		return fail("run: %v", err)
 	}
+	return execute(req, f.require, f.jsonOut)
+}
+
+// programRequest parses `[flags] FILE|-` into the job they describe: the
+// runtime from --runtime or the file's extension, the source from the file
+// (or stdin), capped.
+func (f *runFlags) programRequest(args []string) (*job.Request, error) {
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
 	if f.fs.NArg() != 1 {
-		return fail("run: want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
+		return nil, fmt.Errorf("want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
 	}
 	file := f.fs.Arg(0)
 	req, err := f.request()
 	if err != nil {
-		return fail("run: %v", err)
+		return nil, err
 	}
 	if req.Runtime == "" {
 		if file == "-" {
-			return fail("run: reading the program from stdin needs --runtime deno|python")
+			return nil, errors.New("reading the program from stdin needs --runtime deno|python")
 		}
 		if _, err := runtimes.ForFile(file); err != nil {
-			return fail("run: %v", err)
+			return nil, err
 		}
 		req.Runtime = runtimeForFile(file)
 	}
 	src, err := readCapped(file, job.MaxSourceBytes)
 	if err != nil {
-		return fail("run: %v", err)
+		return nil, err
 	}
 	req.Source = string(src)
-	return execute(req, f.require, f.jsonOut)
+	return req, nil
 }
 
 // runtimeForFile names the runtime, keeping TypeScript distinct so that

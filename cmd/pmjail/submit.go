@@ -11,8 +11,6 @@ import (
 
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
-	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
 
@@ -21,31 +19,10 @@ import (
 func cmdSubmit(args []string) int {
 	f := newRunFlags("submit", false)
 	sock := f.fs.String("socket", server.DefaultSocketPath, "the daemon's Unix socket")
-	if err := f.parse(args); err != nil {
-		return fail("submit: %v", err)
-	}
-	if f.fs.NArg() != 1 {
-		return fail("submit: want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
-	}
-	file := f.fs.Arg(0)
-	req, err := f.request()
+	req, err := f.programRequest(args)
 	if err != nil {
 		return fail("submit: %v", err)
 	}
-	if req.Runtime == "" {
-		if file == "-" {
-			return fail("submit: reading the program from stdin needs --runtime deno|python")
-		}
-		if _, err := runtimes.ForFile(file); err != nil {
-			return fail("submit: %v", err)
-		}
-		req.Runtime = runtimeForFile(file)
-	}
-	src, err := readCapped(file, job.MaxSourceBytes)
-	if err != nil {
-		return fail("submit: %v", err)
-	}
-	req.Source = string(src)
 
 	// Interrupting submit closes the connection, which cancels the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

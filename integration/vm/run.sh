@@ -311,7 +311,8 @@ queue_module() {
 build_initramfs() {
   local p d
   ROOT=$WORK/root
-  mkdir -p "$ROOT"/{bin,dev,proc,sys,tmp,run,payload,sys/fs/cgroup}
+  mkdir -p "$ROOT"/{bin,dev,proc,sys,tmp,run,payload,sys/fs/cgroup,var/tmp}
+  chmod 1777 "$ROOT/var/tmp"
   install -m 0755 /bin/busybox "$ROOT/bin/busybox"
   copy_program "$PAYLOAD" "/payload/${PAYLOAD##*/}"
   for p in "${EXTRA_PROGRAMS[@]}"; do copy_program "$p" "/bin/${p##*/}"; done
