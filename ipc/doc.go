@@ -1,7 +1,7 @@
 // Package ipc owns the guest channel, host side: the only way out of a jail.
 //
-// The jail creates a SOCK_STREAM socketpair per run and hands the guest one
-// end as fd 3; Serve speaks PROTOCOL.md on the other. It sends the start
+// The jail gives each run a channel (two FIFOs in the job's root, see
+// PROTOCOL.md) and hands its host end to Serve as a net.Conn. It sends the start
 // frame (input, declared capabilities, options), then answers the guest's
 // calls until the guest sends done or error, the channel closes, the run's
 // context ends, or the guest breaks the protocol.

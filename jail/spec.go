@@ -44,8 +44,16 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	if target == "" {
 		target = launch.Program
 	}
+	// The job's own /proc and /tmp come first: a bound program or asset that
+	// lives under /tmp on the host (a checkout there, say) must be bound on
+	// top of the job's /tmp, not hidden beneath it.
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec", "subset=pid"}},
+		{Destination: runtimes.TmpDir, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
+	}
 	ro := []string{"ro", "nosuid", "nodev"}
-	mounts := []specs.Mount{{Destination: target, Type: "bind", Source: launch.Program, Options: ro}}
+	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, lib := range libs {
 		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: ro})
 	}
@@ -62,13 +70,8 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	for _, d := range devices {
 		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"nosuid", "noexec"}})
 	}
-	mounts = append(mounts,
-		specs.Mount{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec", "subset=pid"}},
-		specs.Mount{Destination: runtimes.TmpDir, Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
-	)
 	// A "copy" mount (pmjail's own type) is a per-run writable copy of the
-	// read-only host directory Source, made by the init stage on /tmp (above).
+	// read-only host directory Source, made by the init stage on /tmp.
 	for _, c := range launch.Copies {
 		if !filepath.IsAbs(c.Source) || !filepath.IsAbs(c.Target) {
 			return nil, fmt.Errorf("copy %s:%s: paths must be absolute", c.Source, c.Target)

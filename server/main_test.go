@@ -6,13 +6,20 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
 )
 
-// TestMain lets the test binary serve as a job's init stage, as pmjail's
-// binary does, and points the runtimes at the checkout's node_modules.
+// TestMain lets the test binary play pmjail's child roles (a job's init
+// stage, the posture probe), as pmjail's binary does, and points the
+// runtimes at the checkout's node_modules.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == jail.InitRole {
-		jail.Init()
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case jail.InitRole:
+			jail.Init()
+		case posture.ProbeRole:
+			posture.ProbeChild()
+		}
 	}
 	if os.Getenv("PMJAIL_RUNTIME_DIR") == "" {
 		if wd, err := os.Getwd(); err == nil {
