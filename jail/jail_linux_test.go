@@ -1,0 +1,84 @@
+package jail
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the jail needs root (namespaces, mounts) and CI=true forbids skipping")
+		}
+		t.Skip("needs root")
+	}
+}
+
+func shellJob(t *testing.T, script string, lim RootLimits) *Job {
+	t.Helper()
+	launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/nonexistent"}}
+	spec, err := NewSpec(launch, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Job{ID: "test", Spec: spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
+}
+
+var testLimits = RootLimits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20}
+
+func TestRunContainsAShell(t *testing.T) {
+	needRoot(t)
+	// Only shell builtins: the root holds nothing but /bin/sh and its libraries.
+	out := Run(context.Background(), shellJob(t, `echo "$(cat /etc/hostname 2>&1 || echo none)"; read h < /proc/sys/kernel/hostname 2>/dev/null; echo ok > /tmp/x && echo tmp-writable; (echo x > /x) 2>/dev/null || echo root-readonly; exit 7`, testLimits))
+	if out.Status != StatusError || out.ExitCode != 7 {
+		t.Fatalf("status %s exit %d message %q stderr %q", out.Status, out.ExitCode, out.Message, out.Stderr)
+	}
+	for _, want := range []string{"tmp-writable", "root-readonly"} {
+		if !strings.Contains(string(out.Stdout), want) {
+			t.Errorf("stdout %q lacks %q", out.Stdout, want)
+		}
+	}
+	if o := out.Observed; o != nil && o.Error == "" {
+		if !o.NoNewPrivs || !o.NoCapabilities() || !o.RootReadOnly || o.HostUID < idBase {
+			t.Errorf("observed %+v", o)
+		}
+	}
+}
+
+func TestRunTimeoutKillsTheTree(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `while :; do :; done & while :; do :; done`, testLimits)
+	job.Timeout = 500 * time.Millisecond
+	start := time.Now()
+	out := Run(context.Background(), job)
+	if out.Status != StatusTimeout || out.ExitCode != 124 || time.Since(start) > 5*time.Second {
+		t.Fatalf("status %s exit %d after %v", out.Status, out.ExitCode, time.Since(start))
+	}
+}
+
+func TestRunOutputLimit(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; done`, testLimits)
+	job.OutputLimit = 1000
+	out := Run(context.Background(), job)
+	if out.Status != StatusOutputLimit || len(out.Stdout) != 1000 || !out.Truncated.Stdout {
+		t.Fatalf("status %s stdout %d bytes truncated %v", out.Status, len(out.Stdout), out.Truncated)
+	}
+}
+
+func TestRunSetupFailureNamesTheStage(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `true`, testLimits)
+	job.Spec.Mounts = append(job.Spec.Mounts, job.Spec.Mounts[len(job.Spec.Mounts)-1])
+	job.Spec.Mounts[len(job.Spec.Mounts)-1].Source = "/nonexistent-pmjail-source"
+	out := Run(context.Background(), job)
+	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != "mounts" || !strings.Contains(out.Message, "nonexistent-pmjail-source") {
+		t.Fatalf("status %s exit %d stage %q message %q", out.Status, out.ExitCode, out.InitStage, out.Message)
+	}
+}

@@ -1,0 +1,88 @@
+package jail
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+func TestSharedLibraries(t *testing.T) {
+	libs, err := SharedLibraries("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var interp, libc bool
+	for _, l := range libs {
+		interp = interp || strings.Contains(l, "ld-linux")
+		libc = libc || strings.HasSuffix(l, "/libc.so.6")
+	}
+	if !interp || !libc {
+		t.Fatalf("libraries of /bin/sh: %v, want the dynamic loader and libc", libs)
+	}
+	if _, err := SharedLibraries("/nonexistent-pmjail"); err == nil {
+		t.Fatal("no error for a missing program")
+	}
+}
+
+func TestNewSpecMounts(t *testing.T) {
+	launch := &runtimes.Launch{
+		Program: "/bin/sh", Target: "/runtime/sh", Args: []string{"sh"},
+		Binds: []runtimes.Bind{{Source: "/usr/share", Target: "/assets"}, {Source: "/usr/bin", Target: "/tools", Exec: true}},
+	}
+	spec, err := NewSpec(launch, RootLimits{TmpBytes: 1 << 20, OpenFiles: 16, FileBytes: 1 << 20, Tasks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc and /tmp first, so nothing bound under a host /tmp is hidden.
+	if spec.Mounts[0].Destination != "/proc" || spec.Mounts[1].Destination != "/tmp" || !slices.Contains(spec.Mounts[1].Options, "noexec") {
+		t.Fatalf("first mounts %+v", spec.Mounts[:2])
+	}
+	opts := map[string][]string{}
+	for _, m := range spec.Mounts {
+		opts[m.Destination] = m.Options
+	}
+	if !slices.Contains(opts["/runtime/sh"], "ro") || slices.Contains(opts["/runtime/sh"], "noexec") {
+		t.Errorf("program mount %v", opts["/runtime/sh"])
+	}
+	if !slices.Contains(opts["/assets"], "noexec") || slices.Contains(opts["/tools"], "noexec") {
+		t.Errorf("assets %v tools %v: only Exec binds may run programs", opts["/assets"], opts["/tools"])
+	}
+	for _, d := range devices {
+		if _, ok := opts[d]; !ok {
+			t.Errorf("no %s", d)
+		}
+	}
+	if spec.Process.Args[0] != "/runtime/sh" || !spec.Root.Readonly || spec.Hostname != Hostname {
+		t.Errorf("process %v root %+v hostname %q", spec.Process.Args, spec.Root, spec.Hostname)
+	}
+	var nproc bool
+	for _, r := range spec.Process.Rlimits {
+		nproc = nproc || r.Type == "RLIMIT_NPROC" && r.Hard == 8
+	}
+	if !nproc {
+		t.Errorf("rlimits %+v: want RLIMIT_NPROC 8", spec.Process.Rlimits)
+	}
+	if _, err := NewSpec(&runtimes.Launch{Program: "/bin/sh", Binds: []runtimes.Bind{{Source: "relative", Target: "/x"}}}, RootLimits{}); err == nil {
+		t.Error("a relative bind source was accepted")
+	}
+}
+
+func TestMountOptions(t *testing.T) {
+	flags, data := mountOptions([]string{"ro", "nosuid", "size=1m", "mode=1777", "rbind"})
+	if flags == 0 || data != "size=1m,mode=1777" {
+		t.Fatalf("flags %x data %q", flags, data)
+	}
+}
+
+func TestCaptureCutsAtTheLimit(t *testing.T) {
+	c := &capture{limit: 10}
+	overflows := 0
+	c.add([]byte("12345678"), func() { overflows++ })
+	c.add([]byte("90abc"), func() { overflows++ })
+	c.add([]byte("def"), func() { overflows++ })
+	if string(c.bytes()) != "1234567890" || !c.truncated || overflows != 1 {
+		t.Fatalf("captured %q truncated %v overflows %d", c.bytes(), c.truncated, overflows)
+	}
+}
