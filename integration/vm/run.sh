@@ -239,7 +239,9 @@ mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
-mount -t tmpfs -o mode=1777 tmp /tmp
+# / is a tmpfs already (above): /tmp needs no mount of its own, and one
+# would hide whatever the runner copied under /tmp (a checkout there).
+chmod 1777 /tmp
 # nsdelegate as systemd mounts it: a cgroup namespace is a delegation boundary.
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 # The root cgroup is exempt from the no-internal-process rule, so PID 1 can
