@@ -13,6 +13,11 @@ import (
 // searches PATH.
 const EnvRuntimeDir = "PMJAIL_RUNTIME_DIR"
 
+// EnvStateDir names the setting for where pmjail keeps what it derives from
+// the runtimes (the Pyodide snapshot, the warm code cache); by default a
+// .cache/pmjail directory beside the node_modules directory.
+const EnvStateDir = "PMJAIL_STATE_DIR"
+
 // ErrNotInstalled is returned when the runtime files cannot be found.
 var ErrNotInstalled = errors.New("runtime not installed")
 
@@ -57,11 +62,15 @@ func Locate() (*Install, error) {
 			if err != nil {
 				return nil, fmt.Errorf("locate runtimes: %w", err)
 			}
+			state := os.Getenv(EnvStateDir)
+			if state == "" {
+				state = filepath.Join(filepath.Dir(abs), ".cache", "pmjail")
+			}
 			return &Install{
 				ModulesDir: abs,
 				DenoPath:   filepath.Join(abs, "@deno", "linux-x64-glibc", "deno"),
 				PyodideDir: filepath.Join(abs, "pyodide"),
-				StateDir:   filepath.Join(filepath.Dir(abs), ".cache", "pmjail"),
+				StateDir:   state,
 			}, nil
 		}
 	}
