@@ -56,3 +56,17 @@ console.log(JSON.stringify({ integer: Number.isInteger(t), sab: typeof SharedArr
 		t.Fatalf("default: timing_mitigation %q in the posture", p.state("timing_mitigation"))
 	}
 }
+
+// The contract's 126/127: a program that cannot be found or executed.
+func TestExecProgramNotFoundOrNotExecutable(t *testing.T) {
+	inv := pmjailCmd(t, "", "exec", "--", "/nonexistent-pmjail-program")
+	if inv.ExitCode != 127 || !strings.Contains(inv.Stderr, "no such file") {
+		t.Fatalf("missing program: exit %d stderr %q, want 127", inv.ExitCode, inv.Stderr)
+	}
+	text := filepath.Join(t.TempDir(), "not-a-program")
+	writeFile(t, text, "plain text")
+	inv = pmjailCmd(t, "", "exec", "--", text)
+	if inv.ExitCode != 126 {
+		t.Fatalf("a text file as the program: exit %d stderr %q, want 126", inv.ExitCode, inv.Stderr)
+	}
+}

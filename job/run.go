@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -134,7 +137,11 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	launch, err := rn.launch(r)
 	if err != nil {
-		return fail("runtime", "%v", err)
+		fail("runtime", "%v", err)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			res.ExitCode = 127 // the program could not be found
+		}
+		return nil
 	}
 	lim := r.Limits
 	rootLimits := jail.RootLimits{
@@ -150,7 +157,11 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	spec, err := jail.NewSpec(launch, rootLimits)
 	if err != nil {
-		return fail("spec", "%v", err)
+		fail("spec", "%v", err)
+		if r.Request.Exec != nil {
+			res.ExitCode = 126 // not a program this jail can execute
+		}
+		return nil
 	}
 	var flt filter
 	if probed == nil || probed.Has(posture.Seccomp) {
