@@ -138,8 +138,11 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	launch, err := rn.launch(r)
 	if err != nil {
 		fail("runtime", "%v", err)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
 			res.ExitCode = 127 // the program could not be found
+		case errors.Is(err, fs.ErrPermission):
+			res.ExitCode = 126 // found, but not executable
 		}
 		return nil
 	}
