@@ -266,6 +266,13 @@ func execute(req *job.Request, require []string, jsonOut bool) int {
 		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr
 	}
 	res := runner.Run(ctx, resolved, opt)
+	return report(res, jsonOut)
+}
+
+// report prints a result — the object with --json; otherwise one line for a
+// run that pmjail ended, or the guest's stack for one that threw (its
+// output has passed through already) — and returns the exit code.
+func report(res *jail.Result, jsonOut bool) int {
 	if jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -49,14 +47,5 @@ func cmdSubmit(args []string) int {
 		}
 		return fail("submit: %v", err)
 	}
-	if f.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-	} else if res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil {
-		fmt.Fprintf(os.Stderr, "pmjail: %s: %s\n", res.Status, res.Error.Message)
-	} else if res.Status == jail.StatusError && res.Error != nil && res.Error.Stack != "" {
-		fmt.Fprintln(os.Stderr, res.Error.Stack)
-	}
-	return exitCode(res)
+	return report(res, f.jsonOut)
 }
