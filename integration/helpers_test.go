@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/jail"
 )
 
 // exitNotJailed is the exit code the prober and the hostile scripts use
@@ -226,7 +228,7 @@ func snapshotHost(t *testing.T) hostState {
 				state = f[0]
 			}
 		}
-		if uid >= 1<<30 && uid < 1<<31 {
+		if uid >= 1<<30 && uid < 1<<31 && ownedOrOrphaned(pid, self) {
 			s.jailProcs = append(s.jailProcs, pid)
 		}
 		if state == "Z" && ppid == int64(self) {
@@ -419,4 +421,45 @@ func startVictim(t *testing.T) int {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd.Process.Pid
+}
+
+// ownedOrOrphaned reports whether a jailed process belongs to a supervisor
+// this test started, or to none (a leak, whoever's): tests of other
+// packages run their own jobs at the same time, under supervisors of
+// their own.
+func ownedOrOrphaned(pid, self int) bool {
+	// Climb past the job's own processes to its supervisor.
+	p := pid
+	for jailed(p) {
+		if p = parentOf(p); p <= 0 {
+			return false
+		}
+	}
+	if p == 1 {
+		return true
+	}
+	for ; p > 1; p = parentOf(p) {
+		if p == self {
+			return true
+		}
+	}
+	return false
+}
+
+func parentOf(pid int) int {
+	status, err := jail.ProcStatus(strconv.Itoa(pid))
+	if err != nil {
+		return -1
+	}
+	ppid, _ := strconv.Atoi(status["PPid"])
+	return ppid
+}
+
+func jailed(pid int) bool {
+	status, err := jail.ProcStatus(strconv.Itoa(pid))
+	if err != nil {
+		return false
+	}
+	uid, _ := strconv.Atoi(strings.Fields(status["Uid"] + " -1")[0])
+	return uid >= 1<<30 && uid < 1<<31
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -47,8 +48,35 @@ func searchDirs() []string {
 
 // SharedLibraries returns the dynamic loader and every shared library the
 // ELF executable at path loads, transitively, as the paths the loader will
-// open them by. A static executable has none.
+// open them by. A static executable has none. The answer is kept per file
+// (path, size, modification time): a daemon runs the same runtime for every
+// job.
 func SharedLibraries(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read ELF %s: %w", path, err)
+	}
+	key := libraryKey{path, st.Size(), st.ModTime().UnixNano()}
+	if libs, ok := librariesOf.Load(key); ok {
+		return slices.Clone(libs.([]string)), nil
+	}
+	libs, err := sharedLibraries(path)
+	if err != nil {
+		return nil, err
+	}
+	librariesOf.Store(key, libs)
+	return slices.Clone(libs), nil
+}
+
+type libraryKey struct {
+	path  string
+	size  int64
+	mtime int64
+}
+
+var librariesOf sync.Map
+
+func sharedLibraries(path string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	var visit func(file string, top bool) error

@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"bufio"
 	"os"
 	"strconv"
 	"strings"
@@ -54,42 +53,18 @@ var namespaceNames = []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup
 func observe(pid int, lease *idLease) *Observed {
 	o := &Observed{PID: pid, Namespaces: map[string]bool{}, NamespaceIDs: map[string]uint64{}}
 	p := strconv.Itoa(pid)
-	f, err := os.Open("/proc/" + p + "/status")
+	status, err := ProcStatus(p)
 	if err != nil {
 		o.Error = err.Error()
 		return o
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		val = strings.TrimSpace(val)
-		switch key {
-		case "NoNewPrivs":
-			o.NoNewPrivs = val == "1"
-		case "Seccomp":
-			o.Seccomp, _ = strconv.Atoi(val)
-		case "Seccomp_filters":
-			o.SeccompFilters, _ = strconv.Atoi(val)
-		case "CapEff":
-			o.CapEff = val
-		case "CapPrm":
-			o.CapPrm = val
-		case "CapInh":
-			o.CapInh = val
-		case "CapBnd":
-			o.CapBnd = val
-		case "CapAmb":
-			o.CapAmb = val
-		case "Uid":
-			o.HostUID, _ = strconv.Atoi(strings.Fields(val)[0])
-		case "Gid":
-			o.HostGID, _ = strconv.Atoi(strings.Fields(val)[0])
-		}
-	}
+	o.NoNewPrivs = status["NoNewPrivs"] == "1"
+	o.Seccomp, _ = strconv.Atoi(status["Seccomp"])
+	o.SeccompFilters, _ = strconv.Atoi(status["Seccomp_filters"])
+	o.CapEff, o.CapPrm, o.CapInh = status["CapEff"], status["CapPrm"], status["CapInh"]
+	o.CapBnd, o.CapAmb = status["CapBnd"], status["CapAmb"]
+	o.HostUID, _ = strconv.Atoi(firstField(status["Uid"]))
+	o.HostGID, _ = strconv.Atoi(firstField(status["Gid"]))
 	for _, ns := range namespaceNames {
 		mine, err1 := nsInode("self", ns)
 		theirs, err2 := nsInode(p, ns)
@@ -129,4 +104,27 @@ func observe(pid int, lease *idLease) *Observed {
 		}
 	}
 	return o
+}
+
+// ProcStatus reads /proc/<pid>/status ("self" for this process) into its
+// fields, values trimmed.
+func ProcStatus(pid string) (map[string]string, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if key, val, ok := strings.Cut(line, ":"); ok {
+			fields[key] = strings.TrimSpace(val)
+		}
+	}
+	return fields, nil
+}
+
+func firstField(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }

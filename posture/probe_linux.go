@@ -306,21 +306,9 @@ func ProbeChild() {
 	_, err := os.Stat("/etc/hostname")
 	r.HostFile = errnoName(err)
 	r.Hostname, _ = os.Hostname()
-	if data, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			v = strings.TrimSpace(v)
-			switch k {
-			case "NoNewPrivs":
-				r.NoNewPrivs = v
-			case "Seccomp":
-				r.Seccomp = v
-			case "CapEff":
-				r.CapEff = v
-			case "CapBnd":
-				r.CapBnd = v
-			}
-		}
+	if status, err := jail.ProcStatus("self"); err == nil {
+		r.NoNewPrivs, r.Seccomp = status["NoNewPrivs"], status["Seccomp"]
+		r.CapEff, r.CapBnd = status["CapEff"], status["CapBnd"]
 	}
 	r.RegainRoot = errnoName(unix.Setresuid(0, 0, 0))
 	var rl unix.Rlimit

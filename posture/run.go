@@ -86,27 +86,21 @@ func ForRun(f RunFacts) *Report {
 			add(name, Missing, "the run did not start")
 		}
 	}
-	if verified {
-		check(Rootfs, o.RootReadOnly, fmt.Sprintf("read-only tmpfs root with %d mounts", o.Mounts), "the root is writable")
-		if f.Seccomp {
-			check(Seccomp, o.Seccomp == 2, fmt.Sprintf("filter mode, %d filter(s); denials named in denied_syscalls", o.SeccompFilters), fmt.Sprintf("Seccomp: %d", o.Seccomp))
-		} else {
-			add(Seccomp, Missing, "no filter on this host")
-		}
-		check(NoNewPrivs, o.NoNewPrivs, "NoNewPrivs: 1", "NoNewPrivs: 0")
-		check(Capabilities, o.NoCapabilities(), "CapEff, CapPrm, CapInh, CapBnd and CapAmb all empty", "capabilities left: CapEff "+o.CapEff+" CapBnd "+o.CapBnd)
-		check(Rlimits, strings.HasPrefix(o.CoreLimit, "0/"), "core "+o.CoreLimit+", open files "+o.NoFileLimit, "core dumps allowed")
-	} else {
-		check(Rootfs, false, "", "")
-		if f.Seccomp {
-			check(Seccomp, false, "", "")
-		} else {
-			add(Seccomp, Missing, "no filter on this host")
-		}
-		check(NoNewPrivs, false, "", "")
-		check(Capabilities, false, "", "")
-		check(Rlimits, false, "", "")
+	// check reads the observed values only when verified: a zero Observed
+	// stands in otherwise.
+	obs := o
+	if obs == nil {
+		obs = &jail.Observed{}
 	}
+	check(Rootfs, obs.RootReadOnly, fmt.Sprintf("read-only tmpfs root with %d mounts", obs.Mounts), "the root is writable")
+	if f.Seccomp {
+		check(Seccomp, obs.Seccomp == 2, fmt.Sprintf("filter mode, %d filter(s); denials named in denied_syscalls", obs.SeccompFilters), fmt.Sprintf("Seccomp: %d", obs.Seccomp))
+	} else {
+		add(Seccomp, Missing, "no filter on this host")
+	}
+	check(NoNewPrivs, obs.NoNewPrivs, "NoNewPrivs: 1", "NoNewPrivs: 0")
+	check(Capabilities, obs.NoCapabilities(), "CapEff, CapPrm, CapInh, CapBnd and CapAmb all empty", "capabilities left: CapEff "+obs.CapEff+" CapBnd "+obs.CapBnd)
+	check(Rlimits, strings.HasPrefix(obs.CoreLimit, "0/"), "core "+obs.CoreLimit+", open files "+obs.NoFileLimit, "core dumps allowed")
 
 	r.Cgroup, r.Layers = runCgroup(f, r.Layers)
 

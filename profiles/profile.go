@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -166,6 +167,10 @@ func Load(name string) (*Profile, error) {
 		}
 		return p, nil
 	}
+	if cached, ok := builtins.Load(name); ok {
+		p := *cached.(*Profile)
+		return &p, nil
+	}
 	data, err := builtinFS.ReadFile("builtin/" + name + ".json")
 	if err != nil {
 		return nil, fmt.Errorf("%w %q (built-in profiles: %s)", ErrUnknownHardeningProfile, name, strings.Join(Names(), ", "))
@@ -174,8 +179,15 @@ func Load(name string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("built-in profile %s: %w", name, err)
 	}
-	return p, nil
+	builtins.Store(name, p)
+	copied := *p
+	return &copied, nil
 }
+
+// builtins holds the built-in profiles once decoded and validated: they are
+// embedded, so a daemon need not decode one per run. Load hands out
+// shallow copies: the Seccomp map is shared and never written.
+var builtins sync.Map
 
 func decodeProfile(r io.Reader) (*Profile, error) {
 	dec := json.NewDecoder(r)
