@@ -95,10 +95,6 @@ func (rn *Runner) filter(r *Resolved) (filter, error) {
 		return filter{}, err
 	}
 	f := filter{program: b, errno: prog.Errno}
-	if f.errno == 0 {
-		// Never answer a denial with success.
-		f.errno = unix.EPERM
-	}
 	if rn.filters == nil {
 		rn.filters = map[string]filter{}
 	}
