@@ -54,7 +54,7 @@ func (l *lockedBuffer) String() string {
 // daemonDir is a directory any uid can traverse, for a socket that a
 // test connects to as another user.
 func daemonDir(tb testing.TB) string {
-	dir, err := os.MkdirTemp("", "pmjail-daemon-")
+	dir, err := os.MkdirTemp("", "itest-daemon-")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func run(m *testing.M) int {
 	}
 	pmjail = os.Getenv("PMJAIL_BIN")
 	if pmjail == "" {
-		dir, err := os.MkdirTemp("", "pmjail-itest-")
+		dir, err := os.MkdirTemp("", "itest-bin-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

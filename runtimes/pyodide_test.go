@@ -51,7 +51,7 @@ var shared struct {
 func snapshotInstall(t testing.TB) *Install {
 	t.Helper()
 	shared.once.Do(func() {
-		shared.dir, shared.err = os.MkdirTemp("", "pmjail-runtimes-test-")
+		shared.dir, shared.err = os.MkdirTemp("", "runtimes-test-")
 		if shared.err != nil {
 			return
 		}
