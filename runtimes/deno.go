@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 )
 
 //go:embed guest/*.js
@@ -60,8 +61,8 @@ func heapMiB(memoryBytes int64) int64 {
 // denoArgs is Deno's locked-down command line: no prompt, no config or lock
 // discovery, no remote or npm imports, read access only to the given paths,
 // write access only to the channel's outgoing FIFO, and no env, net, run,
-// ffi or sys permission at all.
-func denoArgs(memoryBytes int64, readable []string, entry string, rest ...string) []string {
+// ffi or sys permission at all. v8 are extra V8 flags after the heap cap.
+func denoArgs(memoryBytes int64, v8 []string, readable []string, entry string, rest ...string) []string {
 	args := []string{
 		denoTarget, "run",
 		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
@@ -79,7 +80,10 @@ func denoArgs(memoryBytes int64, readable []string, entry string, rest ...string
 	}
 	args = append(args, "--allow-write="+ChannelOut)
 	if heap := heapMiB(memoryBytes); heap > 0 {
-		args = append(args, "--v8-flags=--max-old-space-size="+strconv.FormatInt(heap, 10))
+		v8 = append([]string{"--max-old-space-size=" + strconv.FormatInt(heap, 10)}, v8...)
+	}
+	if len(v8) > 0 {
+		args = append(args, "--v8-flags="+strings.Join(v8, ","))
 	}
 	args = append(args, entry)
 	return append(args, rest...)
@@ -102,7 +106,7 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  denoTarget,
-		Args:    denoArgs(job.MemoryBytes, []string{GuestDir, JobDir}, GuestDir+"/bootstrap.js", main),
+		Args:    denoArgs(job.MemoryBytes, nil, []string{GuestDir, JobDir}, GuestDir+"/bootstrap.js", main),
 		Env:     denoEnv(),
 		Files:   files,
 		Channel: true,

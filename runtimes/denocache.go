@@ -46,8 +46,8 @@ type DenoCache struct {
 }
 
 // denoCacheKey names what the cache depends on: Deno, Pyodide, the guest
-// files the jail writes (their content is what V8 checks) and the snapshot
-// the warm run restored.
+// files the jail writes (their content is what V8 checks), the snapshot
+// the warm run restored and the command line (V8 checks its flags).
 func (in *Install) denoCacheKey(snap *Snapshot) (string, error) {
 	want, err := in.snapshotWant()
 	if err != nil {
@@ -58,7 +58,7 @@ func (in *Install) denoCacheKey(snap *Snapshot) (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "deno %s\npyodide %s\nsnapshot %s\nheap %d\n", want.DenoVersion, want.PyodideVersion, snap.Meta.SHA256, warmHeapBytes)
+	fmt.Fprintf(h, "deno %s\npyodide %s\nsnapshot %s\nargs %q\n", want.DenoVersion, want.PyodideVersion, snap.Meta.SHA256, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget))
 	for _, f := range files {
 		sum := sha256.Sum256(f.Data)
 		fmt.Fprintf(h, "%s %x\n", f.Path, sum)
@@ -162,7 +162,7 @@ func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCa
 		args = append(args, "--setenv", k, v)
 	}
 	args = append(args, "--")
-	args = append(args, denoArgs(pythonHeapBytes(warmHeapBytes), pythonReadable(true), pyodideLoader, "warm", pyodideTarget, snapshotTarget)...)
+	args = append(args, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget)...)
 
 	ctx, cancel := context.WithTimeout(ctx, denoCacheBuildTimeout)
 	defer cancel()

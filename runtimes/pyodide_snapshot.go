@@ -30,15 +30,16 @@ type Snapshot struct {
 }
 
 // SnapshotMeta is the JSON sidecar beside a snapshot. A snapshot is valid
-// only for the Pyodide, Deno and loader it was made with, and only with
-// exactly these bytes.
+// only for the Pyodide, Deno, loader and bootstrap it was made with, and
+// only with exactly these bytes.
 type SnapshotMeta struct {
-	PyodideVersion string    `json:"pyodide_version"`
-	DenoVersion    string    `json:"deno_version"`
-	LoaderSHA256   string    `json:"loader_sha256"`
-	SHA256         string    `json:"sha256"`
-	Size           int64     `json:"size"`
-	Created        time.Time `json:"created"`
+	PyodideVersion string `json:"pyodide_version"`
+	DenoVersion    string `json:"deno_version"`
+	// LoaderSHA256 covers the loader and the Python bootstrap it bakes in.
+	LoaderSHA256 string    `json:"loader_sha256"`
+	SHA256       string    `json:"sha256"`
+	Size         int64     `json:"size"`
+	Created      time.Time `json:"created"`
 }
 
 // snapshotBuildTimeout bounds the one-off build (a cold start is ~5 s).
@@ -84,12 +85,17 @@ func (in *Install) snapshotWant() (SnapshotMeta, error) {
 	if err != nil {
 		return SnapshotMeta{}, err
 	}
-	loader, err := pyodideFS.ReadFile("pyodide/loader.mjs")
-	if err != nil {
-		return SnapshotMeta{}, fmt.Errorf("read embedded loader: %w", err)
+	// The loader makes the snapshot and the bootstrap is part of it.
+	h := sha256.New()
+	for _, name := range []string{"pyodide/loader.mjs", "pyodide/bootstrap.py"} {
+		data, err := pyodideFS.ReadFile(name)
+		if err != nil {
+			return SnapshotMeta{}, fmt.Errorf("read embedded %s: %w", name, err)
+		}
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
 	}
-	sum := sha256.Sum256(loader)
-	return SnapshotMeta{PyodideVersion: pv, DenoVersion: dv, LoaderSHA256: hex.EncodeToString(sum[:])}, nil
+	return SnapshotMeta{PyodideVersion: pv, DenoVersion: dv, LoaderSHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // snapshotPath is where the snapshot for these versions and this loader

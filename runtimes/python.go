@@ -18,6 +18,23 @@ func pythonHeapBytes(mem int64) int64 {
 	return mem
 }
 
+// pythonV8Flags delay V8's tier-up of Pyodide's wasm functions and their
+// JS wrappers to TurboFan. At V8's defaults a hello run spends ~100 ms of
+// CPU optimising functions it never calls again, and under the job's
+// one-core quota that is wall time; a function hot enough to matter still
+// tiers up (measured: a 1.5 s CPU-bound script runs no slower).
+var pythonV8Flags = []string{
+	"--wasm-tiering-budget=1300000000",
+	"--wasm-wrapper-tiering-budget=1000000",
+}
+
+// pythonArgs is Deno's command line for the Pyodide loader in one of its
+// in-jail modes (run, warm). The warm run must use the same flags as the
+// runs: V8 keys its code cache by them.
+func pythonArgs(memoryBytes int64, snapshot bool, mode string, rest ...string) []string {
+	return denoArgs(pythonHeapBytes(memoryBytes), pythonV8Flags, pythonReadable(snapshot), pyodideLoader, append([]string{mode, pyodideTarget}, rest...)...)
+}
+
 // pythonReadable is the loader's read scope: the guest files, the job, the
 // Pyodide assets and, when there is one, the snapshot.
 func pythonReadable(snapshot bool) []string {
@@ -56,7 +73,7 @@ func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  denoTarget,
-		Args:    denoArgs(pythonHeapBytes(job.MemoryBytes), pythonReadable(snap != nil), pyodideLoader, "run", pyodideTarget, snapshotArg, pythonMain),
+		Args:    pythonArgs(job.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
 		Env:     denoEnv(),
 		Binds:   binds,
 		Copies:  copies,

@@ -1,4 +1,5 @@
-# pmjail's Python bootstrap, run by loader.mjs inside the jail. It offers the
+# pmjail's Python bootstrap, the module _pmjail_boot that loader.mjs bakes into
+# the memory snapshot (or installs on a cold start) inside the jail. It offers the
 # broker as the `pmjail` module, runs /job/main.py (a plain script, or a
 # handler script defining `main(input, ctx)`), and returns the outcome to the
 # loader as JSON. Every check happens on the host; nothing here is trusted.

@@ -13,6 +13,10 @@ import { Channel, makeHost } from "./channel.js";
 
 const [mode, assetsDir, snapshotArg, mainPath] = Deno.args;
 const here = new URL(".", import.meta.url).pathname;
+const snapshotPath = mode !== "snapshot" && snapshotArg && snapshotArg !== "-" ? snapshotArg : null;
+// The snapshot's 31 MB are read on Deno's I/O threads while the main thread
+// imports Pyodide and waits for the job; loadPyodide awaits the promise.
+const snapshotBytes = snapshotPath ? Deno.readFile(snapshotPath) : null;
 
 // Python's environment: nothing of the loader's own (which is not readable
 // anyway without --allow-env), only what a script may reasonably expect.
@@ -26,6 +30,24 @@ const PRELOAD = [
   "random", "string", "textwrap", "time", "traceback", "types", "typing",
   "urllib.parse", "uuid",
 ];
+
+// The bootstrap becomes the module _pmjail_boot. The snapshot is made with
+// it imported, so a run from the snapshot finds it compiled and ready; a
+// cold start installs it the same way.
+async function installBootstrap(py) {
+  const source = await Deno.readTextFile(`${here}bootstrap.py`);
+  const ns = py.globals.get("dict")();
+  ns.set("source", source);
+  ns.set("filename", `${here}bootstrap.py`);
+  py.runPython(`
+import sys, types
+boot = types.ModuleType("_pmjail_boot")
+boot.__file__ = filename
+exec(compile(source, filename, "exec", dont_inherit=True), boot.__dict__)
+sys.modules["_pmjail_boot"] = boot
+`, { globals: ns });
+  ns.destroy();
+}
 
 async function load(extra) {
   const { loadPyodide } = await import(`${assetsDir}/pyodide.mjs`);
@@ -44,13 +66,14 @@ async function load(extra) {
 if (mode === "snapshot") {
   const py = await load({ _makeSnapshot: true });
   py.runPython(`import ${PRELOAD.join(", ")}`);
+  await installBootstrap(py);
   const bytes = py.makeMemorySnapshot();
   await Deno.writeFile(snapshotArg, bytes);
   Deno.exit(0);
 } else if (mode === "warm") {
   // Loads Pyodide as a run does, so that Deno's code cache (DENO_DIR)
   // holds the compiled modules; no guest code, no channel.
-  await load(snapshotArg && snapshotArg !== "-" ? { _loadSnapshot: await Deno.readFile(snapshotArg) } : {});
+  await load(snapshotBytes ? { _loadSnapshot: snapshotBytes } : {});
   Deno.exit(0);
 } else if (mode !== "run") {
   console.error(`pmjail loader: unknown mode ${mode}`);
@@ -64,7 +87,8 @@ const input = start.input ?? null;
 const host = makeHost(channel, input);
 
 // "-" means no snapshot: a cold start.
-const py = await load(snapshotArg && snapshotArg !== "-" ? { _loadSnapshot: await Deno.readFile(snapshotArg) } : {});
+const py = await load(snapshotBytes ? { _loadSnapshot: snapshotBytes } : {});
+if (!snapshotBytes) await installBootstrap(py);
 
 // Python's output goes to the process's own stdout and stderr, raw and
 // unbuffered on the JS side: Python's io layer does the buffering.
@@ -115,10 +139,7 @@ const bridge = {
 if (coarse) coarsenTime();
 
 const source = await Deno.readTextFile(mainPath);
-const bootSource = await Deno.readTextFile(`${here}bootstrap.py`);
-const ns = py.globals.get("dict")();
-py.runPython(bootSource, { globals: ns, filename: `${here}bootstrap.py` });
-const run = ns.get("run");
+const run = py.pyimport("_pmjail_boot").run;
 let outcome;
 try {
   outcome = JSON.parse(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
