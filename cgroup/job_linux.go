@@ -136,6 +136,45 @@ func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	return j, nil
 }
 
+// TaskFiles opens the "tasks" file of each of the job's cgroup v1
+// hierarchies for writing. A thread that writes "0" to them joins the job;
+// the kernel checks the credentials of the opener, so the job's own
+// unprivileged init stage can join through files the supervisor opened.
+// Unlike a cgroup.procs write for another process, a thread moving itself
+// does not wait for an RCU grace period. v2 has no such file.
+func (j *Job) TaskFiles() ([]*os.File, error) {
+	if j.v1 == nil {
+		return nil, fmt.Errorf("cgroup %s: task files are a cgroup v1 interface", j.name)
+	}
+	// One per hierarchy: controllers mounted together share a directory.
+	seen := map[string]bool{}
+	var files []*os.File
+	for _, dir := range j.paths {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		if seen[real] {
+			continue
+		}
+		seen[real] = true
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("open tasks of cgroup %s: %w", dir, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
 // AddProc moves process pid (all its threads) into the job, writing the
 // cgroup.procs of each controller the job uses.
 func (j *Job) AddProc(pid int) error {

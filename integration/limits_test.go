@@ -173,3 +173,48 @@ console.log(JSON.stringify(counts));
 		t.Errorf("with --cap log: %s %q logs %d error %+v, want ok, 1000 ok then rate_limited", r.Status, r.Stdout, len(r.Logs), r.Error)
 	}
 }
+
+// TestLimits_CgroupJoinedBeforeStart: the contained process is in the job's
+// cgroup in every hierarchy the job uses, and it was there before the init
+// stage made its cgroup namespace (which is rooted where the process stood
+// then): seen from inside, each of those hierarchies is at "/".
+func TestLimits_CgroupJoinedBeforeStart(t *testing.T) {
+	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/cgroup")
+	r := inv.Result
+	if r == nil || r.Status != "ok" {
+		t.Fatalf("exec cat: exit %d result %+v stderr %s", inv.ExitCode, r, inv.Stderr)
+	}
+	p := decodePosture(t, r.Posture)
+	inside := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			t.Fatalf("unexpected /proc/self/cgroup line %q", line)
+		}
+		if parts[1] == "" {
+			inside["unified"] = parts[2]
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			inside[c] = parts[2]
+		}
+	}
+	checked := 0
+	for layer, ctl := range map[string]string{"cgroup_memory": "memory", "cgroup_pids": "pids", "cgroup_cpu": "cpu"} {
+		if p.state(layer) != "applied" {
+			// Allowed only where the posture says the layer is missing.
+			t.Logf("%s is %s on this host", layer, p.state(layer))
+			continue
+		}
+		at, ok := inside[ctl]
+		if !ok {
+			at, ok = inside["unified"]
+		}
+		if !ok || at != "/" {
+			t.Errorf("%s: the process sees itself at %q, want / (joined before its cgroup namespace)\n%s", ctl, at, r.Stdout)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Skip("the posture says no cgroup layer applies on this host")
+	}
+}

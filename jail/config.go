@@ -33,6 +33,10 @@ type initConfig struct {
 	Landlock bool `json:"landlock,omitempty"`
 	// Channel asks for the guest channel's FIFOs.
 	Channel bool `json:"channel,omitempty"`
+	// CgroupJoin is how many cgroup task files the init stage must have
+	// joined at start-up (see cgroupjoin_linux.go); 0 when the supervisor
+	// placed it.
+	CgroupJoin int `json:"cgroup_join,omitempty"`
 }
 
 // initReport is what the init stage sends back before exec: either the

@@ -58,6 +58,12 @@ func Init() {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
+	if n, err := cgroupJoinResult(); err != nil || n != cfg.CgroupJoin {
+		if err == nil {
+			err = fmt.Errorf("joined %d cgroup hierarchies, want %d", n, cfg.CgroupJoin)
+		}
+		failInit(control, "cgroup", err)
+	}
 	report, err := setUp(&cfg)
 	if err != nil {
 		report.Error = err.Error()

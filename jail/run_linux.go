@@ -53,7 +53,11 @@ type Job struct {
 
 // CgroupJob is the part of a job's cgroup the jail drives.
 type CgroupJob interface {
-	// AddProc moves a process in (cgroup v1); not called when FD is ok.
+	// TaskFiles opens, for writing, the per-thread task file of each of the
+	// job's cgroup v1 hierarchies: the init stage joins through them
+	// itself, before it starts a thread. An error (cgroup v2) means none.
+	TaskFiles() ([]*os.File, error)
+	// AddProc moves a process in, when neither FD nor TaskFiles can.
 	AddProc(pid int) error
 	// FD is the cgroup directory for CLONE_INTO_CGROUP (cgroup v2).
 	FD() (int, bool)
@@ -116,6 +120,8 @@ type supervision struct {
 	cmd    *exec.Cmd
 	// intoCgroup: the child started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
+	// selfJoin is how many task files the init stage joins through.
+	selfJoin int
 }
 
 // restartable returns a fresh copy of a command whose start failed (an
@@ -214,6 +220,15 @@ func (s *supervision) run(ctx context.Context) {
 		Stderr:      errW,
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: s.sysProcAttr(lease),
+	}
+	if job.Cgroup != nil && !cmd.SysProcAttr.UseCgroupFD {
+		if tasks, err := job.Cgroup.TaskFiles(); err == nil {
+			defer closeAll(tasks)
+			// ExtraFiles[i] is fd 3+i in the child.
+			cmd.Env = append(cmd.Env, joinEnvValue(3+len(cmd.ExtraFiles), len(tasks)))
+			cmd.ExtraFiles = append(cmd.ExtraFiles, tasks...)
+			s.selfJoin = len(tasks)
+		}
 	}
 	s.mu.Lock()
 	s.cmd = cmd
@@ -330,12 +345,10 @@ wait:
 func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease, hostMountNS uint64) (net.Conn, error) {
 	job := s.job
 	pid := s.cmd.Process.Pid
-	if job.Cgroup != nil {
-		if !s.intoCgroup {
-			if err := job.Cgroup.AddProc(pid); err != nil {
-				s.fail("cgroup", err)
-				return nil, err
-			}
+	if job.Cgroup != nil && !s.intoCgroup && s.selfJoin == 0 {
+		if err := job.Cgroup.AddProc(pid); err != nil {
+			s.fail("cgroup", err)
+			return nil, err
 		}
 	}
 	spec := *job.Spec
@@ -348,7 +361,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	}
 	spec.Process = &proc
 	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
-		Landlock: job.Landlock, Channel: job.Channel != nil}
+		Landlock: job.Landlock, Channel: job.Channel != nil, CgroupJoin: s.selfJoin}
 	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
 		s.fail("send configuration", err)
 		return nil, err
@@ -610,4 +623,10 @@ func hasNamespace(spec *specs.Spec, t specs.LinuxNamespaceType) bool {
 		}
 	}
 	return false
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }

@@ -39,3 +39,28 @@ func TestDecide(t *testing.T) {
 		t.Fatal("Has must be true for applied layers only")
 	}
 }
+
+func TestMemberOf(t *testing.T) {
+	v1 := []string{"8:pids:/pmjail-1-a", "4:memory:/svc/pmjail-1-a", "2:cpu,cpuacct:/pmjail-1-a", "1:name=systemd:/", "0::/"}
+	for _, c := range []struct {
+		lines  []string
+		ctl    string
+		dir    string
+		v2     bool
+		want   bool
+		wantAt string
+	}{
+		{v1, "memory", "/sys/fs/cgroup/memory/svc/pmjail-1-a", false, true, "/svc/pmjail-1-a"},
+		{v1, "cpu", "/sys/fs/cgroup/cpu,cpuacct/pmjail-1-a", false, true, "/pmjail-1-a"},
+		{v1, "pids", "/sys/fs/cgroup/pids/pmjail-1-b", false, false, "/pmjail-1-a"},
+		{v1, "freezer", "/sys/fs/cgroup/freezer/pmjail-1-a", false, false, ""},
+		{v1, "memory", "/sys/fs/cgroup/unified/pmjail-1-a", true, false, "/"},
+		{[]string{"0::/svc/jobs/pmjail-1-a"}, "memory", "/sys/fs/cgroup/svc/jobs/pmjail-1-a", true, true, "/svc/jobs/pmjail-1-a"},
+		{[]string{"0::/svc/sup"}, "pids", "/sys/fs/cgroup/svc/jobs/pmjail-1-a", true, false, "/svc/sup"},
+	} {
+		at, ok := memberOf(c.lines, c.ctl, c.dir, c.v2)
+		if ok != c.want || at != c.wantAt {
+			t.Errorf("memberOf(%v, %s, %s, v2=%v) = %q, %v; want %q, %v", c.lines, c.ctl, c.dir, c.v2, at, ok, c.wantAt, c.want)
+		}
+	}
+}

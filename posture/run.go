@@ -179,9 +179,54 @@ func runCgroup(f RunFacts, layers []Layer) (Cgroup, []Layer) {
 		if v2 {
 			file = l.v2
 		}
+		// The limit binds the process only if the process is in the cgroup:
+		// checked against what the kernel says of the process itself.
+		if o := f.observed(); o != nil {
+			if at, ok := memberOf(o.Cgroups, l.ctl, d, v2); !ok {
+				layers = append(layers, Layer{Name: l.layer, State: Missing, Detail: fmt.Sprintf("the process is in %q, not in %s", at, d)})
+				continue
+			}
+		}
 		layers = append(layers, Layer{Name: l.layer, State: Applied, Detail: fmt.Sprintf("%s = %s (%s)", file, readLimit(d, file), d)})
 	}
 	return info, layers
+}
+
+// observed is the contained process as read back, nil if it was not.
+func (f RunFacts) observed() *jail.Observed {
+	if f.Outcome == nil || f.Outcome.Observed == nil || f.Outcome.Observed.Error != "" {
+		return nil
+	}
+	return f.Outcome.Observed
+}
+
+// memberOf says whether /proc/<pid>/cgroup lines place the process in dir
+// for controller ctl (v1) or in the unified hierarchy (v2), and where the
+// process is instead. Paths there are relative to the reader's cgroup
+// namespace, so dir (a mount path) must end with them.
+func memberOf(lines []string, ctl, dir string, v2 bool) (string, bool) {
+	at := ""
+	for _, line := range lines {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		mine := parts[1] == "" && parts[0] == "0"
+		if !v2 {
+			mine = false
+			for _, c := range strings.Split(parts[1], ",") {
+				mine = mine || c == ctl
+			}
+		}
+		if !mine {
+			continue
+		}
+		at = parts[2]
+		if at != "/" && strings.HasSuffix(dir, at) {
+			return at, true
+		}
+	}
+	return at, false
 }
 
 func interfaces(r *netns.Report) string {

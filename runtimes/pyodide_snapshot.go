@@ -40,6 +40,11 @@ type SnapshotMeta struct {
 	SHA256       string    `json:"sha256"`
 	Size         int64     `json:"size"`
 	Created      time.Time `json:"created"`
+	// Identity is the snapshot file's identity when its checksum was taken
+	// at build time: a file that still has it is the file that was hashed,
+	// so a CLI run does not hash 31 MB again. Any other file (a copied or
+	// restored state directory) is hashed before it is used.
+	Identity *FileIdentity `json:"identity,omitempty"`
 }
 
 // snapshotBuildTimeout bounds the one-off build (a cold start is ~5 s).
@@ -56,6 +61,7 @@ type verifyKey struct {
 	path  string
 	size  int64
 	mtime time.Time
+	id    FileIdentity // zero where the platform has none
 	sum   string
 }
 
@@ -135,7 +141,11 @@ func (in *Install) PyodideSnapshot() (*Snapshot, error) {
 	if st.Size() != meta.Size {
 		return nil, fmt.Errorf("%w: %s is %d bytes, its sidecar says %d", ErrNoSnapshot, path, st.Size(), meta.Size)
 	}
-	key := verifyKey{path: path, size: st.Size(), mtime: st.ModTime(), sum: meta.SHA256}
+	id, hasID := identityOf(st)
+	if hasID && meta.Identity != nil && *meta.Identity == id {
+		return &Snapshot{Path: path, Meta: meta}, nil
+	}
+	key := verifyKey{path: path, size: st.Size(), mtime: st.ModTime(), id: id, sum: meta.SHA256}
 	verified.Lock()
 	ok, known := verified.m[key]
 	verified.Unlock()
@@ -232,16 +242,6 @@ func (in *Install) EnsurePyodideSnapshot(ctx context.Context) (*Snapshot, error)
 	if err != nil {
 		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
 	}
-	meta := want
-	meta.SHA256, meta.Size, meta.Created = sum, st.Size(), time.Now().UTC().Truncate(time.Second)
-	side, err := json.MarshalIndent(meta, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
-	}
-	sideTmp := filepath.Join(work, "out.json")
-	if err := os.WriteFile(sideTmp, append(side, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
-	}
 	if err := os.Chmod(out, 0o644); err != nil {
 		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
 	}
@@ -249,6 +249,25 @@ func (in *Install) EnsurePyodideSnapshot(ctx context.Context) (*Snapshot, error)
 	// sidecar sees the new bytes, and one that sees the old sidecar with new
 	// bytes finds a mismatch and starts cold.
 	if err := os.Rename(out, path); err != nil {
+		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
+	}
+	meta := want
+	meta.SHA256, meta.Size, meta.Created = sum, st.Size(), time.Now().UTC().Truncate(time.Second)
+	// The identity after the rename, which moves the change time; hashing
+	// again here closes the window between the first hash and the rename.
+	if fi, err := os.Stat(path); err == nil {
+		if id, ok := identityOf(fi); ok {
+			if again, err := fileSHA256(path); err == nil && again == sum {
+				meta.Identity = &id
+			}
+		}
+	}
+	side, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
+	}
+	sideTmp := filepath.Join(work, "out.json")
+	if err := os.WriteFile(sideTmp, append(side, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
 	}
 	if err := os.Rename(sideTmp, path+".json"); err != nil {

@@ -188,3 +188,49 @@ func TestPythonLaunchShape(t *testing.T) {
 		}
 	}
 }
+
+// TestPyodideSnapshotIdentity: a snapshot whose file still has the identity
+// recorded at build time is used without hashing, and a change in place
+// (same inode, same size) moves its change time, so it is hashed and
+// refused.
+func TestPyodideSnapshotIdentity(t *testing.T) {
+	good, err := snapshotInstall(t).PyodideSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if good.Meta.Identity == nil {
+		t.Fatal("a freshly built snapshot's sidecar has no identity")
+	}
+	in := testInstall(t, t.TempDir())
+	path := filepath.Join(in.StateDir, filepath.Base(good.Path))
+	copyFile(t, good.Path, path)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := identityOf(fi)
+	if !ok {
+		t.Skip("this platform has no file identity")
+	}
+	meta := good.Meta
+	meta.Identity = &id
+	side, _ := json.Marshal(meta)
+	if err := os.WriteFile(path+".json", side, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.PyodideSnapshot(); err != nil {
+		t.Fatalf("PyodideSnapshot() with a matching identity: %v", err)
+	}
+
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff, 0xfe, 0xfd, 0xfc}, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := in.PyodideSnapshot(); !errors.Is(err, ErrNoSnapshot) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("PyodideSnapshot() after a change in place: %v", err)
+	}
+}
