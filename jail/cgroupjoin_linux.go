@@ -3,7 +3,12 @@ package jail
 /*
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#define PMJAIL_CGROUP_SUPER_MAGIC 0x27e0eb
+#define PMJAIL_INIT_ROLE "__pmjail_init"  // jail.InitRole
 
 // Set by pmjail_join_cgroups: how many cgroup task files the init stage
 // wrote itself into, and the errno of the first that failed (0: none).
@@ -17,8 +22,14 @@ static int pmjail_join_errno;
 // another process waits for (~8 ms). Every thread the runtime starts
 // afterwards is born in the job. The supervisor opened the files (the
 // kernel checks the opener's credentials) and names them "first:count" in
-// PMJAIL_CGROUP_JOIN.
-__attribute__((constructor)) static void pmjail_join_cgroups(void) {
+// PMJAIL_CGROUP_JOIN. Only the init role acts on it (glibc passes argv to
+// constructors), and only on cgroup files: the variable in anyone else's
+// environment changes nothing.
+__attribute__((constructor)) static void pmjail_join_cgroups(int argc, char **argv, char **envp) {
+	(void)envp;
+	if (argc < 2 || strcmp(argv[1], PMJAIL_INIT_ROLE) != 0) {
+		return;
+	}
 	const char *spec = getenv("PMJAIL_CGROUP_JOIN");
 	if (spec == NULL) {
 		return;
@@ -31,8 +42,17 @@ __attribute__((constructor)) static void pmjail_join_cgroups(void) {
 		return;
 	}
 	for (long fd = first; fd < first + count; fd++) {
-		if (write((int)fd, "0", 1) != 1 && pmjail_join_errno == 0) {
-			pmjail_join_errno = errno != 0 ? errno : EIO;
+		struct statfs fs;
+		int err = 0;
+		if (fstatfs((int)fd, &fs) != 0) {
+			err = errno;
+		} else if (fs.f_type != PMJAIL_CGROUP_SUPER_MAGIC) {
+			err = EMEDIUMTYPE;
+		} else if (write((int)fd, "0", 1) != 1) {
+			err = errno != 0 ? errno : EIO;
+		}
+		if (err != 0 && pmjail_join_errno == 0) {
+			pmjail_join_errno = err;
 		}
 		close((int)fd);
 		pmjail_joined++;
@@ -40,6 +60,7 @@ __attribute__((constructor)) static void pmjail_join_cgroups(void) {
 }
 
 static int pmjail_cgroup_joined(void) { return pmjail_joined; }
+static const char *pmjail_init_role(void) { return PMJAIL_INIT_ROLE; }
 static int pmjail_cgroup_join_errno(void) { return pmjail_join_errno; }
 */
 import "C"
@@ -59,12 +80,20 @@ func joinEnvValue(first, count int) string {
 	return joinEnv + "=" + strconv.Itoa(first) + ":" + strconv.Itoa(count)
 }
 
+// constructorRole is the argv[1] the constructor acts on; it must be
+// InitRole (checked by a test).
+func constructorRole() string { return C.GoString(C.pmjail_init_role()) }
+
 // cgroupJoinResult reports what the constructor did: how many task files it
 // wrote and the first error.
 func cgroupJoinResult() (int, error) {
 	n := int(C.pmjail_cgroup_joined())
-	if errno := C.pmjail_cgroup_join_errno(); errno != 0 {
-		return n, fmt.Errorf("join the job's cgroup before start-up: %w", unix.Errno(errno))
+	switch errno := unix.Errno(C.pmjail_cgroup_join_errno()); errno {
+	case 0:
+	case unix.EMEDIUMTYPE:
+		return n, fmt.Errorf("join the job's cgroup before start-up: a task file is not on a cgroup file system: %w", errno)
+	default:
+		return n, fmt.Errorf("join the job's cgroup before start-up: %w", errno)
 	}
 	return n, nil
 }

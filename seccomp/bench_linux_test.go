@@ -1,0 +1,21 @@
+package seccomp
+
+import (
+	"testing"
+
+	"github.com/pmjail/pmjail/profiles"
+)
+
+// BenchmarkCompileDeno is what a CLI run pays to turn the Deno policy into
+// BPF (a daemon compiles each profile once).
+func BenchmarkCompileDeno(b *testing.B) {
+	p, err := profiles.Seccomp("deno")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := Compile(p, Options{Notify: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
