@@ -2,6 +2,10 @@
 # runs the test suites. Both are safe to repeat.
 GO      ?= go
 BIN     := bin/pmjail
+# No symbol table or DWARF: Go's stack traces use its own tables, and the
+# smaller binary starts ~1 ms sooner — paid twice a run (supervisor and
+# init stage).
+LDFLAGS := -s -w
 DEB     := libseccomp-dev pkg-config bubblewrap strace
 export PATH := /usr/local/go/bin:$(PATH)
 
@@ -23,7 +27,7 @@ deps:
 		npm ci --no-audit --no-fund && cp package-lock.json node_modules/.pmjail-lock; fi
 
 build:
-	$(GO) build -o $(BIN) ./cmd/pmjail
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts

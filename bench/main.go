@@ -138,7 +138,7 @@ func (b *Bench) setup() error {
 	}
 	if _, err := os.Stat(b.Pmjail); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: building %s\n", b.Pmjail)
-		cmd := exec.Command("go", "build", "-o", b.Pmjail, "./cmd/pmjail")
+		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", b.Pmjail, "./cmd/pmjail")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build pmjail: %w", err)
