@@ -102,9 +102,7 @@ func (in *Install) warmDenoCache(snap *Snapshot) (*DenoCache, error) {
 // EnsureDenoCache returns the warm cache, building it first when it is
 // missing: it runs the loader's warm mode (Pyodide restored from snapshot,
 // no guest code) under bubblewrap with the same paths, flags and
-// environment as a run, DENO_DIR bound writable to a fresh directory, then
-// publishes that directory read-only for the jail to copy and removes
-// caches of older keys.
+// environment as a run (see warmInJail).
 func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCache, error) {
 	if c, err := in.warmDenoCache(snap); err == nil {
 		return c, nil
@@ -113,66 +111,78 @@ func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCa
 	if err != nil {
 		return nil, fmt.Errorf("build deno cache: %w", err)
 	}
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		return nil, fmt.Errorf("build deno cache: %w (install bubblewrap)", err)
-	}
-	if err := os.MkdirAll(in.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("build deno cache: %w", err)
-	}
-	work, err := os.MkdirTemp(in.StateDir, ".deno-cache-build-")
-	if err != nil {
-		return nil, fmt.Errorf("build deno cache: %w", err)
-	}
-	defer os.RemoveAll(work)
-
 	files, err := pyodideGuestFiles()
 	if err != nil {
 		return nil, err
 	}
+	binds := append(in.pyodideBinds(), Bind{Source: snap.Path, Target: snapshotTarget})
+	if err := in.warmInJail(ctx, in.cacheDir(key), files, binds, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget)); err != nil {
+		return nil, fmt.Errorf("build deno cache: %w", err)
+	}
+	return in.warmDenoCache(snap)
+}
+
+// warmInJail runs a Deno command line under bubblewrap at the in-jail
+// paths (Deno at denoTarget, files under GuestDir, binds read-only, the
+// run's environment) with DENO_DIR bound writable to a fresh directory,
+// then publishes that directory at dir, read-only, for the jail to copy.
+// Deno keys its caches by the modules' URLs and content, so a cache warmed
+// anywhere else would never be hit.
+func (in *Install) warmInJail(ctx context.Context, dir string, files []File, binds []Bind, args []string) error {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return fmt.Errorf("%w (install bubblewrap)", err)
+	}
+	if err := os.MkdirAll(in.StateDir, 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(in.StateDir, ".deno-cache-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
 	guest, cache := filepath.Join(work, "guest"), filepath.Join(work, "cache")
 	for _, d := range []string{guest, cache} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, fmt.Errorf("build deno cache: %w", err)
+			return err
 		}
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(guest, path.Base(f.Path)), f.Data, 0o444); err != nil {
-			return nil, fmt.Errorf("build deno cache: %w", err)
+			return err
 		}
 	}
 
-	args := []string{
+	bargs := []string{
 		"--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
 		"--ro-bind", "/usr", "/usr",
 		"--ro-bind-try", "/lib", "/lib",
 		"--ro-bind-try", "/lib64", "/lib64",
 		"--ro-bind", in.DenoPath, denoTarget,
 		"--ro-bind", guest, GuestDir,
-		"--ro-bind", snap.Path, snapshotTarget,
 		"--dev", "/dev", "--proc", "/proc", "--tmpfs", TmpDir,
 		"--bind", cache, denoDir,
 		"--chdir", "/",
 	}
-	for _, b := range in.pyodideBinds() {
-		args = append(args, "--ro-bind", b.Source, b.Target)
+	for _, b := range binds {
+		bargs = append(bargs, "--ro-bind", b.Source, b.Target)
 	}
 	for _, e := range denoEnv() {
 		k, v, _ := strings.Cut(e, "=")
-		args = append(args, "--setenv", k, v)
+		bargs = append(bargs, "--setenv", k, v)
 	}
-	args = append(args, "--")
-	args = append(args, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget)...)
+	bargs = append(append(bargs, "--"), args...)
 
 	ctx, cancel := context.WithTimeout(ctx, denoCacheBuildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bwrap, args...)
+	cmd := exec.CommandContext(ctx, bwrap, bargs...)
 	cmd.Dir = work
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build deno cache: warm run: %w: %s", err, msg)
+		return fmt.Errorf("warm run: %w: %s", err, msg)
 	}
 	if err := in.compactCache(ctx, work, cache); err != nil {
-		return nil, err
+		return err
 	}
 	// Readable by the jail's unprivileged ids, writable by none of them:
 	// each run works on its own copy.
@@ -190,16 +200,17 @@ func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCa
 		// make that link (seccomp), and the cache needs none.
 		return os.Remove(p)
 	}); err != nil {
-		return nil, fmt.Errorf("build deno cache: %w", err)
+		return err
 	}
-	dir := in.cacheDir(key)
+	// The directory appears by one rename once complete, so its presence is
+	// its validity.
 	if err := os.Rename(cache, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, os.ErrExist) {
 		// Another supervisor may have published the same key first.
 		if _, serr := os.Stat(dir); serr != nil {
-			return nil, fmt.Errorf("build deno cache: %w", err)
+			return err
 		}
 	}
-	return in.warmDenoCache(snap)
+	return nil
 }
 
 // compactCache runs denocache.mjs on the warmed cache: WAL folded in, no
@@ -228,11 +239,12 @@ func (in *Install) compactCache(ctx context.Context, work, cache string) error {
 	return nil
 }
 
-// pruneCaches deletes the caches of other keys. A run that mounted one
-// already holds its lower directory open; at worst it misses the cache.
-func (in *Install) pruneCaches(keep string) []string {
+// pruneCaches deletes the caches named prefix+key of keys other than the
+// one dir keep has. A run that mounted one already holds its lower
+// directory open; at worst it misses the cache.
+func (in *Install) pruneCaches(prefix, keep string) []string {
 	var removed []string
-	old, _ := filepath.Glob(filepath.Join(in.StateDir, "deno-cache-*"))
+	old, _ := filepath.Glob(filepath.Join(in.StateDir, prefix+"*"))
 	for _, d := range old {
 		if filepath.Base(d) != keep && os.RemoveAll(d) == nil {
 			removed = append(removed, d)

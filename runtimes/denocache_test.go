@@ -62,8 +62,10 @@ func TestDenoCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(js.Copies) != 0 {
-		t.Errorf("deno launch copies %+v", js.Copies)
+	for _, c2 := range js.Copies {
+		if !strings.HasPrefix(filepath.Base(c2.Source), guestCachePrefix) {
+			t.Errorf("deno launch copies %+v, want the guest cache at most", js.Copies)
+		}
 	}
 
 	// Another snapshot is another key: the cache is missing until rebuilt.
@@ -72,7 +74,61 @@ func TestDenoCache(t *testing.T) {
 	if _, err := in.warmDenoCache(&other); err == nil {
 		t.Error("a cache for another snapshot was found")
 	}
-	if removed := in.pruneCaches(filepath.Base(c.Dir)); len(removed) != 0 {
+	if removed := in.pruneCaches("deno-cache-", filepath.Base(c.Dir)); len(removed) != 0 {
 		t.Errorf("pruned the current cache's siblings %v", removed)
+	}
+}
+
+// TestGuestCache builds the JavaScript runs' cache in a fresh state
+// directory: Deno's module analysis of the bootstrap, read-only, no WAL; a
+// JavaScript launch copies it to DENO_DIR; prune keeps it and removes a
+// stale key.
+func TestGuestCache(t *testing.T) {
+	_, err := exec.LookPath("bwrap")
+	requireHost(t, err == nil, "bubblewrap (bwrap), which warms the cache")
+	in := testInstall(t, t.TempDir())
+	if _, err := in.GuestCache(); err == nil {
+		t.Fatal("a fresh state directory has a guest cache")
+	}
+	js, err := in.Launch(Job{Runtime: Deno, Source: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Copies) != 0 {
+		t.Errorf("without a cache the deno launch copies %+v", js.Copies)
+	}
+	c, err := in.EnsureGuestCache(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(c.Dir, "dep_analysis_cache_v2")
+	if st, err := os.Stat(db); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("%s: %v %v", db, st, err)
+	}
+	for _, pattern := range []string{"*-wal", "*-shm", "*-journal"} {
+		if left, _ := filepath.Glob(filepath.Join(c.Dir, pattern)); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(in.StateDir, ".deno-cache-build-*")); len(left) > 0 {
+		t.Errorf("build directories left: %v", left)
+	}
+	js, err = in.Launch(Job{Runtime: Deno, Source: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Copies) != 1 || js.Copies[0].Source != c.Dir || js.Copies[0].Target != denoDir {
+		t.Errorf("deno launch copies %+v", js.Copies)
+	}
+	stale := filepath.Join(in.StateDir, guestCachePrefix+"0000000000000000")
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed := in.PruneDenoCaches(&Prepared{GuestCache: c})
+	if !slices.Equal(removed, []string{stale}) {
+		t.Errorf("PruneDenoCaches removed %v, want only %s", removed, stale)
+	}
+	if _, err := in.GuestCache(); err != nil {
+		t.Errorf("the current guest cache is gone after prune: %v", err)
 	}
 }

@@ -13,6 +13,10 @@ type Prepared struct {
 	// why. Runs work without it, a little slower.
 	DenoCache       *DenoCache
 	DenoCacheReason string
+	// GuestCache is the JavaScript runs' warm cache, nil when it could not
+	// be built (GuestCacheReason says why).
+	GuestCache       *DenoCache
+	GuestCacheReason string
 }
 
 // Prepare builds what the supervisor derives from the runtimes, once per
@@ -31,14 +35,25 @@ func (in *Install) Prepare(ctx context.Context) (*Prepared, error) {
 	if p.DenoCache, err = in.EnsureDenoCache(ctx, snap); err != nil {
 		p.DenoCacheReason = err.Error()
 	}
+	if p.GuestCache, err = in.EnsureGuestCache(ctx); err != nil {
+		p.GuestCacheReason = err.Error()
+	}
 	return p, nil
 }
 
 // PruneDenoCaches removes the warm caches of other keys (older guest files,
-// snapshots or versions) and returns them; `pmjail prepare` calls it, runs
-// never do, so two builds sharing a runtime directory do not undo each other.
-func (in *Install) PruneDenoCaches(keep *DenoCache) []string {
-	return in.pruneCaches(filepath.Base(keep.Dir))
+// snapshots or versions) than those p holds and returns them; `pmjail
+// prepare` calls it, runs never do, so two builds sharing a runtime
+// directory do not undo each other. A cache p lacks is left alone.
+func (in *Install) PruneDenoCaches(p *Prepared) []string {
+	var removed []string
+	if p.DenoCache != nil {
+		removed = append(removed, in.pruneCaches("deno-cache-", filepath.Base(p.DenoCache.Dir))...)
+	}
+	if p.GuestCache != nil {
+		removed = append(removed, in.pruneCaches(guestCachePrefix, filepath.Base(p.GuestCache.Dir))...)
+	}
+	return removed
 }
 
 // PreparePython is the first-use hook for a one-shot supervisor (the CLI)
