@@ -19,13 +19,16 @@ func pythonHeapBytes(mem int64) int64 {
 }
 
 // pythonV8Flags delay V8's tier-up of Pyodide's wasm functions and their
-// JS wrappers to TurboFan. At V8's defaults a hello run spends ~100 ms of
-// CPU optimising functions it never calls again, and under the job's
-// one-core quota that is wall time; a function hot enough to matter still
-// tiers up (measured: a 1.5 s CPU-bound script runs no slower).
+// JS wrappers to TurboFan, and keep TurboFan off Pyodide's JavaScript glue.
+// At V8's defaults a hello run spends ~100 ms of CPU optimising functions
+// it never calls again, and ~35 ms more optimising the glue's start-up
+// code; under the job's one-core quota CPU time is wall time. Python runs
+// in wasm: a function hot enough to matter still tiers up (measured: a
+// 1.5 s CPU-bound script runs no slower), and the glue keeps Maglev.
 var pythonV8Flags = []string{
 	"--wasm-tiering-budget=1300000000",
 	"--wasm-wrapper-tiering-budget=1000000",
+	"--no-opt",
 }
 
 // pythonArgs is Deno's command line for the Pyodide loader in one of its
