@@ -124,9 +124,9 @@ func TestGuestCache(t *testing.T) {
 	if err := os.Mkdir(stale, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	removed := in.PruneDenoCaches(&Prepared{GuestCache: c})
+	removed := in.Prune(&Prepared{GuestCache: c})
 	if !slices.Equal(removed, []string{stale}) {
-		t.Errorf("PruneDenoCaches removed %v, want only %s", removed, stale)
+		t.Errorf("Prune removed %v, want only %s", removed, stale)
 	}
 	if _, err := in.GuestCache(); err != nil {
 		t.Errorf("the current guest cache is gone after prune: %v", err)

@@ -3,6 +3,7 @@ package runtimes
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -41,17 +42,34 @@ func (in *Install) Prepare(ctx context.Context) (*Prepared, error) {
 	return p, nil
 }
 
-// PruneDenoCaches removes the warm caches of other keys (older guest files,
-// snapshots or versions) than those p holds and returns them; `pmjail
-// prepare` calls it, runs never do, so two builds sharing a runtime
-// directory do not undo each other. A cache p lacks is left alone.
-func (in *Install) PruneDenoCaches(p *Prepared) []string {
+// Prune removes what other keys left in the state directory (older guest
+// files, loaders, snapshots or versions) and returns it: warm caches other
+// than those p holds and Pyodide snapshots other than p's, each 31 MB.
+// `pmjail prepare` calls it, runs never do, so two builds sharing a runtime
+// directory do not undo each other mid-run (the other rebuilds on its next
+// prepare or first Python run). What p lacks is left alone.
+func (in *Install) Prune(p *Prepared) []string {
 	var removed []string
 	if p.DenoCache != nil {
 		removed = append(removed, in.pruneCaches("deno-cache-", filepath.Base(p.DenoCache.Dir))...)
 	}
 	if p.GuestCache != nil {
 		removed = append(removed, in.pruneCaches(guestCachePrefix, filepath.Base(p.GuestCache.Dir))...)
+	}
+	if p.Snapshot != nil {
+		old, _ := filepath.Glob(filepath.Join(in.StateDir, "pyodide-*.snapshot"))
+		for _, f := range old {
+			if f == p.Snapshot.Path {
+				continue
+			}
+			// The sidecar first: without it the snapshot is never used.
+			if err := os.Remove(f + ".json"); err != nil && !os.IsNotExist(err) {
+				continue
+			}
+			if os.Remove(f) == nil {
+				removed = append(removed, f)
+			}
+		}
 	}
 	return removed
 }

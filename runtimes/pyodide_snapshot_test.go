@@ -234,3 +234,30 @@ func TestPyodideSnapshotIdentity(t *testing.T) {
 		t.Fatalf("PyodideSnapshot() after a change in place: %v", err)
 	}
 }
+
+// TestPruneSnapshots: `pmjail prepare` removes snapshots (and sidecars) of
+// other keys and keeps the current one.
+func TestPruneSnapshots(t *testing.T) {
+	in := testInstall(t, t.TempDir())
+	current := filepath.Join(in.StateDir, "pyodide-1-deno-1-aaaaaaaaaaaa.snapshot")
+	stale := filepath.Join(in.StateDir, "pyodide-0-deno-0-bbbbbbbbbbbb.snapshot")
+	for _, f := range []string{current, current + ".json", stale, stale + ".json"} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed := in.Prune(&Prepared{Snapshot: &Snapshot{Path: current}})
+	if !slices.Equal(removed, []string{stale}) {
+		t.Errorf("Prune removed %v, want %s", removed, stale)
+	}
+	for _, f := range []string{stale, stale + ".json"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s is still there", f)
+		}
+	}
+	for _, f := range []string{current, current + ".json"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("the current snapshot's %s is gone: %v", f, err)
+		}
+	}
+}

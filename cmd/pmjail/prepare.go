@@ -47,8 +47,8 @@ func cmdPrepare(args []string) int {
 	} else {
 		fmt.Printf("deno guest cache: none (%s)\n", p.GuestCacheReason)
 	}
-	for _, old := range in.PruneDenoCaches(p) {
-		fmt.Printf("removed stale cache %s\n", old)
+	for _, old := range in.Prune(p) {
+		fmt.Printf("removed stale %s\n", old)
 	}
 	return 0
 }
