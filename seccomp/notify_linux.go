@@ -57,12 +57,21 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 	if err != nil {
 		return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("eventfd", err))
 	}
-	defer unix.Close(wake)
+	// The wake-up may run at any time once ctx ends, so the eventfd is
+	// closed only when it cannot run any more: a write after the close
+	// would land in whatever file reused the number (another job's pipe).
+	woke := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		defer close(woke)
 		one := [8]byte{1}
 		_, _ = unix.Write(wake, one[:])
 	})
-	defer stop()
+	defer func() {
+		if !stop() {
+			<-woke
+		}
+		unix.Close(wake)
+	}()
 
 	arch, archErr := libseccomp.GetNativeArch()
 	fds := []unix.PollFd{{Fd: int32(listenerFD), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
