@@ -6,7 +6,9 @@ import (
 )
 
 // FileIdentity names one version of one file: its inode, and its change
-// time, which any write, chmod or rename moves and no caller can set back.
+// time, which any write, chmod or rename moves (at the kernel's timestamp
+// granularity: fine-grained once the file was stat'ed, on recent kernels)
+// and no caller can set back.
 type FileIdentity struct {
 	Dev     uint64 `json:"dev"`
 	Ino     uint64 `json:"ino"`

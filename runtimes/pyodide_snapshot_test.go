@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func copyFile(t *testing.T, src, dst string) {
@@ -222,6 +223,9 @@ func TestPyodideSnapshotIdentity(t *testing.T) {
 		t.Fatalf("PyodideSnapshot() with a matching identity: %v", err)
 	}
 
+	// Kernels without fine-grained timestamps move ctime at a clock tick
+	// (a few ms): change the file in a later one.
+	time.Sleep(20 * time.Millisecond)
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
