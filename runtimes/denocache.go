@@ -41,24 +41,37 @@ const denoCacheBuildTimeout = 2 * time.Minute
 // skips recompiling Pyodide's JavaScript. It is built by the supervisor
 // only, holds no guest data, and a guest never writes to it.
 type DenoCache struct {
-	Dir  string
-	Size int64
+	Dir string
+}
+
+// Size is the total size of the cache's files (a walk: for reports, not
+// for runs).
+func (c *DenoCache) Size() int64 { return dirSize(c.Dir) }
+
+// publishedCache is the cache at dir if it is there. A cache directory
+// appears by one rename once complete, so its presence is its validity.
+func publishedCache(dir string) (*DenoCache, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrNoDenoCache, dir)
+	}
+	return &DenoCache{Dir: dir}, nil
 }
 
 // denoCacheKey names what the cache depends on: Deno, Pyodide, the guest
 // files the jail writes (their content is what V8 checks), the snapshot
 // the warm run restored and the command line (V8 checks its flags).
 func (in *Install) denoCacheKey(snap *Snapshot) (string, error) {
-	want, err := in.snapshotWant()
-	if err != nil {
-		return "", err
-	}
 	files, err := pyodideGuestFiles()
 	if err != nil {
 		return "", err
 	}
+	// A valid snapshot's versions are this install's (PyodideSnapshot checked).
 	h := sha256.New()
-	fmt.Fprintf(h, "deno %s\npyodide %s\nsnapshot %s\nargs %q\n", want.DenoVersion, want.PyodideVersion, snap.Meta.SHA256, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget))
+	fmt.Fprintf(h, "deno %s\npyodide %s\nsnapshot %s\nargs %q\n", snap.Meta.DenoVersion, snap.Meta.PyodideVersion, snap.Meta.SHA256, pythonArgs(warmHeapBytes, true, "warm", snapshotTarget))
 	for _, f := range files {
 		sum := sha256.Sum256(f.Data)
 		fmt.Fprintf(h, "%s %x\n", f.Path, sum)
@@ -66,9 +79,12 @@ func (in *Install) denoCacheKey(snap *Snapshot) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
+// pyodideCachePrefix names Pyodide's warm caches in the state directory.
+const pyodideCachePrefix = "deno-cache-"
+
 // cacheDir is where the warm cache for key lives.
 func (in *Install) cacheDir(key string) string {
-	return filepath.Join(in.StateDir, "deno-cache-"+key)
+	return filepath.Join(in.StateDir, pyodideCachePrefix+key)
 }
 
 // WarmDenoCache returns the warm cache for this install and its current
@@ -86,17 +102,7 @@ func (in *Install) warmDenoCache(snap *Snapshot) (*DenoCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
 	}
-	dir := in.cacheDir(key)
-	// The directory appears by one rename once complete, so its presence is
-	// its validity.
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", ErrNoDenoCache, dir)
-	}
-	return &DenoCache{Dir: dir, Size: dirSize(dir)}, nil
+	return publishedCache(in.cacheDir(key))
 }
 
 // EnsureDenoCache returns the warm cache, building it first when it is
@@ -143,15 +149,11 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 	defer os.RemoveAll(work)
 
 	guest, cache := filepath.Join(work, "guest"), filepath.Join(work, "cache")
-	for _, d := range []string{guest, cache} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
+	if err := writeGuestDir(guest, files); err != nil {
+		return err
 	}
-	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(guest, path.Base(f.Path)), f.Data, 0o444); err != nil {
-			return err
-		}
+	if err := os.Mkdir(cache, 0o755); err != nil {
+		return err
 	}
 
 	bargs := []string{
@@ -202,11 +204,23 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 	}); err != nil {
 		return err
 	}
-	// The directory appears by one rename once complete, so its presence is
-	// its validity.
 	if err := os.Rename(cache, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, os.ErrExist) {
 		// Another supervisor may have published the same key first.
 		if _, serr := os.Stat(dir); serr != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeGuestDir creates dir holding the guest files (all under GuestDir)
+// by their base names, read-only: GuestDir as a build on the host sees it.
+func writeGuestDir(dir string, files []File) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, path.Base(f.Path)), f.Data, 0o444); err != nil {
 			return err
 		}
 	}

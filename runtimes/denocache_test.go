@@ -26,8 +26,8 @@ func TestDenoCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Size < 100<<10 {
-		t.Errorf("cache %s is only %d bytes", c.Dir, c.Size)
+	if c.Size() < 100<<10 {
+		t.Errorf("cache %s is only %d bytes", c.Dir, c.Size())
 	}
 	db := filepath.Join(c.Dir, "v8_code_cache_v2")
 	st, err := os.Stat(db)
@@ -74,7 +74,7 @@ func TestDenoCache(t *testing.T) {
 	if _, err := in.warmDenoCache(&other); err == nil {
 		t.Error("a cache for another snapshot was found")
 	}
-	if removed := in.pruneCaches("deno-cache-", filepath.Base(c.Dir)); len(removed) != 0 {
+	if removed := in.pruneCaches(pyodideCachePrefix, filepath.Base(c.Dir)); len(removed) != 0 {
 		t.Errorf("pruned the current cache's siblings %v", removed)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 )
 
@@ -52,15 +51,7 @@ func (in *Install) GuestCache() (*DenoCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
 	}
-	dir := in.guestCacheDir(key)
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoDenoCache, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", ErrNoDenoCache, dir)
-	}
-	return &DenoCache{Dir: dir, Size: dirSize(dir)}, nil
+	return publishedCache(in.guestCacheDir(key))
 }
 
 // EnsureGuestCache returns the guest cache, building it first when it is

@@ -51,7 +51,7 @@ func (in *Install) Prepare(ctx context.Context) (*Prepared, error) {
 func (in *Install) Prune(p *Prepared) []string {
 	var removed []string
 	if p.DenoCache != nil {
-		removed = append(removed, in.pruneCaches("deno-cache-", filepath.Base(p.DenoCache.Dir))...)
+		removed = append(removed, in.pruneCaches(pyodideCachePrefix, filepath.Base(p.DenoCache.Dir))...)
 	}
 	if p.GuestCache != nil {
 		removed = append(removed, in.pruneCaches(guestCachePrefix, filepath.Base(p.GuestCache.Dir))...)

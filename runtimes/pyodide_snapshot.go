@@ -205,13 +205,8 @@ func (in *Install) EnsurePyodideSnapshot(ctx context.Context) (*Snapshot, error)
 		return nil, err
 	}
 	guest := filepath.Join(work, "guest")
-	if err := os.Mkdir(guest, 0o755); err != nil {
+	if err := writeGuestDir(guest, files); err != nil {
 		return nil, fmt.Errorf("build pyodide snapshot: %w", err)
-	}
-	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(guest, filepath.Base(f.Path)), f.Data, 0o444); err != nil {
-			return nil, fmt.Errorf("build pyodide snapshot: %w", err)
-		}
 	}
 	out := filepath.Join(work, "out.snapshot")
 

@@ -38,12 +38,12 @@ func cmdPrepare(args []string) int {
 	}
 	fmt.Printf("pyodide snapshot: %s (%d bytes, sha256 %s)\n", p.Snapshot.Path, p.Snapshot.Meta.Size, p.Snapshot.Meta.SHA256)
 	if p.DenoCache != nil {
-		fmt.Printf("deno code cache: %s (%d bytes)\n", p.DenoCache.Dir, p.DenoCache.Size)
+		fmt.Printf("deno code cache: %s (%d bytes)\n", p.DenoCache.Dir, p.DenoCache.Size())
 	} else {
 		fmt.Printf("deno code cache: none (%s)\n", p.DenoCacheReason)
 	}
 	if p.GuestCache != nil {
-		fmt.Printf("deno guest cache: %s (%d bytes)\n", p.GuestCache.Dir, p.GuestCache.Size)
+		fmt.Printf("deno guest cache: %s (%d bytes)\n", p.GuestCache.Dir, p.GuestCache.Size())
 	} else {
 		fmt.Printf("deno guest cache: none (%s)\n", p.GuestCacheReason)
 	}
