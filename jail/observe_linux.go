@@ -50,7 +50,7 @@ var namespaceNames = []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup
 
 // observe reads pid's state. A process that has already exited yields an
 // Observed with Error set rather than a guess.
-func observe(pid int, lease *idLease) *Observed {
+func observe(pid int) *Observed {
 	o := &Observed{PID: pid, Namespaces: map[string]bool{}, NamespaceIDs: map[string]uint64{}}
 	p := strconv.Itoa(pid)
 	status, err := ProcStatus(p)

@@ -310,15 +310,20 @@ func (s *supervision) run(ctx context.Context) {
 		defer t.Stop()
 		cpuTick = t.C
 	}
+	// Each stop happens once: a done context or a passed limit stays that
+	// way, and its case is switched off (a nil channel) after it fires.
+	done := ctx.Done()
 wait:
 	for {
 		select {
 		case err = <-waitErr:
 			break wait
-		case <-ctx.Done():
+		case <-done:
+			done = nil
 			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
 		case <-cpuTick:
 			if used, err := job.Cgroup.CPUTime(); err == nil && used >= job.CPUTime {
+				cpuTick = nil
 				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
 			}
 		}
@@ -418,7 +423,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 		}
 		return nil, errors.New(after.Error)
 	}
-	s.out.Observed = observe(pid, lease)
+	s.out.Observed = observe(pid)
 	return conn, nil
 }
 
