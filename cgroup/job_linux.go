@@ -119,9 +119,14 @@ func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 	}
-	// The library treats its mountpoint as the top it may touch: giving it
-	// our own cgroup keeps its subtree_control writes inside what we own.
-	cg, err := cgroup2.NewManager(parent, "/"+name, l.v2(m.host.SwapCapped))
+	// Load, not NewManager: the controllers were enabled for our children
+	// once at start-up (enableV2); NewManager would write the parent's
+	// cgroup.subtree_control again on every job, under the kernel's global
+	// cgroup lock. The mountpoint is our own cgroup, the top it may touch.
+	cg, err := cgroup2.Load("/"+name, cgroup2.WithMountpoint(parent))
+	if err == nil {
+		err = cg.Update(l.v2(m.host.SwapCapped))
+	}
 	if err != nil {
 		j.removeDirs()
 		return nil, fmt.Errorf("create cgroup %s: set limits: %w", dir, err)

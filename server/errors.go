@@ -73,5 +73,5 @@ func isFieldPath(s string) bool {
 // isTooLarge reports a body over the cap.
 func isTooLarge(err error) bool {
 	var mbe *http.MaxBytesError
-	return errors.As(err, &mbe) || strings.Contains(err.Error(), "larger than")
+	return errors.As(err, &mbe)
 }
