@@ -1,6 +1,8 @@
 package jail
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -65,11 +67,20 @@ func observe(pid int) *Observed {
 	o.CapBnd, o.CapAmb = status["CapBnd"], status["CapAmb"]
 	o.HostUID, _ = strconv.Atoi(firstField(status["Uid"]))
 	o.HostGID, _ = strconv.Atoi(firstField(status["Gid"]))
+	// A process that exits while it is read still has a status, but no
+	// namespaces, mounts or cgroups of its own any more: such a half-read is
+	// reported as an exit, never as what the process had.
+	exited := func(what string, err error) *Observed {
+		return &Observed{PID: pid, Error: fmt.Sprintf("the process exited while it was read back (%s: %v)", what, err)}
+	}
 	for _, ns := range namespaceNames {
-		mine, err1 := nsInode("self", ns)
-		theirs, err2 := nsInode(p, ns)
-		if err1 != nil || err2 != nil {
-			continue
+		mine, err := nsInode("self", ns)
+		if err != nil {
+			continue // this kernel has no such namespace
+		}
+		theirs, err := nsInode(p, ns)
+		if err != nil {
+			return exited(ns+" namespace", err)
 		}
 		o.NamespaceIDs[ns] = theirs
 		o.Namespaces[ns] = mine != theirs
@@ -88,6 +99,9 @@ func observe(pid int) *Observed {
 				o.RootReadOnly = strings.HasPrefix(f[5], "ro")
 			}
 		}
+	}
+	if o.Mounts == 0 {
+		return exited("mountinfo", errors.New("no mounts"))
 	}
 	if rep, err := netns.Inspect(pid); err == nil {
 		o.Network = &rep
