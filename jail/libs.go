@@ -3,7 +3,6 @@ package jail
 import (
 	"bufio"
 	"debug/elf"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,9 +101,11 @@ func sharedLibraries(path string) ([]string, error) {
 				}
 			}
 		}
+		// A static executable has no dynamic section and needs nothing; a
+		// dynamic one that cannot be read must not pass as needing nothing.
 		needed, err := f.DynString(elf.DT_NEEDED)
-		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-			return nil
+		if err != nil {
+			return fmt.Errorf("read the libraries %s needs: %w", file, err)
 		}
 		for _, lib := range needed {
 			found := ""

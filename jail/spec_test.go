@@ -1,6 +1,10 @@
 package jail
 
 import (
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +27,46 @@ func TestSharedLibraries(t *testing.T) {
 	}
 	if _, err := SharedLibraries("/nonexistent-pmjail"); err == nil {
 		t.Fatal("no error for a missing program")
+	}
+}
+
+// A dynamic executable whose library list cannot be read must be an error,
+// not a program that needs nothing (its run would fail inside the jail
+// with "not found").
+func TestSharedLibrariesUnreadableDynamicSection(t *testing.T) {
+	data, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
+		t.Skip("test written for little-endian ELF64 (this host's /bin/sh is not)")
+	}
+	dyn := -1
+	for i, s := range f.Sections {
+		if s.Type == elf.SHT_DYNAMIC {
+			dyn = i
+		}
+	}
+	if dyn < 0 {
+		t.Fatal("/bin/sh has no dynamic section")
+	}
+	// Point the dynamic section's string-table link (Elf64_Shdr.sh_link, at
+	// offset 40 of its header) at section 0, which is no string table.
+	shoff := binary.LittleEndian.Uint64(data[0x28:])
+	shentsize := uint64(binary.LittleEndian.Uint16(data[0x3a:]))
+	binary.LittleEndian.PutUint32(data[shoff+uint64(dyn)*shentsize+40:], 0)
+	broken := filepath.Join(t.TempDir(), "sh")
+	if err := os.WriteFile(broken, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libs, err := SharedLibraries(broken)
+	if err == nil || !strings.Contains(err.Error(), broken) {
+		t.Fatalf("SharedLibraries of a corrupt dynamic section = %v, %v; want an error naming the file", libs, err)
 	}
 }
 
