@@ -17,13 +17,21 @@ export class Channel {
   #nextId = 1;
   #pending = new Map();
   #reading = false;
+  // #broken says why the channel is unusable, once it is: calls then fail
+  // at once instead of waiting for a reply that cannot come.
+  #broken = null;
   #startResolve;
+  #startReject;
   started;
 
-  constructor() {
-    this.#out = Deno.openSync(CHANNEL_OUT, { write: true });
-    this.#in = Deno.openSync(CHANNEL_IN, { read: true });
-    this.started = new Promise((resolve) => (this.#startResolve = resolve));
+  // The paths are the jail's; tests pass their own.
+  constructor(inPath = CHANNEL_IN, outPath = CHANNEL_OUT) {
+    this.#out = Deno.openSync(outPath, { write: true });
+    this.#in = Deno.openSync(inPath, { read: true });
+    this.started = new Promise((resolve, reject) => {
+      this.#startResolve = resolve;
+      this.#startReject = reject;
+    });
     this.#pump();
   }
 
@@ -37,14 +45,14 @@ export class Channel {
       while (this.#startResolve || this.#pending.size > 0) {
         const n = await this.#in.read(chunk);
         if (n === null) {
-          this.#closed();
+          this.#closed("channel closed");
           return;
         }
         this.#append(chunk.subarray(0, n));
         this.#drain();
       }
-    } catch {
-      this.#closed();
+    } catch (err) {
+      this.#closed(`channel broken: ${err?.message ?? err}`);
     } finally {
       this.#reading = false;
     }
@@ -60,7 +68,10 @@ export class Channel {
   #drain() {
     while (this.#buf.length >= 4) {
       const n = new DataView(this.#buf.buffer, this.#buf.byteOffset).getUint32(0);
-      if (n > MAX_FRAME || this.#buf.length < 4 + n) break;
+      // Only a corrupted host stream says this; waiting for that many bytes
+      // would hold every call until the wall limit.
+      if (n > MAX_FRAME) throw new Error(`a frame of ${n} bytes from the host is over the ${MAX_FRAME}-byte limit`);
+      if (this.#buf.length < 4 + n) break;
       const frame = JSON.parse(decoder.decode(this.#buf.subarray(4, 4 + n)));
       this.#buf = this.#buf.slice(4 + n);
       this.#dispatch(frame);
@@ -80,9 +91,14 @@ export class Channel {
     }
   }
 
-  #closed() {
+  #closed(reason) {
+    this.#broken ??= reason;
+    if (this.#startResolve) {
+      this.#startResolve = null;
+      this.#startReject(new Error(this.#broken));
+    }
     for (const [, resolve] of this.#pending) {
-      resolve({ ok: false, error: { code: "internal", message: "channel closed" } });
+      resolve({ ok: false, error: { code: "internal", message: this.#broken } });
     }
     this.#pending.clear();
   }
@@ -141,11 +157,16 @@ export class Channel {
   }
 
   call(method, params) {
+    if (this.#broken) {
+      return Promise.resolve({ ok: false, error: { code: "internal", message: this.#broken } });
+    }
     const id = this.#nextId++;
     return new Promise((resolve) => {
       this.#pending.set(id, resolve);
       try {
-        this.#write({ type: "call", id, method, params: params ?? null }).catch(() => this.#closed());
+        this.#write({ type: "call", id, method, params: params ?? null }).catch((err) =>
+          this.#closed(`channel broken: ${err?.message ?? err}`)
+        );
       } catch (err) {
         this.#pending.delete(id);
         resolve({ ok: false, error: { code: "internal", message: String(err) } });

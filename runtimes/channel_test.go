@@ -1,0 +1,94 @@
+package runtimes
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// channelHostScript plays the host's end of the guest channel against the
+// real channel.js: it answers the start frame, then (for each case) breaks
+// the stream the way a corrupted host would and prints what the guest's
+// next call resolved to.
+const channelHostScript = `
+import { Channel } from %q;
+const [dir, mode] = Deno.args;
+// The host holds its ends first, as the init stage does.
+const hostIn = Deno.openSync(dir + "/in", { read: true, write: true });
+const hostOut = Deno.openSync(dir + "/out", { read: true, write: true });
+const ch = new Channel(dir + "/in", dir + "/out");
+const frame = (obj) => {
+  const body = new TextEncoder().encode(JSON.stringify(obj));
+  const f = new Uint8Array(4 + body.length);
+  new DataView(f.buffer).setUint32(0, body.length);
+  f.set(body, 4);
+  return f;
+};
+hostIn.writeSync(frame({ type: "start", input: null }));
+await ch.started;
+// A length prefix far over the limit, or a whole frame that is not JSON.
+const broken = mode === "garbage" ? new Uint8Array([0, 0, 0, 2, 0x7b, 0x78]) : new Uint8Array([0xff, 0xff, 0xff, 0x00]);
+const reply = ch.call("log.info", { message: "x" });
+hostIn.writeSync(broken);
+console.log(JSON.stringify(await reply));
+// A call after the break fails at once too.
+console.log(JSON.stringify(await ch.call("log.info", { message: "y" })));
+hostOut.close();
+hostIn.close();
+`
+
+// TestChannelBrokenHostStream: a frame length over the limit, or a frame
+// that is not JSON, fails the guest's pending and later calls at once; it
+// used to leave them waiting for bytes that never come (until the wall
+// limit).
+func TestChannelBrokenHostStream(t *testing.T) {
+	in := testInstall(t, t.TempDir())
+	channelJS, err := filepath.Abs("guest/channel.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"oversize", "garbage"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, p := range []string{"in", "out"} {
+				if err := unix.Mkfifo(filepath.Join(dir, p), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			script := filepath.Join(dir, "host.mjs")
+			src := strings.Replace(channelHostScript, "%q", `"file://`+channelJS+`"`, 1)
+			if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir, mode)
+			cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("the guest's call still waits on a broken stream after 20 s: %s", out)
+			}
+			if err != nil {
+				t.Fatalf("host script: %v\n%s", err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("want two call results, got %q", out)
+			}
+			for _, l := range lines {
+				if !strings.Contains(l, `"ok":false`) || !strings.Contains(l, `"code":"internal"`) || !strings.Contains(l, "channel broken") {
+					t.Errorf("call on a broken stream resolved to %s, want ok:false, code internal, \"channel broken\"", l)
+				}
+			}
+			if mode == "oversize" && !strings.Contains(lines[0], "over the") {
+				t.Errorf("reason %s does not say the frame is over the limit", lines[0])
+			}
+		})
+	}
+}
