@@ -107,9 +107,6 @@ func TestCPUTimeAccumulates(t *testing.T) {
 			t.Fatalf("CPU time went back from %v to %v", last, u.CPUTime)
 		}
 		last = u.CPUTime
-		if c, err := j.CPUTime(); err != nil || c < last {
-			t.Fatalf("CPUTime() = %v, %v; Stats said %v before", c, err, last)
-		}
 		if last >= 300*time.Millisecond {
 			break
 		}

@@ -126,23 +126,3 @@ func (j *Job) readPids(r *reader, dir string, u *Usage) {
 	ev := r.keyed(filepath.Join(dir, "pids.events"), true)
 	u.PidsLimitHit = ev["max"] > 0
 }
-
-// CPUTime reads only the job's CPU time: the one figure the supervisor
-// needs at every poll to enforce a CPU-time limit, cheaper than Stats.
-func (j *Job) CPUTime() (time.Duration, error) {
-	var r reader
-	var d time.Duration
-	if dir, ok := j.paths[UnifiedKey]; ok {
-		cs := r.keyed(filepath.Join(dir, "cpu.stat"), false)
-		d = time.Duration(cs["usage_usec"]) * time.Microsecond
-	} else if dir, ok := j.paths[CPUAcct]; ok {
-		ns, _ := r.single(filepath.Join(dir, "cpuacct.usage"), false)
-		d = time.Duration(ns)
-	} else {
-		return 0, fmt.Errorf("cpu time of cgroup %s: no cpuacct: %w", j.name, ErrNotSupported)
-	}
-	if r.err != nil {
-		return 0, fmt.Errorf("cpu time of cgroup %s: %w", j.name, r.err)
-	}
-	return d, nil
-}

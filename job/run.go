@@ -276,9 +276,9 @@ func denoFlags(l *runtimes.Launch) []string {
 }
 
 // cgroupJob adapts a job cgroup to what the jail drives. Its CPU-time poll
-// reads the whole Stats, not the cheaper (*cgroup.Job).CPUTime, on purpose:
-// the poll also samples the peaks a kernel does not keep itself (tasks on
-// v1, memory and tasks on older v2), which the result reports.
+// reads the whole Stats rather than the CPU time alone: the poll also
+// samples the peaks a kernel does not keep itself (tasks on v1, memory and
+// tasks on older v2), which the result reports.
 type cgroupJob struct{ *cgroup.Job }
 
 func (c cgroupJob) CPUTime() (time.Duration, error) {
