@@ -200,6 +200,8 @@ func TestCompileRefuses(t *testing.T) {
 		{"log+notify", p, seccomp.Options{Log: true, Notify: true}, "exclude each other"},
 		{"allow unknown", p, seccomp.Options{AllowDangerous: []string{"read"}}, `"read" is not one of the dangerous`},
 		{"bad action", &specs.LinuxSeccomp{DefaultAction: "SCMP_ACT_FOO"}, seccomp.Options{}, "defaultAction"},
+		// The same words as profiles.ValidateSeccomp: one table says what compiles.
+		{"trace", &specs.LinuxSeccomp{DefaultAction: specs.ActTrace}, seccomp.Options{}, `defaultAction: action "SCMP_ACT_TRACE" not supported`},
 		{"bad name", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{{Names: []string{"nosuchcall"}, Action: specs.ActAllow}}}, seccomp.Options{}, `syscalls[0].names[0]: unknown syscall "nosuchcall"`},
 		{"i386", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Architectures: []specs.Arch{specs.ArchX86}}, seccomp.Options{}, "architectures[0]"},
 	} {
