@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -70,7 +71,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	if name != "submit" { // a daemon's operator sets what its runs require
 		fs.Func("require", "layers mode required insists on besides the core, comma-separated", func(v string) error {
 			for _, l := range strings.Split(v, ",") {
-				if !contains(posture.Names, l) {
+				if !slices.Contains(posture.Names, l) {
 					return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
 				}
 				f.require = append(f.require, l)
