@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -343,11 +344,7 @@ func (j *Job) removeDirs() error {
 	return errors.Join(errs...)
 }
 
+// containsLine says whether line is one of s's lines, whole.
 func containsLine(s, line string) bool {
-	for _, l := range strings.Split(s, "\n") {
-		if l == line {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(s, "\n"), line)
 }

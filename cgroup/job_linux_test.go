@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -312,18 +313,10 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
-	has := func(n string) bool {
-		for _, r := range removed {
-			if r == n {
-				return true
-			}
-		}
-		return false
-	}
-	if !has(orphan.Name()) {
+	if !slices.Contains(removed, orphan.Name()) {
 		t.Errorf("Sweep removed %v, want %s among them", removed, orphan.Name())
 	}
-	if has(sibling.Name()) || has(mine.Name()) {
+	if slices.Contains(removed, sibling.Name()) || slices.Contains(removed, mine.Name()) {
 		t.Errorf("Sweep removed a live owner's job: %v", removed)
 	}
 	assertGone(t, orphan)

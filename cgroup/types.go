@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -71,14 +72,7 @@ type Host struct {
 }
 
 // Has reports whether controller c is usable.
-func (h *Host) Has(c string) bool {
-	for _, x := range h.Controllers {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
+func (h *Host) Has(c string) bool { return slices.Contains(h.Controllers, c) }
 
 // Usage is a job's resource use, read from its cgroup.
 type Usage struct {

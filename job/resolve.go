@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,7 +68,7 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		if err != nil {
 			return nil, invalid("runtime: %v", err)
 		}
-		if ceil.Runtimes != nil && !contains(ceil.Runtimes, rt) {
+		if ceil.Runtimes != nil && !slices.Contains(ceil.Runtimes, rt) {
 			return nil, invalid("runtime: %s is not enabled on this server", rt)
 		}
 		r.Runtime = rt
@@ -76,7 +77,7 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
 		return nil, invalid("profile: %q: only built-in profile names are accepted here", req.Profile)
 	}
-	if ceil.Profiles != nil && req.Profile != "" && !contains(ceil.Profiles, req.Profile) {
+	if ceil.Profiles != nil && req.Profile != "" && !slices.Contains(ceil.Profiles, req.Profile) {
 		return nil, invalid("profile: %q is not allowed on this server", req.Profile)
 	}
 	prof, err := profiles.Load(req.Profile)
@@ -105,15 +106,6 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	}
 	r.Required = ceil.Required
 	return r, nil
-}
-
-func contains[T comparable](list []T, v T) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // String is a one-line summary for logs.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,7 +104,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 		set(Seccomp, Missing, filterErr.Error())
 	}
 	switch {
-	case !hasType(namespaces, specs.MountNamespace) || !hasType(namespaces, specs.PIDNamespace):
+	case !slices.Contains(namespaces, specs.MountNamespace) || !slices.Contains(namespaces, specs.PIDNamespace):
 		for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
 			set(l, Missing, "no jail can be built without mount and pid namespaces")
 		}
@@ -195,15 +196,6 @@ func tryNamespace(flag uintptr) error {
 		return err
 	}
 	return nil
-}
-
-func hasType(list []specs.LinuxNamespaceType, t specs.LinuxNamespaceType) bool {
-	for _, x := range list {
-		if x == t {
-			return true
-		}
-	}
-	return false
 }
 
 // nativeFilter compiles the native seccomp policy the probe jail runs under.

@@ -1,6 +1,7 @@
 package posture
 
 import (
+	"slices"
 	"time"
 
 	"github.com/pmjail/pmjail/jail"
@@ -114,7 +115,7 @@ func (r *Report) decide(mode string, extra []string) {
 		return
 	}
 	for _, name := range append(append([]string(nil), Core...), extra...) {
-		if !r.Applied(name) && !contains(r.Missing, name) {
+		if !r.Applied(name) && !slices.Contains(r.Missing, name) {
 			r.Missing = append(r.Missing, name)
 		}
 	}
@@ -123,13 +124,4 @@ func (r *Report) decide(mode string, extra []string) {
 	}
 }
 
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func isCore(name string) bool { return contains(Core, name) }
+func isCore(name string) bool { return slices.Contains(Core, name) }

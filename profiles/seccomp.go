@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sort"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
+
+	"github.com/pmjail/pmjail/seccomp"
 )
 
 //go:embed seccomp/*.json
@@ -81,36 +82,13 @@ func decodeSeccomp(r io.Reader) (*specs.LinuxSeccomp, error) {
 	return &p, nil
 }
 
-// nativeArch is the one architecture a policy may name: pmjail filters only
-// the native entry point and refuses every other (x32, i386) outright.
-var nativeArch = map[string]specs.Arch{
-	"amd64": specs.ArchX86_64,
-	"arm64": specs.ArchAARCH64,
-}[runtime.GOARCH]
-
-var knownActions = map[specs.LinuxSeccompAction]bool{
-	specs.ActKill: true, specs.ActKillProcess: true, specs.ActKillThread: true,
-	specs.ActTrap: true, specs.ActErrno: true, specs.ActAllow: true, specs.ActLog: true,
-	// Known to the spec but not supported by pmjail (see ValidateSeccomp).
-	specs.ActTrace: true, specs.ActNotify: true,
-}
-
-var knownOps = map[specs.LinuxSeccompOperator]bool{
-	specs.OpNotEqual: true, specs.OpLessThan: true, specs.OpLessEqual: true, specs.OpEqualTo: true,
-	specs.OpGreaterEqual: true, specs.OpGreaterThan: true, specs.OpMaskedEqual: true,
-}
-
-var knownFlags = map[specs.LinuxSeccompFlag]bool{
-	specs.LinuxSeccompFlagLog:              true,
-	specs.LinuxSeccompFlagSpecAllow:        true,
-	specs.LinuxSeccompFlagWaitKillableRecv: true,
-}
-
 // ValidateSeccomp checks a policy before it is compiled and says which field
 // is wrong: unknown or unsupported actions, operators, flags and
 // architectures, empty or unknown syscall names, out-of-range arguments, an
 // errno on an action that cannot carry one, and contradictory rules (one
-// syscall both allowed and denied without conditions).
+// syscall both allowed and denied without conditions). Which actions,
+// operators, flags and architectures exist is package seccomp's to say: it
+// compiles them.
 func ValidateSeccomp(p *specs.LinuxSeccomp) error {
 	if p == nil {
 		return errors.New("no seccomp profile")
@@ -125,12 +103,12 @@ func ValidateSeccomp(p *specs.LinuxSeccomp) error {
 		return err
 	}
 	for i, a := range p.Architectures {
-		if a != nativeArch {
-			return fmt.Errorf("architectures[%d]: unsupported architecture %q: only the native %q is filtered, other entry points are refused", i, a, nativeArch)
+		if native := seccomp.NativeArch(); a != native {
+			return fmt.Errorf("architectures[%d]: unsupported architecture %q: only the native %q is filtered, other entry points are refused", i, a, native)
 		}
 	}
 	for i, f := range p.Flags {
-		if !knownFlags[f] {
+		if !seccomp.KnownFlag(f) {
 			return fmt.Errorf("flags[%d]: unknown flag %q", i, f)
 		}
 	}
@@ -165,7 +143,7 @@ func ValidateSeccomp(p *specs.LinuxSeccomp) error {
 			if a.Index > 5 {
 				return fmt.Errorf("%s.index: %d out of range: syscalls have arguments 0 to 5", af, a.Index)
 			}
-			if !knownOps[a.Op] {
+			if !seccomp.KnownOperator(a.Op) {
 				return fmt.Errorf("%s.op: unknown operator %q", af, a.Op)
 			}
 			if a.ValueTwo != 0 && a.Op != specs.OpMaskedEqual {
@@ -200,15 +178,8 @@ func ValidateSeccomp(p *specs.LinuxSeccomp) error {
 }
 
 func checkAction(field string, a specs.LinuxSeccompAction) error {
-	switch {
-	case a == "":
-		return fmt.Errorf("%s: missing", field)
-	case !knownActions[a]:
-		return fmt.Errorf("%s: unknown action %q", field, a)
-	case a == specs.ActTrace:
-		return fmt.Errorf("%s: action %q not supported: a jailed run has no tracer", field, a)
-	case a == specs.ActNotify:
-		return fmt.Errorf("%s: action %q not supported in a profile: the operator turns notification on for all denials", field, a)
+	if err := seccomp.CheckAction(a); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package seccomp
+package seccomp_test
 
 import (
 	"testing"
 
 	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/seccomp"
 )
 
 // BenchmarkCompileDeno is what a CLI run pays to turn the Deno policy into
@@ -14,7 +15,7 @@ func BenchmarkCompileDeno(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := Compile(p, Options{Notify: true}); err != nil {
+		if _, err := seccomp.Compile(p, seccomp.Options{Notify: true}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -56,8 +55,8 @@ func Compile(p *specs.LinuxSeccomp, opt Options) (*Program, error) {
 		return nil, fmt.Errorf("compile seccomp: %w", err)
 	}
 	for i, a := range p.Architectures {
-		if a != nativeSpecArch {
-			return nil, fmt.Errorf("compile seccomp: architectures[%d]: unsupported architecture %q (only %q)", i, a, nativeSpecArch)
+		if a != nativeArch {
+			return nil, fmt.Errorf("compile seccomp: architectures[%d]: unsupported architecture %q (only %q)", i, a, nativeArch)
 		}
 	}
 
@@ -89,11 +88,6 @@ func Compile(p *specs.LinuxSeccomp, opt Options) (*Program, error) {
 	return &Program{Filter: filter, Notify: opt.Notify, Flags: flags, Errno: c.errno}, nil
 }
 
-var nativeSpecArch = map[string]specs.Arch{
-	"amd64": specs.ArchX86_64,
-	"arm64": specs.ArchAARCH64,
-}[runtime.GOARCH]
-
 type compiler struct {
 	opt     Options
 	f       *libseccomp.ScmpFilter
@@ -106,31 +100,22 @@ type compiler struct {
 // and NOTIFY in notify mode — except an ERRNO with an errno of its own,
 // which stays as it is since a notification is answered with the default.
 func (c *compiler) action(a specs.LinuxSeccompAction, errnoRet *uint) (libseccomp.ScmpAction, error) {
-	var act libseccomp.ScmpAction
+	if err := CheckAction(a); err != nil {
+		return 0, err
+	}
+	act := actions[a]
 	switch a {
-	case specs.ActAllow:
-		return libseccomp.ActAllow, nil
-	case specs.ActLog:
-		return libseccomp.ActLog, nil
+	case specs.ActAllow, specs.ActLog:
+		return act, nil
 	case specs.ActErrno:
 		errno := c.errno
 		if errnoRet != nil {
 			errno = unix.Errno(*errnoRet)
 		}
-		act = libseccomp.ActErrno.SetReturnCode(int16(errno))
+		act = act.SetReturnCode(int16(errno))
 		if c.opt.Notify && errno == c.errno {
 			act = libseccomp.ActNotify
 		}
-	case specs.ActKill:
-		act = libseccomp.ActKillThread
-	case specs.ActKillThread:
-		act = libseccomp.ActKillThread
-	case specs.ActKillProcess:
-		act = libseccomp.ActKillProcess
-	case specs.ActTrap:
-		act = libseccomp.ActTrap
-	default:
-		return 0, fmt.Errorf("unsupported action %q", a)
 	}
 	if c.opt.Log {
 		return libseccomp.ActLog, nil
@@ -309,16 +294,6 @@ func masked(arg uint, mask, value uint64) libseccomp.ScmpCondition {
 	return cond
 }
 
-var compareOps = map[specs.LinuxSeccompOperator]libseccomp.ScmpCompareOp{
-	specs.OpNotEqual:     libseccomp.CompareNotEqual,
-	specs.OpLessThan:     libseccomp.CompareLess,
-	specs.OpLessEqual:    libseccomp.CompareLessOrEqual,
-	specs.OpEqualTo:      libseccomp.CompareEqual,
-	specs.OpGreaterEqual: libseccomp.CompareGreaterEqual,
-	specs.OpGreaterThan:  libseccomp.CompareGreater,
-	specs.OpMaskedEqual:  libseccomp.CompareMaskedEqual,
-}
-
 func conditions(args []specs.LinuxSeccompArg) ([]libseccomp.ScmpCondition, error) {
 	var conds []libseccomp.ScmpCondition
 	for i, a := range args {
@@ -337,12 +312,6 @@ func conditions(args []specs.LinuxSeccompArg) ([]libseccomp.ScmpCondition, error
 		conds = append(conds, cond)
 	}
 	return conds, nil
-}
-
-var flagBits = map[specs.LinuxSeccompFlag]uint32{
-	specs.LinuxSeccompFlagLog:              unix.SECCOMP_FILTER_FLAG_LOG,
-	specs.LinuxSeccompFlagSpecAllow:        unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW,
-	specs.LinuxSeccompFlagWaitKillableRecv: unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
 }
 
 func filterFlags(flags []specs.LinuxSeccompFlag) (uint32, error) {

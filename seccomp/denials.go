@@ -27,14 +27,3 @@ func (d *Denials) Counts() map[string]uint64 {
 	defer d.mu.Unlock()
 	return maps.Clone(d.counts)
 }
-
-// Total is the number of denials recorded.
-func (d *Denials) Total() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var n uint64
-	for _, c := range d.counts {
-		n += c
-	}
-	return n
-}

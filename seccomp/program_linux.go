@@ -22,22 +22,24 @@ type Program struct {
 	// Flags are extra seccomp(2) filter flags the profile asked for
 	// (SECCOMP_FILTER_FLAG_LOG, _SPEC_ALLOW, _WAIT_KILLABLE_RECV).
 	Flags uint32
-	// Errno is what a notified denial is answered with: the profile's
-	// default errno, EPERM unless it says otherwise.
+	// Errno is what the supervisor answers a notified denial with (see
+	// Denials.Serve): the profile's default errno, EPERM unless it says
+	// otherwise. It stays with the supervisor: MarshalBinary leaves it out,
+	// since the child only installs the filter.
 	Errno unix.Errno
 }
 
-const programMagic = "PMJSECC1"
+const programMagic = "PMJSECC2"
 
-// MarshalBinary encodes the program as: magic, notify (u32), flags (u32),
-// errno (u32), instruction count (u32), then each instruction as
+// MarshalBinary encodes what Install needs: magic, notify (u32), flags
+// (u32), instruction count (u32), then each instruction as
 // code (u16), jt, jf (u8), k (u32), all in native byte order — the filter
 // only ever runs on the machine that compiled it.
 func (p *Program) MarshalBinary() ([]byte, error) {
 	if len(p.Filter) == 0 || len(p.Filter) > maxInsns {
 		return nil, fmt.Errorf("marshal seccomp program: %d instructions, want 1..%d", len(p.Filter), maxInsns)
 	}
-	b := make([]byte, 0, len(programMagic)+16+8*len(p.Filter))
+	b := make([]byte, 0, len(programMagic)+12+8*len(p.Filter))
 	b = append(b, programMagic...)
 	var notify uint32
 	if p.Notify {
@@ -46,7 +48,6 @@ func (p *Program) MarshalBinary() ([]byte, error) {
 	ne := binary.NativeEndian
 	b = ne.AppendUint32(b, notify)
 	b = ne.AppendUint32(b, p.Flags)
-	b = ne.AppendUint32(b, uint32(p.Errno))
 	b = ne.AppendUint32(b, uint32(len(p.Filter)))
 	for _, in := range p.Filter {
 		b = ne.AppendUint16(b, in.Code)
@@ -56,22 +57,22 @@ func (p *Program) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalBinary decodes what MarshalBinary wrote. The bytes come from the
-// supervisor, but a truncated or oversized message is still refused rather
-// than half-installed.
+// UnmarshalBinary decodes what MarshalBinary wrote; Errno is left zero. The
+// bytes come from the supervisor, but a truncated or oversized message is
+// still refused rather than half-installed.
 func (p *Program) UnmarshalBinary(b []byte) error {
-	head := len(programMagic) + 16
+	head := len(programMagic) + 12
 	if len(b) < head || string(b[:len(programMagic)]) != programMagic {
 		return errors.New("unmarshal seccomp program: not a pmjail seccomp program")
 	}
 	ne := binary.NativeEndian
 	b = b[len(programMagic):]
-	notify, flags, errno, n := ne.Uint32(b), ne.Uint32(b[4:]), ne.Uint32(b[8:]), ne.Uint32(b[12:])
-	b = b[16:]
+	notify, flags, n := ne.Uint32(b), ne.Uint32(b[4:]), ne.Uint32(b[8:])
+	b = b[12:]
 	if notify > 1 || n == 0 || n > maxInsns || uint64(len(b)) != 8*uint64(n) {
 		return fmt.Errorf("unmarshal seccomp program: malformed header (notify %d, %d instructions, %d bytes)", notify, n, len(b))
 	}
-	*p = Program{Filter: decodeInsns(b), Notify: notify == 1, Flags: flags, Errno: unix.Errno(errno)}
+	*p = Program{Filter: decodeInsns(b), Notify: notify == 1, Flags: flags}
 	return nil
 }
 

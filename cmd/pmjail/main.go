@@ -12,13 +12,12 @@ import (
 )
 
 // Exit codes of pmjail's own making; a run that ended by itself exits with
-// the guest's code.
+// the guest's code, and one that met a limit with its status's
+// (jail.Status.ExitCode).
 const (
-	exitLimit    = 124 // wall-clock, CPU-time or output limit
 	exitFailure  = 125 // refused, bad input, or pmjail's own failure
 	exitNotExec  = 126 // the runtime could not be executed
 	exitNotFound = 127 // the runtime could not be found
-	exitMemory   = 137 // memory limit
 )
 
 // roles are the parts pmjail's own binary plays in a jail's life, chosen

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -31,7 +32,7 @@ func cmdPosture(args []string) int {
 	var extra []string
 	if *require != "" {
 		for _, l := range strings.Split(*require, ",") {
-			if !contains(posture.Names, l) {
+			if !slices.Contains(posture.Names, l) {
 				return fail("posture: --require %q: unknown layer (layers: %s)", l, strings.Join(posture.Names, ", "))
 			}
 			extra = append(extra, l)
@@ -84,29 +85,12 @@ func printPosture(r *posture.Report) {
 		for k, v := range h.Sysctls {
 			keys = append(keys, k+"="+v)
 		}
-		fmt.Printf("sysctls: %s\n", strings.Join(sorted(keys), " "))
+		slices.Sort(keys)
+		fmt.Printf("sysctls: %s\n", strings.Join(keys, " "))
 	}
 	fmt.Printf("mode %s: %s", r.Mode, r.Decision)
 	if len(r.Missing) > 0 {
 		fmt.Printf(" (missing: %s)", strings.Join(r.Missing, ", "))
 	}
 	fmt.Println()
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func sorted(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
 }

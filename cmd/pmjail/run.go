@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -70,7 +71,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	if name != "submit" { // a daemon's operator sets what its runs require
 		fs.Func("require", "layers mode required insists on besides the core, comma-separated", func(v string) error {
 			for _, l := range strings.Split(v, ",") {
-				if !contains(posture.Names, l) {
+				if !slices.Contains(posture.Names, l) {
 					return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
 				}
 				f.require = append(f.require, l)
@@ -311,19 +312,20 @@ func newRunner(needRuntimes bool) (*job.Runner, error) {
 	return rn, nil
 }
 
-// exitCode maps a result to the CLI's exit code.
+// exitCode maps a result to the CLI's exit code: the guest's own when it
+// ended by itself, otherwise the status's (jail.Status.ExitCode), except
+// that a runtime which could not be found or executed keeps 127 or 126.
 func exitCode(res *jail.Result) int {
 	switch res.Status {
 	case jail.StatusOK, jail.StatusError:
 		return res.ExitCode
-	case jail.StatusTimeout, jail.StatusCPULimit, jail.StatusOutputLimit:
-		return exitLimit
-	case jail.StatusMemoryLimit:
-		return exitMemory
 	case jail.StatusInternalError:
 		if res.ExitCode == exitNotExec || res.ExitCode == exitNotFound {
 			return res.ExitCode
 		}
+	}
+	if code, ok := res.Status.ExitCode(); ok {
+		return code
 	}
 	return exitFailure
 }
