@@ -58,6 +58,7 @@ func (c *Capabilities) Validate() error {
 			return fmt.Errorf("capabilities.request.methods[%d]: %q is not one of %s", i, m, strings.Join(AllMethods, " "))
 		}
 	}
+	authKey := map[string]string{} // normalised origin → the key naming it
 	for _, origin := range sortedKeys(r.Auth) {
 		o, err := NormalizeOrigin(origin)
 		if err != nil {
@@ -66,6 +67,12 @@ func (c *Capabilities) Validate() error {
 		if !seen[o] {
 			return fmt.Errorf("capabilities.request.auth[%q]: origin is not in capabilities.request.urls", origin)
 		}
+		// Two keys for one origin would leave which secret goes there to
+		// map order.
+		if prev, dup := authKey[o]; dup {
+			return fmt.Errorf("capabilities.request.auth[%q]: the same origin (%s) as capabilities.request.auth[%q]; name each origin once", origin, o, prev)
+		}
+		authKey[o] = origin
 		if r.Auth[origin] == "" {
 			return fmt.Errorf("capabilities.request.auth[%q]: empty secret name", origin)
 		}
@@ -92,14 +99,16 @@ func (r *RequestCapability) origins() map[string]bool {
 	return out
 }
 
-// authFor returns the secret name the job maps to origin (normalised), if any.
-func (r *RequestCapability) authFor(origin string) string {
+// auth returns the declared auth map keyed by normalised origin; Validate
+// must have passed (so no two keys share an origin).
+func (r *RequestCapability) auth() map[string]string {
+	out := make(map[string]string, len(r.Auth))
 	for o, name := range r.Auth {
-		if n, err := NormalizeOrigin(o); err == nil && n == origin {
-			return name
+		if n, err := NormalizeOrigin(o); err == nil {
+			out[n] = name
 		}
 	}
-	return ""
+	return out
 }
 
 // NormalizeOrigin checks that s is a bare http(s) origin — scheme, host and

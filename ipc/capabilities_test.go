@@ -37,6 +37,10 @@ func TestValidate(t *testing.T) {
 			`capabilities.request.methods[1]: "TRACE"`},
 		{Capabilities{Request: &RequestCapability{URLs: []string{"https://x"}, Auth: map[string]string{"https://y": "k"}}},
 			`capabilities.request.auth["https://y"]: origin is not in`},
+		// Two keys for one origin: which secret went there was map order.
+		{Capabilities{Request: &RequestCapability{URLs: []string{"https://api.example.com"},
+			Auth: map[string]string{"https://API.example.com": "a", "https://api.example.com:443": "b"}}},
+			`capabilities.request.auth["https://api.example.com:443"]: the same origin (https://api.example.com) as capabilities.request.auth["https://API.example.com"]`},
 	}
 	for _, tc := range bad {
 		err := tc.c.Validate()
