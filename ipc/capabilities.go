@@ -90,13 +90,7 @@ func (r *RequestCapability) methods() []string {
 
 // origins returns the declared origins normalised; Validate must have passed.
 func (r *RequestCapability) origins() map[string]bool {
-	out := make(map[string]bool, len(r.URLs))
-	for _, u := range r.URLs {
-		if o, err := NormalizeOrigin(u); err == nil {
-			out[o] = true
-		}
-	}
-	return out
+	return normalizeOrigins(r.URLs)
 }
 
 // auth returns the declared auth map keyed by normalised origin; Validate

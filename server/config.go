@@ -403,8 +403,8 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 		}
 		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v}
 	}
-	b = b.WithDefaults()
-	if err := b.Validate(); err != nil {
+	b, err := b.Prepare()
+	if err != nil {
 		return ceil, err
 	}
 	ceil.Broker = b
