@@ -58,6 +58,7 @@ func (c *Capabilities) Validate() error {
 			return fmt.Errorf("capabilities.request.methods[%d]: %q is not one of %s", i, m, strings.Join(AllMethods, " "))
 		}
 	}
+	authKey := map[string]string{} // normalised origin → the key naming it
 	for _, origin := range sortedKeys(r.Auth) {
 		o, err := NormalizeOrigin(origin)
 		if err != nil {
@@ -66,6 +67,12 @@ func (c *Capabilities) Validate() error {
 		if !seen[o] {
 			return fmt.Errorf("capabilities.request.auth[%q]: origin is not in capabilities.request.urls", origin)
 		}
+		// Two keys for one origin would leave which secret goes there to
+		// map order.
+		if prev, dup := authKey[o]; dup {
+			return fmt.Errorf("capabilities.request.auth[%q]: the same origin (%s) as capabilities.request.auth[%q]; name each origin once", origin, o, prev)
+		}
+		authKey[o] = origin
 		if r.Auth[origin] == "" {
 			return fmt.Errorf("capabilities.request.auth[%q]: empty secret name", origin)
 		}
@@ -83,23 +90,19 @@ func (r *RequestCapability) methods() []string {
 
 // origins returns the declared origins normalised; Validate must have passed.
 func (r *RequestCapability) origins() map[string]bool {
-	out := make(map[string]bool, len(r.URLs))
-	for _, u := range r.URLs {
-		if o, err := NormalizeOrigin(u); err == nil {
-			out[o] = true
+	return normalizeOrigins(r.URLs)
+}
+
+// auth returns the declared auth map keyed by normalised origin; Validate
+// must have passed (so no two keys share an origin).
+func (r *RequestCapability) auth() map[string]string {
+	out := make(map[string]string, len(r.Auth))
+	for o, name := range r.Auth {
+		if n, err := NormalizeOrigin(o); err == nil {
+			out[n] = name
 		}
 	}
 	return out
-}
-
-// authFor returns the secret name the job maps to origin (normalised), if any.
-func (r *RequestCapability) authFor(origin string) string {
-	for o, name := range r.Auth {
-		if n, err := NormalizeOrigin(o); err == nil && n == origin {
-			return name
-		}
-	}
-	return ""
 }
 
 // NormalizeOrigin checks that s is a bare http(s) origin — scheme, host and

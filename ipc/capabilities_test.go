@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -37,6 +38,10 @@ func TestValidate(t *testing.T) {
 			`capabilities.request.methods[1]: "TRACE"`},
 		{Capabilities{Request: &RequestCapability{URLs: []string{"https://x"}, Auth: map[string]string{"https://y": "k"}}},
 			`capabilities.request.auth["https://y"]: origin is not in`},
+		// Two keys for one origin: which secret went there was map order.
+		{Capabilities{Request: &RequestCapability{URLs: []string{"https://api.example.com"},
+			Auth: map[string]string{"https://API.example.com": "a", "https://api.example.com:443": "b"}}},
+			`capabilities.request.auth["https://api.example.com:443"]: the same origin (https://api.example.com) as capabilities.request.auth["https://API.example.com"]`},
 	}
 	for _, tc := range bad {
 		err := tc.c.Validate()
@@ -125,6 +130,42 @@ func TestWithin(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want it to mention %q", err, tc.want)
 		}
+	}
+}
+
+func TestCeilingPrepare(t *testing.T) {
+	if _, err := (Ceiling{Origins: []string{"https://ok.example", "ftp://x"}}).Prepare(); err == nil ||
+		!strings.Contains(err.Error(), "ceiling.origins[1]") {
+		t.Fatalf("a bad origin: %v, want an error naming ceiling.origins[1]", err)
+	}
+	origins := []string{"https://A.example:443"}
+	for i := range 50 {
+		origins = append(origins, fmt.Sprintf("https://host%d.example", i))
+	}
+	built := Ceiling{AllowRequest: true, Origins: origins}
+	prepared, err := built.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prepared.MaxCalls != DefaultMaxCalls || prepared.RequestTimeout != DefaultRequestTimeout {
+		t.Errorf("Prepare left limits unset: %+v", prepared)
+	}
+	ok := Capabilities{Request: &RequestCapability{URLs: []string{"https://a.example"}}}
+	out := Capabilities{Request: &RequestCapability{URLs: []string{"https://b.example"}}}
+	for _, c := range []Ceiling{built, prepared} {
+		if err := ok.Within(c); err != nil {
+			t.Errorf("an allowed origin: %v", err)
+		}
+		if err := out.Within(c); err == nil || !strings.Contains(err.Error(), "capabilities.request.urls[0]") {
+			t.Errorf("an origin beyond the ceiling: %v", err)
+		}
+	}
+	// A prepared ceiling's origins were normalised once: checking a job
+	// costs what the job declares, not what the operator allows.
+	fresh := testing.AllocsPerRun(20, func() { _ = ok.Within(built) })
+	once := testing.AllocsPerRun(20, func() { _ = ok.Within(prepared) })
+	if once*4 > fresh {
+		t.Errorf("Within allocates %v times on a prepared ceiling, %v on one built in code: the origins are normalised again", once, fresh)
 	}
 }
 

@@ -34,6 +34,11 @@ type Ceiling struct {
 	MaxLogBytes           int           // bytes of all log messages and meta per run, default 1 MiB
 	// Secrets the broker may inject, by name.
 	Secrets map[string]Secret
+
+	// originSet is Origins normalised, filled in by Prepare so that Within
+	// does not normalise the operator's origins again for every job. Set
+	// Origins before Prepare, not after.
+	originSet map[string]bool
 }
 
 // Secret is a credential the broker adds to a request as a header.
@@ -80,6 +85,32 @@ func setDefault[T int | int64 | time.Duration](p *T, def T) {
 	if *p <= 0 {
 		*p = def
 	}
+}
+
+// Prepare returns c checked (Validate) and ready for every job: zero limits
+// set to their defaults (WithDefaults) and the origins normalised once.
+func (c Ceiling) Prepare() (Ceiling, error) {
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	c = c.WithDefaults()
+	c.originSet = nil
+	if c.Origins != nil {
+		c.originSet = normalizeOrigins(c.Origins)
+	}
+	return c, nil
+}
+
+// normalizeOrigins is the set of origins normalised, leaving out any that
+// are not origins (Validate reports those).
+func normalizeOrigins(origins []string) map[string]bool {
+	set := make(map[string]bool, len(origins))
+	for _, o := range origins {
+		if n, err := NormalizeOrigin(o); err == nil {
+			set[n] = true
+		}
+	}
+	return set
 }
 
 // Validate checks the operator's own config: origins and methods well formed,
@@ -132,11 +163,9 @@ func (c Capabilities) Within(ceil Ceiling) error {
 		return fmt.Errorf("capabilities.request: not allowed by the operator")
 	}
 	if ceil.Origins != nil {
-		allowed := map[string]bool{}
-		for _, o := range ceil.Origins {
-			if n, err := NormalizeOrigin(o); err == nil {
-				allowed[n] = true
-			}
+		allowed := ceil.originSet
+		if allowed == nil { // a Ceiling built in code, not by Prepare
+			allowed = normalizeOrigins(ceil.Origins)
 		}
 		for i, u := range r.URLs {
 			n, err := NormalizeOrigin(u)

@@ -26,7 +26,8 @@ const maxRedirects = 5
 // broker performs request.send for one run.
 type broker struct {
 	req      *RequestCapability // nil: no request capability
-	origins  map[string]bool
+	origins  map[string]bool    // req's origins, normalised
+	auth     map[string]string  // req's auth, by normalised origin
 	ceil     Ceiling
 	resolver Resolver
 	rootCAs  *x509.CertPool
@@ -44,6 +45,7 @@ func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
 	}
 	if b.req != nil {
 		b.origins = b.req.origins()
+		b.auth = b.req.auth()
 	}
 	for _, s := range ceil.Secrets {
 		if s.Value != "" {
@@ -107,7 +109,7 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 
 	var secret *Secret
 	if p.Auth != "" {
-		if b.req.authFor(origin) != p.Auth {
+		if b.auth[origin] != p.Auth {
 			return nil, callErr(CodeDenied, "the job does not grant secret %.80q for %s", p.Auth, origin)
 		}
 		s, ok := b.ceil.Secrets[p.Auth]
@@ -189,11 +191,10 @@ func (b *broker) checkTarget(origin, method string) *CallError {
 // guestHeaders validates and filters the headers the guest asked for.
 func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header, *CallError) {
 	h := make(http.Header, len(in))
-	authOrigin := b.req.authFor(origin) != ""
 	var reserved []string
-	if authOrigin {
+	if name := b.auth[origin]; name != "" {
 		reserved = append(reserved, credentialHeaders...)
-		if s, ok := b.ceil.Secrets[b.req.authFor(origin)]; ok {
+		if s, ok := b.ceil.Secrets[name]; ok {
 			reserved = append(reserved, http.CanonicalHeaderKey(s.header()))
 		}
 	}
@@ -222,7 +223,7 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (*sendResult, *CallError) {
 	for redirects := 0; ; redirects++ {
 		header := h.header.Clone()
-		if secret != nil && b.req.authFor(h.origin) == authName {
+		if secret != nil && b.auth[h.origin] == authName {
 			header.Set(secret.header(), secret.Value)
 		}
 		resp, cerr := b.roundTrip(ctx, h, header)

@@ -18,6 +18,13 @@ const (
 	StatusInternalError Status = "internal_error"
 )
 
+// Statuses returns every status, in the order above, for whoever lists
+// them all (the daemon's metrics show each from the start).
+func Statuses() []Status {
+	return []Status{StatusOK, StatusError, StatusTimeout, StatusCPULimit, StatusMemoryLimit,
+		StatusOutputLimit, StatusProtocolError, StatusRefused, StatusInternalError}
+}
+
 // ExitCode is the CLI exit code for a status whose code does not come from
 // the guest itself: 124 for a time or output limit, 137 for memory, 125 for
 // a refusal or pmjail's own failure.

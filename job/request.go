@@ -55,7 +55,9 @@ func invalid(format string, args ...any) error {
 }
 
 // Decode reads one job object. Unknown fields, trailing data and oversize
-// bodies are refused with a message that names the problem.
+// bodies are refused with a message that names the problem. What the job
+// asks for is checked by Resolve (Validate), the one place for those checks
+// whether the job came as JSON or from the CLI's flags.
 func Decode(r io.Reader) (*Request, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
 	if err != nil {
@@ -72,9 +74,6 @@ func Decode(r io.Reader) (*Request, error) {
 	}
 	if dec.More() {
 		return nil, invalid("malformed job JSON: data after the job object")
-	}
-	if err := req.Validate(); err != nil {
-		return nil, err
 	}
 	return &req, nil
 }

@@ -25,14 +25,31 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := Decode(strings.NewReader(c.body))
+			// As the daemon takes a job: Decode checks the JSON, Resolve
+			// what it asks for.
+			req, err := Decode(strings.NewReader(c.body))
+			if err == nil {
+				_, err = Resolve(req, DefaultCeiling(), false)
+			}
 			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Decode: %v, want an ErrInvalid containing %q", err, c.want)
+				t.Fatalf("Decode and Resolve: %v, want an ErrInvalid containing %q", err, c.want)
 			}
 		})
 	}
 	if _, err := Decode(strings.NewReader(strings.Repeat(" ", MaxRequestBytes+1))); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("oversize body: %v", err)
+	}
+}
+
+// TestDecodeOnlyDecodes: a job's content is checked in one place, Resolve,
+// not once by Decode and again by Resolve.
+func TestDecodeOnlyDecodes(t *testing.T) {
+	req, err := Decode(strings.NewReader(`{"source":"1","mode":"sometimes"}`))
+	if err != nil {
+		t.Fatalf("Decode checked the job's content: %v", err)
+	}
+	if _, err := Resolve(req, DefaultCeiling(), false); err == nil || !strings.Contains(err.Error(), "runtime: missing") {
+		t.Fatalf("Resolve: %v, want the job's content checked", err)
 	}
 }
 

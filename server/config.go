@@ -45,6 +45,19 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// Ceiling bounds every job.
 	Ceiling CeilingConfig `json:"ceiling"`
+
+	// derived is what normalize worked out from Ceiling and Allow, kept so
+	// that the server applies exactly what was checked: each secret's
+	// value_file is read once, and nothing is derived again at New or
+	// Reload. Set by LoadConfig and ParseConfig; change Ceiling or Allow
+	// of a loaded Config and the change is not seen.
+	derived *derivedConfig
+}
+
+// derivedConfig is the checked form of a config's ceiling and allow list.
+type derivedConfig struct {
+	ceil  job.Ceiling
+	peers peerSet
 }
 
 // SocketConfig is where the daemon listens when systemd does not hand it a
@@ -216,11 +229,16 @@ func (c *Config) normalize() error {
 	if _, err := c.Level(); err != nil {
 		return err
 	}
-	if _, err := c.Allow.resolve(); err != nil {
+	peers, err := c.Allow.resolve()
+	if err != nil {
 		return err
 	}
-	_, err := c.Ceiling.JobCeiling()
-	return err
+	ceil, err := c.Ceiling.JobCeiling()
+	if err != nil {
+		return err
+	}
+	c.derived = &derivedConfig{ceil: ceil, peers: peers}
+	return nil
 }
 
 // queueLen is the queue bound as the limiter takes it.
@@ -385,8 +403,8 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 		}
 		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v}
 	}
-	b = b.WithDefaults()
-	if err := b.Validate(); err != nil {
+	b, err := b.Prepare()
+	if err != nil {
 		return ceil, err
 	}
 	ceil.Broker = b

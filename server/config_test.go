@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -150,5 +151,39 @@ func TestConfigRequestAnyOrigin(t *testing.T) {
 	_, err = ParseConfig(strings.NewReader(`{"version":1,"ceiling":{"capabilities":{"request":{"origins":["*","https://a.example"]}}}}`))
 	if err == nil {
 		t.Error(`"*" with other origins accepted`)
+	}
+}
+
+// TestConfigSecretReadOnce: a secret's value_file is read when the config
+// is loaded, and that value is what the server applies; a file changed or
+// gone afterwards does not matter until the next load (a reload).
+func TestConfigSecretReadOnce(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(secret, []byte("Bearer first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(strings.NewReader(`{"version": 1, "ceiling": {"secrets": {"api": {"value_file": "` + secret + `"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(secret); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	st, err := s.newState(c)
+	if err != nil {
+		t.Fatalf("state from a loaded config whose secret file is gone since: %v", err)
+	}
+	if got := st.ceil.Broker.Secrets["api"].Value; got != "Bearer first" {
+		t.Errorf("secret %q, want the value read at load", got)
+	}
+
+	// A Config built in code is checked and defaulted as loading would.
+	st, err = s.newState(&Config{Version: ConfigVersion})
+	if err != nil || st.cfg.MaxConcurrency != runtime.NumCPU() || !st.ceil.Broker.AllowLog {
+		t.Errorf("a Config built in code: %v, %+v", err, st)
+	}
+	if _, err := s.newState(&Config{}); err == nil || !strings.Contains(err.Error(), "version") {
+		t.Errorf("a Config built in code without a version: %v", err)
 	}
 }

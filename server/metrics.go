@@ -3,6 +3,8 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pmjail/pmjail/jail"
 )
 
 // metrics are the daemon's Prometheus series, on a registry of its own so
@@ -44,9 +46,8 @@ func newMetrics(lim *limiter) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every status and reason shows from the start, at zero, so that
 	// rate() and alerts work before the first occurrence.
-	for _, s := range []string{"ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
-		"protocol_error", "refused", "internal_error"} {
-		m.runs.WithLabelValues(s)
+	for _, s := range jail.Statuses() {
+		m.runs.WithLabelValues(string(s))
 	}
 	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
 		m.rejected.WithLabelValues(r)

@@ -137,14 +137,14 @@ func New(cfg *Config, opt Options) (*Server, error) {
 }
 
 func (s *Server) newState(cfg *Config) (*state, error) {
-	ceil, err := cfg.Ceiling.JobCeiling()
-	if err != nil {
-		return nil, err
+	if cfg.derived == nil {
+		// A Config built in code, not loaded: check it and fill in its
+		// defaults as loading does.
+		if err := cfg.normalize(); err != nil {
+			return nil, err
+		}
 	}
-	peers, err := cfg.Allow.resolve()
-	if err != nil {
-		return nil, err
-	}
+	ceil, peers := cfg.derived.ceil, cfg.derived.peers
 	// A Runner's ceiling is fixed for its life (the broker reads it), so a
 	// new ceiling takes a new Runner; the runtimes and cgroups are shared.
 	rn := &job.Runner{
