@@ -2,6 +2,7 @@
 # runs the test suites. Both are safe to repeat.
 GO      ?= go
 BIN     := bin/pmjail
+INIT    := bin/pmjail-init
 # No symbol table or DWARF: Go's stack traces use its own tables, and the
 # smaller binary starts ~1 ms sooner — paid twice a run (supervisor and
 # init stage).
@@ -26,8 +27,11 @@ deps:
 	@if [ ! -x node_modules/@deno/linux-x64-glibc/deno ] || ! cmp -s package-lock.json node_modules/.pmjail-lock; then \
 		npm ci --no-audit --no-fund && cp package-lock.json node_modules/.pmjail-lock; fi
 
+# pmjail-init is the init stage alone (it starts in half pmjail's time);
+# pmjail records its Go build ID and uses it only when the two match.
 build:
-	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/pmjail
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
+	$(GO) build -ldflags='$(LDFLAGS) -X github.com/pmjail/pmjail/jail.initBuildID='"$$($(GO) tool buildid $(INIT))" -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts
@@ -36,8 +40,10 @@ run: setup
 # host, then the same containment checks in a cgroup v2 VM.
 test: test-host test-vm
 
+# The integration suite tests the binaries `make build` made (pmjail and
+# its pmjail-init).
 test-host: setup
-	$(GO) test -count=1 -timeout 40m ./...
+	PMJAIL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m ./...
 
 # The integration tests that run in the cgroup v2 VM: everything that
 # touches cgroups, namespaces, seccomp and posture. Under TCG Deno is ~20x
@@ -52,7 +58,7 @@ test-vm: setup
 	$(GO) test -c -o $(VMBIN)/integration.test ./integration
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/selftest ./integration/vm/selftest
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/prober ./integration/prober
-	cp $(BIN) $(VMBIN)/pmjail
+	cp $(BIN) $(INIT) $(VMBIN)/
 	integration/vm/run.sh -d $(VMBIN):$(VMBIN) -d $(CURDIR)/node_modules:$(CURDIR)/node_modules \
 		-e CI=true -e PMJAIL_BIN=$(VMBIN)/pmjail -e PMJAIL_PROBER=$(VMBIN)/prober -e PMJAIL_RUNTIME_DIR=$(CURDIR)/node_modules \
 		-e PMJAIL_REPO_ROOT=$(CURDIR) -e 'VM_TESTS=$(VM_TESTS)' -e 'VM_SKIP=$(VM_SKIP)' \

@@ -24,9 +24,20 @@ func (b *Bench) hostFacts() [][]string {
 		{"Go", firstLine(output("go", "version"))},
 		{"bubblewrap", firstLine(output("bwrap", "--version"))},
 		{"pmjail", firstLine(output(b.Pmjail, "version"))},
+		{"pmjail init stage", initStageLine(output(b.Pmjail, "version"))},
 		{"pmjail git revision", gitRevision(b.Root)},
 	}
 	return rows
+}
+
+// initStageLine is what `pmjail version` says of the init stage's binary.
+func initStageLine(version string) string {
+	for _, l := range strings.Split(version, "\n") {
+		if v, ok := strings.CutPrefix(l, "init stage: "); ok {
+			return v
+		}
+	}
+	return "unknown"
 }
 
 func cpuModel() string {

@@ -41,7 +41,7 @@ func run() int {
 	b := &Bench{Report: &Report{}}
 	out := flag.String("out", "BENCHMARKS.md", "where to write the report (- for stdout)")
 	only := flag.String("only", "", "comma-separated sections to run (default all: "+strings.Join(sectionOrder, ",")+")")
-	flag.StringVar(&b.Pmjail, "pmjail", "bin/pmjail", "the pmjail binary (built from ./cmd/pmjail when missing)")
+	flag.StringVar(&b.Pmjail, "pmjail", "bin/pmjail", "the pmjail binary (built by make build when missing)")
 	flag.IntVar(&b.Reps, "reps", 15, "measured rounds per latency comparison")
 	flag.IntVar(&b.PyReps, "py-reps", 5, "measured rounds of the Python comparison")
 	flag.IntVar(&b.Soak, "soak", 300, "sequential `pmjail exec -- /bin/true` runs in the soak")
@@ -137,11 +137,15 @@ func (b *Bench) setup() error {
 		return err
 	}
 	if _, err := os.Stat(b.Pmjail); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: building %s\n", b.Pmjail)
-		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", b.Pmjail, "./cmd/pmjail")
+		// `make build` builds pmjail with its init stage's binary.
+		fmt.Fprintf(os.Stderr, "bench: no %s: running make build\n", b.Pmjail)
+		cmd := exec.Command("make", "build")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build pmjail: %w", err)
+		}
+		if _, err := os.Stat(b.Pmjail); err != nil {
+			return fmt.Errorf("no pmjail at %s after make build: %w", b.Pmjail, err)
 		}
 	}
 	for bin, pkg := range map[string]string{"bwrap": "bubblewrap", "/usr/bin/time": "time"} {

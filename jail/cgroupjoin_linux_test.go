@@ -9,18 +9,6 @@ import (
 	"time"
 )
 
-func TestConstructorRoleIsInitRole(t *testing.T) {
-	if got := constructorRole(); got != InitRole {
-		t.Fatalf("the cgroup-join constructor acts on argv[1] %q, the init stage runs as %q", got, InitRole)
-	}
-}
-
-func TestJoinEnvValue(t *testing.T) {
-	if got := joinEnvValue(5, 4); got != "PMJAIL_CGROUP_JOIN=5:4" {
-		t.Fatalf("joinEnvValue(5, 4) = %q", got)
-	}
-}
-
 // fakeCgroup hands the init stage task files that are not cgroup files.
 type fakeCgroup struct{ t *testing.T }
 

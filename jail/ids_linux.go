@@ -9,6 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Ids inside the job's user namespace: the init stage runs as root there
+// (mapped to an unprivileged host id) and the guest as guestID.
+const (
+	nsRootID = 0
+	guestID  = 1000
+)
+
 // Host ids for jobs come from a range no ordinary account uses. Each
 // concurrent job leases a slot: its user namespace's root maps to
 // idBase+2*slot and the guest to idBase+2*slot+1, so no two live jobs share

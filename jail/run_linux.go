@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -220,8 +221,8 @@ func (s *supervision) run(ctx context.Context) {
 	}
 
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{"pmjail-init", InitRole},
+		Path:        FindInitStage().execPath(),
+		Args:        []string{"pmjail-init", initstage.Role},
 		Env:         []string{},
 		Dir:         "/",
 		Stdout:      outW,
@@ -233,7 +234,7 @@ func (s *supervision) run(ctx context.Context) {
 		if tasks, err := job.Cgroup.TaskFiles(); err == nil {
 			defer closeAll(tasks)
 			// ExtraFiles[i] is fd 3+i in the child.
-			cmd.Env = append(cmd.Env, joinEnvValue(3+len(cmd.ExtraFiles), len(tasks)))
+			cmd.Env = append(cmd.Env, initstage.JoinEnv(3+len(cmd.ExtraFiles), len(tasks)))
 			cmd.ExtraFiles = append(cmd.ExtraFiles, tasks...)
 			s.selfJoin = len(tasks)
 		}
@@ -392,13 +393,13 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	spec := *job.Spec
 	proc := *spec.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
-	if !hasNamespace(&spec, specs.UserNamespace) {
+	if !initstage.HasNamespace(&spec, specs.UserNamespace) {
 		// Without a user namespace the guest takes the lease's host ids
 		// directly: still unprivileged and unique to this job.
 		proc.User = specs.User{UID: uint32(lease.guestID()), GID: uint32(lease.guestID())}
 	}
 	spec.Process = &proc
-	cfg := initConfig{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
+	cfg := initstage.Config{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
 		Landlock: job.Landlock, Channel: job.Channel != nil, CgroupJoin: s.selfJoin}
 	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
 		s.fail("send configuration", err)
@@ -425,7 +426,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 			unix.Close(fd)
 		}
 	}
-	if f := named[fdSeccomp]; f != nil {
+	if f := named[initstage.FDSeccomp]; f != nil {
 		if job.Denials != nil {
 			// The server owns the fd from here.
 			fd, _ := unix.Dup(int(f.Fd()))
@@ -434,7 +435,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 		f.Close()
 	}
 	var conn net.Conn
-	if in, out := named[fdChannelIn], named[fdChannelOut]; in != nil && out != nil {
+	if in, out := named[initstage.FDChannelIn], named[initstage.FDChannelOut]; in != nil && out != nil {
 		conn = &fifoConn{r: out, w: in}
 	} else {
 		for _, f := range []*os.File{in, out} {
@@ -470,8 +471,8 @@ func (s *supervision) initFailure(err error) error {
 
 // readReport reads one newline-terminated JSON report and the fds passed
 // with it. io.EOF means the peer closed the socket first.
-func readReport(ctl *os.File) (initReport, []int, error) {
-	var report initReport
+func readReport(ctl *os.File) (initstage.Report, []int, error) {
+	var report initstage.Report
 	var fds []int
 	var buf bytes.Buffer
 	chunk := make([]byte, 4096)
@@ -649,18 +650,6 @@ func cloneFlags(spec *specs.Spec) uintptr {
 		}
 	}
 	return flags
-}
-
-func hasNamespace(spec *specs.Spec, t specs.LinuxNamespaceType) bool {
-	if spec.Linux == nil {
-		return false
-	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == t {
-			return true
-		}
-	}
-	return false
 }
 
 func closeAll(files []*os.File) {

@@ -113,13 +113,6 @@ func TestNewSpecMounts(t *testing.T) {
 	}
 }
 
-func TestMountOptions(t *testing.T) {
-	flags, data := mountOptions([]string{"ro", "nosuid", "size=1m", "mode=1777", "rbind"})
-	if flags == 0 || data != "size=1m,mode=1777" {
-		t.Fatalf("flags %x data %q", flags, data)
-	}
-}
-
 func TestCaptureCutsAtTheLimit(t *testing.T) {
 	c := &capture{limit: 10}
 	overflows := 0

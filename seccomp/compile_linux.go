@@ -10,6 +10,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 // Options are the operator's choices that a profile cannot override.
@@ -29,7 +31,7 @@ type Options struct {
 
 // Compile builds the filter for p under opt. It runs in the supervisor
 // (libseccomp is cgo); the result is plain BPF for Install.
-func Compile(p *specs.LinuxSeccomp, opt Options) (*Program, error) {
+func Compile(p *specs.LinuxSeccomp, opt Options) (*bpf.Program, error) {
 	if p == nil {
 		return nil, errors.New("compile seccomp: no profile")
 	}
@@ -82,10 +84,10 @@ func Compile(p *specs.LinuxSeccomp, opt Options) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile seccomp: %w", err)
 	}
-	if len(filter) > maxInsns {
-		return nil, fmt.Errorf("compile seccomp: %d instructions exceed the kernel's limit of %d", len(filter), maxInsns)
+	if len(filter) > bpf.MaxInsns {
+		return nil, fmt.Errorf("compile seccomp: %d instructions exceed the kernel's limit of %d", len(filter), bpf.MaxInsns)
 	}
-	return &Program{Filter: filter, Notify: opt.Notify, Flags: flags, Errno: c.errno}, nil
+	return &bpf.Program{Filter: filter, Notify: opt.Notify, Flags: flags, Errno: c.errno}, nil
 }
 
 type compiler struct {
@@ -348,5 +350,5 @@ func exportBPF(f *libseccomp.ScmpFilter) ([]unix.SockFilter, error) {
 	if len(raw) == 0 || len(raw)%8 != 0 {
 		return nil, fmt.Errorf("export bpf: %d bytes is not a whole program", len(raw))
 	}
-	return decodeInsns(raw), nil
+	return bpf.DecodeInsns(raw), nil
 }

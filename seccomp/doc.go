@@ -1,15 +1,16 @@
 // Package seccomp turns an OCI runtime-spec LinuxSeccomp policy into a
-// classic BPF program, installs it in the jailed child and, on the
-// supervisor side, serves its user notifications.
+// classic BPF program and, on the supervisor side, serves its user
+// notifications.
 //
 // The work is split along the process boundary. Compile runs in the
-// supervisor with libseccomp (cgo) and yields a Program: plain BPF plus a few
-// flags, serialisable with MarshalBinary so it can be sent to the child.
-// Install runs in the child's init stage, after PR_SET_NO_NEW_PRIVS and just
-// before execve, with a raw seccomp(2) call and no cgo. When the program
-// asks for notification, Install returns the listener fd; the child passes
-// it to the supervisor, whose Serve names every denied syscall and answers
-// with the profile's errno.
+// supervisor with libseccomp (cgo) and yields a bpf.Program: plain BPF plus
+// a few flags, serialisable with MarshalBinary so it can be sent to the
+// child. bpf.Install runs in the child's init stage, after
+// PR_SET_NO_NEW_PRIVS and just before execve, with a raw seccomp(2) call
+// and no cgo (package bpf links no libseccomp, so the init stage does not
+// either). When the program asks for notification, Install returns the
+// listener fd; the child passes it to the supervisor, whose Serve names
+// every denied syscall and answers with the profile's errno.
 //
 // Compile enforces a fixed set of dangerous calls (ptrace, mount, unshare,
 // namespace flags to clone, bpf, io_uring, TIOCSTI, ...) whatever the policy

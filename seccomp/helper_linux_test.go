@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmjail/pmjail/seccomp"
+	"github.com/pmjail/pmjail/seccomp/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +64,7 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, "read program:", err)
 		return 2
 	}
-	var p seccomp.Program
+	var p bpf.Program
 	if err := p.UnmarshalBinary(buf); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -73,7 +73,7 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, "no_new_privs:", err)
 		return 2
 	}
-	fd, err := seccomp.Install(&p)
+	fd, err := bpf.Install(&p)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -119,7 +119,7 @@ type child struct {
 
 // startChild re-execs the test binary in role with prog installed; args
 // after "--" are the command for the "exec" role.
-func startChild(t *testing.T, ctx context.Context, role string, prog *seccomp.Program, env []string, args ...string) *child {
+func startChild(t *testing.T, ctx context.Context, role string, prog *bpf.Program, env []string, args ...string) *child {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

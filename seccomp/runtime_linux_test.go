@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/seccomp"
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 func repoFile(t *testing.T, rel string) string {
@@ -22,7 +23,7 @@ func repoFile(t *testing.T, rel string) string {
 
 // runUnder execs cmd in a child under prog (with Notify, so any call the
 // profile lacks is named) and returns its stdout and the denials.
-func runUnder(t *testing.T, prog *seccomp.Program, cmd ...string) (string, map[string]uint64) {
+func runUnder(t *testing.T, prog *bpf.Program, cmd ...string) (string, map[string]uint64) {
 	t.Helper()
 	ctx := testContext(t)
 	env := []string{"DENO_DIR=" + t.TempDir(), "DENO_NO_UPDATE_CHECK=1", "NO_COLOR=1"}

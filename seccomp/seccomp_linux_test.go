@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/seccomp"
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 func builtin(t *testing.T, name string) *specs.LinuxSeccomp {
@@ -33,7 +34,7 @@ func probeProfile(t *testing.T, extra ...string) *specs.LinuxSeccomp {
 	return p
 }
 
-func compile(t *testing.T, p *specs.LinuxSeccomp, opt seccomp.Options) *seccomp.Program {
+func compile(t *testing.T, p *specs.LinuxSeccomp, opt seccomp.Options) *bpf.Program {
 	t.Helper()
 	prog, err := seccomp.Compile(p, opt)
 	if err != nil {
@@ -45,7 +46,7 @@ func compile(t *testing.T, p *specs.LinuxSeccomp, opt seccomp.Options) *seccomp.
 // runProbes runs the named probes in a child under prog and returns each
 // probe's result ("ok" or an errno name); with Notify it also serves the
 // listener and returns the denial counts.
-func runProbes(t *testing.T, prog *seccomp.Program, names ...string) (map[string]string, map[string]uint64) {
+func runProbes(t *testing.T, prog *bpf.Program, names ...string) (map[string]string, map[string]uint64) {
 	t.Helper()
 	ctx := testContext(t)
 	c := startChild(t, ctx, "probe", prog, nil, names...)
@@ -171,7 +172,7 @@ func TestCompileBuiltins(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var back seccomp.Program
+			var back bpf.Program
 			if err := back.UnmarshalBinary(b); err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +223,7 @@ func TestUnmarshalRefusesGarbage(t *testing.T) {
 	prog := compile(t, builtin(t, "native"), seccomp.Options{})
 	b, _ := prog.MarshalBinary()
 	for _, bad := range [][]byte{nil, []byte("PMJSECC2"), b[:len(b)-3], append([]byte("XXXXXXXX"), b[8:]...)} {
-		var p seccomp.Program
+		var p bpf.Program
 		if err := p.UnmarshalBinary(bad); err == nil {
 			t.Errorf("accepted %d bytes of garbage", len(bad))
 		}

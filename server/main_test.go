@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/posture"
 )
 
@@ -15,8 +15,8 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case jail.InitRole:
-			jail.Init()
+		case initstage.Role:
+			initstage.Main()
 		case posture.ProbeRole:
 			posture.ProbeChild()
 		}

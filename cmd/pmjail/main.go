@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/posture"
 )
 
@@ -23,7 +23,7 @@ const (
 // roles are the parts pmjail's own binary plays in a jail's life, chosen
 // by argv[1] before anything else runs.
 var roles = map[string]func(){
-	jail.InitRole:     jail.Init,
+	initstage.Role:    initstage.Main,
 	posture.ProbeRole: posture.ProbeChild,
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"runtime/debug"
+
+	"github.com/pmjail/pmjail/jail"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -18,5 +20,10 @@ func cmdVersion(args []string) int {
 		}
 	}
 	fmt.Printf("pmjail %s%s\n", version, rev)
+	if init := jail.FindInitStage(); init.Self {
+		fmt.Printf("init stage: this binary (%s)\n", init.Reason)
+	} else {
+		fmt.Printf("init stage: %s\n", init.Path)
+	}
 	return 0
 }

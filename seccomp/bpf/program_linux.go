@@ -1,4 +1,8 @@
-package seccomp
+// Package bpf holds a compiled seccomp filter as plain data and installs
+// it. It makes no cgo call and links no libseccomp, so the init stage can
+// carry it: package seccomp compiles a policy into a Program in the
+// supervisor, the init stage receives it as bytes and installs it last.
+package bpf
 
 import (
 	"encoding/binary"
@@ -8,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxInsns is the kernel's limit on one classic BPF program (BPF_MAXINSNS).
-const maxInsns = 4096
+// MaxInsns is the kernel's limit on one classic BPF program (BPF_MAXINSNS).
+const MaxInsns = 4096
 
 // Program is a compiled filter, ready for Install. It holds no pointers or
 // handles, so the supervisor can send it to the child as bytes.
@@ -17,13 +21,14 @@ type Program struct {
 	// Filter is the classic BPF program, in native byte order.
 	Filter []unix.SockFilter
 	// Notify asks Install for a user-notification listener: denials are
-	// then held until the supervisor answers them (see Serve).
+	// then held until the supervisor answers them (package seccomp's
+	// Denials.Serve).
 	Notify bool
 	// Flags are extra seccomp(2) filter flags the profile asked for
 	// (SECCOMP_FILTER_FLAG_LOG, _SPEC_ALLOW, _WAIT_KILLABLE_RECV).
 	Flags uint32
 	// Errno is what the supervisor answers a notified denial with (see
-	// Denials.Serve): the profile's default errno, EPERM unless it says
+	// package seccomp's Denials.Serve): the profile's default errno, EPERM unless it says
 	// otherwise. It stays with the supervisor: MarshalBinary leaves it out,
 	// since the child only installs the filter.
 	Errno unix.Errno
@@ -36,8 +41,8 @@ const programMagic = "PMJSECC2"
 // code (u16), jt, jf (u8), k (u32), all in native byte order — the filter
 // only ever runs on the machine that compiled it.
 func (p *Program) MarshalBinary() ([]byte, error) {
-	if len(p.Filter) == 0 || len(p.Filter) > maxInsns {
-		return nil, fmt.Errorf("marshal seccomp program: %d instructions, want 1..%d", len(p.Filter), maxInsns)
+	if len(p.Filter) == 0 || len(p.Filter) > MaxInsns {
+		return nil, fmt.Errorf("marshal seccomp program: %d instructions, want 1..%d", len(p.Filter), MaxInsns)
 	}
 	b := make([]byte, 0, len(programMagic)+12+8*len(p.Filter))
 	b = append(b, programMagic...)
@@ -69,16 +74,16 @@ func (p *Program) UnmarshalBinary(b []byte) error {
 	b = b[len(programMagic):]
 	notify, flags, n := ne.Uint32(b), ne.Uint32(b[4:]), ne.Uint32(b[8:])
 	b = b[12:]
-	if notify > 1 || n == 0 || n > maxInsns || uint64(len(b)) != 8*uint64(n) {
+	if notify > 1 || n == 0 || n > MaxInsns || uint64(len(b)) != 8*uint64(n) {
 		return fmt.Errorf("unmarshal seccomp program: malformed header (notify %d, %d instructions, %d bytes)", notify, n, len(b))
 	}
-	*p = Program{Filter: decodeInsns(b), Notify: notify == 1, Flags: flags}
+	*p = Program{Filter: DecodeInsns(b), Notify: notify == 1, Flags: flags}
 	return nil
 }
 
-// decodeInsns decodes whole 8-byte instructions (struct sock_filter) in
+// DecodeInsns decodes whole 8-byte instructions (struct sock_filter) in
 // native byte order.
-func decodeInsns(b []byte) []unix.SockFilter {
+func DecodeInsns(b []byte) []unix.SockFilter {
 	ne := binary.NativeEndian
 	filter := make([]unix.SockFilter, len(b)/8)
 	for i := range filter {

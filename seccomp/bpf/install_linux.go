@@ -1,4 +1,4 @@
-package seccomp
+package bpf
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ var ErrNotSupported = errors.New("seccomp: not supported by this kernel")
 // p.Notify is set the kernel returns a listener fd (close-on-exec), which
 // Install returns; otherwise it returns -1.
 func Install(p *Program) (listenerFD int, err error) {
-	if p == nil || len(p.Filter) == 0 || len(p.Filter) > maxInsns {
+	if p == nil || len(p.Filter) == 0 || len(p.Filter) > MaxInsns {
 		return -1, errors.New("install seccomp: empty or oversized program")
 	}
 	prog := unix.SockFprog{Len: uint16(len(p.Filter)), Filter: &p.Filter[0]}

@@ -1,4 +1,4 @@
-package jail
+package initstage
 
 /*
 #include <errno.h>
@@ -8,7 +8,7 @@ package jail
 #include <unistd.h>
 
 #define PMJAIL_CGROUP_SUPER_MAGIC 0x27e0eb
-#define PMJAIL_INIT_ROLE "__pmjail_init"  // jail.InitRole
+#define PMJAIL_INIT_ROLE "__pmjail_init"  // Role
 
 // Set by pmjail_join_cgroups: how many cgroup task files the init stage
 // wrote itself into, and the errno of the first that failed (0: none).
@@ -75,13 +75,14 @@ import (
 // joinEnv carries the task files' fd range to the init stage's constructor.
 const joinEnv = "PMJAIL_CGROUP_JOIN"
 
-// joinEnvValue is joinEnv's value for count files from fd first on.
-func joinEnvValue(first, count int) string {
+// JoinEnv is the environment entry that tells the init stage's constructor
+// to join the cgroups whose task files are the count fds from first on.
+func JoinEnv(first, count int) string {
 	return joinEnv + "=" + strconv.Itoa(first) + ":" + strconv.Itoa(count)
 }
 
-// constructorRole is the argv[1] the constructor acts on; it must be
-// InitRole (checked by a test).
+// constructorRole is the argv[1] the constructor acts on; it must be Role
+// (checked by a test).
 func constructorRole() string { return C.GoString(C.pmjail_init_role()) }
 
 // cgroupJoinResult reports what the constructor did: how many task files it

@@ -1,4 +1,4 @@
-package jail
+package initstage
 
 import (
 	"encoding/json"
@@ -14,14 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/runtimes"
-	"github.com/pmjail/pmjail/seccomp"
-)
-
-// Fds the init stage receives: the guest channel stays at 3 across exec;
-// the control socket is closed by it.
-const (
-	channelFD = 3
-	controlFD = 4
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 // newRootBase is where the init stage mounts the job's root before pivoting
@@ -45,15 +38,15 @@ func stage(name string, err error) error {
 	return &stageError{stage: name, err: err}
 }
 
-// Init is the init stage: it runs in the job's new namespaces, builds the
+// Main is the init stage: it runs in the job's new namespaces, builds the
 // root, drops everything and execs the runtime. It never returns.
-func Init() {
+func Main() {
 	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
 	// filter) must be set on the thread that calls execve.
 	runtime.LockOSThread()
 
-	control := os.NewFile(controlFD, "control")
-	var cfg initConfig
+	control := os.NewFile(ControlFD, "control")
+	var cfg Config
 	if err := json.NewDecoder(control).Decode(&cfg); err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
@@ -77,16 +70,16 @@ func Init() {
 	}
 	// The filter is the last layer: after it only the report and execve.
 	if len(cfg.Seccomp) > 0 {
-		var prog seccomp.Program
+		var prog bpf.Program
 		if err := prog.UnmarshalBinary(cfg.Seccomp); err != nil {
 			failInit(control, "seccomp", err)
 		}
-		listener, err := seccomp.Install(&prog)
+		listener, err := bpf.Install(&prog)
 		if err != nil {
 			failInit(control, "seccomp", err)
 		}
 		if listener >= 0 {
-			report.FDs = append(report.FDs, fdSeccomp)
+			report.FDs = append(report.FDs, FDSeccomp)
 			report.fds = append(report.fds, listener)
 		}
 	}
@@ -99,18 +92,18 @@ func Init() {
 	if errors.Is(err, unix.ENOENT) {
 		code = 127
 	}
-	_ = json.NewEncoder(control).Encode(initReport{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
+	_ = json.NewEncoder(control).Encode(Report{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
 	os.Exit(code)
 }
 
 func failInit(control *os.File, name string, err error) {
-	_ = json.NewEncoder(control).Encode(initReport{Error: name + ": " + err.Error(), Stage: name, ExitCode: 125})
+	_ = json.NewEncoder(control).Encode(Report{Error: name + ": " + err.Error(), Stage: name, ExitCode: 125})
 	os.Exit(125)
 }
 
 // sendReport sends the report and the descriptors it names to the
 // supervisor, then closes this side's copies.
-func sendReport(control *os.File, report initReport) error {
+func sendReport(control *os.File, report Report) error {
 	data, err := json.Marshal(report)
 	if err != nil {
 		return err
@@ -130,8 +123,8 @@ func sendReport(control *os.File, report initReport) error {
 }
 
 // setUp performs every step before the seccomp filter, in nsjail's order.
-func setUp(cfg *initConfig) (initReport, error) {
-	var report initReport
+func setUp(cfg *Config) (Report, error) {
+	var report Report
 	spec := cfg.Spec
 	if spec == nil || spec.Process == nil || len(spec.Process.Args) == 0 {
 		return report, stage("config", errors.New("no process in spec"))
@@ -146,14 +139,14 @@ func setUp(cfg *initConfig) (initReport, error) {
 	if err := buildRoot(cfg, &report); err != nil {
 		return report, err
 	}
-	if hasNamespace(spec, specs.UTSNamespace) {
+	if HasNamespace(spec, specs.UTSNamespace) {
 		if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
 			return report, err
 		}
 	}
 	// The supervisor has placed this process in the job's cgroup by now, so
 	// the new cgroup namespace is rooted at the job's own cgroup.
-	if hasNamespace(spec, specs.CgroupNamespace) {
+	if HasNamespace(spec, specs.CgroupNamespace) {
 		if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
 			return report, err
 		}
@@ -207,7 +200,7 @@ func lastCapability() (int, error) {
 
 // buildRoot assembles the job's root on a fresh tmpfs, pivots into it and
 // makes it read-only.
-func buildRoot(cfg *initConfig, report *initReport) error {
+func buildRoot(cfg *Config, report *Report) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return stage("root", os.NewSyscallError("make mounts private", err))
 	}
@@ -262,7 +255,7 @@ func buildRoot(cfg *initConfig, report *initReport) error {
 		if err != nil {
 			return stage("channel", err)
 		}
-		report.FDs = append(report.FDs, fdChannelIn, fdChannelOut)
+		report.FDs = append(report.FDs, FDChannelIn, FDChannelOut)
 		report.fds = append(report.fds, fds...)
 	}
 	if err := pivotInto(root); err != nil {
@@ -470,9 +463,9 @@ var rlimitNames = map[string]int{
 // channel's placeholder too when there is no channel): the guest inherits
 // stdin, stdout, stderr and the channel, nothing else.
 func closeExtraFDs(channel bool) error {
-	first := uint(controlFD)
+	first := uint(ControlFD)
 	if !channel {
-		first = channelFD
+		first = ChannelFD
 	}
 	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return os.NewSyscallError("close_range", err)
@@ -569,7 +562,7 @@ func makeChannel(root string, guestUID int) ([]int, error) {
 		return nil, os.NewSyscallError("open channel out for the guest", err)
 	}
 	// dup3 replaces the placeholder the supervisor left at fd 3.
-	if err := unix.Dup3(guestOut, channelFD, 0); err != nil {
+	if err := unix.Dup3(guestOut, ChannelFD, 0); err != nil {
 		return nil, os.NewSyscallError("dup3", err)
 	}
 	unix.Close(guestOut)
