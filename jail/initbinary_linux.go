@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 
-	"golang.org/x/sys/unix"
 )
 
 // InitBinaryName is the init stage's own binary, installed next to pmjail.
@@ -32,7 +31,10 @@ type InitStage struct {
 	Self   bool
 	Reason string
 
-	fd int
+	// file is the open pmjail-init. Holding the *os.File, not just its fd,
+	// keeps the garbage collector from closing it (another file would then
+	// take the number).
+	file *os.File
 }
 
 // execPath is what the supervisor execs.
@@ -40,7 +42,7 @@ func (s *InitStage) execPath() string {
 	if s.Self {
 		return "/proc/self/exe"
 	}
-	return "/proc/self/fd/" + strconv.Itoa(s.fd)
+	return "/proc/self/fd/" + strconv.Itoa(int(s.file.Fd()))
 }
 
 // FindInitStage returns the init stage this process uses: pmjail-init from
@@ -63,11 +65,10 @@ func initStageIn(dir, want string) *InitStage {
 		return selfInit("this pmjail was built without its %s (use `make build`)", InitBinaryName)
 	}
 	path := filepath.Join(dir, InitBinaryName)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, err := os.Open(path)
 	if err != nil {
-		return selfInit("%s: %v", path, err)
+		return selfInit("%v", err)
 	}
-	f := os.NewFile(uintptr(fd), path)
 	id, err := goBuildID(f)
 	if err != nil {
 		f.Close()
@@ -79,11 +80,11 @@ func initStageIn(dir, want string) *InitStage {
 	}
 	// The file stays open for the life of the process: the supervisor
 	// execs it through this fd.
-	return &InitStage{Path: path, fd: int(f.Fd())}
+	return &InitStage{Path: path, file: f}
 }
 
 func selfInit(format string, args ...any) *InitStage {
-	return &InitStage{Path: "/proc/self/exe", Self: true, Reason: fmt.Sprintf(format, args...), fd: -1}
+	return &InitStage{Path: "/proc/self/exe", Self: true, Reason: fmt.Sprintf(format, args...)}
 }
 
 // goBuildID reads the Go build ID an ELF binary carries in its
