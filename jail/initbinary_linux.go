@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-
 )
 
 // InitBinaryName is the init stage's own binary, installed next to pmjail.
@@ -23,31 +21,19 @@ var initBuildID string
 
 // InitStage is the binary a job's init stage runs.
 type InitStage struct {
-	// Path is where it was found; exec goes through an fd held open since
-	// its build ID was checked, so a later change on disk changes nothing.
+	// Path is what the supervisor execs: pmjail-init, or /proc/self/exe.
 	Path string
 	// Self means the running binary serves as its own init stage, Reason
 	// says why pmjail-init does not.
 	Self   bool
 	Reason string
-
-	// file is the open pmjail-init. Holding the *os.File, not just its fd,
-	// keeps the garbage collector from closing it (another file would then
-	// take the number).
-	file *os.File
-}
-
-// execPath is what the supervisor execs.
-func (s *InitStage) execPath() string {
-	if s.Self {
-		return "/proc/self/exe"
-	}
-	return "/proc/self/fd/" + strconv.Itoa(int(s.file.Fd()))
 }
 
 // FindInitStage returns the init stage this process uses: pmjail-init from
 // beside the running binary when it is the one built with it, the running
-// binary itself otherwise (same code, slower start). It is decided once.
+// binary itself otherwise (same code, slower start). It is decided once per
+// process, so a daemon keeps its choice until it restarts: replace both
+// binaries, then restart it.
 var FindInitStage = sync.OnceValue(findInitStage)
 
 func findInitStage() *InitStage {
@@ -69,18 +55,15 @@ func initStageIn(dir, want string) *InitStage {
 	if err != nil {
 		return selfInit("%v", err)
 	}
+	defer f.Close()
 	id, err := goBuildID(f)
 	if err != nil {
-		f.Close()
 		return selfInit("%s: %v", path, err)
 	}
 	if id != want {
-		f.Close()
 		return selfInit("%s is from another build than this pmjail (rebuild both with `make build`)", path)
 	}
-	// The file stays open for the life of the process: the supervisor
-	// execs it through this fd.
-	return &InitStage{Path: path, file: f}
+	return &InitStage{Path: path}
 }
 
 func selfInit(format string, args ...any) *InitStage {

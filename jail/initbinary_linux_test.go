@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -43,20 +42,8 @@ func TestInitStageChoice(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, InitBinaryName), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := initStageIn(dir, want)
-	if s.Self || s.Path != filepath.Join(dir, InitBinaryName) || !strings.HasPrefix(s.execPath(), "/proc/self/fd/") {
-		t.Fatalf("matching pmjail-init not chosen: %+v", s)
-	}
-	// The fd it execs through must stay that file: a collected *os.File
-	// would close it and let another file take its number.
-	runtime.GC()
-	runtime.GC()
-	held, err := os.Stat(s.execPath())
-	if err != nil {
-		t.Fatalf("the chosen pmjail-init's fd: %v", err)
-	}
-	if onDisk, err := os.Stat(s.Path); err != nil || !os.SameFile(held, onDisk) {
-		t.Fatalf("%s no longer refers to %s after a GC", s.execPath(), s.Path)
+	if s := initStageIn(dir, want); s.Self || s.Path != filepath.Join(dir, InitBinaryName) {
+		t.Errorf("matching pmjail-init not chosen: %+v", s)
 	}
 	if s := initStageIn(dir, "another/build"); !s.Self || !strings.Contains(s.Reason, "another build") {
 		t.Errorf("pmjail-init of another build: %+v", s)

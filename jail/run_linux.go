@@ -221,7 +221,7 @@ func (s *supervision) run(ctx context.Context) {
 	}
 
 	cmd := &exec.Cmd{
-		Path:        FindInitStage().execPath(),
+		Path:        FindInitStage().Path,
 		Args:        []string{"pmjail-init", initstage.Role},
 		Env:         []string{},
 		Dir:         "/",
