@@ -62,7 +62,9 @@ func Inspect(pid int) (Report, error) {
 		return Report{}, fmt.Errorf("inspect network namespace of pid %d: %w", pid, err)
 	}
 
-	h, err := netlink.NewHandleAt(job)
+	// Listing links needs only the route family: a socket for each of the
+	// others (xfrm, netfilter) would cost a namespace switch apiece.
+	h, err := netlink.NewHandleAt(job, unix.NETLINK_ROUTE)
 	if err != nil {
 		return Report{}, fmt.Errorf("netlink in network namespace of pid %d: %w", pid, err)
 	}
