@@ -2,13 +2,10 @@ package jail
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -83,41 +80,5 @@ func TestRunSetupFailureNamesTheStage(t *testing.T) {
 	out := Run(context.Background(), job)
 	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != "mounts" || !strings.Contains(out.Message, "nonexistent-pmjail-source") {
 		t.Fatalf("status %s exit %d stage %q message %q", out.Status, out.ExitCode, out.InitStage, out.Message)
-	}
-}
-
-// A job completed by Prepare runs as one given whole, in the namespaces it
-// was started in even if Prepare's spec names fewer; a failing Prepare ends
-// the run, child included, before the child is configured.
-func TestRunPrepare(t *testing.T) {
-	needRoot(t)
-	// Busy for a moment, so that the supervisor reads it back while it runs.
-	whole := shellJob(t, `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo prepared`, testLimits)
-	job := &Job{ID: "test", Spec: &specs.Spec{Linux: &specs.Linux{Namespaces: Namespaces()}}, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
-	job.Prepare = func(j *Job) error {
-		j.Spec = whole.Spec
-		j.Spec.Linux.Namespaces = nil // cannot leave the namespaces it has
-		return nil
-	}
-	out := Run(context.Background(), job)
-	if out.Status != StatusOK || strings.TrimSpace(string(out.Stdout)) != "prepared" {
-		t.Fatalf("prepared run: status %s stdout %q message %q", out.Status, out.Stdout, out.Message)
-	}
-	o := out.Observed
-	if o == nil || o.Error != "" {
-		t.Fatalf("prepared run not read back: %+v", o)
-	}
-	for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"} {
-		if !o.Namespaces[ns] {
-			t.Errorf("prepared run shares the supervisor's %s namespace: %+v", ns, o.Namespaces)
-		}
-	}
-
-	failing := &Job{ID: "test", Spec: &specs.Spec{Linux: &specs.Linux{Namespaces: Namespaces()}}, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
-	failing.Prepare = func(*Job) error { return errors.New("no such runtime") }
-	start := time.Now()
-	out = Run(context.Background(), failing)
-	if out.Status != StatusInternalError || out.InitStage != "prepare" || !strings.Contains(out.Message, "no such runtime") || time.Since(start) > 5*time.Second {
-		t.Fatalf("failed prepare: status %s stage %q message %q after %v", out.Status, out.InitStage, out.Message, time.Since(start))
 	}
 }

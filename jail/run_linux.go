@@ -26,16 +26,8 @@ import (
 type Job struct {
 	ID string
 	// Spec is the OCI description of the process, hostname, mounts and
-	// rlimits, and of the namespaces the child is cloned into (see
-	// cloneFlags).
+	// rlimits. Namespaces are always all of them; see cloneFlags.
 	Spec *specs.Spec
-	// Prepare, when set, completes the job once its child has been started:
-	// it sets what only the init stage's configuration needs (Spec's
-	// process and mounts, Files, Seccomp, Channel), so that this work
-	// overlaps the child's own start-up. Until then Spec need only say the
-	// namespaces, which Prepare cannot change. An error ends the run before
-	// the child is configured, with InitStage "prepare".
-	Prepare func(*Job) error
 	// Files are written into the job's root (bootstrap and source).
 	Files []runtimes.File
 	// Seccomp is a compiled filter program (package seccomp), nil for none.
@@ -289,11 +281,7 @@ func (s *supervision) run(ctx context.Context) {
 	}
 
 	waitErr := make(chan error, 1)
-	setupErr := s.prepare()
-	var conn net.Conn
-	if setupErr == nil {
-		conn, setupErr = s.handOver(ctx, ctlHost, lease, hostMountNS)
-	}
+	conn, setupErr := s.handOver(ctx, ctlHost, lease, hostMountNS)
 	if setupErr != nil {
 		s.killTree(cmd)
 		_ = cmd.Wait()
@@ -355,27 +343,6 @@ wait:
 		<-sessionDone
 	}
 	s.finish(cmd, err, stdout, stderr)
-}
-
-// prepare runs the job's Prepare while the child starts up. The child was
-// cloned into the namespaces the spec named then, so those stay.
-func (s *supervision) prepare() error {
-	job := s.job
-	if job.Prepare == nil {
-		return nil
-	}
-	cloned := job.Spec.Linux.Namespaces
-	if err := job.Prepare(job); err != nil {
-		s.fail("prepare", err)
-		return err
-	}
-	if job.Spec == nil || job.Spec.Linux == nil || job.Spec.Process == nil {
-		err := errors.New("the prepared job has no process or namespaces")
-		s.fail("prepare", err)
-		return err
-	}
-	job.Spec.Linux.Namespaces = cloned
-	return nil
 }
 
 // handOver places the child in its cgroup, sends it its configuration and

@@ -108,15 +108,12 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Capabilities:    &specs.LinuxCapabilities{},
 		},
 		Mounts: mounts,
-		Linux:  &specs.Linux{Namespaces: Namespaces()},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.UserNamespace}, {Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+		},
 	}, nil
-}
-
-// Namespaces are the namespaces a job gets: every one Linux has.
-func Namespaces() []specs.LinuxNamespace {
-	return []specs.LinuxNamespace{
-		{Type: specs.UserNamespace}, {Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
-		{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-		{Type: specs.CgroupNamespace},
-	}
 }

@@ -5,12 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmjail/pmjail/cgroup"
-	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
 )
@@ -33,39 +30,6 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
 	})
-}
-
-// specError is a launch the jail cannot describe (a program it cannot
-// bind or load, say).
-type specError struct{ error }
-
-func (e specError) Unwrap() error { return e.error }
-
-// prepare completes a started job: the launch, and the spec of its process
-// and root in the namespaces job.Spec already names.
-func (rn *Runner) prepare(r *Resolved, job *jail.Job) (*runtimes.Launch, error) {
-	launch, err := rn.launch(r)
-	if err != nil {
-		return nil, err
-	}
-	lim := r.Limits
-	rootLimits := jail.RootLimits{
-		TmpBytes:   int64(lim.Tmp),
-		OpenFiles:  1024,
-		FileBytes:  uint64(lim.Tmp),
-		CPUSeconds: uint64(time.Duration(lim.CPUTime).Seconds()) + 2,
-	}
-	if rn.Cgroups == nil || !rn.Cgroups.Host().Has(cgroup.Pids) {
-		// Every job has its own host uid, so RLIMIT_NPROC counts its own
-		// tasks: the pids bound of last resort.
-		rootLimits.Tasks = uint64(lim.Pids)
-	}
-	spec, err := jail.NewSpec(launch, rootLimits)
-	if err != nil {
-		return nil, specError{err}
-	}
-	job.Spec, job.Files = spec, launch.Files
-	return launch, nil
 }
 
 // nativeLaunch binds a native program, found by the operator's PATH, at the

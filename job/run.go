@@ -135,11 +135,8 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 		return nil
 	}
-	lim := r.Limits
-	// The child is started first, into its namespaces and cgroup, and
-	// starts up (the largest single piece of a cold run) while the runtime,
-	// the spec and the seccomp filter are prepared; the filter compiles
-	// alongside the cgroup's creation and the clone.
+	// The seccomp policy compiles — a cold run's largest piece of
+	// preparation — while the runtime, the spec and the cgroup are made.
 	type compiled struct {
 		filter
 		err error
@@ -152,15 +149,46 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 			filterDone <- compiled{f, err}
 		}()
 	}
-	spec := &specs.Spec{Linux: &specs.Linux{Namespaces: jail.Namespaces()}}
+	launch, err := rn.launch(r)
+	if err != nil {
+		fail("runtime", "%v", err)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
+			res.ExitCode = 127 // the program could not be found
+		case errors.Is(err, fs.ErrPermission):
+			res.ExitCode = 126 // found, but not executable
+		}
+		return nil
+	}
+	lim := r.Limits
+	rootLimits := jail.RootLimits{
+		TmpBytes:   int64(lim.Tmp),
+		OpenFiles:  1024,
+		FileBytes:  uint64(lim.Tmp),
+		CPUSeconds: uint64(time.Duration(lim.CPUTime).Seconds()) + 2,
+	}
+	if rn.Cgroups == nil || !rn.Cgroups.Host().Has(cgroup.Pids) {
+		// Every job has its own host uid, so RLIMIT_NPROC counts its own
+		// tasks: the pids bound of last resort.
+		rootLimits.Tasks = uint64(lim.Pids)
+	}
+	spec, err := jail.NewSpec(launch, rootLimits)
+	if err != nil {
+		fail("spec", "%v", err)
+		if r.Request.Exec != nil {
+			res.ExitCode = 126 // not a program this jail can execute
+		}
+		return nil
+	}
 	if probed != nil {
 		degrade(spec, probed)
 	}
 
 	var cg *cgroup.Job
 	if rn.Cgroups != nil {
-		var err error
-		if cg, err = rn.Cgroups.Create(res.ID, resources(lim)); err != nil {
+		spec.Linux.Resources = resources(lim)
+		cg, err = rn.Cgroups.Create(res.ID, spec.Linux.Resources)
+		if err != nil {
 			return fail("cgroup", "%v", err)
 		}
 		defer func() {
@@ -170,16 +198,22 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		}()
 	}
 
-	var (
-		launch   *runtimes.Launch
-		flt      filter
-		denials  seccomp.Denials
-		outcome  ipc.Outcome
-		notReady bool // preparation failed: res says why, the jail's outcome is moot
-	)
+	var flt filter
+	if filterDone != nil {
+		c := <-filterDone
+		if c.err != nil {
+			return fail("seccomp", "%v", c.err)
+		}
+		flt = c.filter
+	}
+
+	var denials seccomp.Denials
+	var outcome ipc.Outcome
 	job := &jail.Job{
 		ID:          res.ID,
 		Spec:        spec,
+		Files:       launch.Files,
+		Seccomp:     flt.program,
 		Landlock:    r.Profile.Landlock,
 		Timeout:     time.Duration(lim.Timeout),
 		CPUTime:     time.Duration(lim.CPUTime),
@@ -193,64 +227,28 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	if cg != nil {
 		job.Cgroup = cgroupJob{cg}
 	}
-	job.Prepare = func(job *jail.Job) error {
-		var err error
-		if launch, err = rn.prepare(r, job); err != nil {
-			notReady = true
-			code, exit := "runtime", 125
-			switch {
-			case errors.As(err, new(specError)):
-				code = "spec"
-				if r.Request.Exec != nil {
-					exit = 126 // not a program this jail can execute
-				}
-			case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
-				exit = 127 // the program could not be found
-			case errors.Is(err, fs.ErrPermission):
-				exit = 126 // found, but not executable
-			}
-			fail(code, "%v", err)
-			res.ExitCode = exit
-			return err
+	if launch.Channel {
+		timing := "precise"
+		if r.Profile.CoarseTime {
+			timing = "coarse"
 		}
-		if filterDone != nil {
-			c := <-filterDone
-			if c.err != nil {
-				notReady = true
-				fail("seccomp", "%v", c.err)
-				return c.err
-			}
-			flt = c.filter
-			job.Seccomp = flt.program
+		job.Channel = func(ctx context.Context, conn net.Conn) error {
+			outcome = ipc.Serve(ctx, conn, ipc.SessionConfig{
+				Input:        r.Request.Input,
+				Capabilities: r.Request.Capabilities,
+				Ceiling:      rn.Ceiling.Broker,
+				Timing:       timing,
+				OnLog:        opt.OnLog,
+				Logger:       logger,
+			})
+			return outcome.ProtocolError
 		}
-		if launch.Channel {
-			timing := "precise"
-			if r.Profile.CoarseTime {
-				timing = "coarse"
-			}
-			job.Channel = func(ctx context.Context, conn net.Conn) error {
-				outcome = ipc.Serve(ctx, conn, ipc.SessionConfig{
-					Input:        r.Request.Input,
-					Capabilities: r.Request.Capabilities,
-					Ceiling:      rn.Ceiling.Broker,
-					Timing:       timing,
-					OnLog:        opt.OnLog,
-					Logger:       logger,
-				})
-				return outcome.ProtocolError
-			}
-		}
-		return nil
 	}
 
 	out := jail.Run(ctx, job)
-	if notReady {
-		return nil
-	}
 
 	var usage cgroup.Usage
 	if cg != nil {
-		var err error
 		if usage, err = cg.Stats(); err != nil {
 			logger.Warn("read job cgroup usage", "err", err)
 		}
@@ -258,10 +256,8 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
 	facts := rn.facts(r, out, cg, flt.program != nil)
-	if launch != nil { // nil when the child could not be started
-		facts.DenoFlags = denoFlags(launch)
-		facts.Start = launch.Start
-	}
+	facts.DenoFlags = denoFlags(launch)
+	facts.Start = launch.Start
 	if probed != nil {
 		facts.Host = &probed.Host
 	}
