@@ -135,20 +135,6 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 		return nil
 	}
-	// The seccomp policy compiles — a cold run's largest piece of
-	// preparation — while the runtime, the spec and the cgroup are made.
-	type compiled struct {
-		filter
-		err error
-	}
-	var filterDone chan compiled
-	if probed == nil || probed.Has(posture.Seccomp) {
-		filterDone = make(chan compiled, 1)
-		go func() {
-			f, err := rn.filter(r)
-			filterDone <- compiled{f, err}
-		}()
-	}
 	launch, err := rn.launch(r)
 	if err != nil {
 		fail("runtime", "%v", err)
@@ -180,6 +166,12 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		}
 		return nil
 	}
+	var flt filter
+	if probed == nil || probed.Has(posture.Seccomp) {
+		if flt, err = rn.filter(r); err != nil {
+			return fail("seccomp", "%v", err)
+		}
+	}
 	if probed != nil {
 		degrade(spec, probed)
 	}
@@ -196,15 +188,6 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 				logger.Error("remove job cgroup", "err", err)
 			}
 		}()
-	}
-
-	var flt filter
-	if filterDone != nil {
-		c := <-filterDone
-		if c.err != nil {
-			return fail("seccomp", "%v", c.err)
-		}
-		flt = c.filter
 	}
 
 	var denials seccomp.Denials
