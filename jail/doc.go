@@ -1,14 +1,13 @@
 // Package jail turns a resolved job into a running, contained child and
 // reports how it ended.
 //
-// Run allocates the job's unprivileged ids and starts the init stage
-// (package initstage: the pmjail-init binary, or pmjail's own in its init
-// role) inside new user, pid, mount, net, ipc, uts and cgroup namespaces
-// and the job's cgroup. While the child starts up, the job's Prepare hook
-// completes what its configuration needs; Run hands that over a control
-// socket, follows the set-up to the runtime's exec, and then enforces the
-// wall timeout, the CPU-time and output limits, kills the whole tree and
-// cleans up. The job's files exist only on tmpfs inside the job's own
-// mount namespace, so even a supervisor killed with SIGKILL leaves nothing
-// on the host's disk.
+// Run allocates the job's unprivileged ids, starts the init stage (package
+// initstage: the pmjail-init binary, or pmjail's own in its init role)
+// inside new user, pid, mount, net, ipc, uts and cgroup namespaces and the
+// job's cgroup, hands it the job's configuration over a control socket,
+// follows the set-up to the runtime's exec, and then enforces the wall
+// timeout, the CPU-time and output limits, kills the whole tree and cleans
+// up. The job's files exist only on tmpfs inside the job's own mount
+// namespace, so even a supervisor killed with SIGKILL leaves nothing on the
+// host's disk.
 package jail
