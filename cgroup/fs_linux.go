@@ -50,9 +50,32 @@ func pidAlive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
+// hasChildren reports whether the cgroup dir may have child cgroups.
+// cgroupfs (kernfs) counts a directory's subdirectories in its link count,
+// 2 + children, so one stat answers what a directory read would: at the
+// end of every run, for each hierarchy. A failed stat answers yes.
+func hasChildren(dir string) bool {
+	var st unix.Stat_t
+	return unix.Stat(dir, &st) != nil || st.Nlink != 2
+}
+
 // readProcs returns the pids in dir's cgroup.procs and in every cgroup
 // beneath it. A directory that vanished reads as empty.
 func readProcs(dir string) ([]int, error) {
+	if !hasChildren(dir) {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list processes of %s: %w", dir, err)
+		}
+		pids, err := parsePids(string(data))
+		if err != nil {
+			return nil, fmt.Errorf("list processes of %s: %s/cgroup.procs: %w", dir, dir, err)
+		}
+		return pids, nil
+	}
 	var out []int
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -89,6 +112,10 @@ func readProcs(dir string) ([]int, error) {
 // the kernel returns while exiting tasks are still being released, is
 // retried until deadline. A directory already gone is success.
 func removeTree(dir string, deadline time.Time) error {
+	// The usual case, an empty leaf, needs no directory walk.
+	if err := unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
 	var dirs []string
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {

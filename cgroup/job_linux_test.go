@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -331,4 +332,40 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeleteReachesNestedCgroups: a job whose task sits in a cgroup nested
+// below the job's own (as a delegated guest could make) is still listed,
+// killed and removed, nested cgroups first.
+func TestDeleteReachesNestedCgroups(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(32)}})
+	c := start(t, j, "sleep 300")
+	pid := c.cmd.Process.Pid
+	for _, dir := range j.Paths() {
+		if hasChildren(dir) {
+			t.Fatalf("%s: a new job's cgroup reads as having children", dir)
+		}
+		inner := filepath.Join(dir, "nested", "inner")
+		if err := os.MkdirAll(inner, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if !hasChildren(dir) {
+			t.Fatalf("%s: a child cgroup does not show in the link count", dir)
+		}
+		if err := writeString(filepath.Join(inner, "cgroup.procs"), itoa(pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pids, err := j.procs(); err != nil || !slices.Contains(pids, pid) {
+		t.Fatalf("procs %v, %v: want the nested pid %d", pids, err, pid)
+	}
+	if err := j.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := c.wait(t, 5*time.Second); !errors.As(err, &ee) {
+		t.Fatalf("nested task: want killed, got %v", err)
+	}
+	assertGone(t, j)
 }

@@ -357,17 +357,17 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 			return nil, err
 		}
 	}
-	spec := *job.Spec
-	proc := *spec.Process
+	cfg := initstage.ConfigFor(job.Spec)
+	proc := *cfg.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
-	if !initstage.HasNamespace(&spec, specs.UserNamespace) {
+	if !initstage.HasNamespace(job.Spec, specs.UserNamespace) {
 		// Without a user namespace the guest takes the lease's host ids
 		// directly: still unprivileged and unique to this job.
 		proc.User = specs.User{UID: uint32(lease.guestID()), GID: uint32(lease.guestID())}
 	}
-	spec.Process = &proc
-	cfg := initstage.Config{Spec: &spec, Files: job.Files, Seccomp: job.Seccomp, HostMountNS: hostMountNS,
-		Landlock: job.Landlock, Channel: job.Channel != nil, CgroupJoin: s.selfJoin}
+	cfg.Process = &proc
+	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
+	cfg.Landlock, cfg.Channel, cfg.CgroupJoin = job.Landlock, job.Channel != nil, s.selfJoin
 	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
 		s.fail("send configuration", err)
 		return nil, err

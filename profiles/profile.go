@@ -9,6 +9,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -214,7 +215,7 @@ func (p *Profile) Validate() error {
 		if _, ok := p.Seccomp[kind]; !ok {
 			return fmt.Errorf("seccomp.%s: missing (name a built-in policy: %s, or a file)", kind, strings.Join(SeccompNames(), ", "))
 		}
-		if _, err := p.SeccompPolicy(kind); err != nil {
+		if err := checkSeccompRef(p.Seccomp[kind]); err != nil {
 			return fmt.Errorf("seccomp.%s: %w", kind, err)
 		}
 	}
@@ -230,8 +231,27 @@ func (p *Profile) Validate() error {
 // kind ("deno", "python" or "native").
 func (p *Profile) SeccompPolicy(kind string) (*specs.LinuxSeccomp, error) {
 	ref := p.Seccomp[kind]
-	if strings.ContainsRune(ref, '/') || strings.HasSuffix(ref, ".json") {
+	if isSeccompFile(ref) {
 		return LoadSeccompFile(ref)
 	}
 	return Seccomp(ref)
+}
+
+func isSeccompFile(ref string) bool {
+	return strings.ContainsRune(ref, '/') || strings.HasSuffix(ref, ".json")
+}
+
+// checkSeccompRef checks that a policy reference loads: a file is read and
+// validated; a built-in name need only exist, since every built-in policy
+// is validated where it is built (TestBuiltinSeccompProfiles), and decoding
+// all three at each start would cost every CLI run.
+func checkSeccompRef(ref string) error {
+	if isSeccompFile(ref) {
+		_, err := LoadSeccompFile(ref)
+		return err
+	}
+	if !slices.Contains(SeccompNames(), ref) {
+		return fmt.Errorf("seccomp profile %q: %w", ref, ErrUnknownProfile)
+	}
+	return nil
 }

@@ -149,3 +149,30 @@ func TestValidateSeccompNamesTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestValidateChecksSeccompRefs: a profile naming a built-in policy that
+// does not exist, or a policy file that does not load, is refused by name.
+func TestValidateChecksSeccompRefs(t *testing.T) {
+	base, err := profiles.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"defaultAction":"SCMP_ACT_NOPE"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[string]string{
+		"nope":      "seccomp.deno: seccomp profile \"nope\": unknown seccomp profile",
+		bad:         "seccomp.deno: seccomp profile " + bad + ": defaultAction",
+		"/missing/": "seccomp.deno: load seccomp profile",
+	} {
+		p := *base
+		p.Seccomp = map[string]string{"deno": ref, "python": "pyodide", "native": "native"}
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("seccomp.deno %q: got %v, want an error containing %q", ref, err, want)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("the default profile: %v", err)
+	}
+}

@@ -1,6 +1,8 @@
 package initstage
 
 import (
+	"slices"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/pmjail/pmjail/runtimes"
@@ -20,11 +22,23 @@ const (
 )
 
 // Config is everything the init stage needs, sent over the control socket
-// (never in argv or the environment). Spec carries what the OCI runtime
-// spec already describes: the process, hostname, mounts, rlimits and the
-// namespaces the child was cloned into.
+// (never in argv or the environment). Its first fields are the parts of the
+// job's OCI runtime spec the init stage acts on, in the spec's own types
+// (ConfigFor picks them): decoding the whole spec would cost every run the
+// reflection over types the init stage never reads.
 type Config struct {
-	Spec *specs.Spec `json:"spec"`
+	// Process is what to exec: args, environment, the guest's ids and
+	// rlimits.
+	Process *specs.Process `json:"process"`
+	// Hostname is set in the job's UTS namespace.
+	Hostname string `json:"hostname,omitempty"`
+	// Mounts build the root on a fresh tmpfs, in order.
+	Mounts []specs.Mount `json:"mounts,omitempty"`
+	// WritableRoot leaves the root writable (the spec's root is not
+	// read-only).
+	WritableRoot bool `json:"writable_root,omitempty"`
+	// Namespaces are those the child was cloned into.
+	Namespaces []specs.LinuxNamespaceType `json:"namespaces,omitempty"`
 	// Files are written into the root before it is made read-only.
 	Files []runtimes.File `json:"files"`
 	// Seccomp is the compiled filter (package bpf), installed last; empty
@@ -40,6 +54,23 @@ type Config struct {
 	// CgroupJoin is how many cgroup task files the init stage must have
 	// joined at start-up (see JoinEnv); 0 when the supervisor placed it.
 	CgroupJoin int `json:"cgroup_join,omitempty"`
+}
+
+// ConfigFor returns a Config carrying what the init stage uses of spec: the
+// process, hostname, mounts, root read-only flag and namespaces.
+func ConfigFor(spec *specs.Spec) Config {
+	cfg := Config{Process: spec.Process, Hostname: spec.Hostname, Mounts: spec.Mounts,
+		WritableRoot: spec.Root != nil && !spec.Root.Readonly}
+	if spec.Linux != nil {
+		for _, ns := range spec.Linux.Namespaces {
+			cfg.Namespaces = append(cfg.Namespaces, ns.Type)
+		}
+	}
+	return cfg
+}
+
+func (c *Config) hasNamespace(t specs.LinuxNamespaceType) bool {
+	return slices.Contains(c.Namespaces, t)
 }
 
 // Report is what the init stage sends back before exec: either the layers

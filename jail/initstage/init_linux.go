@@ -43,7 +43,9 @@ func stage(name string, err error) error {
 func Main() {
 	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
 	// filter) must be set on the thread that calls execve.
+	// So must the job's cgroups, joined first: the set-up runs in the job.
 	runtime.LockOSThread()
+	joined, joinErr := joinCgroups()
 
 	control := os.NewFile(ControlFD, "control")
 	var cfg Config
@@ -51,11 +53,11 @@ func Main() {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
-	if n, err := cgroupJoinResult(); err != nil || n != cfg.CgroupJoin {
-		if err == nil {
-			err = fmt.Errorf("joined %d cgroup hierarchies, want %d", n, cfg.CgroupJoin)
+	if joinErr != nil || joined != cfg.CgroupJoin {
+		if joinErr == nil {
+			joinErr = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, cfg.CgroupJoin)
 		}
-		failInit(control, "cgroup", err)
+		failInit(control, "cgroup", joinErr)
 	}
 	report, err := setUp(&cfg)
 	if err != nil {
@@ -86,7 +88,7 @@ func Main() {
 	if err := sendReport(control, report); err != nil {
 		os.Exit(125)
 	}
-	p := cfg.Spec.Process
+	p := cfg.Process
 	err = unix.Exec(p.Args[0], p.Args, p.Env)
 	code := 126
 	if errors.Is(err, unix.ENOENT) {
@@ -125,9 +127,9 @@ func sendReport(control *os.File, report Report) error {
 // setUp performs every step before the seccomp filter, in nsjail's order.
 func setUp(cfg *Config) (Report, error) {
 	var report Report
-	spec := cfg.Spec
-	if spec == nil || spec.Process == nil || len(spec.Process.Args) == 0 {
-		return report, stage("config", errors.New("no process in spec"))
+	proc := cfg.Process
+	if proc == nil || len(proc.Args) == 0 {
+		return report, stage("config", errors.New("no process to run"))
 	}
 	if err := checkPrivateMountNS(cfg.HostMountNS); err != nil {
 		return report, stage("mount namespace", err)
@@ -139,19 +141,19 @@ func setUp(cfg *Config) (Report, error) {
 	if err := buildRoot(cfg, &report); err != nil {
 		return report, err
 	}
-	if HasNamespace(spec, specs.UTSNamespace) {
-		if err := stage("hostname", unix.Sethostname([]byte(spec.Hostname))); err != nil {
+	if cfg.hasNamespace(specs.UTSNamespace) {
+		if err := stage("hostname", unix.Sethostname([]byte(cfg.Hostname))); err != nil {
 			return report, err
 		}
 	}
 	// The supervisor has placed this process in the job's cgroup by now, so
 	// the new cgroup namespace is rooted at the job's own cgroup.
-	if HasNamespace(spec, specs.CgroupNamespace) {
+	if cfg.hasNamespace(specs.CgroupNamespace) {
 		if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
 			return report, err
 		}
 	}
-	if err := stage("rlimits", setRlimits(spec.Process.Rlimits)); err != nil {
+	if err := stage("rlimits", setRlimits(proc.Rlimits)); err != nil {
 		return report, err
 	}
 	if err := stage("fds", closeExtraFDs(cfg.Channel)); err != nil {
@@ -162,9 +164,9 @@ func setUp(cfg *Config) (Report, error) {
 		if cfg.Channel {
 			rw = append(rw, runtimes.ChannelOut)
 		}
-		report.Landlock, report.LandlockReason = applyLandlock(spec, rw)
+		report.Landlock, report.LandlockReason = applyLandlock(cfg.Mounts, rw)
 	}
-	if err := stage("privileges", dropPrivileges(spec.Process.User, lastCap)); err != nil {
+	if err := stage("privileges", dropPrivileges(proc.User, lastCap)); err != nil {
 		return report, err
 	}
 	return report, nil
@@ -206,8 +208,8 @@ func buildRoot(cfg *Config, report *Report) error {
 	}
 	// Bind sources are opened before the root's tmpfs can hide any of them
 	// (a source under /tmp, say), then bound through their fds.
-	sources := make([]int, len(cfg.Spec.Mounts))
-	for i, m := range cfg.Spec.Mounts {
+	sources := make([]int, len(cfg.Mounts))
+	for i, m := range cfg.Mounts {
 		sources[i] = -1
 		if m.Type != "bind" && m.Type != "copy" {
 			continue
@@ -239,11 +241,11 @@ func buildRoot(cfg *Config, report *Report) error {
 			return stage("files", err)
 		}
 	}
-	for i, m := range cfg.Spec.Mounts {
+	for i, m := range cfg.Mounts {
 		mount := mountInRoot
 		if m.Type == "copy" {
 			mount = func(root string, m specs.Mount, src int) error {
-				return copyIntoRoot(root, m, src, int(cfg.Spec.Process.User.UID))
+				return copyIntoRoot(root, m, src, int(cfg.Process.User.UID))
 			}
 		}
 		if err := mount(root, m, sources[i]); err != nil {
@@ -251,7 +253,7 @@ func buildRoot(cfg *Config, report *Report) error {
 		}
 	}
 	if cfg.Channel {
-		fds, err := makeChannel(root, int(cfg.Spec.Process.User.UID))
+		fds, err := makeChannel(root, int(cfg.Process.User.UID))
 		if err != nil {
 			return stage("channel", err)
 		}
@@ -261,7 +263,7 @@ func buildRoot(cfg *Config, report *Report) error {
 	if err := pivotInto(root); err != nil {
 		return stage("pivot_root", err)
 	}
-	if cfg.Spec.Root == nil || cfg.Spec.Root.Readonly {
+	if !cfg.WritableRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return stage("root", os.NewSyscallError("remount root read-only", err))
 		}

@@ -2,15 +2,20 @@ package initstage
 
 import "testing"
 
-func TestConstructorRoleIsRole(t *testing.T) {
-	if got := constructorRole(); got != Role {
-		t.Fatalf("the cgroup-join constructor acts on argv[1] %q, the init stage runs as %q", got, Role)
-	}
-}
-
 func TestJoinEnv(t *testing.T) {
 	if got := JoinEnv(5, 4); got != "PMJAIL_CGROUP_JOIN=5:4" {
 		t.Fatalf("JoinEnv(5, 4) = %q", got)
+	}
+	first, count, err := parseJoin("5:4")
+	if err != nil || first != 5 || count != 4 {
+		t.Fatalf("parseJoin(5:4) = %d, %d, %v", first, count, err)
+	}
+	// The control socket and below are never task files; nor are
+	// malformed or unbounded ranges.
+	for _, bad := range []string{"", "5", "5:", ":4", "x:4", "5:x", "4:1", "2:1", "5:0", "5:-1", "5:17", "5:4:3"} {
+		if _, _, err := parseJoin(bad); err == nil {
+			t.Errorf("parseJoin(%q) accepted", bad)
+		}
 	}
 }
 

@@ -10,16 +10,16 @@ import (
 )
 
 // applyLandlock adds Landlock behind the mount namespace: the root is
-// readable, only the writable mounts of the spec (and rwFiles) are writable, TCP binds and
+// readable, only the writable mounts (and rwFiles) are writable, TCP binds and
 // connects are refused, and abstract Unix sockets and signals are scoped to
 // the job. It returns the ABI enforced (0 for none) and why, if none.
-func applyLandlock(spec *specs.Spec, rwFiles []string) (int, string) {
+func applyLandlock(mounts []specs.Mount, rwFiles []string) (int, string) {
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		return 0, fmt.Sprintf("landlock unavailable: %v", err)
 	}
 	var rwDirs []string
-	for _, m := range spec.Mounts {
+	for _, m := range mounts {
 		if readOnly(m.Options) || m.Type == "proc" {
 			continue
 		}
