@@ -51,8 +51,11 @@ test-host: setup
 # The integration tests that run in the cgroup v2 VM: everything that
 # touches cgroups, namespaces, seccomp and posture. Under TCG Deno is ~20x
 # slower and Pyodide far more, so Python and the long loops stay on the host.
+# PidsOfOne is a known cgroup v2 gap: there the init stage is born in the
+# job's cgroup (CLONE_INTO_CGROUP), so its Go runtime's threads count against
+# pids.max and a limit below 5 fails the run (README, the --pids flag).
 VM_TESTS ?= Posture|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurityKernel_|TestE2E_|Channel
-VM_SKIP  ?= Python|IPCFlood|ManySequential
+VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne
 VMBIN := $(CURDIR)/bin/vm
 
 test-vm: setup

@@ -218,3 +218,17 @@ func TestLimits_CgroupJoinedBeforeStart(t *testing.T) {
 		t.Skip("the posture says no cgroup layer applies on this host")
 	}
 }
+
+// TestLimits_PidsOfOne: a pids limit of one still runs a program that
+// needs no second task. The init stage's Go runtime threads must not count
+// against the guest's limit (they end at exec).
+func TestLimits_PidsOfOne(t *testing.T) {
+	inv := pmjailCmd(t, "", "exec", "--json", "--pids", "1", "--", "/bin/true")
+	r := inv.Result
+	if r == nil || r.Status != "ok" || inv.ExitCode != 0 {
+		t.Fatalf("exec --pids 1 true: exit %d result %+v stderr %s", inv.ExitCode, r, inv.Stderr)
+	}
+	if p := decodePosture(t, r.Posture); p.state("cgroup_pids") == "applied" && r.Usage.PeakTasks > 1 {
+		t.Errorf("peak_tasks %d under a limit of 1", r.Usage.PeakTasks)
+	}
+}
