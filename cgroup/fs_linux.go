@@ -63,16 +63,9 @@ func hasChildren(dir string) bool {
 // beneath it. A directory that vanished reads as empty.
 func readProcs(dir string) ([]int, error) {
 	if !hasChildren(dir) {
-		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
+		pids, err := readProcsFile(dir)
 		if err != nil {
 			return nil, fmt.Errorf("list processes of %s: %w", dir, err)
-		}
-		pids, err := parsePids(string(data))
-		if err != nil {
-			return nil, fmt.Errorf("list processes of %s: %s/cgroup.procs: %w", dir, dir, err)
 		}
 		return pids, nil
 	}
@@ -87,24 +80,30 @@ func readProcs(dir string) ([]int, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		pids, err := parsePids(string(data))
-		if err != nil {
-			return fmt.Errorf("%s/cgroup.procs: %w", p, err)
-		}
+		pids, err := readProcsFile(p)
 		out = append(out, pids...)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list processes of %s: %w", dir, err)
 	}
 	return out, nil
+}
+
+// readProcsFile returns the pids of one cgroup; one that vanished has none.
+func readProcsFile(dir string) ([]int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pids, err := parsePids(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s/cgroup.procs: %w", dir, err)
+	}
+	return pids, nil
 }
 
 // removeTree removes the cgroup dir and any cgroups beneath it, deepest

@@ -367,7 +367,7 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	cfg := initstage.ConfigFor(job.Spec)
 	proc := *cfg.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
-	if !initstage.HasNamespace(job.Spec, specs.UserNamespace) {
+	if !cfg.HasNamespace(specs.UserNamespace) {
 		// Without a user namespace the guest takes the lease's host ids
 		// directly: still unprivileged and unique to this job.
 		proc.User = specs.User{UID: uint32(lease.guestID()), GID: uint32(lease.guestID())}

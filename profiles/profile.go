@@ -8,8 +8,8 @@ import (
 	"fmt"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"io"
+	"io/fs"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -250,7 +250,7 @@ func checkSeccompRef(ref string) error {
 		_, err := LoadSeccompFile(ref)
 		return err
 	}
-	if !slices.Contains(SeccompNames(), ref) {
+	if _, err := fs.Stat(seccompFS, builtinSeccompPath(ref)); err != nil {
 		return fmt.Errorf("seccomp profile %q: %w", ref, ErrUnknownProfile)
 	}
 	return nil

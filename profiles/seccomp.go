@@ -36,10 +36,12 @@ func SeccompNames() []string {
 	return names
 }
 
+func builtinSeccompPath(name string) string { return "seccomp/" + name + ".json" }
+
 // Seccomp returns a fresh copy of the built-in seccomp policy called name
 // ("deno", "pyodide" or "native"), validated.
 func Seccomp(name string) (*specs.LinuxSeccomp, error) {
-	data, err := seccompFS.ReadFile("seccomp/" + name + ".json")
+	data, err := seccompFS.ReadFile(builtinSeccompPath(name))
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %q: %w", name, ErrUnknownProfile)
 	}

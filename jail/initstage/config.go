@@ -69,7 +69,8 @@ func ConfigFor(spec *specs.Spec) Config {
 	return cfg
 }
 
-func (c *Config) hasNamespace(t specs.LinuxNamespaceType) bool {
+// HasNamespace reports whether the child was cloned into the namespace t.
+func (c *Config) HasNamespace(t specs.LinuxNamespaceType) bool {
 	return slices.Contains(c.Namespaces, t)
 }
 
@@ -95,16 +96,3 @@ const (
 	FDChannelOut = "channel_out"
 	FDSeccomp    = "seccomp"
 )
-
-// HasNamespace reports whether spec asks for the namespace t.
-func HasNamespace(spec *specs.Spec, t specs.LinuxNamespaceType) bool {
-	if spec.Linux == nil {
-		return false
-	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == t {
-			return true
-		}
-	}
-	return false
-}

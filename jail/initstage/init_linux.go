@@ -141,14 +141,14 @@ func setUp(cfg *Config) (Report, error) {
 	if err := buildRoot(cfg, &report); err != nil {
 		return report, err
 	}
-	if cfg.hasNamespace(specs.UTSNamespace) {
+	if cfg.HasNamespace(specs.UTSNamespace) {
 		if err := stage("hostname", unix.Sethostname([]byte(cfg.Hostname))); err != nil {
 			return report, err
 		}
 	}
 	// The supervisor has placed this process in the job's cgroup by now, so
 	// the new cgroup namespace is rooted at the job's own cgroup.
-	if cfg.hasNamespace(specs.CgroupNamespace) {
+	if cfg.HasNamespace(specs.CgroupNamespace) {
 		if err := stage("cgroup namespace", os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWCGROUP))); err != nil {
 			return report, err
 		}
