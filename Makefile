@@ -3,6 +3,7 @@
 GO      ?= go
 BIN     := bin/pmjail
 INIT    := bin/pmjail-init
+SERVE   := bin/pmjail-serve
 # No symbol table or DWARF: Go's stack traces use its own tables, and the
 # smaller binary starts ~1 ms sooner — paid twice a run (supervisor and
 # init stage).
@@ -27,14 +28,20 @@ deps:
 	@if [ ! -x node_modules/@deno/linux-x64-glibc/deno ] || ! cmp -s package-lock.json node_modules/.pmjail-lock; then \
 		npm ci --no-audit --no-fund && cp package-lock.json node_modules/.pmjail-lock; fi
 
-# pmjail-init is the init stage alone, pure Go and static (it starts in a
-# quarter of pmjail's time); pmjail records its Go build ID and uses it only
-# when the two match. pmjail links libseccomp and libc statically too: no
-# dynamic loader on every run's start (the netgo and osusergo tags keep
-# glibc's NSS, which a static binary cannot load, out of it).
+# Three binaries from one build, installed side by side: pmjail (the CLI),
+# pmjail-serve (the daemon, which `pmjail serve` execs: the HTTP server,
+# Prometheus and go-systemd stay out of the CLI's start-up) and pmjail-init
+# (a job's init stage, pure Go and static: it starts in a quarter of
+# pmjail's time). Each records the Go build IDs of the ones it runs and
+# uses them only when they match. pmjail and pmjail-serve link libseccomp
+# and libc statically too: no dynamic loader on every start (the netgo and
+# osusergo tags keep glibc's NSS, which a static binary cannot load, out).
+STATIC  := -tags netgo,osusergo
+INITID   = -X github.com/pmjail/pmjail/jail.initBuildID=$$($(GO) tool buildid $(INIT))
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
-	$(GO) build -tags netgo,osusergo -ldflags='$(LDFLAGS) -extldflags=-static -X github.com/pmjail/pmjail/jail.initBuildID='"$$($(GO) tool buildid $(INIT))" -o $(BIN) ./cmd/pmjail
+	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)" -o $(SERVE) ./cmd/pmjail-serve
+	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts
@@ -64,7 +71,7 @@ test-vm: setup
 	$(GO) test -c -o $(VMBIN)/integration.test ./integration
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/selftest ./integration/vm/selftest
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/prober ./integration/prober
-	cp $(BIN) $(INIT) $(VMBIN)/
+	cp $(BIN) $(INIT) $(SERVE) $(VMBIN)/
 	integration/vm/run.sh -d $(VMBIN):$(VMBIN) -d $(CURDIR)/node_modules:$(CURDIR)/node_modules \
 		-e CI=true -e PMJAIL_BIN=$(VMBIN)/pmjail -e PMJAIL_PROBER=$(VMBIN)/prober -e PMJAIL_RUNTIME_DIR=$(CURDIR)/node_modules \
 		-e PMJAIL_REPO_ROOT=$(CURDIR) -e 'VM_TESTS=$(VM_TESTS)' -e 'VM_SKIP=$(VM_SKIP)' \

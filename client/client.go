@@ -17,6 +17,10 @@ import (
 	"github.com/pmjail/pmjail/job"
 )
 
+// DefaultSocketPath is where a daemon listens unless its config says
+// otherwise.
+const DefaultSocketPath = "/run/pmjail/pmjail.sock"
+
 // maxEventBytes caps one line of a stream: a result carries at most the
 // output limits the daemon's ceiling allows, plus logs.
 const maxEventBytes = 512 << 20

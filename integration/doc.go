@@ -3,8 +3,9 @@
 // assert the specific outcome of each attempt: which status, which error.
 //
 // The binary is taken from $PMJAIL_BIN — `make test` passes the pmjail
-// `make build` made, with its pmjail-init beside it, here and in the cgroup
-// v2 VM, which has no Go toolchain — or else built once per test run with
-// plain `go build` (then it is its own init stage); the runtimes come from
+// `make build` made, with its pmjail-serve and pmjail-init beside it, here
+// and in the cgroup v2 VM, which has no Go toolchain — or else built once
+// per test run with its pmjail-serve (then it is its own init stage); the
+// runtimes come from
 // $PMJAIL_RUNTIME_DIR or the checkout's node_modules.
 package integration

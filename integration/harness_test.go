@@ -51,11 +51,8 @@ func run(m *testing.M) int {
 			return 1
 		}
 		pmjail = filepath.Join(dir, "pmjail")
-		build := exec.Command("go", "build", "-o", pmjail, "./cmd/pmjail")
-		build.Dir = repoRoot
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build pmjail:", err)
+		if err := buildPair(repoRoot, pmjail); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
@@ -155,4 +152,30 @@ func runScript(t *testing.T, name, source string, flags ...string) *Result {
 		t.Fatalf("pmjail %v: no result (exit %d)\nstdout: %s\nstderr: %s", args, inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 	return inv.Result
+}
+
+// buildPair builds pmjail at path with the daemon, pmjail-serve, beside it
+// and its build ID recorded, as `make build` does (without pmjail-init:
+// pmjail is then its own init stage).
+func buildPair(repoRoot, path string) error {
+	serve := filepath.Join(filepath.Dir(path), "pmjail-serve")
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = repoRoot
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	if _, err := run("go", "build", "-o", serve, "./cmd/pmjail-serve"); err != nil {
+		return err
+	}
+	id, err := run("go", "tool", "buildid", serve)
+	if err != nil {
+		return err
+	}
+	_, err = run("go", "build", "-ldflags=-X main.serveBuildID="+id, "-o", path, "./cmd/pmjail")
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
@@ -128,7 +129,7 @@ type SecretConfig struct {
 
 // Defaults for the config.
 const (
-	DefaultSocketPath    = "/run/pmjail/pmjail.sock"
+	DefaultSocketPath    = client.DefaultSocketPath
 	DefaultSocketMode    = 0o660
 	DefaultQueueTimeout  = 60 * time.Second
 	DefaultShutdownGrace = 30 * time.Second

@@ -1,122 +1,28 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/pmjail/pmjail/cgroup"
-	"github.com/pmjail/pmjail/runtimes"
-	"github.com/pmjail/pmjail/server"
+	"github.com/pmjail/pmjail/internal/sibling"
 )
 
-// cmdServe runs the daemon: `pmjail serve [--socket PATH] [--config FILE]`.
-// SIGTERM/SIGINT drain and stop it, SIGHUP reloads the config.
+// serveBinaryName is the daemon's own binary, installed beside pmjail.
+const serveBinaryName = "pmjail-serve"
+
+// serveBuildID is the Go build ID of the pmjail-serve built with this
+// binary (the Makefile passes -X main.serveBuildID=...).
+var serveBuildID string
+
+// cmdServe execs the daemon, pmjail-serve, from beside this binary: `pmjail
+// serve [--socket PATH] [--config FILE]`. The process stays the same, so a
+// systemd unit's notify socket, socket activation and MAINPID carry over.
 func cmdServe(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	sock := fs.String("socket", "", "the Unix socket to listen on (default: the config's, or "+server.DefaultSocketPath+")")
-	cfgPath := fs.String("config", "", "the daemon's config file (JSON)")
-	if err := fs.Parse(args); err != nil {
-		return fail("serve: %v", err)
-	}
-	if fs.NArg() != 0 {
-		return fail("serve: unexpected arguments %q", fs.Args())
-	}
-	cfg, err := loadServeConfig(*cfgPath, *sock)
+	path, err := sibling.Find(serveBinaryName, serveBuildID)
 	if err != nil {
-		return fail("serve: %v", err)
+		return fail("serve: the daemon is %s, installed beside pmjail from the same build: %v", serveBinaryName, err)
 	}
-	level := new(slog.LevelVar)
-	lvl, _ := cfg.Level()
-	level.Set(lvl)
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	opt := server.Options{Logger: logger, Version: version}
-	if opt.Install, err = runtimes.Locate(); err != nil {
-		return fail("serve: %v", err)
-	}
-	if mgr, err := cgroup.NewManager(); err != nil {
-		opt.CgroupReason = err.Error()
-		logger.Warn("running without job cgroups", "reason", err)
-	} else {
-		opt.Cgroups = mgr
-	}
-	// The Pyodide snapshot and warm cache are built in the background:
-	// Python runs start cold until they are ready, and no request waits.
-	go func() {
-		if p, err := opt.Install.Prepare(context.Background()); err != nil {
-			logger.Warn("python snapshot not prepared; python runs start cold", "err", err)
-		} else {
-			logger.Info("python prepared", "snapshot", p.Snapshot.Path)
-		}
-	}()
-	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
-	if err != nil {
-		return fail("serve: %v", err)
-	}
-	ln, activated, err := server.Listen(cfg.Socket)
-	if err != nil {
-		return fail("serve: %v", err)
-	}
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	wdCtx, stopWatchdog := context.WithCancel(context.Background())
-	defer stopWatchdog()
-	go srv.Watchdog(wdCtx)
-	logger.Info("serving", "socket", ln.Addr().String(), "socket_activated", activated, "pid", os.Getpid(),
-		"max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.MaxQueue)
-	server.Notify(logger, server.NotifyReady)
-
-	for {
-		select {
-		case err := <-served:
-			server.Notify(logger, server.NotifyStopping)
-			return fail("serve: %v", err)
-		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				server.Notify(logger, server.NotifyReloading)
-				next, err := loadServeConfig(*cfgPath, *sock)
-				if err == nil {
-					err = srv.Reload(next)
-				}
-				if err != nil {
-					logger.Error("config reload refused; keeping the old config", "err", err)
-				} else if l, err := next.Level(); err == nil {
-					level.Set(l)
-				}
-				server.Notify(logger, server.NotifyReady)
-				continue
-			}
-			server.Notify(logger, server.NotifyStopping)
-			grace := time.Duration(srv.Config().ShutdownGrace)
-			logger.Info("stopping", "signal", sig.String())
-			if err := srv.Shutdown(grace); err != nil {
-				logger.Error("shutdown", "err", err)
-				return exitFailure
-			}
-			logger.Info("stopped")
-			return 0
-		}
-	}
-}
-
-// loadServeConfig reads the config; --socket overrides its socket path.
-func loadServeConfig(path, sock string) (*server.Config, error) {
-	cfg, err := server.LoadConfig(path)
-	if err != nil {
-		return nil, err
-	}
-	if sock != "" {
-		cfg.Socket.Path = sock
-	}
-	return cfg, nil
+	argv := append([]string{path}, args...)
+	err = syscall.Exec(path, argv, os.Environ())
+	return fail("serve: exec %s: %v", path, err)
 }

@@ -9,14 +9,13 @@ import (
 
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/server"
 )
 
 // cmdSubmit sends a job to a daemon: `pmjail submit --socket PATH [run
 // flags] FILE`. Its output and exit code are those of `pmjail run`.
 func cmdSubmit(args []string) int {
 	f := newRunFlags("submit", false)
-	sock := f.fs.String("socket", server.DefaultSocketPath, "the daemon's Unix socket")
+	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket")
 	req, err := f.programRequest(args)
 	if err != nil {
 		return fail("submit: %v", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/pmjail/pmjail/internal/sibling"
 	"github.com/pmjail/pmjail/jail"
 )
 
@@ -24,6 +25,11 @@ func cmdVersion(args []string) int {
 		fmt.Printf("init stage: this binary (%s)\n", init.Reason)
 	} else {
 		fmt.Printf("init stage: %s\n", init.Path)
+	}
+	if path, err := sibling.Find(serveBinaryName, serveBuildID); err != nil {
+		fmt.Printf("daemon: unavailable (%v)\n", err)
+	} else {
+		fmt.Printf("daemon: %s\n", path)
 	}
 	return 0
 }
