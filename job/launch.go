@@ -1,15 +1,19 @@
 package job
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 // nativeEnv is a native program's whole environment.
@@ -82,13 +86,13 @@ func (rn *Runner) filter(r *Resolved) (filter, error) {
 	if f, ok := rn.filters[key]; ok {
 		return f, nil
 	}
-	policy, err := r.Profile.SeccompPolicy(r.Kind)
+	src, err := r.Profile.SeccompSource(r.Kind)
 	if err != nil {
 		return filter{}, err
 	}
-	prog, err := seccomp.Compile(policy, seccomp.Options{Notify: !r.Profile.SeccompLog, Log: r.Profile.SeccompLog})
+	prog, err := rn.compile(src, filterOptions(r.Profile))
 	if err != nil {
-		return filter{}, fmt.Errorf("compile %s seccomp policy of profile %s: %w", r.Kind, r.Profile.Name, err)
+		return filter{}, fmt.Errorf("%s seccomp policy of profile %s: %w", r.Kind, r.Profile.Name, err)
 	}
 	b, err := prog.MarshalBinary()
 	if err != nil {
@@ -100,4 +104,79 @@ func (rn *Runner) filter(r *Resolved) (filter, error) {
 	}
 	rn.filters[key] = f
 	return f, nil
+}
+
+func filterOptions(p *profiles.Profile) seccomp.Options {
+	return seccomp.Options{Notify: !p.SeccompLog, Log: p.SeccompLog}
+}
+
+// seccompCache is where compiled programs persist between runs: the state
+// directory, so nowhere without runtimes found.
+func (rn *Runner) seccompCache() *seccomp.Cache {
+	if rn.Install == nil {
+		return nil
+	}
+	return &seccomp.Cache{Dir: filepath.Join(rn.Install.StateDir, "seccomp")}
+}
+
+// compile decodes and compiles src under opt, unless the cache holds a
+// trusted entry for it: a CLI run pays ~1 ms for the compile, every time.
+// The cache only ever saves work: whatever is wrong with it, the run
+// compiles.
+func (rn *Runner) compile(src *profiles.SeccompSource, opt seccomp.Options) (*bpf.Program, error) {
+	cache := rn.seccompCache()
+	if cache != nil {
+		prog, err := cache.Load(src.Data, opt)
+		if err == nil {
+			return prog, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			rn.logger().Warn("seccomp cache not used; compiling", "err", err)
+		}
+	}
+	policy, err := src.Policy()
+	if err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Compile(policy, opt)
+	if err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		if err := cache.Store(src.Data, opt, prog); err != nil {
+			rn.logger().Warn("seccomp cache not written", "err", err)
+		}
+	}
+	return prog, nil
+}
+
+// PrepareFilters compiles the built-in profiles' seccomp programs into the
+// state directory's cache and checks that a run would find each there.
+// A run compiles and stores what is missing too: an optimisation only.
+func PrepareFilters(in *runtimes.Install) (dir string, n int, err error) {
+	if in == nil {
+		return "", 0, fmt.Errorf("%w: no state directory", runtimes.ErrNotInstalled)
+	}
+	rn := &Runner{Install: in}
+	cache := rn.seccompCache()
+	for _, name := range profiles.Names() {
+		p, err := profiles.Load(name)
+		if err != nil {
+			return "", 0, err
+		}
+		for _, kind := range []string{"deno", "python", "native"} {
+			if _, err := rn.filter(&Resolved{Profile: p, Kind: kind}); err != nil {
+				return "", 0, err
+			}
+			src, err := p.SeccompSource(kind)
+			if err != nil {
+				return "", 0, err
+			}
+			if _, err := cache.Load(src.Data, filterOptions(p)); err != nil {
+				return "", 0, err
+			}
+			n++
+		}
+	}
+	return cache.Dir, n, nil
 }

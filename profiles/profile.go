@@ -230,11 +230,21 @@ func (p *Profile) Validate() error {
 // SeccompPolicy loads the seccomp policy the profile names for a program
 // kind ("deno", "python" or "native").
 func (p *Profile) SeccompPolicy(kind string) (*specs.LinuxSeccomp, error) {
+	src, err := p.SeccompSource(kind)
+	if err != nil {
+		return nil, err
+	}
+	return src.Policy()
+}
+
+// SeccompSource returns the seccomp policy the profile names for a program
+// kind as stored, undecoded (a file is read again at each call).
+func (p *Profile) SeccompSource(kind string) (*SeccompSource, error) {
 	ref := p.Seccomp[kind]
 	if isSeccompFile(ref) {
-		return LoadSeccompFile(ref)
+		return seccompFile(ref)
 	}
-	return Seccomp(ref)
+	return builtinSeccomp(ref)
 }
 
 func isSeccompFile(ref string) bool {

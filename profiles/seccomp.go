@@ -41,29 +41,59 @@ func builtinSeccompPath(name string) string { return "seccomp/" + name + ".json"
 // Seccomp returns a fresh copy of the built-in seccomp policy called name
 // ("deno", "pyodide" or "native"), validated.
 func Seccomp(name string) (*specs.LinuxSeccomp, error) {
-	data, err := seccompFS.ReadFile(builtinSeccompPath(name))
+	src, err := builtinSeccomp(name)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp profile %q: %w", name, ErrUnknownProfile)
+		return nil, err
 	}
-	p, err := decodeSeccomp(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("built-in seccomp profile %q: %w", name, err)
-	}
-	return p, nil
+	return src.Policy()
 }
 
 // LoadSeccompFile reads and validates a seccomp policy from a JSON file in
 // the OCI runtime-spec LinuxSeccomp format. Unknown fields are refused: a
 // misspelt key must not silently drop part of a policy.
 func LoadSeccompFile(path string) (*specs.LinuxSeccomp, error) {
-	f, err := os.Open(path)
+	src, err := seccompFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return src.Policy()
+}
+
+// SeccompSource is a seccomp policy as stored, not yet decoded. A compiled
+// filter is cached by these bytes (package seccomp's Cache), so a run whose
+// filter is already compiled never decodes its policy.
+type SeccompSource struct {
+	// Ref is the built-in policy's name or the file's path.
+	Ref string
+	// Data is the policy's JSON.
+	Data    []byte
+	builtin bool
+}
+
+func builtinSeccomp(name string) (*SeccompSource, error) {
+	data, err := seccompFS.ReadFile(builtinSeccompPath(name))
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile %q: %w", name, ErrUnknownProfile)
+	}
+	return &SeccompSource{Ref: name, Data: data, builtin: true}, nil
+}
+
+func seccompFile(path string) (*SeccompSource, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load seccomp profile: %w", err)
 	}
-	defer f.Close()
-	p, err := decodeSeccomp(f)
+	return &SeccompSource{Ref: path, Data: data}, nil
+}
+
+// Policy decodes and validates the policy: a fresh copy at each call.
+func (s *SeccompSource) Policy() (*specs.LinuxSeccomp, error) {
+	p, err := decodeSeccomp(bytes.NewReader(s.Data))
 	if err != nil {
-		return nil, fmt.Errorf("seccomp profile %s: %w", path, err)
+		if s.builtin {
+			return nil, fmt.Errorf("built-in seccomp profile %q: %w", s.Ref, err)
+		}
+		return nil, fmt.Errorf("seccomp profile %s: %w", s.Ref, err)
 	}
 	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,43 @@ func TestValidateChecksSeccompRefs(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil {
 		t.Fatalf("the default profile: %v", err)
+	}
+}
+
+// TestSeccompSource: a profile's policy as stored is the bytes a compiled
+// filter is cached by, and decodes to what SeccompPolicy returns.
+func TestSeccompSource(t *testing.T) {
+	p, err := profiles.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policy.json")
+	body := []byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW"}]}`)
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.Seccomp = map[string]string{"deno": "deno", "python": file, "native": "native"}
+	for kind, ref := range p.Seccomp {
+		src, err := p.SeccompSource(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src.Ref != ref || len(src.Data) == 0 {
+			t.Fatalf("%s: source %q, %d bytes", kind, src.Ref, len(src.Data))
+		}
+		got, err := src.Policy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := p.SeccompPolicy(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: decoded source differs from the policy", kind)
+		}
+	}
+	if src, _ := p.SeccompSource("python"); string(src.Data) != string(body) {
+		t.Fatalf("file source %q", src.Data)
 	}
 }

@@ -18,4 +18,8 @@
 // always fails with ENOSYS so that glibc falls back to clone, whose flags a
 // filter can inspect. Only the native architecture is accepted: x32 and i386
 // entry points are refused.
+//
+// Cache keeps compiled programs on disk, so that a one-shot supervisor skips
+// decoding and compiling a policy it has compiled before; an entry is used
+// only when nothing but the effective uid could have written it.
 package seccomp

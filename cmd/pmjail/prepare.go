@@ -10,13 +10,16 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
 // cmdPrepare builds what pmjail derives from its runtimes once per Pyodide
 // and Deno version, outside any guest: the Pyodide memory snapshot and the
-// warm Deno code cache. `make setup` calls it; a run or the daemon builds
-// whatever is missing on first use too, so it is an optimisation only.
+// warm Deno code cache; and, once per pmjail build, the built-in profiles'
+// compiled seccomp filters. `make setup` calls it; a run or the daemon
+// builds whatever is missing on first use too, so it is an optimisation
+// only.
 func cmdPrepare(args []string) int {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -46,6 +49,11 @@ func cmdPrepare(args []string) int {
 		fmt.Printf("deno guest cache: %s (%d bytes)\n", p.GuestCache.Dir, p.GuestCache.Size())
 	} else {
 		fmt.Printf("deno guest cache: none (%s)\n", p.GuestCacheReason)
+	}
+	if dir, n, err := job.PrepareFilters(in); err != nil {
+		fmt.Printf("seccomp filters: not cached (%s)\n", oneLine(err))
+	} else {
+		fmt.Printf("seccomp filters: %s (%d profile and program kind pairs)\n", dir, n)
 	}
 	for _, old := range in.Prune(p) {
 		fmt.Printf("removed stale %s\n", old)
