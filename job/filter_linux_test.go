@@ -165,3 +165,37 @@ func TestFilterCacheHitDecodesNothing(t *testing.T) {
 		t.Fatal("the hit returned another program")
 	}
 }
+
+// Two profiles with one name but different policies get each its own
+// filter from one Runner (a daemon): the filter is keyed by the policy, not
+// by the profile's name.
+func TestFilterKeyedByPolicy(t *testing.T) {
+	dir := t.TempDir()
+	base, err := profiles.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := map[string]string{
+		"allow.json": `{"defaultAction": "SCMP_ACT_ALLOW"}`,
+		"deny.json":  `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write", "exit_group"], "action": "SCMP_ACT_ALLOW"}]}`,
+	}
+	rn := &Runner{}
+	var programs [][]byte
+	for file, policy := range policies {
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := *base
+		p.Name = "custom"
+		p.Seccomp = map[string]string{"native": path}
+		f, err := rn.filter(&Resolved{Profile: &p, Kind: "native"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		programs = append(programs, f.program)
+	}
+	if bytes.Equal(programs[0], programs[1]) {
+		t.Fatal("two different policies under one profile name got the same filter")
+	}
+}

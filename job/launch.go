@@ -78,19 +78,22 @@ type filter struct {
 	errno   unix.Errno
 }
 
-// filter compiles (once per profile and kind) the job's seccomp program.
+// filter compiles (once per policy and options) the job's seccomp program.
 func (rn *Runner) filter(r *Resolved) (filter, error) {
-	key := r.Profile.Name + "/" + r.Kind + fmt.Sprint(r.Profile.SeccompLog)
+	src, err := r.Profile.SeccompSource(r.Kind)
+	if err != nil {
+		return filter{}, err
+	}
+	opt := filterOptions(r.Profile)
+	// Keyed by the policy's own bytes, not the profile's name: two profile
+	// files may share a name, and an operator may edit one.
+	key := fmt.Sprintf("notify=%t log=%t\x00%s", opt.Notify, opt.Log, src.Data)
 	rn.filtersMu.Lock()
 	defer rn.filtersMu.Unlock()
 	if f, ok := rn.filters[key]; ok {
 		return f, nil
 	}
-	src, err := r.Profile.SeccompSource(r.Kind)
-	if err != nil {
-		return filter{}, err
-	}
-	prog, err := rn.compile(src, filterOptions(r.Profile))
+	prog, err := rn.compile(src, opt)
 	if err != nil {
 		return filter{}, fmt.Errorf("%s seccomp policy of profile %s: %w", r.Kind, r.Profile.Name, err)
 	}
