@@ -203,6 +203,14 @@ func init() {
 		f.Close()
 		return report{OK: true}
 	}
+	probes["write"] = func(a []string) report {
+		// An existing file, opened for writing without creating anything.
+		fd, err := unix.Open(a[0], unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	}
 	probes["mkdir"] = func(a []string) report { return result(unwrap(os.Mkdir(a[0], 0o700))) }
 	probes["symlink"] = func(a []string) report { return result(unwrap(os.Symlink(a[0], a[1]))) }
 	probes["fill_tmp"] = func([]string) report {
@@ -371,6 +379,10 @@ func init() {
 		port, _ := strconv.Atoi(a[0])
 		return connect(unix.AF_INET6, unix.SOCK_STREAM, 0, &unix.SockaddrInet6{Port: port, Addr: [16]byte{15: 1}})
 	}
+	probes["tcp_bind"] = func([]string) report {
+		// Any address, an ephemeral port: only Landlock refuses it.
+		return bind(unix.AF_INET, unix.SOCK_STREAM, &unix.SockaddrInet4{})
+	}
 	probes["udp_send"] = func(a []string) report {
 		port, _ := strconv.Atoi(a[0])
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
@@ -420,6 +432,15 @@ func connect(domain, typ, proto int, sa unix.Sockaddr) report {
 	}
 	defer unix.Close(fd)
 	return result(unix.Connect(fd, sa))
+}
+
+func bind(domain, typ int, sa unix.Sockaddr) report {
+	fd, err := unix.Socket(domain, typ, 0)
+	if err != nil {
+		return result(err)
+	}
+	defer unix.Close(fd)
+	return result(unix.Bind(fd, sa))
 }
 
 func unwrap(err error) error {
