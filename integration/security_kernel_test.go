@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,16 +59,26 @@ func TestSecurityKernel_Posture(t *testing.T) {
 		"create=/pmjail-probe", "exec_tmp", "lo_up")
 	var id struct {
 		UID, EUID, GID int
-		CapEff         string `json:"cap_eff"`
-		CapBnd         string `json:"cap_bnd"`
-		CapAmb         string `json:"cap_amb"`
-		NoNewPrivs     string `json:"no_new_privs"`
+		UIDs           []string `json:"uids"`
+		GIDs           []string `json:"gids"`
+		Groups         string   `json:"groups"`
+		CapEff         string   `json:"cap_eff"`
+		CapPrm         string   `json:"cap_prm"`
+		CapInh         string   `json:"cap_inh"`
+		CapBnd         string   `json:"cap_bnd"`
+		CapAmb         string   `json:"cap_amb"`
+		NoNewPrivs     string   `json:"no_new_privs"`
 		Seccomp        string
 		Hostname       string
 	}
+	const noCaps = "0000000000000000"
+	// Every id (real, effective, saved, file system) and no group of the
+	// init stage's: it drops them on the thread that execs the guest.
+	all1000 := []string{"1000", "1000", "1000", "1000"}
 	if detail(t, rep, "identity", &id) {
-		if id.UID != 1000 || id.EUID != 1000 || id.CapEff != "0000000000000000" || id.CapBnd != "0000000000000000" ||
-			id.CapAmb != "0000000000000000" || id.NoNewPrivs != "1" || id.Seccomp != "2" || id.Hostname != "pmjail" {
+		if id.UID != 1000 || id.EUID != 1000 || !slices.Equal(id.UIDs, all1000) || !slices.Equal(id.GIDs, all1000) || id.Groups != "" ||
+			id.CapEff != noCaps || id.CapPrm != noCaps || id.CapInh != noCaps || id.CapBnd != noCaps ||
+			id.CapAmb != noCaps || id.NoNewPrivs != "1" || id.Seccomp != "2" || id.Hostname != "pmjail" {
 			t.Errorf("identity %+v", id)
 		}
 	}

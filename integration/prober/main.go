@@ -116,7 +116,9 @@ func init() {
 		host, _ := os.Hostname()
 		return report{OK: true, Detail: map[string]any{
 			"uid": os.Getuid(), "euid": os.Geteuid(), "gid": os.Getgid(),
-			"cap_eff": fields["CapEff"], "cap_prm": fields["CapPrm"], "cap_bnd": fields["CapBnd"],
+			// Real, effective, saved and file system ids; supplementary groups.
+			"uids": strings.Fields(fields["Uid"]), "gids": strings.Fields(fields["Gid"]), "groups": fields["Groups"],
+			"cap_eff": fields["CapEff"], "cap_prm": fields["CapPrm"], "cap_inh": fields["CapInh"], "cap_bnd": fields["CapBnd"],
 			"cap_amb": fields["CapAmb"], "no_new_privs": fields["NoNewPrivs"], "seccomp": fields["Seccomp"],
 			"hostname": host, "pid": os.Getpid(),
 		}}

@@ -483,6 +483,16 @@ const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 // sets, switches to the guest's ids, sets no_new_privs, re-arms the parent
 // death signal (a credential change clears it) and then checks that nothing
 // can be regained.
+//
+// Every step acts on the calling thread's credentials only, the id changes
+// included: setresuid(2) and friends are per-thread system calls, which Go's
+// syscall package (and so unix.Setresuid) turns into a signal round trip
+// through every runtime thread to keep a Go program's ids uniform. Here one
+// thread is enough, and the right one: Main runs the set-up on its locked
+// thread and execs the runtime from it, execve ends every other thread of
+// the process (they never run guest code: none runs before the exec), and
+// the runtime starts with this thread's credentials alone. The checks at the
+// end are on this thread too.
 func dropPrivileges(user specs.User, lastCap int) error {
 	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
@@ -498,13 +508,14 @@ func dropPrivileges(user specs.User, lastCap int) error {
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
 		return os.NewSyscallError("set securebits", err)
 	}
-	if err := unix.Setgroups(nil); err != nil {
+	if err := threadSyscall(sysSetgroups, 0, 0, 0); err != nil {
 		return os.NewSyscallError("setgroups", err)
 	}
-	if err := unix.Setresgid(int(user.GID), int(user.GID), int(user.GID)); err != nil {
+	uid, gid := uintptr(user.UID), uintptr(user.GID)
+	if err := threadSyscall(sysSetresgid, gid, gid, gid); err != nil {
 		return os.NewSyscallError("setresgid", err)
 	}
-	if err := unix.Setresuid(int(user.UID), int(user.UID), int(user.UID)); err != nil {
+	if err := threadSyscall(sysSetresuid, uid, uid, uid); err != nil {
 		return os.NewSyscallError("setresuid", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -519,8 +530,19 @@ func dropPrivileges(user specs.User, lastCap int) error {
 		return os.NewSyscallError("set parent death signal", err)
 	}
 	// Trust, but verify: none of this may be undone.
-	if unix.Setresuid(0, 0, 0) == nil {
+	if threadSyscall(sysSetresuid, 0, 0, 0) == nil {
 		return errors.New("regained uid 0 after dropping it")
+	}
+	if gid != 0 && threadSyscall(sysSetresgid, 0, 0, 0) == nil {
+		return errors.New("regained gid 0 after dropping it")
+	}
+	ruid, euid, suid := unix.Getresuid()
+	rgid, egid, sgid := unix.Getresgid()
+	if ruid != int(uid) || euid != int(uid) || suid != int(uid) || rgid != int(gid) || egid != int(gid) || sgid != int(gid) {
+		return fmt.Errorf("ids %d/%d/%d:%d/%d/%d after the switch, want %d:%d", ruid, euid, suid, rgid, egid, sgid, uid, gid)
+	}
+	if n, err := unix.Getgroups(); err != nil || len(n) != 0 {
+		return fmt.Errorf("supplementary groups %v (%v) after dropping them", n, err)
 	}
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return os.NewSyscallError("capget", err)
@@ -569,4 +591,13 @@ func makeChannel(root string, guestUID int) ([]int, error) {
 	}
 	unix.Close(guestOut)
 	return []int{hostIn, hostOut}, nil
+}
+
+// threadSyscall makes a credential system call on the calling thread alone
+// (see dropPrivileges).
+func threadSyscall(nr, a1, a2, a3 uintptr) error {
+	if _, _, errno := unix.RawSyscall(nr, a1, a2, a3); errno != 0 {
+		return errno
+	}
+	return nil
 }
