@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -273,13 +272,13 @@ func buildRoot(cfg *Config, report *Report) error {
 
 func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
 	dst := filepath.Join(root, path)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
 	if mode == 0 {
 		mode = 0o444
 	}
-	if err := os.WriteFile(dst, data, mode); err != nil {
+	if err := writeFile(dst, data, uint32(mode.Perm())); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -331,44 +330,30 @@ func mountInRoot(root string, m specs.Mount, src int) error {
 // files are copied, and the directory must be small (a code cache).
 func copyIntoRoot(root string, m specs.Mount, src, uid int) error {
 	dst := filepath.Join(root, m.Destination)
-	from := os.DirFS(fmt.Sprintf("/proc/self/fd/%d", src))
-	return fs.WalkDir(from, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, p)
-		switch {
-		case d.IsDir():
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case d.Type().IsRegular():
-			data, err := fs.ReadFile(from, p)
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(target, data, 0o644); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-		return os.Chown(target, uid, uid)
-	})
+	if err := mkdirAll(dst); err != nil {
+		return err
+	}
+	fd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dst, Err: err}
+	}
+	defer unix.Close(fd)
+	return copyTree(src, fd, uid)
 }
 
 func makeMountPoint(dst string, dir bool) error {
 	if dir {
-		return os.MkdirAll(dst, 0o755)
+		return mkdirAll(dst)
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o444)
-	if err != nil {
-		return err
+	// An empty file to bind over (mknod makes a regular file without
+	// opening it); one already there will do.
+	if err := unix.Mknod(dst, unix.S_IFREG|0o444, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return &os.PathError{Op: "create", Path: dst, Err: err}
 	}
-	return f.Close()
+	return nil
 }
 
 var mountFlagNames = map[string]uintptr{
@@ -560,7 +545,7 @@ func dropPrivileges(user specs.User, lastCap int) error {
 // path itself.
 func makeChannel(root string, guestUID int) ([]int, error) {
 	dir := filepath.Join(root, runtimes.ChannelDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAll(dir); err != nil {
 		return nil, err
 	}
 	in, out := filepath.Join(root, runtimes.ChannelIn), filepath.Join(root, runtimes.ChannelOut)
