@@ -47,8 +47,8 @@ func Main() {
 	joined, joinErr := joinCgroups()
 
 	control := os.NewFile(ControlFD, "control")
-	var cfg Config
-	if err := json.NewDecoder(control).Decode(&cfg); err != nil {
+	cfg, err := decodeConfig(control)
+	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
