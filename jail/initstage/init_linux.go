@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -188,12 +189,12 @@ func checkPrivateMountNS(host uint64) error {
 }
 
 func lastCapability() (int, error) {
-	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	data, err := readSmallFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 0, err
 	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(data)), &n); err != nil {
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
 		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
 	}
 	return n, nil
