@@ -1,7 +1,11 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,16 +59,26 @@ func TestSecurityKernel_Posture(t *testing.T) {
 		"create=/pmjail-probe", "exec_tmp", "lo_up")
 	var id struct {
 		UID, EUID, GID int
-		CapEff         string `json:"cap_eff"`
-		CapBnd         string `json:"cap_bnd"`
-		CapAmb         string `json:"cap_amb"`
-		NoNewPrivs     string `json:"no_new_privs"`
+		UIDs           []string `json:"uids"`
+		GIDs           []string `json:"gids"`
+		Groups         string   `json:"groups"`
+		CapEff         string   `json:"cap_eff"`
+		CapPrm         string   `json:"cap_prm"`
+		CapInh         string   `json:"cap_inh"`
+		CapBnd         string   `json:"cap_bnd"`
+		CapAmb         string   `json:"cap_amb"`
+		NoNewPrivs     string   `json:"no_new_privs"`
 		Seccomp        string
 		Hostname       string
 	}
+	const noCaps = "0000000000000000"
+	// Every id (real, effective, saved, file system) and no group of the
+	// init stage's: it drops them on the thread that execs the guest.
+	all1000 := []string{"1000", "1000", "1000", "1000"}
 	if detail(t, rep, "identity", &id) {
-		if id.UID != 1000 || id.EUID != 1000 || id.CapEff != "0000000000000000" || id.CapBnd != "0000000000000000" ||
-			id.CapAmb != "0000000000000000" || id.NoNewPrivs != "1" || id.Seccomp != "2" || id.Hostname != "pmjail" {
+		if id.UID != 1000 || id.EUID != 1000 || !slices.Equal(id.UIDs, all1000) || !slices.Equal(id.GIDs, all1000) || id.Groups != "" ||
+			id.CapEff != noCaps || id.CapPrm != noCaps || id.CapInh != noCaps || id.CapBnd != noCaps ||
+			id.CapAmb != noCaps || id.NoNewPrivs != "1" || id.Seccomp != "2" || id.Hostname != "pmjail" {
 			t.Errorf("identity %+v", id)
 		}
 	}
@@ -114,5 +128,52 @@ func TestSecurityProcess_Signals(t *testing.T) {
 	}
 	if !alive(victim) {
 		t.Errorf("the host process %d died", victim)
+	}
+}
+
+// TestSecurityKernel_Landlock attacks what only Landlock refuses inside
+// the jail: opening a writable file outside the writable mounts (the
+// guest's own /proc/self/comm, on the read-write /proc), binding a TCP
+// port, and a TCP connect (which the empty network namespace would
+// otherwise fail with ENETUNREACH or EADDRNOTAVAIL). The init stage enforces the ruleset on
+// the thread that execs the guest; the guest must be inside it. A run
+// with Landlock off shows each probe tells the difference.
+func TestSecurityKernel_Landlock(t *testing.T) {
+	bin := buildProber(t)
+	probes := []string{"write=/proc/self/comm", "tcp_bind", "tcp_connect=9", "tcp6_connect=9"}
+	r, rep := runProber(t, bin, nil, probes...)
+	var p posture
+	if err := json.Unmarshal(r.Posture, &p); err != nil {
+		t.Fatalf("posture: %v", err)
+	}
+	abi := 0
+	for _, l := range p.Layers {
+		if l.Name == "landlock" && l.State == "applied" {
+			if _, err := fmt.Sscanf(l.Detail, "ABI %d:", &abi); err != nil {
+				t.Fatalf("landlock layer detail %q: %v", l.Detail, err)
+			}
+		}
+	}
+	if abi == 0 {
+		t.Skipf("Landlock not applied on this host: %q", p.state("landlock"))
+	}
+	wantErrno(t, rep, "write=/proc/self/comm", "EACCES")
+	if abi >= 4 {
+		for _, probe := range probes[1:] {
+			wantErrno(t, rep, probe, "EACCES")
+		}
+	}
+
+	profile := filepath.Join(outsideTmpDir(t, "itest-profile-"), "nolandlock.json")
+	writeFile(t, profile, `{"name":"nolandlock","limits":{"memory":"256M","cpu_time":"10s","timeout":"30s","pids":32,"output":"1M","tmp":"16M"},`+
+		`"seccomp":{"deno":"deno","python":"pyodide","native":"native"},"landlock":false}`)
+	_, rep = runProber(t, bin, []string{"--profile", profile}, probes...)
+	for _, probe := range probes[:2] {
+		if !rep[probe].OK {
+			t.Errorf("without Landlock, %s: %+v, want success (the probe tests nothing)", probe, rep[probe])
+		}
+	}
+	for _, probe := range probes[2:] {
+		wantErrno(t, rep, probe, "ENETUNREACH", "EADDRNOTAVAIL")
 	}
 }

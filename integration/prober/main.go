@@ -116,7 +116,9 @@ func init() {
 		host, _ := os.Hostname()
 		return report{OK: true, Detail: map[string]any{
 			"uid": os.Getuid(), "euid": os.Geteuid(), "gid": os.Getgid(),
-			"cap_eff": fields["CapEff"], "cap_prm": fields["CapPrm"], "cap_bnd": fields["CapBnd"],
+			// Real, effective, saved and file system ids; supplementary groups.
+			"uids": strings.Fields(fields["Uid"]), "gids": strings.Fields(fields["Gid"]), "groups": fields["Groups"],
+			"cap_eff": fields["CapEff"], "cap_prm": fields["CapPrm"], "cap_inh": fields["CapInh"], "cap_bnd": fields["CapBnd"],
 			"cap_amb": fields["CapAmb"], "no_new_privs": fields["NoNewPrivs"], "seccomp": fields["Seccomp"],
 			"hostname": host, "pid": os.Getpid(),
 		}}
@@ -202,6 +204,14 @@ func init() {
 		}
 		f.Close()
 		return report{OK: true}
+	}
+	probes["write"] = func(a []string) report {
+		// An existing file, opened for writing without creating anything.
+		fd, err := unix.Open(a[0], unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
 	}
 	probes["mkdir"] = func(a []string) report { return result(unwrap(os.Mkdir(a[0], 0o700))) }
 	probes["symlink"] = func(a []string) report { return result(unwrap(os.Symlink(a[0], a[1]))) }
@@ -371,6 +381,10 @@ func init() {
 		port, _ := strconv.Atoi(a[0])
 		return connect(unix.AF_INET6, unix.SOCK_STREAM, 0, &unix.SockaddrInet6{Port: port, Addr: [16]byte{15: 1}})
 	}
+	probes["tcp_bind"] = func([]string) report {
+		// Any address, an ephemeral port: only Landlock refuses it.
+		return bind(unix.AF_INET, unix.SOCK_STREAM, &unix.SockaddrInet4{})
+	}
 	probes["udp_send"] = func(a []string) report {
 		port, _ := strconv.Atoi(a[0])
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
@@ -420,6 +434,15 @@ func connect(domain, typ, proto int, sa unix.Sockaddr) report {
 	}
 	defer unix.Close(fd)
 	return result(unix.Connect(fd, sa))
+}
+
+func bind(domain, typ int, sa unix.Sockaddr) report {
+	fd, err := unix.Socket(domain, typ, 0)
+	if err != nil {
+		return result(err)
+	}
+	defer unix.Close(fd)
+	return result(unix.Bind(fd, sa))
 }
 
 func unwrap(err error) error {

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -48,8 +48,8 @@ func Main() {
 	joined, joinErr := joinCgroups()
 
 	control := os.NewFile(ControlFD, "control")
-	var cfg Config
-	if err := json.NewDecoder(control).Decode(&cfg); err != nil {
+	cfg, err := decodeConfig(control)
+	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
@@ -189,12 +189,12 @@ func checkPrivateMountNS(host uint64) error {
 }
 
 func lastCapability() (int, error) {
-	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	data, err := readSmallFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 0, err
 	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(data)), &n); err != nil {
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
 		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
 	}
 	return n, nil
@@ -273,13 +273,13 @@ func buildRoot(cfg *Config, report *Report) error {
 
 func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
 	dst := filepath.Join(root, path)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
 	if mode == 0 {
 		mode = 0o444
 	}
-	if err := os.WriteFile(dst, data, mode); err != nil {
+	if err := writeFile(dst, data, uint32(mode.Perm())); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -331,44 +331,30 @@ func mountInRoot(root string, m specs.Mount, src int) error {
 // files are copied, and the directory must be small (a code cache).
 func copyIntoRoot(root string, m specs.Mount, src, uid int) error {
 	dst := filepath.Join(root, m.Destination)
-	from := os.DirFS(fmt.Sprintf("/proc/self/fd/%d", src))
-	return fs.WalkDir(from, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, p)
-		switch {
-		case d.IsDir():
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case d.Type().IsRegular():
-			data, err := fs.ReadFile(from, p)
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(target, data, 0o644); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-		return os.Chown(target, uid, uid)
-	})
+	if err := mkdirAll(dst); err != nil {
+		return err
+	}
+	fd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dst, Err: err}
+	}
+	defer unix.Close(fd)
+	return copyTree(src, fd, uid)
 }
 
 func makeMountPoint(dst string, dir bool) error {
 	if dir {
-		return os.MkdirAll(dst, 0o755)
+		return mkdirAll(dst)
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o444)
-	if err != nil {
-		return err
+	// An empty file to bind over (mknod makes a regular file without
+	// opening it); one already there will do.
+	if err := unix.Mknod(dst, unix.S_IFREG|0o444, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return &os.PathError{Op: "create", Path: dst, Err: err}
 	}
-	return f.Close()
+	return nil
 }
 
 var mountFlagNames = map[string]uintptr{
@@ -483,6 +469,16 @@ const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 // sets, switches to the guest's ids, sets no_new_privs, re-arms the parent
 // death signal (a credential change clears it) and then checks that nothing
 // can be regained.
+//
+// Every step acts on the calling thread's credentials only, the id changes
+// included: setresuid(2) and friends are per-thread system calls, which Go's
+// syscall package (and so unix.Setresuid) turns into a signal round trip
+// through every runtime thread to keep a Go program's ids uniform. Here one
+// thread is enough, and the right one: Main runs the set-up on its locked
+// thread and execs the runtime from it, execve ends every other thread of
+// the process (they never run guest code: none runs before the exec), and
+// the runtime starts with this thread's credentials alone. The checks at the
+// end are on this thread too.
 func dropPrivileges(user specs.User, lastCap int) error {
 	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
@@ -498,13 +494,14 @@ func dropPrivileges(user specs.User, lastCap int) error {
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
 		return os.NewSyscallError("set securebits", err)
 	}
-	if err := unix.Setgroups(nil); err != nil {
+	if err := threadSyscall(sysSetgroups, 0, 0, 0); err != nil {
 		return os.NewSyscallError("setgroups", err)
 	}
-	if err := unix.Setresgid(int(user.GID), int(user.GID), int(user.GID)); err != nil {
+	uid, gid := uintptr(user.UID), uintptr(user.GID)
+	if err := threadSyscall(sysSetresgid, gid, gid, gid); err != nil {
 		return os.NewSyscallError("setresgid", err)
 	}
-	if err := unix.Setresuid(int(user.UID), int(user.UID), int(user.UID)); err != nil {
+	if err := threadSyscall(sysSetresuid, uid, uid, uid); err != nil {
 		return os.NewSyscallError("setresuid", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -519,8 +516,19 @@ func dropPrivileges(user specs.User, lastCap int) error {
 		return os.NewSyscallError("set parent death signal", err)
 	}
 	// Trust, but verify: none of this may be undone.
-	if unix.Setresuid(0, 0, 0) == nil {
+	if threadSyscall(sysSetresuid, 0, 0, 0) == nil {
 		return errors.New("regained uid 0 after dropping it")
+	}
+	if gid != 0 && threadSyscall(sysSetresgid, 0, 0, 0) == nil {
+		return errors.New("regained gid 0 after dropping it")
+	}
+	ruid, euid, suid := unix.Getresuid()
+	rgid, egid, sgid := unix.Getresgid()
+	if ruid != int(uid) || euid != int(uid) || suid != int(uid) || rgid != int(gid) || egid != int(gid) || sgid != int(gid) {
+		return fmt.Errorf("ids %d/%d/%d:%d/%d/%d after the switch, want %d:%d", ruid, euid, suid, rgid, egid, sgid, uid, gid)
+	}
+	if n, err := unix.Getgroups(); err != nil || len(n) != 0 {
+		return fmt.Errorf("supplementary groups %v (%v) after dropping them", n, err)
 	}
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return os.NewSyscallError("capget", err)
@@ -538,7 +546,7 @@ func dropPrivileges(user specs.User, lastCap int) error {
 // path itself.
 func makeChannel(root string, guestUID int) ([]int, error) {
 	dir := filepath.Join(root, runtimes.ChannelDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAll(dir); err != nil {
 		return nil, err
 	}
 	in, out := filepath.Join(root, runtimes.ChannelIn), filepath.Join(root, runtimes.ChannelOut)
@@ -569,4 +577,13 @@ func makeChannel(root string, guestUID int) ([]int, error) {
 	}
 	unix.Close(guestOut)
 	return []int{hostIn, hostOut}, nil
+}
+
+// threadSyscall makes a credential system call on the calling thread alone
+// (see dropPrivileges).
+func threadSyscall(nr, a1, a2, a3 uintptr) error {
+	if _, _, errno := unix.RawSyscall(nr, a1, a2, a3); errno != 0 {
+		return errno
+	}
+	return nil
 }
