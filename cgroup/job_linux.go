@@ -24,6 +24,11 @@ type Job struct {
 	v1    cgroup1.Cgroup    // nil on v2 and for swept orphans
 	v2    *cgroup2.Manager  // nil on v1 and for swept orphans
 	fd    int               // v2: O_PATH fd of the directory, else -1
+	// What the host offers this job: copied from a proven Host, or read
+	// from the job's own directories when the Manager is lazy.
+	swapCapped bool // memory.memsw.* (v1) or memory.swap.max (v2)
+	kill       bool // v2 cgroup.kill
+	freezer    bool // v1 freezer hierarchy or v2 cgroup.freeze
 
 	mu       sync.Mutex
 	deleted  bool
@@ -54,6 +59,47 @@ func (j *Job) FD() (int, bool) {
 	return j.fd, true
 }
 
+// newJob returns the Job of cgroup name at paths (filled in as they are
+// made), with what a proven host offers it.
+func (m *Manager) newJob(name string, paths map[string]string) *Job {
+	j := &Job{m: m, name: name, paths: paths, fd: -1}
+	if !m.lazy {
+		j.swapCapped, j.kill = m.host.SwapCapped, m.host.Kill
+		j.freezer = m.host.Has(Freezer)
+	}
+	return j
+}
+
+// learn reads, for a lazy Manager, what the host offers from the job's
+// own directories: the files a probe's throwaway child would have shown.
+func (j *Job) learn() {
+	if !j.m.lazy {
+		return
+	}
+	if dir, ok := j.paths[UnifiedKey]; ok {
+		j.swapCapped = j.m.host.Has(Memory) && exists(filepath.Join(dir, swapFileV2))
+		j.kill = exists(filepath.Join(dir, killFileV2))
+		j.freezer = exists(filepath.Join(dir, freezeFileV2))
+		return
+	}
+	if dir, ok := j.paths[Memory]; ok {
+		j.swapCapped = exists(filepath.Join(dir, swapFileV1))
+	}
+	_, j.freezer = j.paths[Freezer]
+}
+
+// mkdir makes one directory of a job's cgroup. For a lazy Manager this is
+// the probe: a hierarchy that refuses it is one the probe would have left
+// out, and the error wraps ErrNotSupported. A name already taken is never
+// that (nor ever a shared cgroup).
+func (m *Manager) mkdir(dir string) error {
+	err := os.Mkdir(dir, 0o755)
+	if err != nil && m.lazy && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%w: %w", err, ErrNotSupported)
+	}
+	return err
+}
+
 func (m *Manager) createV1(name string, l limits) (*Job, error) {
 	ctrls := []string{}
 	for _, c := range m.host.Controllers {
@@ -64,16 +110,16 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 		}
 		ctrls = append(ctrls, c)
 	}
-	j := &Job{m: m, name: name, paths: map[string]string{}, fd: -1}
+	j := m.newJob(name, map[string]string{})
 	rel := map[string]string{}
 	var subs []cgroup1.Subsystem
 	for _, c := range ctrls {
 		dir := filepath.Join(m.host.Parent[c], name)
 		// Mkdir, not the library's MkdirAll: a name already taken is an
 		// error, never a shared cgroup.
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := m.mkdir(dir); err != nil {
 			j.removeDirs()
-			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+			return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 		}
 		j.paths[c] = dir
 		root := m.host.v1Root[c]
@@ -103,7 +149,8 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 		}
 		return p, nil
 	}
-	cg, err := cgroup1.New(path, l.v1(m.host.SwapCapped),
+	j.learn()
+	cg, err := cgroup1.New(path, l.v1(j.swapCapped),
 		cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
 	if err != nil {
 		j.removeDirs()
@@ -116,17 +163,18 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	parent := m.host.Parent[UnifiedKey]
 	dir := filepath.Join(parent, name)
-	j := &Job{m: m, name: name, paths: map[string]string{UnifiedKey: dir}, fd: -1}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+	j := m.newJob(name, map[string]string{UnifiedKey: dir})
+	if err := m.mkdir(dir); err != nil {
+		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 	}
+	j.learn()
 	// Load, not NewManager: the controllers were enabled for our children
 	// once at start-up (enableV2); NewManager would write the parent's
 	// cgroup.subtree_control again on every job, under the kernel's global
 	// cgroup lock. The mountpoint is our own cgroup, the top it may touch.
 	cg, err := cgroup2.Load("/"+name, cgroup2.WithMountpoint(parent))
 	if err == nil {
-		err = cg.Update(l.v2(m.host.SwapCapped))
+		err = cg.Update(l.v2(j.swapCapped))
 	}
 	if err != nil {
 		j.removeDirs()
@@ -227,7 +275,7 @@ func (j *Job) procs() ([]int, error) {
 // own child as usual.
 func (j *Job) Kill() error {
 	deadline := time.Now().Add(killTimeout)
-	if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Kill {
+	if dir, ok := j.paths[UnifiedKey]; ok && j.kill {
 		if err := writeString(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
 		}
@@ -282,7 +330,7 @@ func (j *Job) freeze(on bool, deadline time.Time) bool {
 		if on {
 			value, want = "FROZEN", "FROZEN"
 		}
-	} else if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Has(Freezer) {
+	} else if dir, ok := j.paths[UnifiedKey]; ok && j.freezer {
 		file, statePath = filepath.Join(dir, "cgroup.freeze"), filepath.Join(dir, "cgroup.events")
 		value, want = "0", "frozen 0"
 		if on {
