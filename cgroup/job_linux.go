@@ -21,9 +21,12 @@ type Job struct {
 	m     *Manager
 	name  string
 	paths map[string]string // controller (v1) or UnifiedKey (v2) -> dir
-	v1    cgroup1.Cgroup    // nil on v2 and for swept orphans
-	v2    *cgroup2.Manager  // nil on v1 and for swept orphans
-	fd    int               // v2: O_PATH fd of the directory, else -1
+	// order is the keys of paths in the order every task joins them
+	// (TaskFiles, AddProc); nil for swept orphans, whose order is unknown.
+	order []string
+	v1    cgroup1.Cgroup   // nil on v2 and for swept orphans
+	v2    *cgroup2.Manager // nil on v1 and for swept orphans
+	fd    int              // v2: O_PATH fd of the directory, else -1
 	// What the host offers this job: copied from a proven Host, or read
 	// from the job's own directories when the Manager is lazy.
 	swapCapped bool // memory.memsw.* (v1) or memory.swap.max (v2)
@@ -34,7 +37,19 @@ type Job struct {
 	deleted  bool
 	memSeen  uint64 // highest memory usage seen, when the kernel keeps no peak
 	pidsSeen uint64 // highest pids.current seen, when there is no pids.peak
+	memPeak  peakFile
+	pidsPeak peakFile
 }
+
+// peakFile says whether the kernel keeps a peak file (memory.peak on v2,
+// pids.peak), learnt at the first read.
+type peakFile uint8
+
+const (
+	peakUnknown peakFile = iota
+	peakKept
+	peakNotKept
+)
 
 // Name returns the job's cgroup name ("pmjail-<pid>-<id>").
 func (j *Job) Name() string { return j.name }
@@ -122,6 +137,7 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 			return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 		}
 		j.paths[c] = dir
+		j.order = append(j.order, c)
 		root := m.host.v1Root[c]
 		r, err := filepath.Rel(filepath.Join(root, c), dir)
 		if err != nil {
@@ -164,6 +180,7 @@ func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	parent := m.host.Parent[UnifiedKey]
 	dir := filepath.Join(parent, name)
 	j := m.newJob(name, map[string]string{UnifiedKey: dir})
+	j.order = []string{UnifiedKey}
 	if err := m.mkdir(dir); err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 	}
@@ -201,9 +218,12 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 		return nil, fmt.Errorf("cgroup %s: task files are a cgroup v1 interface", j.name)
 	}
 	// One per hierarchy: controllers mounted together share a directory.
+	// In the job's order, which AddProc follows too: a task is then in the
+	// first hierarchy whenever it is in any of them (see Kill).
 	seen := map[string]bool{}
 	var files []*os.File
-	for _, dir := range j.paths {
+	for _, c := range j.order {
+		dir := j.paths[c]
 		real, err := filepath.EvalSymlinks(dir)
 		if err != nil {
 			closeFiles(files)
@@ -213,12 +233,15 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 			continue
 		}
 		seen[real] = true
-		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		// A bare fd in an os.File: os.OpenFile would register the
+		// pollable cgroupfs file with the netpoller (see readFile).
+		path := filepath.Join(dir, "tasks")
+		fd, err := openFile(path, unix.O_WRONLY)
 		if err != nil {
 			closeFiles(files)
 			return nil, fmt.Errorf("open tasks of cgroup %s: %w", dir, err)
 		}
-		files = append(files, f)
+		files = append(files, os.NewFile(uintptr(fd), path))
 	}
 	return files, nil
 }
@@ -270,16 +293,39 @@ func (j *Job) procs() ([]int, error) {
 }
 
 // Kill kills every task of the job and returns once the job is empty:
-// cgroup.kill on v2 when the kernel has it, else freeze, SIGKILL each pid,
+// cgroup.kill on v2 when the kernel has it, then freeze, SIGKILL each pid,
 // thaw, until no task is left. It does not reap: the caller waits for its
 // own child as usual.
+//
+// Its usual call, after the job's pid 1 was reaped, finds the job empty:
+// the kernel ends every task of a pid namespace before its pid 1 can be
+// reaped. That takes one read: every task joins the job's hierarchies in
+// the job's order (the init stage through TaskFiles, or AddProc) and
+// leaves all of them at once when it exits, so the first hierarchy holds
+// every task any of them holds. Only a job found busy there is listed in
+// every hierarchy and killed.
 func (j *Job) Kill() error {
-	deadline := time.Now().Add(killTimeout)
+	if len(j.order) > 0 {
+		pids, err := readProcs(j.paths[j.order[0]])
+		if err != nil {
+			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+	}
+	return j.killAll()
+}
+
+// killAll kills every task of every hierarchy of the job: cgroup.kill
+// where there is one, then freeze, signal and thaw until none is left.
+func (j *Job) killAll() error {
 	if dir, ok := j.paths[UnifiedKey]; ok && j.kill {
-		if err := writeString(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := writeString(filepath.Join(dir, killFileV2), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
 		}
 	}
+	deadline := time.Now().Add(killTimeout)
 	self := os.Getpid()
 	delay := 100 * time.Microsecond
 	for {
@@ -331,7 +377,7 @@ func (j *Job) freeze(on bool, deadline time.Time) bool {
 			value, want = "FROZEN", "FROZEN"
 		}
 	} else if dir, ok := j.paths[UnifiedKey]; ok && j.freezer {
-		file, statePath = filepath.Join(dir, "cgroup.freeze"), filepath.Join(dir, "cgroup.events")
+		file, statePath = filepath.Join(dir, freezeFileV2), filepath.Join(dir, "cgroup.events")
 		value, want = "0", "frozen 0"
 		if on {
 			value, want = "1", "frozen 1"
@@ -360,13 +406,23 @@ func (j *Job) freeze(on bool, deadline time.Time) bool {
 // Delete kills what is left in the job and removes its cgroup from every
 // hierarchy, retrying briefly while the kernel still holds it busy. It is
 // idempotent.
+//
+// It first just removes the directories: cgroupfs refuses to remove a
+// cgroup that holds a task or a child cgroup (EBUSY), so a removal is
+// itself the proof that the job was empty, as it is after its pid 1 was
+// reaped and Kill confirmed it. Only a job that refuses is killed, and
+// then removed with its nested cgroups.
 func (j *Job) Delete() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.deleted {
 		return nil
 	}
-	if err := j.Kill(); err != nil {
+	if j.removeEmpty() {
+		j.deleted = true
+		return nil
+	}
+	if err := j.killAll(); err != nil {
 		return fmt.Errorf("delete cgroup %s: %w", j.name, err)
 	}
 	if err := j.removeDirs(); err != nil {
@@ -374,6 +430,23 @@ func (j *Job) Delete() error {
 	}
 	j.deleted = true
 	return nil
+}
+
+// removeEmpty closes the fd and removes each directory of the job that
+// the kernel lets go (one already gone counts), and reports whether all
+// of them went.
+func (j *Job) removeEmpty() bool {
+	if j.fd >= 0 {
+		unix.Close(j.fd)
+		j.fd = -1
+	}
+	all := true
+	for _, dir := range j.paths {
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			all = false
+		}
+	}
+	return all
 }
 
 // removeDirs closes the fd and removes every directory of the job.

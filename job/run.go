@@ -248,7 +248,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		},
 	}
 	if cg != nil {
-		job.Cgroup = cgroupJob{cg}
+		job.Cgroup = cg
 	}
 	if launch.Channel {
 		timing := "precise"
@@ -313,17 +313,6 @@ func denoFlags(l *runtimes.Launch) []string {
 		}
 	}
 	return flags
-}
-
-// cgroupJob adapts a job cgroup to what the jail drives. Its CPU-time poll
-// reads the whole Stats rather than the CPU time alone: the poll also
-// samples the peaks a kernel does not keep itself (tasks on v1, memory and
-// tasks on older v2), which the result reports.
-type cgroupJob struct{ *cgroup.Job }
-
-func (c cgroupJob) CPUTime() (time.Duration, error) {
-	u, err := c.Stats()
-	return u.CPUTime, err
 }
 
 func (rn *Runner) logger() *slog.Logger {
