@@ -8,6 +8,8 @@
 //
 // Limits are written through github.com/containerd/cgroups/v3 (cgroup1 and
 // cgroup2). Usage reads, kill and removal are done here on the few files
-// they need, because the supervisor polls usage every ~50 ms and the
-// library's kill fallback reaps processes that belong to the caller.
+// they need, without os.File (see readFile), because they are on every
+// run's path (the supervisor polls CPU time every 25 ms, and reads usage,
+// confirms the job empty and removes it after each run) and the library's
+// kill fallback reaps processes that belong to the caller.
 package cgroup

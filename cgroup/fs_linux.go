@@ -5,15 +5,72 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// traceFile, when a test sets it, sees each cgroup file read or written
+// here ("read" or "write", and the path).
+var traceFile func(op, path string)
+
+// ReadFile reads a cgroup file without what os.ReadFile costs there (see
+// readFile), for readers outside the package such as a run's posture.
+func ReadFile(path string) ([]byte, error) { return readFile(path) }
+
+// readFile reads a cgroup file whole with open, read and close. os.ReadFile
+// costs more than twice as much on cgroupfs (~18 against ~8 µs a file here,
+// and more under load): kernfs files are pollable, so os.Open makes each
+// one non-blocking and registers it with the runtime's netpoller, whose
+// thread then wakes for it (fcntl twice, epoll_ctl at open and at close,
+// fstat, and a wake-up of another thread, for every file).
+func readFile(path string) ([]byte, error) {
+	if traceFile != nil {
+		traceFile("read", path)
+	}
+	fd, err := openFile(path, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// openFile opens a cgroup file as a bare fd (see readFile), close-on-exec.
+func openFile(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
+	}
+}
+
 // readString reads a small cgroup file.
 func readString(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
@@ -23,17 +80,28 @@ func readString(path string) (string, error) {
 // writeString writes one value to a cgroup file in a single write(2), as
 // the kernel parses each write on its own.
 func writeString(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if traceFile != nil {
+		traceFile("write", path)
+	}
+	fd, err := openFile(path, unix.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, werr := f.WriteString(value)
-	cerr := f.Close()
-	if werr != nil {
-		return fmt.Errorf("write %q to %s: %w", value, path, werr)
+	var n int
+	for {
+		n, err = unix.Write(fd, []byte(value))
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
 	}
-	if cerr != nil {
-		return fmt.Errorf("close %s: %w", path, cerr)
+	cerr := unix.Close(fd)
+	switch {
+	case err != nil:
+		return fmt.Errorf("write %q to %s: %w", value, path, os.NewSyscallError("write", err))
+	case n != len(value):
+		return fmt.Errorf("write %q to %s: short write (%d bytes)", value, path, n)
+	case cerr != nil:
+		return fmt.Errorf("close %s: %w", path, os.NewSyscallError("close", cerr))
 	}
 	return nil
 }
@@ -92,7 +160,7 @@ func readProcs(dir string) ([]int, error) {
 
 // readProcsFile returns the pids of one cgroup; one that vanished has none.
 func readProcsFile(dir string) ([]int, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	data, err := readFile(filepath.Join(dir, "cgroup.procs"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

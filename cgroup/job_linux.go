@@ -21,15 +21,35 @@ type Job struct {
 	m     *Manager
 	name  string
 	paths map[string]string // controller (v1) or UnifiedKey (v2) -> dir
-	v1    cgroup1.Cgroup    // nil on v2 and for swept orphans
-	v2    *cgroup2.Manager  // nil on v1 and for swept orphans
-	fd    int               // v2: O_PATH fd of the directory, else -1
+	// order is the keys of paths in the order every task joins them
+	// (TaskFiles, AddProc); nil for swept orphans, whose order is unknown.
+	order []string
+	v1    cgroup1.Cgroup   // nil on v2 and for swept orphans
+	v2    *cgroup2.Manager // nil on v1 and for swept orphans
+	fd    int              // v2: O_PATH fd of the directory, else -1
+	// What the host offers this job: copied from a proven Host, or read
+	// from the job's own directories when the Manager is lazy.
+	swapCapped bool // memory.memsw.* (v1) or memory.swap.max (v2)
+	kill       bool // v2 cgroup.kill
+	freezer    bool // v1 freezer hierarchy or v2 cgroup.freeze
 
 	mu       sync.Mutex
 	deleted  bool
 	memSeen  uint64 // highest memory usage seen, when the kernel keeps no peak
 	pidsSeen uint64 // highest pids.current seen, when there is no pids.peak
+	memPeak  peakFile
+	pidsPeak peakFile
 }
+
+// peakFile says whether the kernel keeps a peak file (memory.peak on v2,
+// pids.peak), learnt at the first read.
+type peakFile uint8
+
+const (
+	peakUnknown peakFile = iota
+	peakKept
+	peakNotKept
+)
 
 // Name returns the job's cgroup name ("pmjail-<pid>-<id>").
 func (j *Job) Name() string { return j.name }
@@ -54,6 +74,47 @@ func (j *Job) FD() (int, bool) {
 	return j.fd, true
 }
 
+// newJob returns the Job of cgroup name at paths (filled in as they are
+// made), with what a proven host offers it.
+func (m *Manager) newJob(name string, paths map[string]string) *Job {
+	j := &Job{m: m, name: name, paths: paths, fd: -1}
+	if !m.lazy {
+		j.swapCapped, j.kill = m.host.SwapCapped, m.host.Kill
+		j.freezer = m.host.Has(Freezer)
+	}
+	return j
+}
+
+// learn reads, for a lazy Manager, what the host offers from the job's
+// own directories: the files a probe's throwaway child would have shown.
+func (j *Job) learn() {
+	if !j.m.lazy {
+		return
+	}
+	if dir, ok := j.paths[UnifiedKey]; ok {
+		j.swapCapped = j.m.host.Has(Memory) && exists(filepath.Join(dir, swapFileV2))
+		j.kill = exists(filepath.Join(dir, killFileV2))
+		j.freezer = exists(filepath.Join(dir, freezeFileV2))
+		return
+	}
+	if dir, ok := j.paths[Memory]; ok {
+		j.swapCapped = exists(filepath.Join(dir, swapFileV1))
+	}
+	_, j.freezer = j.paths[Freezer]
+}
+
+// mkdir makes one directory of a job's cgroup. For a lazy Manager this is
+// the probe: a hierarchy that refuses it is one the probe would have left
+// out, and the error wraps ErrNotSupported. A name already taken is never
+// that (nor ever a shared cgroup).
+func (m *Manager) mkdir(dir string) error {
+	err := os.Mkdir(dir, 0o755)
+	if err != nil && m.lazy && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%w: %w", err, ErrNotSupported)
+	}
+	return err
+}
+
 func (m *Manager) createV1(name string, l limits) (*Job, error) {
 	ctrls := []string{}
 	for _, c := range m.host.Controllers {
@@ -64,18 +125,19 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 		}
 		ctrls = append(ctrls, c)
 	}
-	j := &Job{m: m, name: name, paths: map[string]string{}, fd: -1}
+	j := m.newJob(name, map[string]string{})
 	rel := map[string]string{}
 	var subs []cgroup1.Subsystem
 	for _, c := range ctrls {
 		dir := filepath.Join(m.host.Parent[c], name)
 		// Mkdir, not the library's MkdirAll: a name already taken is an
 		// error, never a shared cgroup.
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := m.mkdir(dir); err != nil {
 			j.removeDirs()
-			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+			return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 		}
 		j.paths[c] = dir
+		j.order = append(j.order, c)
 		root := m.host.v1Root[c]
 		r, err := filepath.Rel(filepath.Join(root, c), dir)
 		if err != nil {
@@ -103,7 +165,8 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 		}
 		return p, nil
 	}
-	cg, err := cgroup1.New(path, l.v1(m.host.SwapCapped),
+	j.learn()
+	cg, err := cgroup1.New(path, l.v1(j.swapCapped),
 		cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
 	if err != nil {
 		j.removeDirs()
@@ -116,17 +179,19 @@ func (m *Manager) createV1(name string, l limits) (*Job, error) {
 func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	parent := m.host.Parent[UnifiedKey]
 	dir := filepath.Join(parent, name)
-	j := &Job{m: m, name: name, paths: map[string]string{UnifiedKey: dir}, fd: -1}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+	j := m.newJob(name, map[string]string{UnifiedKey: dir})
+	j.order = []string{UnifiedKey}
+	if err := m.mkdir(dir); err != nil {
+		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 	}
+	j.learn()
 	// Load, not NewManager: the controllers were enabled for our children
 	// once at start-up (enableV2); NewManager would write the parent's
 	// cgroup.subtree_control again on every job, under the kernel's global
 	// cgroup lock. The mountpoint is our own cgroup, the top it may touch.
 	cg, err := cgroup2.Load("/"+name, cgroup2.WithMountpoint(parent))
 	if err == nil {
-		err = cg.Update(l.v2(m.host.SwapCapped))
+		err = cg.Update(l.v2(j.swapCapped))
 	}
 	if err != nil {
 		j.removeDirs()
@@ -153,9 +218,12 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 		return nil, fmt.Errorf("cgroup %s: task files are a cgroup v1 interface", j.name)
 	}
 	// One per hierarchy: controllers mounted together share a directory.
+	// In the job's order, which AddProc follows too: a task is then in the
+	// first hierarchy whenever it is in any of them (see Kill).
 	seen := map[string]bool{}
 	var files []*os.File
-	for _, dir := range j.paths {
+	for _, c := range j.order {
+		dir := j.paths[c]
 		real, err := filepath.EvalSymlinks(dir)
 		if err != nil {
 			closeFiles(files)
@@ -165,12 +233,15 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 			continue
 		}
 		seen[real] = true
-		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		// A bare fd in an os.File: os.OpenFile would register the
+		// pollable cgroupfs file with the netpoller (see readFile).
+		path := filepath.Join(dir, "tasks")
+		fd, err := openFile(path, unix.O_WRONLY)
 		if err != nil {
 			closeFiles(files)
 			return nil, fmt.Errorf("open tasks of cgroup %s: %w", dir, err)
 		}
-		files = append(files, f)
+		files = append(files, os.NewFile(uintptr(fd), path))
 	}
 	return files, nil
 }
@@ -222,16 +293,39 @@ func (j *Job) procs() ([]int, error) {
 }
 
 // Kill kills every task of the job and returns once the job is empty:
-// cgroup.kill on v2 when the kernel has it, else freeze, SIGKILL each pid,
+// cgroup.kill on v2 when the kernel has it, then freeze, SIGKILL each pid,
 // thaw, until no task is left. It does not reap: the caller waits for its
 // own child as usual.
+//
+// Its usual call, after the job's pid 1 was reaped, finds the job empty:
+// the kernel ends every task of a pid namespace before its pid 1 can be
+// reaped. That takes one read: every task joins the job's hierarchies in
+// the job's order (the init stage through TaskFiles, or AddProc) and
+// leaves all of them at once when it exits, so the first hierarchy holds
+// every task any of them holds. Only a job found busy there is listed in
+// every hierarchy and killed.
 func (j *Job) Kill() error {
-	deadline := time.Now().Add(killTimeout)
-	if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Kill {
-		if err := writeString(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if len(j.order) > 0 {
+		pids, err := readProcs(j.paths[j.order[0]])
+		if err != nil {
+			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+	}
+	return j.killAll()
+}
+
+// killAll kills every task of every hierarchy of the job: cgroup.kill
+// where there is one, then freeze, signal and thaw until none is left.
+func (j *Job) killAll() error {
+	if dir, ok := j.paths[UnifiedKey]; ok && j.kill {
+		if err := writeString(filepath.Join(dir, killFileV2), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
 		}
 	}
+	deadline := time.Now().Add(killTimeout)
 	self := os.Getpid()
 	delay := 100 * time.Microsecond
 	for {
@@ -282,8 +376,8 @@ func (j *Job) freeze(on bool, deadline time.Time) bool {
 		if on {
 			value, want = "FROZEN", "FROZEN"
 		}
-	} else if dir, ok := j.paths[UnifiedKey]; ok && j.m.host.Has(Freezer) {
-		file, statePath = filepath.Join(dir, "cgroup.freeze"), filepath.Join(dir, "cgroup.events")
+	} else if dir, ok := j.paths[UnifiedKey]; ok && j.freezer {
+		file, statePath = filepath.Join(dir, freezeFileV2), filepath.Join(dir, "cgroup.events")
 		value, want = "0", "frozen 0"
 		if on {
 			value, want = "1", "frozen 1"
@@ -312,13 +406,23 @@ func (j *Job) freeze(on bool, deadline time.Time) bool {
 // Delete kills what is left in the job and removes its cgroup from every
 // hierarchy, retrying briefly while the kernel still holds it busy. It is
 // idempotent.
+//
+// It first just removes the directories: cgroupfs refuses to remove a
+// cgroup that holds a task or a child cgroup (EBUSY), so a removal is
+// itself the proof that the job was empty, as it is after its pid 1 was
+// reaped and Kill confirmed it. Only a job that refuses is killed, and
+// then removed with its nested cgroups.
 func (j *Job) Delete() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.deleted {
 		return nil
 	}
-	if err := j.Kill(); err != nil {
+	if j.removeEmpty() {
+		j.deleted = true
+		return nil
+	}
+	if err := j.killAll(); err != nil {
 		return fmt.Errorf("delete cgroup %s: %w", j.name, err)
 	}
 	if err := j.removeDirs(); err != nil {
@@ -326,6 +430,23 @@ func (j *Job) Delete() error {
 	}
 	j.deleted = true
 	return nil
+}
+
+// removeEmpty closes the fd and removes each directory of the job that
+// the kernel lets go (one already gone counts), and reports whether all
+// of them went.
+func (j *Job) removeEmpty() bool {
+	if j.fd >= 0 {
+		unix.Close(j.fd)
+		j.fd = -1
+	}
+	all := true
+	for _, dir := range j.paths {
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			all = false
+		}
+	}
+	return all
 }
 
 // removeDirs closes the fd and removes every directory of the job.

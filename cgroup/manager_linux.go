@@ -16,6 +16,9 @@ import (
 type Manager struct {
 	host *Host
 	pid  int
+	// lazy: host is the layout alone (NewLazyManager), proven by nothing
+	// but the job cgroups Create makes.
+	lazy bool
 }
 
 // NewManager probes the host and prepares job creation. On v2 it enables
@@ -40,7 +43,48 @@ func NewManager() (*Manager, error) {
 	return &Manager{host: h, pid: os.Getpid()}, nil
 }
 
-// Host returns what the probe proved, as the Manager uses it.
+// NewLazyManager prepares job creation from the host's cgroup layout
+// alone (mountinfo and /proc/self/cgroup), writing nothing: no throwaway
+// child is made and removed in each hierarchy, as NewManager's probe does.
+// It is for a supervisor that creates one job, the CLI: that job's own
+// cgroup is the proof. Create then fails with an error wrapping
+// ErrNotSupported for a hierarchy that refuses a cgroup, as the probe
+// would have found, and Probed returns a proven Manager to retry with.
+// What only a cgroup shows (swap accounting, cgroup.kill, cgroup.freeze)
+// each job learns from its own directories, so a lazy Manager's Host
+// leaves SwapCapped and Kill false. On a v2 host whose controllers are not
+// yet enabled for our children it is NewManager, which enables them.
+func NewLazyManager() (*Manager, error) {
+	h, err := probe(false)
+	if err != nil {
+		return nil, err
+	}
+	if h.Mode == V2 {
+		on, err := controllerList(filepath.Join(h.Parent[UnifiedKey], "cgroup.subtree_control"))
+		if err != nil {
+			return NewManager()
+		}
+		for _, c := range h.Controllers {
+			if !on[c] {
+				return NewManager()
+			}
+		}
+	}
+	return &Manager{host: h, pid: os.Getpid(), lazy: true}, nil
+}
+
+// Probed returns a Manager whose Host the probe proved: m itself, or for a
+// lazy Manager a new one from NewManager, as a run whose cgroup could not
+// be made needs to learn which controllers are usable.
+func (m *Manager) Probed() (*Manager, error) {
+	if !m.lazy {
+		return m, nil
+	}
+	return NewManager()
+}
+
+// Host returns what the probe proved, as the Manager uses it; for a lazy
+// Manager, the layout (see NewLazyManager).
 func (m *Manager) Host() *Host { return m.host }
 
 // enableV2 enables the job controllers in <own>/cgroup.subtree_control,
@@ -72,7 +116,7 @@ func enableV2(h *Host) error {
 	// Now that memory is on for children, a child shows whether swap
 	// accounting exists.
 	err := tryChild(dir, func(child string) {
-		h.SwapCapped = exists(filepath.Join(child, "memory.swap.max"))
+		h.SwapCapped = exists(filepath.Join(child, swapFileV2))
 	})
 	if err != nil {
 		return fmt.Errorf("cgroup manager: %w", err)
@@ -190,7 +234,8 @@ func (m *Manager) Sweep() ([]string, error) {
 		if owner == m.pid || pidAlive(owner) {
 			continue
 		}
-		j := &Job{m: m, name: n, paths: found[n], fd: -1}
+		j := m.newJob(n, found[n])
+		j.learn()
 		if err := j.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("sweep: %w", err))
 			continue

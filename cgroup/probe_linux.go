@@ -23,11 +23,26 @@ var v1Controllers = []string{Memory, Pids, CPU, CPUAcct, Freezer}
 // v2Controllers are the v2 controllers enabled for job cgroups.
 var v2Controllers = []string{Memory, Pids, CPU}
 
+// Files whose presence in a (child) cgroup tells what the host offers.
+const (
+	swapFileV1   = "memory.memsw.limit_in_bytes" // v1 swap accounting
+	swapFileV2   = "memory.swap.max"             // v2 swap accounting
+	killFileV2   = "cgroup.kill"                 // Linux 5.14+
+	freezeFileV2 = "cgroup.freeze"               // Linux 5.2+
+)
+
 // Probe finds the host's cgroup mode and the controllers usable beneath
 // this process's own cgroup, proving each writable by creating and removing
 // a throwaway child cgroup. It never changes the host otherwise. The Host
 // is returned even when unusable; the error then wraps ErrNotSupported.
-func Probe() (*Host, error) {
+func Probe() (*Host, error) { return probe(true) }
+
+// probe reads the layout (mountinfo, /proc/self/cgroup) and, with prove,
+// tries a throwaway child in each hierarchy. Without prove the Host is the
+// layout alone: Controllers are those mounted where this process lives,
+// and what only a child cgroup shows (swap accounting, cgroup.kill,
+// cgroup.freeze) is left unknown (false).
+func probe(prove bool) (*Host, error) {
 	f, err := os.Open(procMountinfo)
 	if err != nil {
 		return &Host{Reason: err.Error()}, fmt.Errorf("probe cgroups: %w", err)
@@ -44,9 +59,9 @@ func Probe() (*Host, error) {
 	var h *Host
 	switch cgroups.Mode() {
 	case cgroups.Unified:
-		h = probeV2(mounts, unified)
+		h = probeV2(mounts, unified, prove)
 	case cgroups.Legacy, cgroups.Hybrid:
-		h = probeV1(mounts, legacy)
+		h = probeV1(mounts, legacy, prove)
 	default:
 		h = &Host{Reason: "no cgroup hierarchy mounted at " + unifiedPoint}
 	}
@@ -87,7 +102,7 @@ func tryChild(dir string, inspect func(child string)) error {
 	return removeTree(child, time.Now().Add(time.Second))
 }
 
-func probeV1(mounts []mount, own map[string]string) *Host {
+func probeV1(mounts []mount, own map[string]string, prove bool) *Host {
 	h := &Host{Mode: V1, Parent: map[string]string{}, v1Root: map[string]string{}}
 	for _, c := range v1Controllers {
 		p, ok := own[c]
@@ -112,9 +127,15 @@ func probeV1(mounts []mount, own map[string]string) *Host {
 			h.addReason("%s: mounted at %s without a %s/%s link", c, m.Point, root, c)
 			continue
 		}
+		if !prove {
+			h.Controllers = append(h.Controllers, c)
+			h.Parent[c] = dir
+			h.v1Root[c] = root
+			continue
+		}
 		swap := false
 		err = tryChild(dir, func(child string) {
-			swap = exists(filepath.Join(child, "memory.memsw.limit_in_bytes"))
+			swap = exists(filepath.Join(child, swapFileV1))
 		})
 		if err != nil {
 			h.addReason("%s: %v", c, err)
@@ -146,7 +167,7 @@ func v2OwnDir(m mount, unified string) (string, error) {
 	return dir, nil
 }
 
-func probeV2(mounts []mount, unified string) *Host {
+func probeV2(mounts []mount, unified string, prove bool) *Host {
 	h := &Host{Mode: V2, Parent: map[string]string{}}
 	m, ok := findV2Mount(mounts, unifiedPoint)
 	if !ok {
@@ -173,17 +194,21 @@ func probeV2(mounts []mount, unified string) *Host {
 	if len(h.Controllers) == 0 {
 		return h
 	}
+	if !prove {
+		h.Parent[UnifiedKey] = dir
+		return h
+	}
 	enabled, _ := controllerList(filepath.Join(dir, "cgroup.subtree_control"))
 	var freeze bool
 	err = tryChild(dir, func(child string) {
-		freeze = exists(filepath.Join(child, "cgroup.freeze"))
-		h.Kill = exists(filepath.Join(child, "cgroup.kill"))
+		freeze = exists(filepath.Join(child, freezeFileV2))
+		h.Kill = exists(filepath.Join(child, killFileV2))
 		if enabled[Memory] {
-			h.SwapCapped = exists(filepath.Join(child, "memory.swap.max"))
+			h.SwapCapped = exists(filepath.Join(child, swapFileV2))
 		} else {
 			// Our own cgroup shows memory files when its parent
 			// delegates memory; the root shows none.
-			h.SwapCapped = exists(filepath.Join(dir, "memory.swap.max"))
+			h.SwapCapped = exists(filepath.Join(dir, swapFileV2))
 		}
 	})
 	if err != nil {

@@ -78,14 +78,12 @@ func (h *Host) Has(c string) bool { return slices.Contains(h.Controllers, c) }
 type Usage struct {
 	// MemoryPeakBytes is the kernel's high-water mark (memory.max_usage_in_bytes
 	// on v1, memory.peak on v2 5.19+); without it, the highest current usage
-	// seen by Stats calls.
+	// seen by Stats and CPUTime calls.
 	MemoryPeakBytes uint64
 	// CPUTime is user+system time of every task ever in the job.
 	CPUTime time.Duration
-	// PidsCurrent counts tasks (threads) now in the job.
-	PidsCurrent uint64
 	// PidsPeak is pids.peak when the kernel offers it, else the highest
-	// PidsCurrent seen by Stats calls.
+	// pids.current seen by Stats and CPUTime calls.
 	PidsPeak uint64
 	// OOMKills counts tasks the OOM killer killed in the job.
 	OOMKills uint64

@@ -1,10 +1,17 @@
 package integration
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCleanup_AfterRuns(t *testing.T) {
@@ -117,4 +124,62 @@ func TestCleanup_ManySequentialRuns(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, before)
+}
+
+// TestCleanup_OneCgroupPerRun: a CLI run makes its job's cgroup and no
+// other: the hierarchies are proven by that cgroup itself, not by a
+// throwaway probe cgroup made and removed in each first (inotify sees
+// every mkdir, cgroupfs included).
+func TestCleanup_OneCgroupPerRun(t *testing.T) {
+	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/true")
+	if inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("exec true: exit %d %s", inv.ExitCode, inv.Stderr)
+	}
+	p := decodePosture(t, inv.Result.Posture)
+	if len(p.Cgroup.Paths) == 0 {
+		t.Skip("no job cgroup on this host")
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(os.NewSyscallError("inotify_init1", err))
+	}
+	defer unix.Close(fd)
+	watched := map[string]bool{}
+	for _, dir := range p.Cgroup.Paths {
+		parent := filepath.Dir(dir)
+		if watched[parent] {
+			continue
+		}
+		if _, err := unix.InotifyAddWatch(fd, parent, unix.IN_CREATE); err != nil {
+			t.Fatalf("watch %s: %v", parent, os.NewSyscallError("inotify_add_watch", err))
+		}
+		watched[parent] = true
+	}
+	cmd, out := startPmjail(t, "exec", "--", "/bin/true")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec true: %v %s", err, out)
+	}
+	prefix := fmt.Sprintf("pmjail-%d-", cmd.Process.Pid)
+	made := map[string]int{}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			t.Fatal(os.NewSyscallError("read inotify", err))
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			if strings.HasPrefix(name, prefix) {
+				made[name]++
+			}
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+	if len(made) != 1 {
+		t.Errorf("the run made cgroups %v, want its job's alone", made)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // withoutCgroups runs pmjail where cgroups truly cannot be used: inside an
@@ -15,10 +17,18 @@ import (
 // host's cgroupfs is untouched.)
 func withoutCgroups(t *testing.T, args ...string) (*Result, int) {
 	t.Helper()
+	return inOuterMountNS(t, `mount -t tmpfs -o size=1m pmjail-test-no-cgroup /sys/fs/cgroup`, args...)
+}
+
+// inOuterMountNS runs pmjail with args after setup, a shell command run in
+// an outer private mount namespace that unshare creates and that dies with
+// the run: what setup mounts there never reaches the host.
+func inOuterMountNS(t *testing.T, setup string, args ...string) (*Result, int) {
+	t.Helper()
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
-	script := `set -e; mount -t tmpfs -o size=1m pmjail-test-no-cgroup /sys/fs/cgroup; exec "$@"`
+	script := `set -e; ` + setup + `; exec "$@"`
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", pmjail}, args...)...)
 	out, err := cmd.Output()
 	code := 0
@@ -29,7 +39,7 @@ func withoutCgroups(t *testing.T, args ...string) (*Result, int) {
 	}
 	var res Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("pmjail %v without cgroups: %v\n%s", args, err, out)
+		t.Fatalf("pmjail %v after %q: %v\n%s", args, setup, err, out)
 	}
 	return &res, code
 }
@@ -102,5 +112,63 @@ func TestNoCgroupRequiredMemoryCapRefuses(t *testing.T) {
 	res, code = withoutCgroups(t, "run", "--json", "--mode", "required", hello)
 	if code != 0 || res.Status != "ok" {
 		t.Fatalf("required without extra layers: exit %d status %s error %+v", code, res.Status, res.Error)
+	}
+}
+
+// TestNoCgroupHierarchyWritable: a cgroup hierarchy that refuses the job's
+// cgroup (here read-only, in an outer mount namespace) is a missing layer,
+// found by the run's own cgroup rather than a probe beforehand: mode auto
+// runs without it and says why, mode required runs (cgroups are not the
+// core) unless that layer is required.
+func TestNoCgroupHierarchyWritable(t *testing.T) {
+	var st unix.Statfs_t
+	target, layer := "/sys/fs/cgroup/pids", "cgroup_pids"
+	if err := unix.Statfs(target, &st); err != nil || st.Type != unix.CGROUP_SUPER_MAGIC {
+		target, layer = "/sys/fs/cgroup", "cgroup_memory" // cgroup v2: the one hierarchy
+	}
+	readOnly := "mount -o remount,bind,ro " + target
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sleep, err = filepath.EvalSymlinks(sleep); err != nil {
+		t.Fatal(err)
+	}
+	res, code := inOuterMountNS(t, readOnly, "exec", "--json", "--pids", "8", "--ro-bind", sleep+":/usr/bin/sleep", "--", "/bin/sh", "-c",
+		`n=0; while [ $n -lt 20 ]; do /usr/bin/sleep 2 & n=$((n+1)); done; wait; echo spawned`)
+	// Tasks are still bounded (RLIMIT_NPROC on the job's own uid): the
+	// shell meets the cap and gives up with its own error.
+	if res.Status != "ok" && res.Status != "error" || !strings.Contains(strings.ToLower(res.Stderr), "fork") || strings.Contains(res.Stdout, "spawned") {
+		t.Fatalf("20 tasks under --pids 8 with %s read-only: exit %d status %s stdout %q stderr %q error %+v", target, code, res.Status, res.Stdout, res.Stderr, res.Error)
+	}
+	p := decodePosture(t, res.Posture)
+	found := false
+	for _, l := range p.Layers {
+		if l.Name == layer {
+			found = true
+			if l.State == "applied" || !strings.Contains(l.Detail, "read-only file system") {
+				t.Errorf("%s with %s read-only: %s (%s), want it missing and why", layer, target, l.State, l.Detail)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("posture has no %s layer", layer)
+	}
+	for _, l := range coreLayers {
+		if st := p.state(l); st != "applied" {
+			t.Errorf("core layer %s is %q", l, st)
+		}
+	}
+	if target == "/sys/fs/cgroup/pids" && p.state("cgroup_memory") != "applied" {
+		t.Errorf("cgroup_memory is %q: only the pids hierarchy was read-only", p.state("cgroup_memory"))
+	}
+
+	res, code = inOuterMountNS(t, readOnly, "exec", "--json", "--mode", "required", "--", "/bin/true")
+	if code != 0 || res.Status != "ok" {
+		t.Errorf("mode required, %s not required: exit %d status %s error %+v", layer, code, res.Status, res.Error)
+	}
+	res, code = inOuterMountNS(t, readOnly, "exec", "--json", "--mode", "required", "--require", layer, "--", "/bin/true")
+	if code != 125 || res.Status != "refused" || res.Error == nil || !strings.Contains(res.Error.Message, layer) {
+		t.Errorf("mode required with %s required: exit %d status %s error %+v", layer, code, res.Status, res.Error)
 	}
 }

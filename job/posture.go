@@ -7,19 +7,19 @@ import (
 )
 
 // facts gathers what the run's posture is built from.
-func (rn *Runner) facts(r *Resolved, out *jail.Outcome, cg *cgroup.Job, filtered bool) posture.RunFacts {
+func (rn *Runner) facts(r *Resolved, out *jail.Outcome, cgs cgroups, cg *cgroup.Job, filtered bool) posture.RunFacts {
 	f := posture.RunFacts{
 		Mode:         r.Mode,
 		Required:     r.Required,
 		Outcome:      out,
 		Seccomp:      filtered,
 		Cgroup:       cg,
-		CgroupReason: rn.CgroupReason,
+		CgroupReason: cgs.reason,
 		Runtime:      string(r.Runtime),
 		CoarseTime:   r.Profile.CoarseTime,
 	}
-	if rn.Cgroups != nil {
-		f.CgroupHost = rn.Cgroups.Host()
+	if cgs.mgr != nil {
+		f.CgroupHost = cgs.mgr.Host()
 	}
 	return f
 }

@@ -32,6 +32,8 @@ type Runner struct {
 	// Install locates the runtimes; nil allows only native programs.
 	Install *runtimes.Install
 	// Cgroups creates the job cgroups; nil when the host has none usable.
+	// A lazy one (cgroup.NewLazyManager, the CLI's) is proven by the run's
+	// own cgroup: Run probes the host only when that cannot be made.
 	Cgroups *cgroup.Manager
 	// CgroupReason says why Cgroups is nil.
 	CgroupReason string
@@ -65,8 +67,9 @@ func NewID() string {
 // With a Prober (the daemon) the host's probed posture decides up front:
 // mode required refuses without the core, auto leaves out what is missing.
 // Without one (the CLI) every layer is tried; the init stage fails closed,
-// so a set-up failure means a layer is missing: the host is probed then,
-// and the run is refused (required) or retried without it (auto).
+// and a lazy cgroup manager fails to make a cgroup where the probe would
+// have failed, so a set-up failure means a layer is missing: the host is
+// probed then, and the run is refused (required) or retried without it.
 func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Result {
 	start := time.Now()
 	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
@@ -77,6 +80,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	}()
 	logger.Info("run starting", "spec", r.String())
 
+	cgs := cgroups{mgr: rn.Cgroups, reason: rn.CgroupReason}
 	var probed *posture.Probed
 	switch {
 	case rn.Prober != nil:
@@ -84,7 +88,8 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	case r.Mode == ModeRequired && len(r.Required) > 0:
 		// Layers beyond the core (Landlock, a cgroup controller, ...) are
 		// not failed closed by the init stage: prove them before running.
-		probed = posture.Probe(ctx, posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason})
+		cgs = cgs.probed()
+		probed = posture.Probe(ctx, cgs.options(rn.Install))
 	}
 	for {
 		if probed != nil {
@@ -101,20 +106,49 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 				return res
 			}
 		}
-		out := rn.attempt(ctx, r, opt, probed, res, logger)
+		out := rn.attempt(ctx, r, opt, probed, cgs, res, logger)
 		if out == nil || out.InitStage == "" || probed != nil || !setupLayerFailure(out) {
 			return res
 		}
 		logger.Warn("jail set-up failed; probing the host", "stage", out.InitStage, "err", out.Message)
-		probed = posture.Probe(ctx, posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason})
+		cgs = cgs.probed()
+		probed = posture.Probe(ctx, cgs.options(rn.Install))
 		*res = jail.Result{ID: res.ID, Logs: []jail.LogEntry{}}
 	}
+}
+
+// cgroupStage is the set-up stage of a run whose own cgroup could not be
+// made: with a lazy manager (the CLI) that cgroup is the host's only cgroup
+// probe, so its failure is a missing layer like the init stage's.
+const cgroupStage = "cgroup creation"
+
+// cgroups is the cgroup manager a run uses, or why it has none.
+type cgroups struct {
+	mgr    *cgroup.Manager
+	reason string
+}
+
+// probed returns the cgroups proven by the probe: a lazy manager (the
+// CLI's) is replaced by a probed one, which leaves out what is unusable.
+func (c cgroups) probed() cgroups {
+	if c.mgr == nil {
+		return c
+	}
+	m, err := c.mgr.Probed()
+	if err != nil {
+		return cgroups{reason: err.Error()}
+	}
+	return cgroups{mgr: m}
+}
+
+func (c cgroups) options(in *runtimes.Install) posture.Options {
+	return posture.Options{Install: in, Cgroups: c.mgr, CgroupReason: c.reason}
 }
 
 // setupLayerFailure reports a set-up failure that a missing layer explains.
 func setupLayerFailure(out *jail.Outcome) bool {
 	switch out.InitStage {
-	case "start", "seccomp", "mount namespace", "pivot_root", "root", "mounts", "cgroup namespace", "hostname", "privileges":
+	case cgroupStage, "start", "seccomp", "mount namespace", "pivot_root", "root", "mounts", "cgroup namespace", "hostname", "privileges":
 		return true
 	}
 	return false
@@ -129,7 +163,7 @@ func (rn *Runner) refuse(res *jail.Result, report *posture.Report) {
 // attempt runs the job once with the layers probed allows (all of them
 // when probed is nil) and fills res. It returns the jail's outcome, or nil
 // when the run never reached the jail.
-func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed *posture.Probed, res *jail.Result, logger *slog.Logger) *jail.Outcome {
+func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed *posture.Probed, cgs cgroups, res *jail.Result, logger *slog.Logger) *jail.Outcome {
 	fail := func(code, format string, args ...any) *jail.Outcome {
 		res.Status, res.ExitCode = jail.StatusInternalError, 125
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
@@ -153,7 +187,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		FileBytes:  uint64(lim.Tmp),
 		CPUSeconds: uint64(time.Duration(lim.CPUTime).Seconds()) + 2,
 	}
-	if rn.Cgroups == nil || !rn.Cgroups.Host().Has(cgroup.Pids) {
+	if cgs.mgr == nil || !cgs.mgr.Host().Has(cgroup.Pids) {
 		// Every job has its own host uid, so RLIMIT_NPROC counts its own
 		// tasks: the pids bound of last resort.
 		rootLimits.Tasks = uint64(lim.Pids)
@@ -177,11 +211,17 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 
 	var cg *cgroup.Job
-	if rn.Cgroups != nil {
-		spec.Linux.Resources = resources(lim)
-		cg, err = rn.Cgroups.Create(res.ID, spec.Linux.Resources)
+	if cgs.mgr != nil {
+		spec.Linux.Resources = resources(lim, cgs.mgr.Host())
+		cg, err = cgs.mgr.Create(res.ID, spec.Linux.Resources)
 		if err != nil {
-			return fail("cgroup", "%v", err)
+			fail("cgroup", "%v", err)
+			if probed == nil && errors.Is(err, cgroup.ErrNotSupported) {
+				// Not proven before: Run probes the host and retries
+				// without what cannot be used.
+				return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: cgroupStage, Message: err.Error()}
+			}
+			return nil
 		}
 		defer func() {
 			if err := cg.Delete(); err != nil {
@@ -208,7 +248,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		},
 	}
 	if cg != nil {
-		job.Cgroup = cgroupJob{cg}
+		job.Cgroup = cg
 	}
 	if launch.Channel {
 		timing := "precise"
@@ -238,7 +278,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
-	facts := rn.facts(r, out, cg, flt.program != nil)
+	facts := rn.facts(r, out, cgs, cg, flt.program != nil)
 	facts.DenoFlags = denoFlags(launch)
 	facts.Start = launch.Start
 	if probed != nil {
@@ -275,17 +315,6 @@ func denoFlags(l *runtimes.Launch) []string {
 	return flags
 }
 
-// cgroupJob adapts a job cgroup to what the jail drives. Its CPU-time poll
-// reads the whole Stats rather than the CPU time alone: the poll also
-// samples the peaks a kernel does not keep itself (tasks on v1, memory and
-// tasks on older v2), which the result reports.
-type cgroupJob struct{ *cgroup.Job }
-
-func (c cgroupJob) CPUTime() (time.Duration, error) {
-	u, err := c.Stats()
-	return u.CPUTime, err
-}
-
 func (rn *Runner) logger() *slog.Logger {
 	if rn.Logger != nil {
 		return rn.Logger
@@ -294,13 +323,23 @@ func (rn *Runner) logger() *slog.Logger {
 }
 
 // resources are the job's cgroup limits: memory without swap, tasks, and
-// one core's worth of CPU.
-func resources(lim profiles.Limits) *specs.LinuxResources {
-	mem := int64(lim.Memory)
-	quota, period, pids := int64(100000), uint64(100000), lim.Pids
-	return &specs.LinuxResources{
-		Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem},
-		Pids:   &specs.LinuxPids{Limit: &pids},
-		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+// one core's worth of CPU, each where the host has its controller. A limit
+// left out is a layer the run's posture reports missing (mode auto runs
+// without it; mode required refuses first if it is required), and the
+// tasks bound falls back to RLIMIT_NPROC.
+func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if h.Has(cgroup.Memory) {
+		mem := int64(lim.Memory)
+		r.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &mem}
 	}
+	if h.Has(cgroup.Pids) {
+		pids := lim.Pids
+		r.Pids = &specs.LinuxPids{Limit: &pids}
+	}
+	if h.Has(cgroup.CPU) {
+		quota, period := int64(100000), uint64(100000)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	return r
 }

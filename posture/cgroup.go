@@ -2,7 +2,6 @@ package posture
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -60,9 +59,10 @@ func noCgroupLayers(reason string) []Layer {
 	}
 }
 
-// readLimit reads one limit file of a job cgroup, for the run's posture.
+// readLimit reads one limit file of a job cgroup, for the run's posture
+// (through cgroup.ReadFile, which spares the netpoller).
 func readLimit(dir, file string) string {
-	data, err := os.ReadFile(filepath.Join(dir, file))
+	data, err := cgroup.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return "?"
 	}

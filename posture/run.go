@@ -172,7 +172,11 @@ func runCgroup(f RunFacts, layers []Layer) (Cgroup, []Layer) {
 	} {
 		d, ok := dir(l.ctl)
 		if !ok || !f.CgroupHost.Has(l.ctl) {
-			layers = append(layers, Layer{Name: l.layer, State: Missing, Detail: "controller unavailable"})
+			detail := "controller unavailable"
+			if f.CgroupHost.Reason != "" {
+				detail += ": " + f.CgroupHost.Reason
+			}
+			layers = append(layers, Layer{Name: l.layer, State: Missing, Detail: detail})
 			continue
 		}
 		file := l.v1

@@ -38,7 +38,7 @@ func cmdPosture(args []string) int {
 			extra = append(extra, l)
 		}
 	}
-	rn, err := newRunner(false)
+	rn, err := newRunner(false, false) // the posture proves every layer
 	if err != nil {
 		return fail("posture: %v", err)
 	}

@@ -249,7 +249,7 @@ func execute(req *job.Request, require []string, jsonOut bool) int {
 	if err != nil {
 		return fail("%v", strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
 	}
-	runner, err := newRunner(req.Exec == nil)
+	runner, err := newRunner(req.Exec == nil, true)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -287,8 +287,11 @@ func report(res *jail.Result, jsonOut bool) int {
 }
 
 // newRunner finds the runtimes and the cgroups. A host without usable
-// cgroups still runs (auto mode reports it).
-func newRunner(needRuntimes bool) (*job.Runner, error) {
+// cgroups still runs (auto mode reports it). With lazyCgroups the cgroup
+// manager only reads the layout: a run's own cgroup proves the hierarchies,
+// and job.Runner probes them only if that cgroup cannot be made (the probe
+// would make and remove a throwaway cgroup in each hierarchy every run).
+func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 	rn := &job.Runner{Ceiling: job.DefaultCeiling()}
 	if lvl := os.Getenv("PMJAIL_LOG"); lvl != "" {
 		var l slog.Level
@@ -301,7 +304,11 @@ func newRunner(needRuntimes bool) (*job.Runner, error) {
 		return nil, err
 	}
 	rn.Install = in
-	mgr, err := cgroup.NewManager()
+	newManager := cgroup.NewManager
+	if lazyCgroups {
+		newManager = cgroup.NewLazyManager
+	}
+	mgr, err := newManager()
 	if err != nil {
 		rn.CgroupReason = err.Error()
 	} else {
