@@ -5,67 +5,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/kfile"
 )
 
 // traceFile, when a test sets it, sees each cgroup file read or written
 // here ("read" or "write", and the path).
 var traceFile func(op, path string)
 
-// ReadFile reads a cgroup file without what os.ReadFile costs there (see
-// readFile), for readers outside the package such as a run's posture.
+// ReadFile reads a cgroup file without what os.ReadFile costs there
+// (package kfile), for readers outside the package such as a run's posture.
 func ReadFile(path string) ([]byte, error) { return readFile(path) }
 
-// readFile reads a cgroup file whole with open, read and close. os.ReadFile
-// costs more than twice as much on cgroupfs (~18 against ~8 µs a file here,
-// and more under load): kernfs files are pollable, so os.Open makes each
-// one non-blocking and registers it with the runtime's netpoller, whose
-// thread then wakes for it (fcntl twice, epoll_ctl at open and at close,
-// fstat, and a wake-up of another thread, for every file).
+// readFile reads a cgroup file whole, through a bare fd (package kfile
+// says why).
 func readFile(path string) ([]byte, error) {
 	if traceFile != nil {
 		traceFile("read", path)
 	}
-	fd, err := openFile(path, unix.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 512)
-	for {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-// openFile opens a cgroup file as a bare fd (see readFile), close-on-exec.
-func openFile(path string, flags int) (int, error) {
-	for {
-		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return -1, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return fd, nil
-	}
+	return kfile.Read(path)
 }
 
 // readString reads a small cgroup file.
@@ -83,7 +45,7 @@ func writeString(path, value string) error {
 	if traceFile != nil {
 		traceFile("write", path)
 	}
-	fd, err := openFile(path, unix.O_WRONLY)
+	fd, err := kfile.Open(path, unix.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

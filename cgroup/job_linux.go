@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/kfile"
 )
 
 // Job is one job's cgroup: one directory per controller on v1, a single
@@ -236,7 +238,7 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 		// A bare fd in an os.File: os.OpenFile would register the
 		// pollable cgroupfs file with the netpoller (see readFile).
 		path := filepath.Join(dir, "tasks")
-		fd, err := openFile(path, unix.O_WRONLY)
+		fd, err := kfile.Open(path, unix.O_WRONLY)
 		if err != nil {
 			closeFiles(files)
 			return nil, fmt.Errorf("open tasks of cgroup %s: %w", dir, err)

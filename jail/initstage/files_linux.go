@@ -78,35 +78,6 @@ func writeFile(path string, data []byte, mode uint32) error {
 	return nil
 }
 
-// readSmallFile reads a file of at most a few hundred bytes (a /proc or
-// /sys value). os.ReadFile would set up the runtime's network poller for
-// it (epoll_create1, eventfd2, epoll_ctl twice, fcntl twice), which nothing
-// else in the init stage needs.
-func readSmallFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 512)
-	for {
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-		if len(buf) == cap(buf) {
-			return nil, &os.PathError{Op: "read", Path: path, Err: errors.New("file too large")}
-		}
-	}
-}
-
 // copyTree copies the directory src (an fd, O_PATH will do) into the
 // existing directory dst (an fd opened for reading), giving every copy to
 // uid: subdirectories (0755) and regular files (0644), nothing else, and

@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp/bpf"
 )
@@ -189,7 +190,7 @@ func checkPrivateMountNS(host uint64) error {
 }
 
 func lastCapability() (int, error) {
-	data, err := readSmallFile("/proc/sys/kernel/cap_last_cap")
+	data, err := kfile.Read("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 0, err
 	}
