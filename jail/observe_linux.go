@@ -3,10 +3,11 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/netns"
 )
 
@@ -50,6 +51,20 @@ func (o *Observed) NoCapabilities() bool {
 
 var namespaceNames = []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"}
 
+// ownNamespaces are the supervisor's own namespace inodes, by name, read
+// once: a process keeps its namespaces (a goroutine that moves its own
+// thread does not move the process, which /proc/self names). A name this
+// kernel lacks is left out.
+var ownNamespaces = sync.OnceValue(func() map[string]uint64 {
+	own := map[string]uint64{}
+	for _, ns := range namespaceNames {
+		if ino, err := nsInode("self", ns); err == nil {
+			own[ns] = ino
+		}
+	}
+	return own
+})
+
 // observe reads pid's state. A process that has already exited yields an
 // Observed with Error set rather than a guess.
 func observe(pid int) *Observed {
@@ -73,11 +88,7 @@ func observe(pid int) *Observed {
 	exited := func(what string, err error) *Observed {
 		return &Observed{PID: pid, Error: fmt.Sprintf("the process exited while it was read back (%s: %v)", what, err)}
 	}
-	for _, ns := range namespaceNames {
-		mine, err := nsInode("self", ns)
-		if err != nil {
-			continue // this kernel has no such namespace
-		}
+	for ns, mine := range ownNamespaces() {
 		theirs, err := nsInode(p, ns)
 		if err != nil {
 			return exited(ns+" namespace", err)
@@ -85,10 +96,10 @@ func observe(pid int) *Observed {
 		o.NamespaceIDs[ns] = theirs
 		o.Namespaces[ns] = mine != theirs
 	}
-	if data, err := os.ReadFile("/proc/" + p + "/cgroup"); err == nil {
+	if data, err := kfile.Read("/proc/" + p + "/cgroup"); err == nil {
 		o.Cgroups = strings.Split(strings.TrimSpace(string(data)), "\n")
 	}
-	if data, err := os.ReadFile("/proc/" + p + "/mountinfo"); err == nil {
+	if data, err := kfile.Read("/proc/" + p + "/mountinfo"); err == nil {
 		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 6 {
@@ -106,7 +117,7 @@ func observe(pid int) *Observed {
 	if rep, err := netns.Inspect(pid); err == nil {
 		o.Network = &rep
 	}
-	if data, err := os.ReadFile("/proc/" + p + "/limits"); err == nil {
+	if data, err := kfile.Read("/proc/" + p + "/limits"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)
 			switch {
@@ -123,7 +134,7 @@ func observe(pid int) *Observed {
 // ProcStatus reads /proc/<pid>/status ("self" for this process) into its
 // fields, values trimmed.
 func ProcStatus(pid string) (map[string]string, error) {
-	data, err := os.ReadFile("/proc/" + pid + "/status")
+	data, err := kfile.Read("/proc/" + pid + "/status")
 	if err != nil {
 		return nil, err
 	}
