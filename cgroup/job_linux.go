@@ -438,10 +438,7 @@ func (j *Job) Delete() error {
 // the kernel lets go (one already gone counts), and reports whether all
 // of them went.
 func (j *Job) removeEmpty() bool {
-	if j.fd >= 0 {
-		unix.Close(j.fd)
-		j.fd = -1
-	}
+	j.closeFD()
 	all := true
 	for _, dir := range j.paths {
 		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -451,12 +448,18 @@ func (j *Job) removeEmpty() bool {
 	return all
 }
 
-// removeDirs closes the fd and removes every directory of the job.
-func (j *Job) removeDirs() error {
+// closeFD closes the v2 directory fd, if open: a cgroup is removed only
+// once nothing holds it.
+func (j *Job) closeFD() {
 	if j.fd >= 0 {
 		unix.Close(j.fd)
 		j.fd = -1
 	}
+}
+
+// removeDirs closes the fd and removes every directory of the job.
+func (j *Job) removeDirs() error {
+	j.closeFD()
 	deadline := time.Now().Add(killTimeout)
 	var errs []error
 	for _, dir := range j.paths {

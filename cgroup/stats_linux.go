@@ -88,13 +88,10 @@ func (j *Job) statsV1(u *Usage) error {
 		u.MemoryLimitHit = fail > 0 || swfail > 0 || u.OOMKills > 0
 	}
 	if dir, ok := j.paths[CPUAcct]; ok {
-		ns, _ := r.single(filepath.Join(dir, "cpuacct.usage"), false)
-		u.CPUTime = time.Duration(ns)
+		u.CPUTime = cpuUsageV1(&r, dir)
 	}
 	if dir, ok := j.paths[Pids]; ok {
-		u.PidsPeak = j.pidsPeakNow(&r, dir)
-		ev := r.keyed(filepath.Join(dir, "pids.events"), true)
-		u.PidsLimitHit = ev["max"] > 0
+		j.readPids(&r, dir, u)
 	}
 	return r.err
 }
@@ -110,11 +107,22 @@ func (j *Job) statsV2(dir string, u *Usage) error {
 	}
 	u.CPUTime = cpuStatV2(&r, dir)
 	if h.Has(Pids) {
-		u.PidsPeak = j.pidsPeakNow(&r, dir)
-		ev := r.keyed(filepath.Join(dir, "pids.events"), true)
-		u.PidsLimitHit = ev["max"] > 0
+		j.readPids(&r, dir, u)
 	}
 	return r.err
+}
+
+// readPids reads the tasks' peak and whether a fork was refused.
+func (j *Job) readPids(r *reader, dir string, u *Usage) {
+	u.PidsPeak = j.pidsPeakNow(r, dir)
+	ev := r.keyed(filepath.Join(dir, "pids.events"), true)
+	u.PidsLimitHit = ev["max"] > 0
+}
+
+// cpuUsageV1 reads cpuacct.usage (nanoseconds).
+func cpuUsageV1(r *reader, dir string) time.Duration {
+	ns, _ := r.single(filepath.Join(dir, "cpuacct.usage"), false)
+	return time.Duration(ns)
 }
 
 // cpuStatV2 reads usage_usec from cpu.stat, a core file: present without
@@ -175,8 +183,7 @@ func (j *Job) CPUTime() (time.Duration, error) {
 		}
 	} else {
 		if dir, ok := j.paths[CPUAcct]; ok {
-			ns, _ := r.single(filepath.Join(dir, "cpuacct.usage"), false)
-			cpu = time.Duration(ns)
+			cpu = cpuUsageV1(&r, dir)
 		}
 		if dir, ok := j.paths[Pids]; ok && j.pidsPeak != peakKept {
 			j.pidsPeakNow(&r, dir)
