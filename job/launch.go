@@ -167,7 +167,7 @@ func PrepareFilters(in *runtimes.Install) (dir string, n int, err error) {
 		if err != nil {
 			return "", 0, err
 		}
-		for _, kind := range []string{"deno", "python", "native"} {
+		for _, kind := range profiles.ProgramKinds {
 			if _, err := rn.filter(&Resolved{Profile: p, Kind: kind}); err != nil {
 				return "", 0, err
 			}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -203,6 +204,10 @@ func decodeProfile(r io.Reader) (*Profile, error) {
 	return &p, nil
 }
 
+// ProgramKinds are the kinds of program a profile names a seccomp policy
+// for: Deno, Python (Pyodide in Deno) and native programs.
+var ProgramKinds = []string{"deno", "python", "native"}
+
 // Validate checks a profile: complete limits and loadable seccomp policies.
 func (p *Profile) Validate() error {
 	if p.Name == "" {
@@ -211,7 +216,7 @@ func (p *Profile) Validate() error {
 	if err := p.Limits.Validate(); err != nil {
 		return err
 	}
-	for _, kind := range []string{"deno", "python", "native"} {
+	for _, kind := range ProgramKinds {
 		if _, ok := p.Seccomp[kind]; !ok {
 			return fmt.Errorf("seccomp.%s: missing (name a built-in policy: %s, or a file)", kind, strings.Join(SeccompNames(), ", "))
 		}
@@ -220,8 +225,8 @@ func (p *Profile) Validate() error {
 		}
 	}
 	for kind := range p.Seccomp {
-		if kind != "deno" && kind != "python" && kind != "native" {
-			return fmt.Errorf("seccomp.%s: unknown program kind (want deno, python or native)", kind)
+		if !slices.Contains(ProgramKinds, kind) {
+			return fmt.Errorf("seccomp.%s: unknown program kind (want %s)", kind, strings.Join(ProgramKinds, ", "))
 		}
 	}
 	return nil
