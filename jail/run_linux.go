@@ -296,7 +296,6 @@ func (s *supervision) run(ctx context.Context) {
 		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
 		return
 	}
-	go func() { waitErr <- cmd.Wait() }()
 
 	// The broker's session ends on its own when the guest's end closes, and
 	// Run waits for it: its outcome is part of the run's.
@@ -311,6 +310,11 @@ func (s *supervision) run(ctx context.Context) {
 			}
 		}()
 	}
+	// The runtime is running. Its state is read back while the session
+	// sends the guest its start (the guest waits for nothing of this), and
+	// before anything reaps it: a reaped pid can be another process's.
+	s.out.Observed = observe(cmd.Process.Pid)
+	go func() { waitErr <- cmd.Wait() }()
 
 	var cpuTick <-chan time.Time
 	if job.Cgroup != nil && job.CPUTime > 0 {
@@ -431,7 +435,6 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 		}
 		return nil, errors.New(after.Error)
 	}
-	s.out.Observed = observe(pid)
 	return conn, nil
 }
 
