@@ -37,15 +37,17 @@ type Event struct {
 
 // Health is the body of GET /v1/health.
 type Health struct {
-	Status         string  `json:"status"` // "ok" or "draining"
-	Version        string  `json:"version,omitempty"`
-	API            string  `json:"api"`
-	InFlight       int     `json:"in_flight"`
-	Queued         int     `json:"queued"`
-	MaxConcurrency int     `json:"max_concurrency"`
-	MaxQueue       int     `json:"max_queue"`
-	UptimeSeconds  float64 `json:"uptime_seconds"`
-	PID            int     `json:"pid"`
+	Status         string `json:"status"` // "ok" or "draining"
+	Version        string `json:"version,omitempty"`
+	API            string `json:"api"`
+	InFlight       int    `json:"in_flight"`
+	Queued         int    `json:"queued"`
+	MaxConcurrency int    `json:"max_concurrency"`
+	MaxQueue       int    `json:"max_queue"`
+	// Prestarted is how many init stages wait, started, for runs.
+	Prestarted    int     `json:"prestarted"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	PID           int     `json:"pid"`
 }
 
 // ErrorBody is the body of every error response: {"error": {...}}.

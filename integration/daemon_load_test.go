@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
+	"golang.org/x/sys/unix"
 )
 
 // hello is the smallest real run.
@@ -82,12 +84,8 @@ func children(t testing.TB, pid int) []string {
 			continue
 		}
 		for _, c := range strings.Fields(string(data)) {
-			stat, _ := os.ReadFile("/proc/" + c + "/stat")
-			state := "?"
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 {
-				state = string(stat[i+2])
-			}
-			out = append(out, c+":"+state)
+			pid, _ := strconv.Atoi(c)
+			out = append(out, c+":"+procState(pid))
 		}
 	}
 	return out
@@ -124,9 +122,59 @@ func TestDaemonLoad(t *testing.T) {
 	if cgs := jobCgroups(d.pid()); len(cgs) > 0 {
 		t.Errorf("job cgroups left after the runs: %v", cgs)
 	}
-	if kids := children(t, d.pid()); len(kids) > 0 {
-		t.Errorf("the idle daemon still has children (pid:state): %v", kids)
+	// The idle daemon's only children are the init stages it keeps
+	// started for the next runs, waiting; they end with it.
+	waiting := waitingInitStages(t, d)
+	d.stop(t)
+	for _, pid := range waiting {
+		if !gone(pid) {
+			t.Errorf("prestarted init stage %d outlived the daemon", pid)
+		}
 	}
+}
+
+// waitingInitStages waits until the daemon's children are exactly the
+// prestarted init stages its health reports, each asleep in pmjail-init,
+// and returns their pids.
+func waitingInitStages(t *testing.T, d *daemon) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kids := childrenOf(d.pid())
+		h, err := d.c.Health(context.Background())
+		settled := err == nil && len(kids) == h.Prestarted
+		for _, pid := range kids {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			settled = settled && strings.TrimSpace(string(comm)) == "pmjail-init" && procState(pid) == "S"
+		}
+		if settled {
+			return kids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle daemon's children (pid:state) %v are not its %+v prestarted init stages (%v)", children(t, d.pid()), h, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// procState is the state letter of pid ("?" when it is gone).
+func procState(pid int) string {
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 {
+		return string(stat[i+2])
+	}
+	return "?"
+}
+
+// gone reports whether pid has ended and been reaped, waiting a little.
+func gone(pid int) bool {
+	for range 100 {
+		if errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
 }
 
 func TestDaemonCrashRecovery(t *testing.T) {

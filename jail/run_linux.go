@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -51,13 +50,16 @@ type Job struct {
 	// Stdout and Stderr, when set, receive the guest's output as it comes
 	// (up to the output limit), besides the captured copy.
 	Stdout, Stderr io.Writer
+	// Warm, when set, supplies an init stage started ahead of the run.
+	Warm *Pool
 }
 
 // CgroupJob is the part of a job's cgroup the jail drives.
 type CgroupJob interface {
 	// TaskFiles opens, for writing, the per-thread task file of each of the
-	// job's cgroup v1 hierarchies: the init stage joins through them
-	// itself, before it starts a thread. An error (cgroup v2) means none.
+	// job's cgroup v1 hierarchies: they go to the init stage with its
+	// configuration, and it joins through them itself, before its set-up.
+	// An error (cgroup v2) means none.
 	TaskFiles() ([]*os.File, error)
 	// AddProc moves a process in, when neither FD nor TaskFiles can.
 	AddProc(pid int) error
@@ -93,6 +95,9 @@ type Outcome struct {
 	LimitsHit []string
 	// InitStage names the set-up step that failed, for internal errors.
 	InitStage string
+	// Prestarted says the init stage came from a Pool, started before
+	// the run: the supervisor moved it into the job's cgroup.
+	Prestarted bool
 }
 
 // killReason is why the supervisor ended a run early.
@@ -126,22 +131,7 @@ type supervision struct {
 	mu     sync.Mutex
 	reason *killReason
 	cmd    *exec.Cmd
-	// intoCgroup: the child started in the job's cgroup (CLONE_INTO_CGROUP).
-	intoCgroup bool
-	// selfJoin is how many task files the init stage joins through.
-	selfJoin int
-}
-
-// restartable returns a fresh copy of a command whose start failed (an
-// exec.Cmd cannot be started twice), sharing its files and attributes.
-func (s *supervision) restartable(cmd *exec.Cmd) *exec.Cmd {
-	attr := *cmd.SysProcAttr
-	next := &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
-		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &attr}
-	s.mu.Lock()
-	s.cmd = next
-	s.mu.Unlock()
-	return next
+	child  *child
 }
 
 // stop records the first reason to end the run and kills the tree.
@@ -178,68 +168,33 @@ func (s *supervision) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	lease, err := leaseIDs()
-	if err != nil {
-		s.fail("ids", err)
-		return
+	flags := cloneFlags(job.Spec)
+	var c *child
+	if _, v2 := cgroupFD(job.Cgroup); !v2 {
+		// On cgroup v2 a child starts in its job's cgroup (moving one in
+		// from outside waits for an RCU grace period, ~8 ms), so it cannot
+		// start before its job.
+		c = job.Warm.take(flags)
 	}
-	defer lease.release()
-
-	hostMountNS, err := nsInode("self", "mnt")
-	if err != nil {
-		s.fail("mount namespace", err)
-		return
-	}
-
-	ctlHost, ctlChild, err := socketPair()
-	if err != nil {
-		s.fail("control socket", err)
-		return
-	}
-	defer ctlHost.Close()
-	// fd 3 is the guest channel's slot: held by a placeholder until the init
-	// stage puts the channel there, so nothing of its own can take it.
-	placeholder, err := os.Open(os.DevNull)
-	if err != nil {
-		ctlChild.Close()
-		s.fail("fd placeholder", err)
-		return
-	}
-	defer placeholder.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		s.fail("stdout pipe", err)
-		return
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		s.fail("stderr pipe", err)
-		return
-	}
-
-	cmd := &exec.Cmd{
-		Path:        FindInitStage().Path,
-		Args:        []string{"pmjail-init", initstage.Role},
-		Env:         slices.Clone(initStageEnv),
-		Dir:         "/",
-		Stdout:      outW,
-		Stderr:      errW,
-		ExtraFiles:  []*os.File{placeholder, ctlChild},
-		SysProcAttr: s.sysProcAttr(lease),
-	}
-	if job.Cgroup != nil && !cmd.SysProcAttr.UseCgroupFD {
-		if tasks, err := job.Cgroup.TaskFiles(); err == nil {
-			defer closeAll(tasks)
-			// ExtraFiles[i] is fd 3+i in the child.
-			cmd.Env = append(cmd.Env, initstage.JoinEnv(3+len(cmd.ExtraFiles), len(tasks)))
-			cmd.ExtraFiles = append(cmd.ExtraFiles, tasks...)
-			s.selfJoin = len(tasks)
+	if c != nil {
+		s.out.Prestarted = true
+	} else {
+		var err error
+		if c, err = startChild(flags, job.Cgroup); err != nil {
+			var se *startError
+			if errors.As(err, &se) {
+				s.fail(se.stage, se.err)
+			} else {
+				s.fail("start", err)
+			}
+			return
 		}
 	}
+	defer c.lease.release()
+	defer c.ctl.Close()
+	cmd := c.cmd
 	s.mu.Lock()
-	s.cmd = cmd
+	s.cmd, s.child = cmd, c
 	s.mu.Unlock()
 
 	// The wall clock covers everything from here, set-up included.
@@ -248,47 +203,28 @@ func (s *supervision) run(ctx context.Context) {
 	})
 	defer timer.Stop()
 
-	err = startLocked(cmd)
-	if err != nil && errors.Is(err, unix.ENOSYS) && cmd.SysProcAttr.UseCgroupFD {
-		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
-		// seccomp filter, as in Docker's default profile): start with
-		// clone and join the cgroup before the runtime starts instead.
-		cmd = s.restartable(cmd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
-		err = startLocked(cmd)
-	}
-	s.intoCgroup = err == nil && cmd.SysProcAttr.UseCgroupFD
-	// The child has its own copies now.
-	outW.Close()
-	errW.Close()
-	ctlChild.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		s.fail("start", err)
-		return
-	}
-
 	var outputs sync.WaitGroup
 	stdout := &capture{limit: job.OutputLimit, live: job.Stdout}
 	stderr := &capture{limit: job.OutputLimit, live: job.Stderr}
 	onOverflow := func() {
 		s.stop(killReason{status: StatusOutputLimit, limit: "output", msg: fmt.Sprintf("output limit of %d bytes exceeded", job.OutputLimit)})
 	}
-	for _, c := range []struct {
+	for _, o := range []struct {
 		r *os.File
 		c *capture
-	}{{outR, stdout}, {errR, stderr}} {
+	}{{c.stdout, stdout}, {c.stderr, stderr}} {
 		outputs.Add(1)
 		go func() {
 			defer outputs.Done()
-			defer c.r.Close()
-			c.c.drain(c.r, onOverflow)
+			defer o.r.Close()
+			o.c.drain(o.r, onOverflow)
 		}()
 	}
 
 	waitErr := make(chan error, 1)
-	conn, setupErr := s.handOver(ctx, ctlHost, lease, hostMountNS)
+	var err error
+	conn, setupErr := s.handOver(ctx)
+	job.Warm.replenish(flags)
 	if setupErr != nil {
 		s.killTree(cmd)
 		_ = cmd.Wait()
@@ -359,11 +295,15 @@ wait:
 // handOver places the child in its cgroup, sends it its configuration and
 // follows its set-up until it has exec'd the runtime. It returns the host
 // end of the guest channel when the job has one.
-func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease, hostMountNS uint64) (net.Conn, error) {
-	job := s.job
-	pid := s.cmd.Process.Pid
-	if job.Cgroup != nil && !s.intoCgroup && s.selfJoin == 0 {
-		if err := job.Cgroup.AddProc(pid); err != nil {
+func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
+	job, c := s.job, s.child
+	ctl := c.ctl
+	var tasks []*os.File
+	if job.Cgroup != nil && !c.intoCgroup {
+		var err error
+		if tasks, err = job.Cgroup.TaskFiles(); err == nil {
+			defer closeAll(tasks)
+		} else if err := job.Cgroup.AddProc(c.cmd.Process.Pid); err != nil {
 			s.fail("cgroup", err)
 			return nil, err
 		}
@@ -374,12 +314,12 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 	if !cfg.HasNamespace(specs.UserNamespace) {
 		// Without a user namespace the guest takes the lease's host ids
 		// directly: still unprivileged and unique to this job.
-		proc.User = specs.User{UID: uint32(lease.guestID()), GID: uint32(lease.guestID())}
+		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
 	}
 	cfg.Process = &proc
-	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
-	cfg.Landlock, cfg.Channel, cfg.CgroupJoin = job.Landlock, job.Channel != nil, s.selfJoin
-	if err := json.NewEncoder(ctl).Encode(&cfg); err != nil {
+	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, c.hostMountNS
+	cfg.Landlock, cfg.Channel, cfg.CgroupJoin = job.Landlock, job.Channel != nil, len(tasks)
+	if err := sendConfig(ctl, &cfg, tasks); err != nil {
 		s.fail("send configuration", err)
 		return nil, err
 	}
@@ -436,6 +376,39 @@ func (s *supervision) handOver(ctx context.Context, ctl *os.File, lease *idLease
 		return nil, errors.New(after.Error)
 	}
 	return conn, nil
+}
+
+// sendConfig sends the init stage its configuration, one JSON value, with
+// the task files it joins its cgroups through.
+func sendConfig(ctl *os.File, cfg *initstage.Config, tasks []*os.File) error {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	var rights []byte
+	if len(tasks) > 0 {
+		fds := make([]int, len(tasks))
+		for i, f := range tasks {
+			fds[i] = int(f.Fd())
+		}
+		rights = unix.UnixRights(fds...)
+	}
+	for {
+		n, err := unix.SendmsgN(int(ctl.Fd()), data, rights, nil, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return os.NewSyscallError("sendmsg", err)
+		}
+		// A stream socket may take less when a signal interrupts it; the
+		// rights went with the first byte. Nothing is written when all went:
+		// even an empty write fails once the child has run and exited.
+		if n < len(data) {
+			_, err = ctl.Write(data[n:])
+		}
+		return err
+	}
 }
 
 // initFailure explains an init stage that died without a report.
@@ -549,37 +522,6 @@ func (s *supervision) finish(cmd *exec.Cmd, waitErr error, stdout, stderr *captu
 	}
 }
 
-// sysProcAttr is the whole contract of starting the init stage: every
-// namespace, the id mappings of the job's lease, a new session without a
-// terminal, death with the supervisor, and on cgroup v2 the job's cgroup
-// from the first instruction.
-func (s *supervision) sysProcAttr(lease *idLease) *syscall.SysProcAttr {
-	attr := &syscall.SysProcAttr{
-		Cloneflags: cloneFlags(s.job.Spec),
-		Credential: &syscall.Credential{Uid: nsRootID, Gid: nsRootID, Groups: []uint32{}},
-		Setsid:     true,
-		Pdeathsig:  syscall.SIGKILL,
-	}
-	if attr.Cloneflags&unix.CLONE_NEWUSER != 0 {
-		attr.UidMappings = []syscall.SysProcIDMap{
-			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
-			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
-		}
-		attr.GidMappings = []syscall.SysProcIDMap{
-			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
-			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
-		}
-		attr.GidMappingsEnableSetgroups = true
-	}
-	if s.job.Cgroup != nil {
-		if fd, ok := s.job.Cgroup.FD(); ok {
-			attr.UseCgroupFD = true
-			attr.CgroupFD = fd
-		}
-	}
-	return attr
-}
-
 // startLocked starts cmd from a locked OS thread: the parent-death signal
 // fires when the thread that started the child exits, so that thread must
 // be one the Go runtime keeps.
@@ -627,6 +569,15 @@ func cloneFlags(spec *specs.Spec) uintptr {
 		}
 	}
 	return flags
+}
+
+// cgroupFD is the job cgroup's directory for CLONE_INTO_CGROUP, if it has
+// one (cgroup v2).
+func cgroupFD(cg CgroupJob) (int, bool) {
+	if cg == nil {
+		return -1, false
+	}
+	return cg.FD()
 }
 
 func closeAll(files []*os.File) {

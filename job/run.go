@@ -41,6 +41,9 @@ type Runner struct {
 	Ceiling Ceiling
 	// Prober, when set, holds the host's probed posture (the daemon).
 	Prober *posture.Prober
+	// Warm, when set, supplies init stages started ahead of the runs (the
+	// daemon's).
+	Warm   *jail.Pool
 	Logger *slog.Logger
 
 	filtersMu sync.Mutex
@@ -74,9 +77,11 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	start := time.Now()
 	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
 	logger := rn.logger().With("job", res.ID)
+	// prestarted: the run's init stage came from the daemon's pool.
+	var prestarted bool
 	defer func() {
 		res.Usage.WallMS = time.Since(start).Milliseconds()
-		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS)
+		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", prestarted)
 	}()
 	logger.Info("run starting", "spec", r.String())
 
@@ -107,6 +112,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 			}
 		}
 		out := rn.attempt(ctx, r, opt, probed, cgs, res, logger)
+		prestarted = out != nil && out.Prestarted
 		if out == nil || out.InitStage == "" || probed != nil || !setupLayerFailure(out) {
 			return res
 		}
@@ -243,6 +249,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		OutputLimit: int64(lim.Output),
 		Stdout:      opt.Stdout,
 		Stderr:      opt.Stderr,
+		Warm:        rn.Warm,
 		Denials: func(ctx context.Context, fd int) {
 			_ = denials.Serve(ctx, fd, flt.errno)
 		},

@@ -37,6 +37,10 @@ type Config struct {
 	// MaxQueue bounds the runs waiting for a slot (default 2×MaxConcurrency;
 	// -1 means no queue). Beyond it a run is refused with 429.
 	MaxQueue int `json:"max_queue"`
+	// Prestart is how many init stages the daemon keeps started ahead of
+	// runs (default MaxConcurrency; -1 means none): a run that takes one
+	// skips the clone, exec and start-up of its own (see jail.Pool).
+	Prestart int `json:"prestart"`
 	// QueueTimeout bounds the wait for a slot (default 60s; then 503).
 	QueueTimeout profiles.Duration `json:"queue_timeout"`
 	// ShutdownGrace is how long SIGTERM lets in-flight runs finish before
@@ -218,6 +222,14 @@ func (c *Config) normalize() error {
 	case c.MaxQueue == 0:
 		c.MaxQueue = 2 * c.MaxConcurrency
 	}
+	switch {
+	case c.Prestart < -1:
+		return fmt.Errorf("prestart: %d (want -1 for none, or a count)", c.Prestart)
+	case c.Prestart > MaxPrestart:
+		return fmt.Errorf("prestart: %d is over the %d this daemon keeps at most", c.Prestart, MaxPrestart)
+	case c.Prestart == 0:
+		c.Prestart = c.MaxConcurrency
+	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)
 	}
@@ -240,6 +252,18 @@ func (c *Config) normalize() error {
 	}
 	c.derived = &derivedConfig{ceil: ceil, peers: peers}
 	return nil
+}
+
+// MaxPrestart bounds Prestart: each pooled init stage holds a few MiB and
+// a set of namespaces while it waits.
+const MaxPrestart = 64
+
+// prestartLen is the pool size as jail.Pool takes it.
+func (c *Config) prestartLen() int {
+	if c.Prestart < 0 {
+		return 0
+	}
+	return c.Prestart
 }
 
 // queueLen is the queue bound as the limiter takes it.

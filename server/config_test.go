@@ -21,6 +21,17 @@ func TestConfigDefaults(t *testing.T) {
 	if c.MaxConcurrency != runtime.NumCPU() || c.MaxQueue != 2*runtime.NumCPU() {
 		t.Errorf("concurrency %d queue %d, want NumCPU and twice that", c.MaxConcurrency, c.MaxQueue)
 	}
+	if c.prestartLen() != c.MaxConcurrency {
+		t.Errorf("prestart %d, want max_concurrency %d", c.prestartLen(), c.MaxConcurrency)
+	}
+	for cfg, want := range map[string]int{`{"version": 1, "prestart": -1}`: 0, `{"version": 1, "prestart": 3}`: 3} {
+		c, err := ParseConfig(strings.NewReader(cfg))
+		if err != nil {
+			t.Errorf("%s: %v", cfg, err)
+		} else if c.prestartLen() != want {
+			t.Errorf("%s: prestart %d, want %d", cfg, c.prestartLen(), want)
+		}
+	}
 	if c.Socket.Path != DefaultSocketPath || c.Socket.Mode != "0660" {
 		t.Errorf("socket %+v", c.Socket)
 	}
@@ -43,6 +54,8 @@ func TestConfigRefusals(t *testing.T) {
 		{`{}`, "version: 0"},
 		{`{"version": 1, "socket": {"mode": "rw"}}`, "socket.mode"},
 		{`{"version": 1, "max_queue": -2}`, "max_queue"},
+		{`{"version": 1, "prestart": -2}`, "prestart: -2"},
+		{`{"version": 1, "prestart": 65}`, "prestart: 65"},
 		{`{"version": 1, "log_level": "loud"}`, "log_level"},
 		{`{"version": 1, "ceiling": {"runtimes": ["ruby"]}}`, "ceiling.runtimes[0]"},
 		{`{"version": 1, "ceiling": {"mode": "strictest"}}`, "ceiling.mode"},

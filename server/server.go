@@ -17,6 +17,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/runtimes"
@@ -62,10 +63,13 @@ type state struct {
 
 // Server is the daemon's API.
 type Server struct {
-	opt     Options
-	log     *slog.Logger
-	state   atomic.Pointer[state]
-	lim     *limiter
+	opt   Options
+	log   *slog.Logger
+	state atomic.Pointer[state]
+	lim   *limiter
+	// warm keeps init stages started ahead of runs, shared by every
+	// Runner the server has had.
+	warm    *jail.Pool
 	metrics *metrics
 	http    *http.Server
 	started time.Time
@@ -100,10 +104,14 @@ func New(cfg *Config, opt Options) (*Server, error) {
 			s.log.Error("sweep cgroups", "err", err)
 		}
 	}
+	// Sized once the config is checked; empty until the first run says
+	// which namespaces to start children in.
+	s.warm = jail.NewPool(0)
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err
 	}
+	s.warm.Resize(cfg.prestartLen())
 	s.state.Store(st)
 	if s.opt.Prober == nil {
 		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason})
@@ -154,6 +162,7 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 		Ceiling:      ceil,
 		Logger:       s.log,
 		Prober:       s.opt.Prober,
+		Warm:         s.warm,
 	}
 	return &state{cfg: cfg, ceil: ceil, runner: rn, peers: peers}, nil
 }
@@ -171,9 +180,10 @@ func (s *Server) Reload(cfg *Config) error {
 		s.log.Warn("config reload: socket settings change only at restart")
 	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
+	s.warm.Resize(cfg.prestartLen())
 	// A reload is also the operator's way to have the host probed again.
 	report := s.postureReport(s.opt.Prober.Refresh(context.Background()))
-	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(),
+	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.prestartLen(),
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
 }
@@ -199,6 +209,9 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(grace time.Duration) error {
 	s.shutdownMu.Lock()
 	defer s.shutdownMu.Unlock()
+	// The runs are over or cancelled when this runs: nothing takes from
+	// the pool any more.
+	defer s.warm.Close()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)
@@ -265,7 +278,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	running, queued, max, queue := s.lim.stats()
 	h := client.Health{
 		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
-		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue,
+		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Prestarted: s.warm.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 	}
 	if s.draining.Load() {

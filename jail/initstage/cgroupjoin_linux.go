@@ -3,62 +3,82 @@ package initstage
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
-
-// joinEnv carries the task files' fd range to the init stage.
-const joinEnv = "PMJAIL_CGROUP_JOIN"
 
 // maxJoin bounds the task files one init stage accepts (pmjail uses five
 // v1 hierarchies at most).
 const maxJoin = 16
 
-// JoinEnv is the environment entry that tells the init stage to join the
-// cgroups whose task files are the count fds from first on.
-func JoinEnv(first, count int) string {
-	return joinEnv + "=" + strconv.Itoa(first) + ":" + strconv.Itoa(count)
+// rightsReader reads the control socket and keeps the descriptors that
+// arrive with the data (the configuration carries the job's cgroup task
+// files), up to maxJoin; any beyond are closed.
+type rightsReader struct {
+	fd  int
+	fds []int
+	oob []byte
 }
 
-// parseJoin reads a JoinEnv value back.
-func parseJoin(v string) (first, count int, err error) {
-	a, b, ok := strings.Cut(v, ":")
-	if ok {
-		first, err = strconv.Atoi(a)
+func newRightsReader(fd int) *rightsReader {
+	return &rightsReader{fd: fd, oob: make([]byte, unix.CmsgSpace(4*maxJoin))}
+}
+
+func (r *rightsReader) Read(p []byte) (int, error) {
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(r.fd, p, r.oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, os.NewSyscallError("recvmsg", err)
+		}
+		if oobn > 0 {
+			r.keep(r.oob[:oobn])
+		}
+		if n == 0 && len(p) > 0 {
+			return 0, io.EOF
+		}
+		return n, nil
 	}
-	if ok && err == nil {
-		count, err = strconv.Atoi(b)
+}
+
+func (r *rightsReader) keep(oob []byte) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
 	}
-	if !ok || err != nil || first <= ControlFD || count < 1 || count > maxJoin {
-		return 0, 0, fmt.Errorf("join the job's cgroup: bad %s %q", joinEnv, v)
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if len(r.fds) < maxJoin {
+				r.fds = append(r.fds, fd)
+			} else {
+				unix.Close(fd)
+			}
+		}
 	}
-	return first, count, nil
 }
 
 // joinCgroups moves the calling thread into the job's cgroup v1
-// hierarchies through the task files the supervisor opened (the kernel
-// checks the opener's credentials) and closes them. It must run on the
-// thread that will exec the runtime. Writing "0" to a v1 "tasks" file moves
-// only the caller, which the kernel does without the global threadgroup
-// lock, and so without the RCU grace period that moving a whole process
-// from outside waits for (~8 ms). The runtime's other threads stay where
-// they were born and end at exec, which leaves the joined thread alone:
-// the runtime runs entirely inside the job. It returns how many task files
-// it wrote; only files on a cgroup file system are written.
-func joinCgroups() (int, error) {
-	v, ok := os.LookupEnv(joinEnv)
-	if !ok {
-		return 0, nil
-	}
-	first, count, err := parseJoin(v)
-	if err != nil {
-		return 0, err
-	}
+// hierarchies through the task files the supervisor opened and sent (the
+// kernel checks the opener's credentials) and closes them. It must run on
+// the thread that will exec the runtime. Writing "0" to a v1 "tasks" file
+// moves only the caller, which the kernel does without the global
+// threadgroup lock, and so without the RCU grace period that moving a
+// whole process from outside waits for (~8 ms, measured). The runtime's
+// other threads stay where they were born and end at exec, which leaves
+// the joined thread alone: the runtime runs entirely inside the job. It
+// returns how many task files it wrote; only files on a cgroup file
+// system are written.
+func joinCgroups(fds []int) (int, error) {
 	var errs []error
-	for fd := first; fd < first+count; fd++ {
+	for _, fd := range fds {
 		var fs unix.Statfs_t
 		if err := unix.Fstatfs(fd, &fs); err != nil {
 			errs = append(errs, fmt.Errorf("fd %d: %w", fd, os.NewSyscallError("fstatfs", err)))
@@ -70,7 +90,7 @@ func joinCgroups() (int, error) {
 		unix.Close(fd)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return count, fmt.Errorf("join the job's cgroup: %w", err)
+		return len(fds), fmt.Errorf("join the job's cgroup: %w", err)
 	}
-	return count, nil
+	return len(fds), nil
 }

@@ -51,8 +51,9 @@ type Config struct {
 	Landlock bool `json:"landlock,omitempty"`
 	// Channel asks for the guest channel's FIFOs.
 	Channel bool `json:"channel,omitempty"`
-	// CgroupJoin is how many cgroup task files the init stage must have
-	// joined at start-up (see JoinEnv); 0 when the supervisor placed it.
+	// CgroupJoin is how many cgroup v1 task files come with the
+	// configuration (SCM_RIGHTS): the init stage joins through them before
+	// its set-up. 0 when the supervisor placed it.
 	CgroupJoin int `json:"cgroup_join,omitempty"`
 }
 

@@ -46,14 +46,14 @@ func Main() {
 	// filter) must be set on the thread that calls execve.
 	// So must the job's cgroups, joined first: the set-up runs in the job.
 	runtime.LockOSThread()
-	joined, joinErr := joinCgroups()
-
 	control := os.NewFile(ControlFD, "control")
-	cfg, err := decodeConfig(control)
+	rights := newRightsReader(ControlFD)
+	cfg, err := decodeConfig(rights)
 	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
+	joined, joinErr := joinCgroups(rights.fds)
 	if joinErr != nil || joined != cfg.CgroupJoin {
 		if joinErr == nil {
 			joinErr = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, cfg.CgroupJoin)

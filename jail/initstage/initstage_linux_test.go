@@ -1,27 +1,51 @@
 package initstage
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
 
-func TestJoinEnv(t *testing.T) {
-	if got := JoinEnv(5, 4); got != "PMJAIL_CGROUP_JOIN=5:4" {
-		t.Fatalf("JoinEnv(5, 4) = %q", got)
-	}
-	first, count, err := parseJoin("5:4")
-	if err != nil || first != 5 || count != 4 {
-		t.Fatalf("parseJoin(5:4) = %d, %d, %v", first, count, err)
-	}
-	// The control socket and below are never task files; nor are
-	// malformed or unbounded ranges.
-	for _, bad := range []string{"", "5", "5:", ":4", "x:4", "5:x", "4:1", "2:1", "5:0", "5:-1", "5:17", "5:4:3"} {
-		if _, _, err := parseJoin(bad); err == nil {
-			t.Errorf("parseJoin(%q) accepted", bad)
-		}
-	}
-}
+	"golang.org/x/sys/unix"
+)
 
 func TestMountOptions(t *testing.T) {
 	flags, data := mountOptions([]string{"ro", "nosuid", "size=1m", "mode=1777", "rbind"})
 	if flags == 0 || data != "size=1m,mode=1777" {
 		t.Fatalf("flags %x data %q", flags, data)
+	}
+}
+
+// TestRightsReaderKeepsTheTaskFiles: the configuration and the descriptors
+// sent with it arrive together; more than maxJoin are closed, not kept.
+func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[0])
+	defer unix.Close(pair[1])
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	fds := make([]int, maxJoin+2)
+	for i := range fds {
+		fds[i] = int(devnull.Fd())
+	}
+	if err := unix.Sendmsg(pair[0], []byte(`{"hostname": "h", "cgroup_join": 3}`), unix.UnixRights(fds...), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := newRightsReader(pair[1])
+	cfg, err := decodeConfig(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Hostname != "h" || cfg.CgroupJoin != 3 || len(r.fds) != maxJoin {
+		t.Fatalf("hostname %q cgroup_join %d, %d fds kept (want %d)", cfg.Hostname, cfg.CgroupJoin, len(r.fds), maxJoin)
+	}
+	// What it kept are not task files: joining through them fails closed.
+	if n, err := joinCgroups(r.fds); n != maxJoin || err == nil || !strings.Contains(err.Error(), "not on a cgroup file system") {
+		t.Fatalf("joinCgroups: %d, %v", n, err)
 	}
 }

@@ -1,0 +1,182 @@
+package jail
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/jail/initstage"
+)
+
+// child is a started init stage and the supervisor's ends of it. It waits
+// in its namespaces, under its lease of host ids, for the configuration
+// that says what to build and run: until that arrives it runs nothing of a
+// job, so it can be started before its job is known (see Pool).
+type child struct {
+	cmd   *exec.Cmd
+	lease *idLease
+	// ctl is the host end of the control socket.
+	ctl *os.File
+	// stdout and stderr are the read ends of the child's output pipes.
+	stdout, stderr *os.File
+	// hostMountNS is the supervisor's mount namespace, which the init
+	// stage must prove it is not in.
+	hostMountNS uint64
+	// flags are the namespaces it was cloned into.
+	flags uintptr
+	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
+	intoCgroup bool
+}
+
+// startError names the step of starting a child that failed.
+type startError struct {
+	stage string
+	err   error
+}
+
+func (e *startError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+// startChild starts an init stage in the namespaces flags. On cgroup v2
+// it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
+// into one at hand-over.
+func startChild(flags uintptr, cg CgroupJob) (c *child, err error) {
+	fail := func(stage string, err error) (*child, error) {
+		return nil, &startError{stage: stage, err: err}
+	}
+	lease, err := leaseIDs()
+	if err != nil {
+		return fail("ids", err)
+	}
+	defer func() {
+		if err != nil {
+			lease.release()
+		}
+	}()
+	hostMountNS, err := nsInode("self", "mnt")
+	if err != nil {
+		return fail("mount namespace", err)
+	}
+	ctlHost, ctlChild, err := socketPair()
+	if err != nil {
+		return fail("control socket", err)
+	}
+	// The child has its own copies of these once started.
+	defer ctlChild.Close()
+	defer func() {
+		if err != nil {
+			ctlHost.Close()
+		}
+	}()
+	// fd 3 is the guest channel's slot: held by a placeholder until the init
+	// stage puts the channel there, so nothing of its own can take it.
+	placeholder, err := os.Open(os.DevNull)
+	if err != nil {
+		return fail("fd placeholder", err)
+	}
+	defer placeholder.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail("stdout pipe", err)
+	}
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		return fail("stderr pipe", err)
+	}
+	defer errW.Close()
+
+	cmd := &exec.Cmd{
+		Path:        FindInitStage().Path,
+		Args:        []string{"pmjail-init", initstage.Role},
+		Env:         slices.Clone(initStageEnv),
+		Dir:         "/",
+		Stdout:      outW,
+		Stderr:      errW,
+		ExtraFiles:  []*os.File{placeholder, ctlChild},
+		SysProcAttr: childAttr(flags, lease),
+	}
+	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS, flags: flags}
+	if fd, ok := cgroupFD(cg); ok {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	err = startLocked(cmd)
+	if err != nil && errors.Is(err, unix.ENOSYS) && cmd.SysProcAttr.UseCgroupFD {
+		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
+		// seccomp filter, as in Docker's default profile): start with
+		// clone and join the cgroup before the runtime starts instead.
+		cmd = restartable(cmd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
+		err = startLocked(cmd)
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fail("start", err)
+	}
+	c.cmd = cmd
+	c.intoCgroup = cmd.SysProcAttr.UseCgroupFD
+	return c, nil
+}
+
+// waiting reports whether the child is still waiting for its
+// configuration: the init stage writes nothing before it has one, so a
+// readable or hung-up control socket means it has died.
+func (c *child) waiting() bool {
+	fds := []unix.PollFd{{Fd: int32(c.ctl.Fd()), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n == 0
+	}
+}
+
+// discard kills a child that never got a job, reaps it and frees what the
+// supervisor holds of it.
+func (c *child) discard() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+	c.ctl.Close()
+	c.stdout.Close()
+	c.stderr.Close()
+	c.lease.release()
+}
+
+// restartable returns a fresh copy of a command whose start failed (an
+// exec.Cmd cannot be started twice), sharing its files and attributes.
+func restartable(cmd *exec.Cmd) *exec.Cmd {
+	attr := *cmd.SysProcAttr
+	return &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &attr}
+}
+
+// childAttr is the whole contract of starting the init stage: the
+// namespaces flags, the id mappings of the lease, a new session without a
+// terminal and death with the supervisor.
+func childAttr(flags uintptr, lease *idLease) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Cloneflags: flags,
+		Credential: &syscall.Credential{Uid: nsRootID, Gid: nsRootID, Groups: []uint32{}},
+		Setsid:     true,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if flags&unix.CLONE_NEWUSER != 0 {
+		attr.UidMappings = []syscall.SysProcIDMap{
+			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
+			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
+		}
+		attr.GidMappings = []syscall.SysProcIDMap{
+			{ContainerID: nsRootID, HostID: lease.rootID(), Size: 1},
+			{ContainerID: guestID, HostID: lease.guestID(), Size: 1},
+		}
+		attr.GidMappingsEnableSetgroups = true
+	}
+	return attr
+}

@@ -1,0 +1,147 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// waitIdle waits until the pool holds n children.
+func waitIdle(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Idle() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d children after 10s, want %d", p.Idle(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// idlePids lists the pids of the pool's waiting children.
+func idlePids(p *Pool) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for _, q := range p.idle {
+		for _, c := range q {
+			pids = append(pids, c.cmd.Process.Pid)
+		}
+	}
+	return pids
+}
+
+// firstIdle is the child a take would try first.
+func firstIdle(p *Pool) *child {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, q := range p.idle {
+		return q[0]
+	}
+	return nil
+}
+
+// gone reports whether pid no longer exists (it was reaped).
+func gone(pid int) bool {
+	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+func TestPoolRunTakesAPrestartedChild(t *testing.T) {
+	needRoot(t)
+	p := NewPool(1)
+	first := shellJob(t, `echo one`, testLimits)
+	first.Warm = p
+	out := Run(context.Background(), first)
+	if out.Status != StatusOK || string(out.Stdout) != "one\n" || out.Prestarted {
+		t.Fatalf("first run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	}
+	// The pool learnt the namespaces from that run and started one.
+	waitIdle(t, p, 1)
+	pooled := idlePids(p)[0]
+
+	// It keeps busy for a while, so that its state is read back before it
+	// ends.
+	second := shellJob(t, `echo two; (echo x > /x) 2>/dev/null || echo root-readonly; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, testLimits)
+	second.Warm = p
+	out = Run(context.Background(), second)
+	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Prestarted {
+		t.Fatalf("second run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	}
+	if o := out.Observed; o == nil || o.Error != "" || !o.NoNewPrivs || !o.NoCapabilities() || o.HostUID < idBase {
+		t.Errorf("the prestarted run's process read back as %+v", o)
+	}
+	if !gone(pooled) {
+		t.Errorf("the child the second run took (pid %d) outlived its run", pooled)
+	}
+
+	// Close kills and reaps what still waits.
+	waitIdle(t, p, 1)
+	waiting := idlePids(p)[0]
+	p.Close()
+	if !gone(waiting) || p.Idle() != 0 {
+		t.Errorf("after Close: pid %d exists %v, pool holds %d", waiting, !gone(waiting), p.Idle())
+	}
+	third := shellJob(t, `echo three`, testLimits)
+	third.Warm = p
+	if out := Run(context.Background(), third); out.Status != StatusOK || out.Prestarted {
+		t.Errorf("a run after Close: status %s prestarted %v", out.Status, out.Prestarted)
+	}
+}
+
+// TestPoolSkipsADeadChild: a pooled child that died while it waited is
+// reaped and passed over; the run starts its own.
+func TestPoolSkipsADeadChild(t *testing.T) {
+	needRoot(t)
+	p := NewPool(1)
+	defer p.Close()
+	warm := shellJob(t, `true`, testLimits)
+	warm.Warm = p
+	if out := Run(context.Background(), warm); out.Status != StatusOK {
+		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, 1)
+	dead := idlePids(p)[0]
+	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Its control socket hangs up once the kernel has torn it down.
+	deadline := time.Now().Add(5 * time.Second)
+	for firstIdle(p).waiting() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	job := shellJob(t, `echo alive`, testLimits)
+	job.Warm = p
+	out := Run(context.Background(), job)
+	if out.Status != StatusOK || !strings.Contains(string(out.Stdout), "alive") || out.Prestarted {
+		t.Fatalf("status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	}
+	if !gone(dead) {
+		t.Errorf("the dead child (pid %d) was not reaped", dead)
+	}
+}
+
+func TestPoolResize(t *testing.T) {
+	needRoot(t)
+	p := NewPool(2)
+	defer p.Close()
+	job := shellJob(t, `true`, testLimits)
+	job.Warm = p
+	if out := Run(context.Background(), job); out.Status != StatusOK {
+		t.Fatalf("run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, 2)
+	pids := idlePids(p)
+	p.Resize(0)
+	if p.Idle() != 0 {
+		t.Fatalf("after Resize(0) the pool holds %d", p.Idle())
+	}
+	for _, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("pid %d outlived Resize(0)", pid)
+		}
+	}
+}
