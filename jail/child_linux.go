@@ -43,8 +43,8 @@ func (e *startError) Unwrap() error { return e.err }
 
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
-// into one at hand-over.
-func startChild(flags uintptr, cg CgroupJob) (c *child, err error) {
+// into one at hand-over. ahead says it starts before its job is known.
+func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, err error) {
 	fail := func(stage string, err error) (*child, error) {
 		return nil, &startError{stage: stage, err: err}
 	}
@@ -100,6 +100,9 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, err error) {
 		Stderr:      errW,
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: childAttr(flags, lease),
+	}
+	if ahead {
+		cmd.Env = append(cmd.Env, initstage.PrestartedEnv)
 	}
 	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS, flags: flags}
 	if fd, ok := cgroupFD(cg); ok {

@@ -82,7 +82,7 @@ func (p *Pool) fill(flags uintptr) {
 			return
 		}
 		p.mu.Unlock()
-		c, err := startChild(flags, nil)
+		c, err := startChild(flags, nil, true)
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false

@@ -180,7 +180,7 @@ func (s *supervision) run(ctx context.Context) {
 		s.out.Prestarted = true
 	} else {
 		var err error
-		if c, err = startChild(flags, job.Cgroup); err != nil {
+		if c, err = startChild(flags, job.Cgroup, false); err != nil {
 			var se *startError
 			if errors.As(err, &se) {
 				s.fail(se.stage, se.err)

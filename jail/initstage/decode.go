@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -29,6 +30,27 @@ type wireProcess struct {
 	Args    []string            `json:"args,omitempty"`
 	Env     []string            `json:"env,omitempty"`
 	Rlimits []specs.POSIXRlimit `json:"rlimits,omitempty"`
+}
+
+// PrestartedEnv marks an init stage started ahead of its job (jail.Pool):
+// it has time to spare before its configuration comes.
+const PrestartedEnv = prestartedVar + "=1"
+
+const prestartedVar = "PMJAIL_PRESTARTED"
+
+// warmSample reaches every type a configuration holds.
+const warmSample = `{"process": {"user": {"uid": 1, "gid": 1}, "args": ["a"], "env": ["A=1"],
+  "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}]}, "hostname": "h",
+  "mounts": [{"destination": "/d", "type": "bind", "source": "/s", "options": ["ro"]}],
+  "namespaces": ["pid"], "files": [{"Path": "/f", "Data": "AA==", "Mode": 292}],
+  "seccomp": "AA==", "host_mount_ns": 1, "landlock": true, "channel": true, "cgroup_join": 1}`
+
+// warmDecoder decodes a sample configuration, so that encoding/json's
+// reflection over these types (built on first use in every process) and
+// the code it runs are ready when the real one arrives: ~0.4 ms less
+// between a prestarted init stage's configuration and its exec.
+func warmDecoder() {
+	_, _ = decodeConfig(strings.NewReader(warmSample))
 }
 
 // decodeConfig reads the supervisor's configuration: one JSON value, which

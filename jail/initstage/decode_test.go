@@ -105,3 +105,17 @@ func TestDecodeConfig(t *testing.T) {
 		t.Errorf("{} decoded to %+v, %v", empty, err)
 	}
 }
+
+// TestWarmSampleDecodes: the warm-up sample is a whole configuration, every
+// field set, so warming reaches every type the real one holds.
+func TestWarmSampleDecodes(t *testing.T) {
+	cfg, err := decodeConfig(strings.NewReader(warmSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Process == nil || len(cfg.Process.Rlimits) != 1 || len(cfg.Mounts) != 1 || len(cfg.Files) != 1 ||
+		len(cfg.Seccomp) != 1 || !cfg.Landlock || !cfg.Channel || cfg.CgroupJoin != 1 || cfg.HostMountNS != 1 ||
+		len(cfg.Namespaces) != 1 || cfg.Hostname != "h" || len(cfg.Mounts[0].Options) != 1 {
+		t.Fatalf("sample decoded to %+v", cfg)
+	}
+}

@@ -47,6 +47,9 @@ func Main() {
 	// So must the job's cgroups, joined first: the set-up runs in the job.
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
+	if os.Getenv(prestartedVar) == "1" {
+		warmDecoder()
+	}
 	rights := newRightsReader(ControlFD)
 	cfg, err := decodeConfig(rights)
 	if err != nil {
