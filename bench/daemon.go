@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,6 +124,10 @@ func (d *Daemon) Stop() {
 type DaemonStats struct {
 	RSS, HWM int64 // KiB
 	FDs      int
+	// Children are the daemon's child processes (when idle: the init
+	// stages it keeps started ahead of runs) and ChildRSS their RSS in all.
+	Children int
+	ChildRSS int64 // KiB
 }
 
 func (d *Daemon) Stats() (DaemonStats, error) {
@@ -139,6 +145,17 @@ func (d *Daemon) Stats() (DaemonStats, error) {
 		return st, err
 	}
 	st.FDs = len(fds)
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, tf := range tasks {
+		data, _ := os.ReadFile(tf)
+		for _, c := range strings.Fields(string(data)) {
+			child, _ := strconv.Atoi(c)
+			if rss, err := procStatusKiB(child, "VmRSS"); err == nil {
+				st.Children++
+				st.ChildRSS += rss
+			}
+		}
+	}
 	return st, nil
 }
 
@@ -220,7 +237,7 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), fmt.Sprintf("%.0f%%", 100*ratio), ratio >= 0.85)
 	}
 	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "bare deno loop", "daemon / bare"}, rows)
-	b.Report.Para("%d batches per side and concurrency, daemon and bare alternating (which goes first alternates too). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, runtime.NumCPU())
+	b.Report.Para("%d batches per side and concurrency, daemon and bare alternating (which goes first alternates too). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`, which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`; on cgroup v2 the daemon starts none). The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, runtime.NumCPU())
 	return nil
 }
 

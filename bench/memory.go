@@ -50,8 +50,8 @@ func (b *Bench) memory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.Report.Para("Daemon (`pmjail serve`) RSS idle right after start: %s; now (after the sections above, idle): %s (VmHWM %s, %d open fds).",
-		kib(b.Daemon.StartRSS), kib(st.RSS), kib(st.HWM), st.FDs)
+	b.Report.Para("Daemon (`pmjail serve`) RSS idle right after start: %s; now (after the sections above, idle): %s (VmHWM %s, %d open fds). Besides, %d init stages wait, started ahead of runs (config `prestart`), %s RSS in all (mostly pmjail-init's shared text).",
+		kib(b.Daemon.StartRSS), kib(st.RSS), kib(st.HWM), st.FDs, st.Children, kib(st.ChildRSS))
 	return nil
 }
 

@@ -39,6 +39,9 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 		return
 	}
 	waitPrestarted(t, d)
+	if m, err := d.c.Metrics(ctx); err != nil || !strings.Contains(m, "pmjail_init_stages_prestarted 1") {
+		t.Errorf("metrics (%v) lack pmjail_init_stages_prestarted 1", err)
+	}
 
 	res, err = d.c.Run(ctx, &job.Request{Runtime: "deno",
 		Source: `console.log("started"); const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`,

@@ -131,7 +131,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing)
 	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
-	s.metrics = newMetrics(s.lim)
+	s.metrics = newMetrics(s.lim, s.warm)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
