@@ -33,25 +33,34 @@ type Daemon struct {
 // measured) and queues the rest.
 const daemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn"}`
 
+// coldDaemonConfig is daemonConfig with no init stage started ahead of
+// runs: what prestart buys is measured against it.
+const coldDaemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn", "prestart": -1}`
+
 // helloJob is the daemon's Deno hello, the issue's example job.
 func helloJob() *job.Request { return &job.Request{Runtime: "deno", Source: "console.log(1)"} }
 
-// StartDaemon starts `pmjail serve` and waits until it answers
-// /v1/health; it fails fast when this pmjail has no serve command.
+// StartDaemon starts `pmjail serve` under daemonConfig and waits until it
+// answers /v1/health; it fails fast when this pmjail has no serve command.
 func StartDaemon(ctx context.Context, b *Bench) (*Daemon, error) {
+	return startDaemon(ctx, b, "daemon", daemonConfig)
+}
+
+// startDaemon starts a daemon under config, its files named after name.
+func startDaemon(ctx context.Context, b *Bench, name, config string) (*Daemon, error) {
 	if !strings.Contains(commandsOf(b.Pmjail), "pmjail serve") {
 		return nil, errors.New("skipped: daemon not built (no `pmjail serve`)")
 	}
-	cfg := b.work("daemon.json")
-	if err := os.WriteFile(cfg, []byte(daemonConfig), 0o600); err != nil {
+	cfg := b.work(name + ".json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(b.work("daemon.log"))
+	logf, err := os.Create(b.work(name + ".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	d := &Daemon{Socket: b.work("pmjail.sock"), done: make(chan error, 1)}
+	d := &Daemon{Socket: b.work(name + ".sock"), done: make(chan error, 1)}
 	d.Cmd = exec.Command(b.Pmjail, "serve", "--socket", d.Socket, "--config", cfg)
 	d.Cmd.Dir = b.Work
 	d.Cmd.Stdout, d.Cmd.Stderr = logf, logf
@@ -70,7 +79,7 @@ func StartDaemon(ctx context.Context, b *Bench) (*Daemon, error) {
 		}
 		select {
 		case werr := <-d.done:
-			log, _ := os.ReadFile(b.work("daemon.log"))
+			log, _ := os.ReadFile(b.work(name + ".log"))
 			return nil, fmt.Errorf("pmjail serve exited (%v): %s", werr, tail(string(log)))
 		default:
 		}
@@ -190,7 +199,8 @@ func batch(ctx context.Context, n, c int, one func(context.Context) error) (floa
 }
 
 // daemonThroughput: jobs per second through the daemon against a bare
-// Deno loop at the same concurrency, batches alternating.
+// Deno loop at the same concurrency, and against a second daemon that
+// starts no init stage ahead of runs; batches take turns.
 func (b *Bench) daemonThroughput(ctx context.Context) error {
 	b.Report.Section("Daemon throughput")
 	if b.Daemon == nil {
@@ -200,44 +210,44 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 		}
 		return nil
 	}
+	cold, err := startDaemon(ctx, b, "daemon-cold", coldDaemonConfig)
+	if err != nil {
+		return fmt.Errorf("daemon without prestart: %w", err)
+	}
+	defer cold.Stop()
 	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
+	sides := []func(context.Context) error{
+		b.Daemon.Hello,
+		cold.Hello,
+		func(ctx context.Context) error { _, err := bare.Once(ctx); return err },
+	}
 	const rounds = 3
 	var rows [][]string
 	for _, c := range []int{1, 2, 4} {
 		n := 16 * c
-		var dRates, bRates []float64
+		rates := make([][]float64, len(sides))
 		for r := 0; r < rounds; r++ {
-			runDaemon := func() error {
-				rate, err := batch(ctx, n, c, b.Daemon.Hello)
-				dRates = append(dRates, rate)
-				return err
-			}
-			runBare := func() error {
-				rate, err := batch(ctx, n, c, func(ctx context.Context) error { _, err := bare.Once(ctx); return err })
-				bRates = append(bRates, rate)
-				return err
-			}
-			first, second := runDaemon, runBare
-			if r%2 == 1 {
-				first, second = runBare, runDaemon
-			}
-			if err := first(); err != nil {
-				return err
-			}
-			if err := second(); err != nil {
-				return err
+			// Each round starts with another side.
+			for k := range sides {
+				i := (k + r) % len(sides)
+				rate, err := batch(ctx, n, c, sides[i])
+				if err != nil {
+					return err
+				}
+				rates[i] = append(rates[i], rate)
 			}
 		}
-		dm, bm := medianF(dRates), medianF(bRates)
+		dm, cm, bm := medianF(rates[0]), medianF(rates[1]), medianF(rates[2])
 		ratio := dm / bm
-		rows = append(rows, []string{fmt.Sprint(c), fmt.Sprint(n),
-			fmt.Sprintf("%.1f/s (%.1f – %.1f)", dm, minF(dRates), maxF(dRates)),
-			fmt.Sprintf("%.1f/s (%.1f – %.1f)", bm, minF(bRates), maxF(bRates)),
-			fmt.Sprintf("%.0f%%", 100*ratio)})
+		span := func(v []float64, m float64) string {
+			return fmt.Sprintf("%.1f/s (%.1f – %.1f)", m, minF(v), maxF(v))
+		}
+		rows = append(rows, []string{fmt.Sprint(c), fmt.Sprint(n), span(rates[0], dm), span(rates[1], cm), span(rates[2], bm),
+			fmt.Sprintf("%.0f%%", 100*ratio), fmt.Sprintf("%.0f%%", 100*cm/bm)})
 		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), fmt.Sprintf("%.0f%%", 100*ratio), ratio >= 0.85)
 	}
-	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "bare deno loop", "daemon / bare"}, rows)
-	b.Report.Para("%d batches per side and concurrency, daemon and bare alternating (which goes first alternates too). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`, which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`; on cgroup v2 the daemon starts none). The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, runtime.NumCPU())
+	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "daemon, prestart -1", "bare deno loop", "daemon / bare", "prestart -1 / bare"}, rows)
+	b.Report.Para("%d batches per side and concurrency, the three sides taking turns (which goes first rotates). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`, which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`; on cgroup v2 the daemon starts none); the second daemon runs under `%s`, so each of its runs clones and starts its own. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, coldDaemonConfig, runtime.NumCPU())
 	return nil
 }
 
