@@ -9,8 +9,9 @@ import (
 )
 
 // goBenchPackages hold the hot-path benchmarks: spec resolution (job),
-// framing and broker dispatch (ipc).
-var goBenchPackages = []string{"./job/", "./ipc/"}
+// framing and broker dispatch (ipc), the init stage's configuration
+// (jail/initstage).
+var goBenchPackages = []string{"./job/", "./ipc/", "./jail/initstage/"}
 
 // GoBench is one line of `go test -bench` output.
 type GoBench struct {
