@@ -22,6 +22,21 @@ func waitIdle(t *testing.T, p *Pool, n int) {
 	}
 }
 
+// filledPool returns a pool of size that a run has taught its namespaces
+// and that holds size children; it is closed when the test ends.
+func filledPool(t *testing.T, size int) *Pool {
+	t.Helper()
+	p := NewPool(size)
+	t.Cleanup(p.Close)
+	job := shellJob(t, `true`, testLimits)
+	job.Warm = p
+	if out := Run(context.Background(), job); out.Status != StatusOK {
+		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, size)
+	return p
+}
+
 // idlePids lists the pids of the pool's waiting children.
 func idlePids(p *Pool) []int {
 	p.mu.Lock()
@@ -96,14 +111,7 @@ func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 // reaped and passed over; the run starts its own.
 func TestPoolSkipsADeadChild(t *testing.T) {
 	needRoot(t)
-	p := NewPool(1)
-	defer p.Close()
-	warm := shellJob(t, `true`, testLimits)
-	warm.Warm = p
-	if out := Run(context.Background(), warm); out.Status != StatusOK {
-		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
-	}
-	waitIdle(t, p, 1)
+	p := filledPool(t, 1)
 	dead := idlePids(p)[0]
 	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -126,14 +134,7 @@ func TestPoolSkipsADeadChild(t *testing.T) {
 
 func TestPoolResize(t *testing.T) {
 	needRoot(t)
-	p := NewPool(2)
-	defer p.Close()
-	job := shellJob(t, `true`, testLimits)
-	job.Warm = p
-	if out := Run(context.Background(), job); out.Status != StatusOK {
-		t.Fatalf("run: %s %q", out.Status, out.Message)
-	}
-	waitIdle(t, p, 2)
+	p := filledPool(t, 2)
 	pids := idlePids(p)
 	p.Resize(0)
 	if p.Idle() != 0 {
