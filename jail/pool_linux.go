@@ -8,8 +8,9 @@ import "sync"
 // done them while the previous run was going, on a core that run left
 // idle. A pooled child holds its namespaces, its lease of host ids and the
 // init stage's own code, and nothing of any job: what to build and run
-// arrives with its configuration, and the supervisor moves it into the
-// job's cgroup first. Each child serves one run.
+// arrives with its configuration, and it joins the job's cgroup before it
+// acts on it (cgroup v1: through the task files sent along; runs on v2
+// take no pooled child). Each child serves one run.
 type Pool struct {
 	mu      sync.Mutex
 	size    int

@@ -96,7 +96,7 @@ type Outcome struct {
 	// InitStage names the set-up step that failed, for internal errors.
 	InitStage string
 	// Prestarted says the init stage came from a Pool, started before
-	// the run: the supervisor moved it into the job's cgroup.
+	// the run.
 	Prestarted bool
 }
 
