@@ -26,8 +26,6 @@ type child struct {
 	// hostMountNS is the supervisor's mount namespace, which the init
 	// stage must prove it is not in.
 	hostMountNS uint64
-	// flags are the namespaces it was cloned into.
-	flags uintptr
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
 }
@@ -104,7 +102,7 @@ func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, err error) {
 	if ahead {
 		cmd.Env = append(cmd.Env, initstage.PrestartedEnv)
 	}
-	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS, flags: flags}
+	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS}
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
