@@ -221,10 +221,12 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 		cold.Hello,
 		func(ctx context.Context) error { _, err := bare.Once(ctx); return err },
 	}
-	const rounds = 3
+	// Batches of a second or more at each concurrency, five per side: a
+	// shorter batch moved by several points from one run to the next.
+	const rounds = 5
 	var rows [][]string
 	for _, c := range []int{1, 2, 4} {
-		n := 16 * c
+		n := 32 * c
 		rates := make([][]float64, len(sides))
 		for r := 0; r < rounds; r++ {
 			// Each round starts with another side.
