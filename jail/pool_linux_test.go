@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func waitIdle(t *testing.T, p *Pool, n int) {
 // and that holds size children; it is closed when the test ends.
 func filledPool(t *testing.T, size int) *Pool {
 	t.Helper()
-	p := NewPool(size)
+	p := NewPool(size, nil)
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
 	job.Warm = p
@@ -67,7 +68,7 @@ func gone(pid int) bool {
 
 func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 	needRoot(t)
-	p := NewPool(1)
+	p := NewPool(1, nil)
 	first := shellJob(t, `echo one`, testLimits)
 	first.Warm = p
 	out := Run(context.Background(), first)
@@ -145,4 +146,29 @@ func TestPoolResize(t *testing.T) {
 			t.Errorf("pid %d outlived Resize(0)", pid)
 		}
 	}
+}
+
+// TestPoolRefillsOnlyWithASpareCore: while spare says every core is busy,
+// a run leaves the pool as it found it.
+func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
+	needRoot(t)
+	var spare atomic.Bool
+	p := NewPool(1, spare.Load)
+	t.Cleanup(p.Close)
+	job := shellJob(t, `true`, testLimits)
+	job.Warm = p
+	if out := Run(context.Background(), job); out.Status != StatusOK {
+		t.Fatalf("run: %s %q", out.Status, out.Message)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := p.Idle(); n != 0 {
+		t.Fatalf("with no spare core the pool started %d", n)
+	}
+	spare.Store(true)
+	job = shellJob(t, `true`, testLimits)
+	job.Warm = p
+	if out := Run(context.Background(), job); out.Status != StatusOK {
+		t.Fatalf("run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, 1)
 }

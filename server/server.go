@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,7 +107,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	// Sized once the config is checked; empty until the first run says
 	// which namespaces to start children in.
-	s.warm = jail.NewPool(0)
+	s.warm = jail.NewPool(0, s.spareCore)
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err
@@ -186,6 +187,14 @@ func (s *Server) Reload(cfg *Config) error {
 	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.prestartLen(),
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
+}
+
+// spareCore reports whether fewer runs are in flight than the host has
+// cores: only then does starting an init stage ahead use a core that
+// would otherwise idle.
+func (s *Server) spareCore() bool {
+	running, _, _, _ := s.lim.stats()
+	return running < runtime.NumCPU()
 }
 
 // Config returns the config in force.
