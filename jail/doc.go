@@ -10,4 +10,7 @@
 // up. The job's files exist only on tmpfs inside the job's own mount
 // namespace, so even a supervisor killed with SIGKILL leaves nothing on the
 // host's disk.
+//
+// A Pool (the daemon's) keeps init stages started ahead of their runs,
+// waiting for a configuration; Run takes one when the job's cgroup allows.
 package jail
