@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,24 +72,6 @@ func rssKB(t testing.TB, pid int) int64 {
 	return 0
 }
 
-// children lists a process's children with their states.
-func children(t testing.TB, pid int) []string {
-	t.Helper()
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []string
-	for _, tf := range tasks {
-		data, err := os.ReadFile(tf)
-		if err != nil {
-			continue
-		}
-		for _, c := range strings.Fields(string(data)) {
-			pid, _ := strconv.Atoi(c)
-			out = append(out, c+":"+procState(pid))
-		}
-	}
-	return out
-}
-
 func TestDaemonLoad(t *testing.T) {
 	total := 500
 	if testing.Short() {
@@ -151,7 +132,11 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 			return kids
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the idle daemon's children (pid:state) %v are not its %+v prestarted init stages (%v)", children(t, d.pid()), h, err)
+			var states []string
+			for _, pid := range kids {
+				states = append(states, fmt.Sprintf("%d:%s", pid, procState(pid)))
+			}
+			t.Fatalf("the idle daemon's children (pid:state) %v are not its %+v prestarted init stages (%v)", states, h, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,6 +1,9 @@
 package jail
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+)
 
 // Pool keeps init stages started ahead of their runs, for a daemon. The
 // clone into new namespaces, the exec of pmjail-init and its Go start-up
@@ -12,8 +15,7 @@ import "sync"
 // acts on it (cgroup v1: through the task files sent along; runs on v2
 // take no pooled child). Each child serves one run.
 type Pool struct {
-	// spare reports whether a core is free for a refill (nil: always).
-	spare   func() bool
+	opt     PoolOptions
 	mu      sync.Mutex
 	size    int
 	idle    map[uintptr][]*child
@@ -22,14 +24,22 @@ type Pool struct {
 	fills   sync.WaitGroup
 }
 
+// PoolOptions tune a Pool.
+type PoolOptions struct {
+	// Spare reports whether a core is free for a refill (nil: always). On a
+	// host whose cores are all taken by runs, a refill only moves a run's
+	// start-up onto the same saturated CPU, and measured a little slower
+	// (2-4% fewer runs a second at concurrency 2 on two cores) than none.
+	Spare func() bool
+	// OnError hears why a refill failed (nil: nobody). Runs then start
+	// their own init stages, and report their own failures.
+	OnError func(error)
+}
+
 // NewPool returns a pool that keeps up to size children for each set of
-// namespaces it has been asked for (it learns them from take). It refills
-// only while spare (nil: always) says a core is free: on a host whose
-// cores are all taken by runs, a refill only moves a run's start-up onto
-// the same saturated CPU, and measured a little slower (2-4% fewer runs a
-// second at concurrency 2 on two cores) than none.
-func NewPool(size int, spare func() bool) *Pool {
-	return &Pool{spare: spare, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}}
+// namespaces it has been asked for (it learns them from take).
+func NewPool(size int, opt PoolOptions) *Pool {
+	return &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}}
 }
 
 // take returns a live child started in the namespaces flags, or nil when
@@ -65,7 +75,7 @@ func (p *Pool) replenish(flags uintptr) {
 	if p == nil {
 		return
 	}
-	if p.spare != nil && !p.spare() {
+	if p.opt.Spare != nil && !p.opt.Spare() {
 		return
 	}
 	p.mu.Lock()
@@ -99,6 +109,9 @@ func (p *Pool) fill(flags uintptr) {
 			p.mu.Unlock()
 			if c != nil {
 				c.discard()
+			}
+			if err != nil && p.opt.OnError != nil {
+				p.opt.OnError(fmt.Errorf("start an init stage ahead: %w", err))
 			}
 			return
 		}

@@ -27,7 +27,7 @@ func waitIdle(t *testing.T, p *Pool, n int) {
 // and that holds size children; it is closed when the test ends.
 func filledPool(t *testing.T, size int) *Pool {
 	t.Helper()
-	p := NewPool(size, nil)
+	p := NewPool(size, PoolOptions{})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
 	job.Warm = p
@@ -68,7 +68,7 @@ func gone(pid int) bool {
 
 func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 	needRoot(t)
-	p := NewPool(1, nil)
+	p := NewPool(1, PoolOptions{})
 	first := shellJob(t, `echo one`, testLimits)
 	first.Warm = p
 	out := Run(context.Background(), first)
@@ -153,7 +153,7 @@ func TestPoolResize(t *testing.T) {
 func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 	needRoot(t)
 	var spare atomic.Bool
-	p := NewPool(1, spare.Load)
+	p := NewPool(1, PoolOptions{Spare: spare.Load})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
 	job.Warm = p
@@ -171,4 +171,26 @@ func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 		t.Fatalf("run: %s %q", out.Status, out.Message)
 	}
 	waitIdle(t, p, 1)
+}
+
+// TestPoolReportsAFailedRefill: a child that cannot be started is reported,
+// and the pool stays empty.
+func TestPoolReportsAFailedRefill(t *testing.T) {
+	needRoot(t)
+	failed := make(chan error, 1)
+	p := NewPool(1, PoolOptions{OnError: func(err error) { failed <- err }})
+	t.Cleanup(p.Close)
+	// clone refuses CLONE_THREAD without CLONE_SIGHAND.
+	p.replenish(unix.CLONE_THREAD)
+	select {
+	case err := <-failed:
+		if !strings.Contains(err.Error(), "start an init stage ahead") {
+			t.Errorf("error %q", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error reported for a refill that cannot start")
+	}
+	if n := p.Idle(); n != 0 {
+		t.Errorf("the pool holds %d after a failed refill", n)
+	}
 }

@@ -9,7 +9,7 @@ import (
 // TestMetricsShowEveryStatus: every run status the jail can report has its
 // series from the start, at zero.
 func TestMetricsShowEveryStatus(t *testing.T) {
-	m := newMetrics(newLimiter(1, 0), jail.NewPool(0, nil))
+	m := newMetrics(newLimiter(1, 0), jail.NewPool(0, jail.PoolOptions{}))
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

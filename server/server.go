@@ -107,7 +107,10 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	// Sized once the config is checked; empty until the first run says
 	// which namespaces to start children in.
-	s.warm = jail.NewPool(0, s.spareCore)
+	s.warm = jail.NewPool(0, jail.PoolOptions{
+		Spare:   s.spareCore,
+		OnError: func(err error) { s.log.Warn("prestart", "err", err) },
+	})
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err
