@@ -17,10 +17,6 @@ import (
 // here ("read" or "write", and the path).
 var traceFile func(op, path string)
 
-// ReadFile reads a cgroup file without what os.ReadFile costs there
-// (package kfile), for readers outside the package such as a run's posture.
-func ReadFile(path string) ([]byte, error) { return readFile(path) }
-
 // readFile reads a cgroup file whole, through a bare fd (package kfile
 // says why).
 func readFile(path string) ([]byte, error) {

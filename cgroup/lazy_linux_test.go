@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/dirwatch"
 )
 
 // watchCreates records the directories this process's cgroup names
@@ -20,40 +20,17 @@ import (
 // mkdir to inotify, cgroupfs included.
 func watchCreates(t *testing.T, dirs []string, fn func()) []string {
 	t.Helper()
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	w, err := dirwatch.New(dirs)
 	if err != nil {
-		t.Fatal(os.NewSyscallError("inotify_init1", err))
+		t.Fatal(err)
 	}
-	defer unix.Close(fd)
-	wd := map[int32]string{}
-	for _, d := range dirs {
-		w, err := unix.InotifyAddWatch(fd, d, unix.IN_CREATE)
-		if err != nil {
-			t.Fatalf("watch %s: %v", d, os.NewSyscallError("inotify_add_watch", err))
-		}
-		wd[int32(w)] = d
-	}
+	defer w.Close()
 	fn()
-	prefix := fmt.Sprintf("%s%d-", namePrefix, os.Getpid())
-	var made []string
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, buf)
-		if errors.Is(err, unix.EAGAIN) {
-			return made
-		}
-		if err != nil {
-			t.Fatal(os.NewSyscallError("read inotify", err))
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-			if strings.HasPrefix(name, prefix) {
-				made = append(made, filepath.Join(wd[ev.Wd], name))
-			}
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-		}
+	made, err := w.Created(fmt.Sprintf("%s%d-", namePrefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return made
 }
 
 func parents(h *Host) []string {

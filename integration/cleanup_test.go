@@ -1,17 +1,13 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/pmjail/pmjail/internal/dirwatch"
 )
 
 func TestCleanup_AfterRuns(t *testing.T) {
@@ -139,45 +135,27 @@ func TestCleanup_OneCgroupPerRun(t *testing.T) {
 	if len(p.Cgroup.Paths) == 0 {
 		t.Skip("no job cgroup on this host")
 	}
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		t.Fatal(os.NewSyscallError("inotify_init1", err))
-	}
-	defer unix.Close(fd)
-	watched := map[string]bool{}
+	var parents []string
 	for _, dir := range p.Cgroup.Paths {
-		parent := filepath.Dir(dir)
-		if watched[parent] {
-			continue
-		}
-		if _, err := unix.InotifyAddWatch(fd, parent, unix.IN_CREATE); err != nil {
-			t.Fatalf("watch %s: %v", parent, os.NewSyscallError("inotify_add_watch", err))
-		}
-		watched[parent] = true
+		parents = append(parents, filepath.Dir(dir))
 	}
+	w, err := dirwatch.New(parents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	cmd, out := startPmjail(t, "exec", "--", "/bin/true")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exec true: %v %s", err, out)
 	}
-	prefix := fmt.Sprintf("pmjail-%d-", cmd.Process.Pid)
+	created, err := w.Created(fmt.Sprintf("pmjail-%d-", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One name, however many hierarchies it was made in.
 	made := map[string]int{}
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, buf)
-		if errors.Is(err, unix.EAGAIN) {
-			break
-		}
-		if err != nil {
-			t.Fatal(os.NewSyscallError("read inotify", err))
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-			if strings.HasPrefix(name, prefix) {
-				made[name]++
-			}
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-		}
+	for _, path := range created {
+		made[filepath.Base(path)]++
 	}
 	if len(made) != 1 {
 		t.Errorf("the run made cgroups %v, want its job's alone", made)

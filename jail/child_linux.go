@@ -30,21 +30,13 @@ type child struct {
 	intoCgroup bool
 }
 
-// startError names the step of starting a child that failed.
-type startError struct {
-	stage string
-	err   error
-}
-
-func (e *startError) Error() string { return e.stage + ": " + e.err.Error() }
-func (e *startError) Unwrap() error { return e.err }
-
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
-// into one at hand-over. ahead says it starts before its job is known.
-func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, err error) {
-	fail := func(stage string, err error) (*child, error) {
-		return nil, &startError{stage: stage, err: err}
+// into one at hand-over. ahead says it starts before its job is known. A
+// failure names the step (stage) that failed.
+func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, stage string, err error) {
+	fail := func(step string, e error) (*child, string, error) {
+		return nil, step, e
 	}
 	lease, err := leaseIDs()
 	if err != nil {
@@ -122,7 +114,7 @@ func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, err error) {
 	}
 	c.cmd = cmd
 	c.intoCgroup = cmd.SysProcAttr.UseCgroupFD
-	return c, nil
+	return c, "", nil
 }
 
 // waiting reports whether the child is still waiting for its

@@ -102,7 +102,7 @@ func (p *Pool) fill(flags uintptr) {
 			return
 		}
 		p.mu.Unlock()
-		c, err := startChild(flags, nil, true)
+		c, stage, err := startChild(flags, nil, true)
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false
@@ -111,7 +111,7 @@ func (p *Pool) fill(flags uintptr) {
 				c.discard()
 			}
 			if err != nil && p.opt.OnError != nil {
-				p.opt.OnError(fmt.Errorf("start an init stage ahead: %w", err))
+				p.opt.OnError(fmt.Errorf("start an init stage ahead: %s: %w", stage, err))
 			}
 			return
 		}

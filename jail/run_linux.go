@@ -130,8 +130,9 @@ type supervision struct {
 
 	mu     sync.Mutex
 	reason *killReason
-	cmd    *exec.Cmd
-	child  *child
+	// child is the run's init stage, then its runtime: fixed before
+	// anything can stop the run.
+	child *child
 }
 
 // stop records the first reason to end the run and kills the tree.
@@ -140,13 +141,12 @@ func (s *supervision) stop(r killReason) {
 	if s.reason == nil {
 		s.reason = &r
 	}
-	cmd := s.cmd
 	s.mu.Unlock()
-	s.killTree(cmd)
+	s.killTree()
 }
 
-func (s *supervision) killTree(cmd *exec.Cmd) {
-	if cmd != nil && cmd.Process != nil {
+func (s *supervision) killTree() {
+	if cmd := s.child.cmd; cmd.Process != nil {
 		// The child is pid 1 of its pid namespace: killing it kills every
 		// process in the namespace.
 		_ = cmd.Process.Signal(syscall.SIGKILL)
@@ -179,23 +179,17 @@ func (s *supervision) run(ctx context.Context) {
 	if c != nil {
 		s.out.Prestarted = true
 	} else {
+		var stage string
 		var err error
-		if c, err = startChild(flags, job.Cgroup, false); err != nil {
-			var se *startError
-			if errors.As(err, &se) {
-				s.fail(se.stage, se.err)
-			} else {
-				s.fail("start", err)
-			}
+		if c, stage, err = startChild(flags, job.Cgroup, false); err != nil {
+			s.fail(stage, err)
 			return
 		}
 	}
 	defer c.lease.release()
 	defer c.ctl.Close()
 	cmd := c.cmd
-	s.mu.Lock()
-	s.cmd, s.child = cmd, c
-	s.mu.Unlock()
+	s.child = c
 
 	// The wall clock covers everything from here, set-up included.
 	timer := time.AfterFunc(job.Timeout, func() {
@@ -226,7 +220,7 @@ func (s *supervision) run(ctx context.Context) {
 	conn, setupErr := s.handOver(ctx)
 	job.Warm.replenish(flags)
 	if setupErr != nil {
-		s.killTree(cmd)
+		s.killTree()
 		_ = cmd.Wait()
 		outputs.Wait()
 		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
@@ -277,7 +271,7 @@ wait:
 		}
 	}
 	// Nothing of the job may outlive Run.
-	s.killTree(cmd)
+	s.killTree()
 	outputs.Wait()
 	// The guest is gone: the session drains what it sent and ends at EOF,
 	// unless it is stuck in a call on the guest's behalf.
@@ -298,10 +292,14 @@ wait:
 func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	job, c := s.job, s.child
 	ctl := c.ctl
+	// On cgroup v1 the init stage joins through the task files sent with
+	// its configuration; a v2 child not born in its cgroup (clone3 refused)
+	// is moved in.
 	var tasks []*os.File
 	if job.Cgroup != nil && !c.intoCgroup {
-		var err error
-		if tasks, err = job.Cgroup.TaskFiles(); err == nil {
+		files, err := job.Cgroup.TaskFiles()
+		if err == nil {
+			tasks = files
 			defer closeAll(tasks)
 		} else if err := job.Cgroup.AddProc(c.cmd.Process.Pid); err != nil {
 			s.fail("cgroup", err)

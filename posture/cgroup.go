@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/kfile"
 )
 
 type cgroupFacts struct {
@@ -60,9 +61,9 @@ func noCgroupLayers(reason string) []Layer {
 }
 
 // readLimit reads one limit file of a job cgroup, for the run's posture
-// (through cgroup.ReadFile, which spares the netpoller).
+// (through a bare fd: package kfile says why).
 func readLimit(dir, file string) string {
-	data, err := cgroup.ReadFile(filepath.Join(dir, file))
+	data, err := kfile.Read(filepath.Join(dir, file))
 	if err != nil {
 		return "?"
 	}

@@ -4,7 +4,6 @@ import (
 	"embed"
 	"fmt"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,11 +62,18 @@ func heapMiB(memoryBytes int64) int64 {
 // discovery, no remote or npm imports, read access only to the given paths,
 // write access only to the channel's outgoing FIFO, and no env, net, run,
 // ffi or sys permission at all. v8 are extra V8 flags after the heap cap.
-func denoArgs(memoryBytes int64, v8 []string, readable []string, entry string, rest ...string) []string {
+// Without codeCache, V8's code cache is neither read nor written: it is
+// written for a later run, and a run whose DENO_DIR starts empty dies with
+// it, so creating and filling its database is wasted work (−1 ms a hello,
+// measured).
+func denoArgs(memoryBytes int64, v8 []string, readable []string, codeCache bool, entry string, rest ...string) []string {
 	args := []string{
 		denoTarget, "run",
 		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--cached-only", "--no-check",
+	}
+	if !codeCache {
+		args = append(args, "--no-code-cache")
 	}
 	if len(readable) > 0 {
 		allow := "--allow-read="
@@ -105,15 +111,10 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
 	}
-	args := denoArgs(job.MemoryBytes, nil, []string{GuestDir, JobDir}, GuestDir+"/bootstrap.js", main)
-	// V8's code cache is written for a later run, and DENO_DIR dies with
-	// this one: creating and filling its database is wasted work (−1 ms a
-	// hello, measured). Python keeps it: its DENO_DIR starts warm.
-	args = slices.Insert(args, slices.Index(args, "run")+1, "--no-code-cache")
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  denoTarget,
-		Args:    args,
+		Args:    denoArgs(job.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
 		Env:     denoEnv(),
 		Files:   files,
 		Copies:  copies,

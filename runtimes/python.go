@@ -35,7 +35,8 @@ var pythonV8Flags = []string{
 // in-jail modes (run, warm). The warm run must use the same flags as the
 // runs: V8 keys its code cache by them.
 func pythonArgs(memoryBytes int64, snapshot bool, mode string, rest ...string) []string {
-	return denoArgs(pythonHeapBytes(memoryBytes), pythonV8Flags, pythonReadable(snapshot), pyodideLoader, append([]string{mode, pyodideTarget}, rest...)...)
+	// Its DENO_DIR starts as a copy of the warm code cache: it reads it.
+	return denoArgs(pythonHeapBytes(memoryBytes), pythonV8Flags, pythonReadable(snapshot), true, pyodideLoader, append([]string{mode, pyodideTarget}, rest...)...)
 }
 
 // pythonReadable is the loader's read scope: the guest files, the job, the

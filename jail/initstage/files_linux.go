@@ -1,12 +1,9 @@
 package initstage
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,30 +88,21 @@ func copyTree(src, dst, uid int) error {
 		return os.NewSyscallError("open", err)
 	}
 	defer unix.Close(dir)
-	entries, err := readDir(dir)
+	names, err := readDirNames(dir)
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		typ := e.typ
-		if typ == unix.DT_UNKNOWN {
-			var st unix.Stat_t
-			if err := unix.Fstatat(dir, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return &os.PathError{Op: "stat", Path: e.name, Err: err}
-			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFDIR:
-				typ = unix.DT_DIR
-			case unix.S_IFREG:
-				typ = unix.DT_REG
-			}
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &os.PathError{Op: "stat", Path: name, Err: err}
 		}
 		var err error
-		switch typ {
-		case unix.DT_DIR:
-			err = copySubdir(dir, dst, e.name, uid)
-		case unix.DT_REG:
-			err = copyFile(dir, dst, e.name, uid)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			err = copySubdir(dir, dst, name, uid)
+		case unix.S_IFREG:
+			err = copyFile(dir, dst, name, uid)
 		}
 		if err != nil {
 			return err
@@ -213,21 +201,9 @@ func copyData(out, in int, size int64) error {
 	}
 }
 
-type dirEntry struct {
-	name string
-	typ  uint8
-}
-
-// Offsets in a linux_dirent64 record.
-const (
-	direntReclen = int(unsafe.Offsetof(unix.Dirent{}.Reclen))
-	direntType   = int(unsafe.Offsetof(unix.Dirent{}.Type))
-	direntName   = int(unsafe.Offsetof(unix.Dirent{}.Name))
-)
-
-// readDir lists the directory open at fd, without "." and "..".
-func readDir(fd int) ([]dirEntry, error) {
-	var entries []dirEntry
+// readDirNames lists the directory open at fd, without "." and "..".
+func readDirNames(fd int) ([]string, error) {
+	var names []string
 	buf := make([]byte, 8<<10)
 	for {
 		n, err := unix.Getdents(fd, buf)
@@ -238,23 +214,8 @@ func readDir(fd int) ([]dirEntry, error) {
 			return nil, os.NewSyscallError("getdents", err)
 		}
 		if n <= 0 {
-			return entries, nil
+			return names, nil
 		}
-		for b := buf[:n]; len(b) > 0; {
-			if len(b) < direntName {
-				return nil, errors.New("getdents: short record")
-			}
-			reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
-			if reclen <= direntName || reclen > len(b) {
-				return nil, errors.New("getdents: bad record length")
-			}
-			name, _, _ := bytes.Cut(b[direntName:reclen], []byte{0})
-			typ := b[direntType]
-			b = b[reclen:]
-			if len(name) == 0 || string(name) == "." || string(name) == ".." {
-				continue
-			}
-			entries = append(entries, dirEntry{name: string(name), typ: typ})
-		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }
