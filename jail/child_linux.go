@@ -32,9 +32,8 @@ type child struct {
 
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
-// into one at hand-over. ahead says it starts before its job is known. A
-// failure names the step (stage) that failed.
-func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, stage string, err error) {
+// into one at hand-over. A failure names the step (stage) that failed.
+func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error) {
 	fail := func(step string, e error) (*child, string, error) {
 		return nil, step, e
 	}
@@ -90,9 +89,6 @@ func startChild(flags uintptr, cg CgroupJob, ahead bool) (c *child, stage string
 		Stderr:      errW,
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: childAttr(flags, lease),
-	}
-	if ahead {
-		cmd.Env = append(cmd.Env, initstage.PrestartedEnv)
 	}
 	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS}
 	if fd, ok := cgroupFD(cg); ok {

@@ -102,7 +102,7 @@ func (p *Pool) fill(flags uintptr) {
 			return
 		}
 		p.mu.Unlock()
-		c, stage, err := startChild(flags, nil, true)
+		c, stage, err := startChild(flags, nil)
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false

@@ -1,9 +1,7 @@
 package jail
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -181,7 +179,7 @@ func (s *supervision) run(ctx context.Context) {
 	} else {
 		var stage string
 		var err error
-		if c, stage, err = startChild(flags, job.Cgroup, false); err != nil {
+		if c, stage, err = startChild(flags, job.Cgroup); err != nil {
 			s.fail(stage, err)
 			return
 		}
@@ -327,6 +325,9 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	if report.Error != "" {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = 125
 		s.out.InitStage = report.Stage
@@ -376,10 +377,10 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	return conn, nil
 }
 
-// sendConfig sends the init stage its configuration, one JSON value, with
+// sendConfig sends the init stage its configuration, one message, with
 // the task files it joins its cgroups through.
 func sendConfig(ctl *os.File, cfg *initstage.Config, tasks []*os.File) error {
-	data, err := json.Marshal(cfg)
+	data, err := cfg.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -417,42 +418,61 @@ func (s *supervision) initFailure(err error) error {
 	return err
 }
 
-// readReport reads one newline-terminated JSON report and the fds passed
-// with it. io.EOF means the peer closed the socket first.
-func readReport(ctl *os.File) (initstage.Report, []int, error) {
-	var report initstage.Report
-	var fds []int
-	var buf bytes.Buffer
-	chunk := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	for {
-		n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), chunk, oob, unix.MSG_CMSG_CLOEXEC)
+// readReport reads one report message and the fds passed with it, and
+// nothing beyond it (a second report may follow). io.EOF means the peer
+// closed the socket first. On an error no fd is kept.
+func readReport(ctl *os.File) (report initstage.Report, fds []int, err error) {
+	defer func() {
 		if err != nil {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			fds = nil
+		}
+	}()
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	// readFull fills buf, keeping any rights that come with the data.
+	readFull := func(buf []byte) (int, error) {
+		got := 0
+		for got < len(buf) {
+			n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), buf[got:], oob, unix.MSG_CMSG_CLOEXEC)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			return report, fds, os.NewSyscallError("recvmsg", err)
-		}
-		if oobn > 0 {
-			if got, err := parseRights(oob[:oobn]); err == nil {
-				fds = append(fds, got...)
+			if err != nil {
+				return got, os.NewSyscallError("recvmsg", err)
 			}
-		}
-		if n == 0 {
-			if buf.Len() == 0 {
-				return report, fds, io.EOF
+			if oobn > 0 {
+				if more, err := parseRights(oob[:oobn]); err == nil {
+					fds = append(fds, more...)
+				}
 			}
-			break
+			if n == 0 {
+				return got, io.EOF
+			}
+			got += n
 		}
-		buf.Write(chunk[:n])
-		if bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
-			break
-		}
+		return got, nil
 	}
-	if err := json.Unmarshal(buf.Bytes(), &report); err != nil {
+	head := make([]byte, 4)
+	if n, err := readFull(head); err != nil {
+		if n > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return report, fds, err
+	}
+	size, _, err := initstage.ReportLen(head)
+	if err != nil {
 		return report, fds, fmt.Errorf("decode init report: %w", err)
 	}
-	return report, fds, nil
+	msg := make([]byte, size-len(head))
+	if _, err := readFull(msg); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return report, fds, fmt.Errorf("read init report: %w", err)
+	}
+	return report, fds, report.UnmarshalBinary(msg)
 }
 
 func parseRights(oob []byte) ([]int, error) {

@@ -24,37 +24,37 @@ const (
 // Config is everything the init stage needs, sent over the control socket
 // (never in argv or the environment). Its first fields are the parts of the
 // job's OCI runtime spec the init stage acts on, in the spec's own types
-// (ConfigFor picks them): decoding the whole spec would cost every run the
-// reflection over types the init stage never reads.
+// (ConfigFor picks them); the wire (MarshalBinary) carries only the spec
+// fields the init stage reads.
 type Config struct {
 	// Process is what to exec: args, environment, the guest's ids and
 	// rlimits.
-	Process *specs.Process `json:"process"`
+	Process *specs.Process
 	// Hostname is set in the job's UTS namespace.
-	Hostname string `json:"hostname,omitempty"`
+	Hostname string
 	// Mounts build the root on a fresh tmpfs, in order.
-	Mounts []specs.Mount `json:"mounts,omitempty"`
+	Mounts []specs.Mount
 	// WritableRoot leaves the root writable (the spec's root is not
 	// read-only).
-	WritableRoot bool `json:"writable_root,omitempty"`
+	WritableRoot bool
 	// Namespaces are those the child was cloned into.
-	Namespaces []specs.LinuxNamespaceType `json:"namespaces,omitempty"`
+	Namespaces []specs.LinuxNamespaceType
 	// Files are written into the root before it is made read-only.
-	Files []runtimes.File `json:"files"`
+	Files []runtimes.File
 	// Seccomp is the compiled filter (package bpf), installed last; empty
 	// for none.
-	Seccomp []byte `json:"seccomp,omitempty"`
+	Seccomp []byte
 	// HostMountNS is the supervisor's mount namespace inode: the init stage
 	// refuses to touch mounts unless it is provably elsewhere.
-	HostMountNS uint64 `json:"host_mount_ns"`
+	HostMountNS uint64
 	// Landlock asks for a Landlock ruleset where the kernel has one.
-	Landlock bool `json:"landlock,omitempty"`
+	Landlock bool
 	// Channel asks for the guest channel's FIFOs.
-	Channel bool `json:"channel,omitempty"`
+	Channel bool
 	// CgroupJoin is how many cgroup v1 task files come with the
 	// configuration (SCM_RIGHTS): the init stage joins through them before
 	// its set-up. 0 when the supervisor placed it.
-	CgroupJoin int `json:"cgroup_join,omitempty"`
+	CgroupJoin int
 }
 
 // ConfigFor returns a Config carrying what the init stage uses of spec: the
@@ -79,15 +79,15 @@ func (c *Config) HasNamespace(t specs.LinuxNamespaceType) bool {
 // it applied, or the error that stopped it. A second report, after the
 // first, means exec itself failed.
 type Report struct {
-	Error    string `json:"error,omitempty"`
-	Stage    string `json:"stage,omitempty"`
-	ExitCode int    `json:"exit_code,omitempty"`
+	Error    string
+	Stage    string
+	ExitCode int
 	// Landlock is the ABI version enforced, 0 for none.
-	Landlock int `json:"landlock,omitempty"`
+	Landlock int
 	// LandlockReason says why Landlock is not enforced.
-	LandlockReason string `json:"landlock_reason,omitempty"`
+	LandlockReason string
 	// FDs names the descriptors passed with the report, in order.
-	FDs []string `json:"fds,omitempty"`
+	FDs []string
 	fds []int
 }
 

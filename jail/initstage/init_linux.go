@@ -1,7 +1,6 @@
 package initstage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -47,9 +46,6 @@ func Main() {
 	// So must the job's cgroups, joined first: the set-up runs in the job.
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
-	if os.Getenv(prestartedVar) == "1" {
-		warmDecoder()
-	}
 	rights := newRightsReader(ControlFD)
 	cfg, err := decodeConfig(rights)
 	if err != nil {
@@ -71,7 +67,9 @@ func Main() {
 			report.Stage = se.stage
 		}
 		report.ExitCode = 125
-		_ = json.NewEncoder(control).Encode(report)
+		// A failed set-up hands over nothing.
+		report.FDs, report.fds = nil, nil
+		_ = sendReport(control, report)
 		os.Exit(125)
 	}
 	// The filter is the last layer: after it only the report and execve.
@@ -98,23 +96,22 @@ func Main() {
 	if errors.Is(err, unix.ENOENT) {
 		code = 127
 	}
-	_ = json.NewEncoder(control).Encode(Report{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
+	_ = sendReport(control, Report{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
 	os.Exit(code)
 }
 
 func failInit(control *os.File, name string, err error) {
-	_ = json.NewEncoder(control).Encode(Report{Error: name + ": " + err.Error(), Stage: name, ExitCode: 125})
+	_ = sendReport(control, Report{Error: name + ": " + err.Error(), Stage: name, ExitCode: 125})
 	os.Exit(125)
 }
 
 // sendReport sends the report and the descriptors it names to the
 // supervisor, then closes this side's copies.
 func sendReport(control *os.File, report Report) error {
-	data, err := json.Marshal(report)
+	data, err := report.MarshalBinary()
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	var oob []byte
 	if len(report.fds) > 0 {
 		oob = unix.UnixRights(report.fds...)

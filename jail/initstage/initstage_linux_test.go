@@ -33,7 +33,11 @@ func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 	for i := range fds {
 		fds[i] = int(devnull.Fd())
 	}
-	if err := unix.Sendmsg(pair[0], []byte(`{"hostname": "h", "cgroup_join": 3}`), unix.UnixRights(fds...), nil, 0); err != nil {
+	msg, err := (&Config{Hostname: "h", CgroupJoin: 3}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendmsg(pair[0], msg, unix.UnixRights(fds...), nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	r := newRightsReader(pair[1])

@@ -1,0 +1,407 @@
+package initstage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// The control socket's messages (a Config one way, Reports the other) are
+// length-prefixed records of varints and byte strings, written and read
+// field by field. A fresh init stage decodes one configuration and encodes
+// one report in its life, and encoding/json's first use of a type builds
+// its reflection tables: ~0.3 ms of every CLI run in the init stage and as
+// much again in the supervisor (perf). protowire would serve, but its
+// package initialiser reads 64 KB of the running binary, which the init
+// stage would pay at every start. The supervisor and the init stage come
+// from one build (their build IDs are checked), so the format needs no
+// versioning beyond its magic.
+
+// Magic numbers open each message: a peer from another build, or a stray
+// write, fails at once rather than partway through.
+const (
+	configMagic = 0x706d6a63 // "pmjc"
+	reportMagic = 0x706d6a72 // "pmjr"
+)
+
+// Limits on a message's length. A configuration carries the guest's files,
+// which the supervisor bounds far below this; a report carries one error.
+const (
+	maxConfigSize = 1 << 30
+	maxReportSize = 1 << 20
+)
+
+// Fields of the spec's types the wire carries. The rest of specs.Process
+// is listed in ignoredProcessFields (tests check both cover every field).
+var (
+	wireProcessFields = []string{"User", "Args", "Env", "Rlimits"}
+	wireUserFields    = []string{"UID", "GID", "Umask", "AdditionalGids", "Username"}
+	wireRlimitFields  = []string{"Type", "Hard", "Soft"}
+	wireMountFields   = []string{"Destination", "Type", "Source", "Options"}
+)
+
+// ignoredProcessFields are what the init stage decides itself, whatever
+// the spec says: the guest's capabilities (none), no_new_privs (set) and
+// working directory ("/"); and what it has no support for: a terminal,
+// AppArmor, SELinux, OOM score, scheduler, I/O priority, CPU affinity.
+var ignoredProcessFields = []string{
+	"Terminal", "ConsoleSize", "CommandLine", "Cwd", "Capabilities", "NoNewPrivileges",
+	"ApparmorProfile", "OOMScoreAdj", "SelinuxLabel", "Scheduler", "IOPriority", "ExecCPUAffinity",
+}
+
+// MarshalBinary encodes the configuration as the init stage reads it. It
+// refuses what the init stage could not apply (ID-mapped mounts) rather
+// than drop it.
+func (c *Config) MarshalBinary() ([]byte, error) {
+	var e encoder
+	e.begin(configMagic)
+	e.bool(c.Process != nil)
+	if p := c.Process; p != nil {
+		e.uint(uint64(p.User.UID))
+		e.uint(uint64(p.User.GID))
+		e.bool(p.User.Umask != nil)
+		if p.User.Umask != nil {
+			e.uint(uint64(*p.User.Umask))
+		}
+		e.uint(uint64(len(p.User.AdditionalGids)))
+		for _, g := range p.User.AdditionalGids {
+			e.uint(uint64(g))
+		}
+		e.string(p.User.Username)
+		e.strings(p.Args)
+		e.strings(p.Env)
+		e.uint(uint64(len(p.Rlimits)))
+		for _, r := range p.Rlimits {
+			e.string(r.Type)
+			e.uint(r.Hard)
+			e.uint(r.Soft)
+		}
+	}
+	e.string(c.Hostname)
+	e.uint(uint64(len(c.Mounts)))
+	for _, m := range c.Mounts {
+		if len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+			return nil, fmt.Errorf("mount %s: ID-mapped mounts are not supported", m.Destination)
+		}
+		e.string(m.Destination)
+		e.string(m.Type)
+		e.string(m.Source)
+		e.strings(m.Options)
+	}
+	e.bool(c.WritableRoot)
+	e.uint(uint64(len(c.Namespaces)))
+	for _, ns := range c.Namespaces {
+		e.string(string(ns))
+	}
+	e.uint(uint64(len(c.Files)))
+	for _, f := range c.Files {
+		e.string(f.Path)
+		e.bytes(f.Data)
+		e.uint(uint64(f.Mode))
+	}
+	e.bytes(c.Seccomp)
+	e.uint(c.HostMountNS)
+	e.bool(c.Landlock)
+	e.bool(c.Channel)
+	e.int(c.CgroupJoin)
+	return e.end(maxConfigSize)
+}
+
+// UnmarshalBinary decodes a configuration MarshalBinary encoded. The
+// configuration keeps references into data.
+func (c *Config) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	d.magic(configMagic)
+	var cfg Config
+	if d.bool() {
+		p := &specs.Process{}
+		p.User.UID = d.uint32()
+		p.User.GID = d.uint32()
+		if d.bool() {
+			umask := d.uint32()
+			p.User.Umask = &umask
+		}
+		if n := d.count(); n > 0 {
+			p.User.AdditionalGids = make([]uint32, n)
+			for i := range n {
+				p.User.AdditionalGids[i] = d.uint32()
+			}
+		}
+		p.User.Username = d.string()
+		p.Args = d.strings()
+		p.Env = d.strings()
+		if n := d.count(); n > 0 {
+			p.Rlimits = make([]specs.POSIXRlimit, n)
+			for i := range n {
+				p.Rlimits[i] = specs.POSIXRlimit{Type: d.string(), Hard: d.uint(), Soft: d.uint()}
+			}
+		}
+		cfg.Process = p
+	}
+	cfg.Hostname = d.string()
+	if n := d.count(); n > 0 {
+		cfg.Mounts = make([]specs.Mount, n)
+		for i := range n {
+			cfg.Mounts[i] = specs.Mount{Destination: d.string(), Type: d.string(), Source: d.string(), Options: d.strings()}
+		}
+	}
+	cfg.WritableRoot = d.bool()
+	if n := d.count(); n > 0 {
+		cfg.Namespaces = make([]specs.LinuxNamespaceType, n)
+		for i := range n {
+			cfg.Namespaces[i] = specs.LinuxNamespaceType(d.string())
+		}
+	}
+	if n := d.count(); n > 0 {
+		cfg.Files = make([]runtimes.File, n)
+		for i := range n {
+			cfg.Files[i] = runtimes.File{Path: d.string(), Data: d.bytes(), Mode: os.FileMode(d.uint32())}
+		}
+	}
+	cfg.Seccomp = d.bytes()
+	cfg.HostMountNS = d.uint()
+	cfg.Landlock = d.bool()
+	cfg.Channel = d.bool()
+	cfg.CgroupJoin = d.int()
+	if err := d.finish(); err != nil {
+		return fmt.Errorf("decode configuration: %w", err)
+	}
+	*c = cfg
+	return nil
+}
+
+// MarshalBinary encodes a report.
+func (r *Report) MarshalBinary() ([]byte, error) {
+	var e encoder
+	e.begin(reportMagic)
+	e.string(r.Error)
+	e.string(r.Stage)
+	e.int(r.ExitCode)
+	e.int(r.Landlock)
+	e.string(r.LandlockReason)
+	e.strings(r.FDs)
+	return e.end(maxReportSize)
+}
+
+// UnmarshalBinary decodes a report MarshalBinary encoded.
+func (r *Report) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	d.magic(reportMagic)
+	rep := Report{Error: d.string(), Stage: d.string(), ExitCode: d.int(), Landlock: d.int(),
+		LandlockReason: d.string(), FDs: d.strings()}
+	if err := d.finish(); err != nil {
+		return fmt.Errorf("decode init report: %w", err)
+	}
+	*r = rep
+	return nil
+}
+
+// readMessage reads one length-prefixed message of at most limit bytes.
+func readMessage(r io.Reader, limit int) ([]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(head[:])
+	if uint64(n) > uint64(limit) {
+		return nil, fmt.Errorf("message of %d bytes exceeds %d", n, limit)
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return nil, fmt.Errorf("message of %d bytes: %w", n, noEOF(err))
+	}
+	return msg, nil
+}
+
+// ReportLen reports the length of the whole report message (prefix
+// included) that buf starts, once buf holds the prefix; an error if that
+// is longer than any report.
+func ReportLen(buf []byte) (n int, ok bool, err error) {
+	if len(buf) < 4 {
+		return 0, false, nil
+	}
+	body := binary.LittleEndian.Uint32(buf)
+	if body > maxReportSize {
+		return 0, false, fmt.Errorf("report of %d bytes exceeds %d", body, maxReportSize)
+	}
+	return 4 + int(body), true, nil
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// encoder appends a message: a 4-byte little-endian length, then the body.
+type encoder struct{ b []byte }
+
+func (e *encoder) begin(magic uint32) {
+	e.b = make([]byte, 4, 512)
+	e.b = binary.LittleEndian.AppendUint32(e.b, magic)
+}
+
+func (e *encoder) end(limit int) ([]byte, error) {
+	n := len(e.b) - 4
+	if n > limit {
+		return nil, fmt.Errorf("message of %d bytes exceeds %d", n, limit)
+	}
+	binary.LittleEndian.PutUint32(e.b, uint32(n))
+	return e.b, nil
+}
+
+func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) int(v int)     { e.b = binary.AppendVarint(e.b, int64(v)) }
+
+func (e *encoder) bool(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+func (e *encoder) bytes(v []byte) {
+	e.uint(uint64(len(v)))
+	e.b = append(e.b, v...)
+}
+
+func (e *encoder) string(v string) {
+	e.uint(uint64(len(v)))
+	e.b = append(e.b, v...)
+}
+
+func (e *encoder) strings(v []string) {
+	e.uint(uint64(len(v)))
+	for _, s := range v {
+		e.string(s)
+	}
+}
+
+// decoder reads a message body. The first error sticks: every later read
+// returns a zero value, and finish reports it.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.b = nil
+}
+
+func (d *decoder) magic(want uint32) {
+	if len(d.b) < 4 {
+		d.fail(errTruncated)
+		return
+	}
+	if got := binary.LittleEndian.Uint32(d.b); got != want {
+		d.fail(fmt.Errorf("bad magic %#x, want %#x (a peer from another build?)", got, want))
+		return
+	}
+	d.b = d.b[4:]
+}
+
+func (d *decoder) finish() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.err = fmt.Errorf("%d bytes left over", len(d.b))
+	}
+	return d.err
+}
+
+func (d *decoder) uint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(errTruncated)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uint32() uint32 {
+	v := d.uint()
+	if v > math.MaxUint32 {
+		d.fail(fmt.Errorf("value %d out of range", v))
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) int() int {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(errTruncated)
+		return 0
+	}
+	d.b = d.b[n:]
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.fail(fmt.Errorf("value %d out of range", v))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) bool() bool {
+	if len(d.b) == 0 {
+		d.fail(errTruncated)
+		return false
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	if v > 1 {
+		d.fail(fmt.Errorf("bad boolean %d", v))
+	}
+	return v == 1
+}
+
+// count reads a number of elements: each takes at least a byte, so a count
+// beyond the bytes left is refused before anything is allocated for it.
+func (d *decoder) count() int {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail(fmt.Errorf("count %d exceeds the %d bytes left", n, len(d.b)))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail(errTruncated)
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+func (d *decoder) strings() []string {
+	n := d.count()
+	if n == 0 {
+		return nil
+	}
+	v := make([]string, n)
+	for i := range v {
+		v[i] = d.string()
+	}
+	return v
+}
