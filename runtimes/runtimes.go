@@ -3,9 +3,10 @@ package runtimes
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
 // Name identifies a guest runtime.
@@ -105,23 +106,17 @@ type Bind struct {
 }
 
 // File is a file created inside the job's root.
-type File struct {
-	Path string
-	Data []byte
-	Mode os.FileMode
-}
+type File = layout.File
 
-// Paths inside every job's root.
+// Paths inside every job's root (package layout).
 const (
-	GuestDir   = "/pmjail"  // bootstrap code
-	JobDir     = "/job"     // the job's own files
-	RuntimeDir = "/runtime" // runtime binaries and assets
-	TmpDir     = "/tmp"     // the only writable place
+	GuestDir   = layout.GuestDir
+	JobDir     = layout.JobDir
+	RuntimeDir = layout.RuntimeDir
+	TmpDir     = layout.TmpDir
 	denoTarget = RuntimeDir + "/deno"
 
-	// The guest channel's FIFOs (see ipc/PROTOCOL.md), made by the jail's
-	// init stage: the guest reads ChannelIn and writes ChannelOut.
-	ChannelDir = GuestDir + "/channel"
-	ChannelIn  = ChannelDir + "/in"
-	ChannelOut = ChannelDir + "/out"
+	ChannelDir = layout.ChannelDir
+	ChannelIn  = layout.ChannelIn
+	ChannelOut = layout.ChannelOut
 )

@@ -5,7 +5,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
 // Role is argv[1] of a binary that runs as a job's init stage: pmjail's
@@ -40,7 +40,7 @@ type Config struct {
 	// Namespaces are those the child was cloned into.
 	Namespaces []specs.LinuxNamespaceType
 	// Files are written into the root before it is made read-only.
-	Files []runtimes.File
+	Files []layout.File
 	// Seccomp is the compiled filter (package bpf), installed last; empty
 	// for none.
 	Seccomp []byte

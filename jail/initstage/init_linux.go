@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/kfile"
-	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/runtimes/layout"
 	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
@@ -163,7 +163,7 @@ func setUp(cfg *Config) (Report, error) {
 	if cfg.Landlock {
 		var rw []string
 		if cfg.Channel {
-			rw = append(rw, runtimes.ChannelOut)
+			rw = append(rw, layout.ChannelOut)
 		}
 		report.Landlock, report.LandlockReason = applyLandlock(cfg.Mounts, rw)
 	}
@@ -546,11 +546,11 @@ func dropPrivileges(user specs.User, lastCap int) error {
 // every guest process is gone, whether or not the guest ever opened the
 // path itself.
 func makeChannel(root string, guestUID int) ([]int, error) {
-	dir := filepath.Join(root, runtimes.ChannelDir)
+	dir := filepath.Join(root, layout.ChannelDir)
 	if err := mkdirAll(dir); err != nil {
 		return nil, err
 	}
-	in, out := filepath.Join(root, runtimes.ChannelIn), filepath.Join(root, runtimes.ChannelOut)
+	in, out := filepath.Join(root, layout.ChannelIn), filepath.Join(root, layout.ChannelOut)
 	for _, p := range []string{in, out} {
 		if err := unix.Mkfifo(p, 0o600); err != nil {
 			return nil, os.NewSyscallError("mkfifo "+p, err)

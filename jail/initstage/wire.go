@@ -10,7 +10,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
 // The control socket's messages (a Config one way, Reports the other) are
@@ -160,9 +160,9 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 		}
 	}
 	if n := d.count(); n > 0 {
-		cfg.Files = make([]runtimes.File, n)
+		cfg.Files = make([]layout.File, n)
 		for i := range n {
-			cfg.Files[i] = runtimes.File{Path: d.string(), Data: d.bytes(), Mode: os.FileMode(d.uint32())}
+			cfg.Files[i] = layout.File{Path: d.string(), Data: d.bytes(), Mode: os.FileMode(d.uint32())}
 		}
 	}
 	cfg.Seccomp = d.bytes()

@@ -11,7 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
 func fieldNames(t reflect.Type) []string {
@@ -35,7 +35,7 @@ func TestWireCoversTheSpec(t *testing.T) {
 		{reflect.TypeFor[specs.POSIXRlimit](), wireRlimitFields, nil},
 		// ID-mapped mounts are refused when encoding.
 		{reflect.TypeFor[specs.Mount](), wireMountFields, []string{"UIDMappings", "GIDMappings"}},
-		{reflect.TypeFor[runtimes.File](), []string{"Path", "Data", "Mode"}, nil},
+		{reflect.TypeFor[layout.File](), []string{"Path", "Data", "Mode"}, nil},
 	} {
 		names := fieldNames(c.typ)
 		for _, name := range names {
@@ -69,7 +69,7 @@ func fullConfig() Config {
 		Mounts:       []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev"}}},
 		WritableRoot: true,
 		Namespaces:   []specs.LinuxNamespaceType{specs.UserNamespace, specs.MountNamespace},
-		Files:        []runtimes.File{{Path: "/pmjail/x.js", Data: []byte{0, 1, 2, 255}, Mode: 0o644}, {Path: "/job/empty", Mode: 0o444}},
+		Files:        []layout.File{{Path: "/pmjail/x.js", Data: []byte{0, 1, 2, 255}, Mode: 0o644}, {Path: "/job/empty", Mode: 0o444}},
 		Seccomp:      []byte{9, 8, 7},
 		HostMountNS:  4026531841,
 		Landlock:     true,
@@ -225,7 +225,7 @@ func BenchmarkDecodeConfig(b *testing.B) {
 		Process:  &specs.Process{Args: []string{"/deno", "run", "/pmjail/bootstrap.js"}, Env: []string{"HOME=/tmp"}},
 		Hostname: "pmjail",
 		Mounts:   []specs.Mount{{Destination: "/deno", Type: "bind", Source: "/deno", Options: []string{"ro"}}},
-		Files: []runtimes.File{
+		Files: []layout.File{
 			{Path: "/pmjail/bootstrap.js", Data: bytes.Repeat([]byte("x"), 3<<10), Mode: 0o444},
 			{Path: "/pmjail/channel.js", Data: bytes.Repeat([]byte("y"), 6<<10), Mode: 0o444},
 			{Path: "/job/main.js", Data: []byte(`console.log("hello")`), Mode: 0o444},

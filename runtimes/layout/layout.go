@@ -1,0 +1,29 @@
+// Package layout names what every job's root holds, and where: the paths
+// the runtimes, the supervisor and the init stage agree on, and the files
+// written into the root. It depends on os alone, so the init stage, which
+// needs only these names, links nothing else of package runtimes (its
+// hashing, JSON and process code and their package initialisers).
+package layout
+
+import "os"
+
+// File is a file created inside the job's root.
+type File struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
+
+// Paths inside every job's root.
+const (
+	GuestDir   = "/pmjail"  // bootstrap code
+	JobDir     = "/job"     // the job's own files
+	RuntimeDir = "/runtime" // runtime binaries and assets
+	TmpDir     = "/tmp"     // the only writable place
+
+	// The guest channel's FIFOs (see ipc/PROTOCOL.md), made by the jail's
+	// init stage: the guest reads ChannelIn and writes ChannelOut.
+	ChannelDir = GuestDir + "/channel"
+	ChannelIn  = ChannelDir + "/in"
+	ChannelOut = ChannelDir + "/out"
+)
