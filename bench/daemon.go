@@ -117,6 +117,29 @@ func (d *Daemon) Hello(ctx context.Context) error {
 	return nil
 }
 
+// SettledStats returns the daemon's figures once the init stages it keeps
+// started ahead of runs have stopped changing in number (each holds a few
+// of its fds): a leak check compares like with like, not a pool caught
+// refilling with a full one.
+func (d *Daemon) SettledStats(ctx context.Context) (DaemonStats, error) {
+	last, same := -1, 0
+	for deadline := time.Now().Add(10 * time.Second); same < 3 && time.Now().Before(deadline); {
+		h, err := d.Client.Health(ctx)
+		if err != nil {
+			return DaemonStats{}, err
+		}
+		if h.Prestarted == last {
+			same++
+		} else {
+			last, same = h.Prestarted, 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := d.Stats()
+	st.Prestarted = last
+	return st, err
+}
+
 // Stop sends SIGTERM, waits, and kills the daemon if it lingers.
 func (d *Daemon) Stop() {
 	d.Client.Close()
@@ -137,6 +160,8 @@ type DaemonStats struct {
 	// stages it keeps started ahead of runs) and ChildRSS their RSS in all.
 	Children int
 	ChildRSS int64 // KiB
+	// Prestarted is what the daemon's health reports (SettledStats only).
+	Prestarted int
 }
 
 func (d *Daemon) Stats() (DaemonStats, error) {

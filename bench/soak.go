@@ -69,7 +69,7 @@ func (b *Bench) soak(ctx context.Context) error {
 	var dStart DaemonStats
 	if b.Daemon != nil {
 		var err error
-		if dStart, err = b.Daemon.Stats(); err != nil {
+		if dStart, err = b.Daemon.SettledStats(ctx); err != nil {
 			return err
 		}
 	}
@@ -127,11 +127,12 @@ func (b *Bench) soak(ctx context.Context) error {
 	}
 	leaked := len(added(before.Cgroups, after.Cgroups)) + len(added(before.Mounts, after.Mounts)) + len(added(before.TmpDirs, after.TmpDirs)) + len(added(before.Zombies, after.Zombies))
 	if b.Daemon != nil {
-		dEnd, err := b.Daemon.Stats()
+		dEnd, err := b.Daemon.SettledStats(ctx)
 		if err != nil {
 			return err
 		}
 		leakRows = append(leakRows,
+			[]string{"daemon init stages waiting (prestart)", fmt.Sprint(dStart.Prestarted), fmt.Sprint(dEnd.Prestarted), signedInt(dEnd.Prestarted - dStart.Prestarted)},
 			[]string{"daemon open fds", fmt.Sprint(dStart.FDs), fmt.Sprint(dEnd.FDs), signedInt(dEnd.FDs - dStart.FDs)},
 			[]string{"daemon RSS", kib(dStart.RSS), kib(dEnd.RSS), fmt.Sprintf("%+.1f MiB", float64(dEnd.RSS-dStart.RSS)/1024)})
 		if dEnd.FDs > dStart.FDs {

@@ -173,6 +173,26 @@ func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 	waitIdle(t, p, 1)
 }
 
+// TestPoolRefillsWhenARunEnds: a core that comes free only while a run is
+// going (the rest of a burst finishing) is used when that run ends, so an
+// idle daemon does not wait for its next run to refill.
+func TestPoolRefillsWhenARunEnds(t *testing.T) {
+	needRoot(t)
+	// No core at the run's hand-over; one by the time it ends.
+	var asked atomic.Int32
+	p := NewPool(1, PoolOptions{Spare: func() bool { return asked.Add(1) > 1 }})
+	t.Cleanup(p.Close)
+	job := shellJob(t, `true`, testLimits)
+	job.Warm = p
+	if out := Run(context.Background(), job); out.Status != StatusOK {
+		t.Fatalf("run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, 1)
+	if n := asked.Load(); n != 2 {
+		t.Errorf("the pool asked for a spare core %d times, want 2 (hand-over, end)", n)
+	}
+}
+
 // TestPoolReportsAFailedRefill: a child that cannot be started is reported,
 // and the pool stays empty.
 func TestPoolReportsAFailedRefill(t *testing.T) {

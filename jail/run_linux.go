@@ -167,6 +167,10 @@ func (s *supervision) run(ctx context.Context) {
 	defer cancel()
 
 	flags := cloneFlags(job.Spec)
+	// A run that ends may leave a core spare that its start did not: the
+	// last runs of a burst top the pool up for the next, which would
+	// otherwise start cold.
+	defer job.Warm.replenish(flags)
 	var c *child
 	if _, v2 := cgroupFD(job.Cgroup); !v2 {
 		// On cgroup v2 a child starts in its job's cgroup (moving one in
