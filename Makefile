@@ -61,7 +61,7 @@ test-host: setup
 # PidsOfOne is a known cgroup v2 gap: there the init stage is born in the
 # job's cgroup (CLONE_INTO_CGROUP), so its Go runtime's threads count against
 # pids.max and a limit below 5 fails the run (README, the --pids flag).
-VM_TESTS ?= Posture|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurityKernel_|TestE2E_|Channel
+VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurityKernel_|TestE2E_|Channel
 VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne
 VMBIN := $(CURDIR)/bin/vm
 

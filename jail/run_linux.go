@@ -167,17 +167,18 @@ func (s *supervision) run(ctx context.Context) {
 	defer cancel()
 
 	flags := cloneFlags(job.Spec)
+	// On cgroup v2 a child starts in its job's cgroup (moving one in from
+	// outside waits for an RCU grace period, ~8 ms), so it cannot start
+	// before its job: such runs neither take from the pool nor fill it.
+	warm := job.Warm
+	if _, v2 := cgroupFD(job.Cgroup); v2 {
+		warm = nil
+	}
 	// A run that ends may leave a core spare that its start did not: the
 	// last runs of a burst top the pool up for the next, which would
 	// otherwise start cold.
-	defer job.Warm.replenish(flags)
-	var c *child
-	if _, v2 := cgroupFD(job.Cgroup); !v2 {
-		// On cgroup v2 a child starts in its job's cgroup (moving one in
-		// from outside waits for an RCU grace period, ~8 ms), so it cannot
-		// start before its job.
-		c = job.Warm.take(flags)
-	}
+	defer warm.replenish(flags)
+	c := warm.take(flags)
 	if c != nil {
 		s.out.Prestarted = true
 	} else {
@@ -220,7 +221,7 @@ func (s *supervision) run(ctx context.Context) {
 	waitErr := make(chan error, 1)
 	var err error
 	conn, setupErr := s.handOver(ctx)
-	job.Warm.replenish(flags)
+	warm.replenish(flags)
 	if setupErr != nil {
 		s.killTree()
 		_ = cmd.Wait()
