@@ -48,12 +48,12 @@ func TestReadReportStopsAtItsEnd(t *testing.T) {
 	if _, err := unix.Write(child, second); err != nil {
 		t.Fatal(err)
 	}
-	r, fds, err := readReport(host)
+	r, fds, err := initstage.ReadReport(int(host.Fd()))
 	if err != nil || r.Landlock != 4 || len(fds) != 1 {
 		t.Fatalf("first report %+v, fds %v, %v", r, fds, err)
 	}
 	unix.Close(fds[0])
-	r, fds, err = readReport(host)
+	r, fds, err = initstage.ReadReport(int(host.Fd()))
 	if err != nil || r.Stage != "exec" || r.ExitCode != 127 || len(fds) != 0 {
 		t.Fatalf("second report %+v, fds %v, %v", r, fds, err)
 	}
@@ -83,7 +83,7 @@ func TestReadReportRefusesBrokenReports(t *testing.T) {
 			}
 			unix.Shutdown(child, unix.SHUT_WR)
 			before := openFDs(t)
-			_, fds, err := readReport(host)
+			_, fds, err := initstage.ReadReport(int(host.Fd()))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err %v, want %q", err, c.want)
 			}
@@ -94,7 +94,7 @@ func TestReadReportRefusesBrokenReports(t *testing.T) {
 	}
 	host, child := reportPair(t)
 	unix.Shutdown(child, unix.SHUT_WR)
-	if _, _, err := readReport(host); !errors.Is(err, io.EOF) {
+	if _, _, err := initstage.ReadReport(int(host.Fd())); !errors.Is(err, io.EOF) {
 		t.Fatalf("no report: %v, want EOF", err)
 	}
 }

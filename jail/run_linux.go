@@ -324,7 +324,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		s.fail("send configuration", err)
 		return nil, err
 	}
-	report, fds, err := readReport(ctl)
+	report, fds, err := initstage.ReadReport(int(ctl.Fd()))
 	if err != nil {
 		s.fail("init stage", s.initFailure(err))
 		return nil, err
@@ -368,7 +368,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	}
 	// The control socket is close-on-exec: EOF means the runtime is running,
 	// a second report means exec failed.
-	after, _, err := readReport(ctl)
+	after, _, err := initstage.ReadReport(int(ctl.Fd()))
 	if err == nil && after.Error != "" {
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = after.ExitCode
@@ -389,30 +389,11 @@ func sendConfig(ctl *os.File, cfg *initstage.Config, tasks []*os.File) error {
 	if err != nil {
 		return err
 	}
-	var rights []byte
-	if len(tasks) > 0 {
-		fds := make([]int, len(tasks))
-		for i, f := range tasks {
-			fds[i] = int(f.Fd())
-		}
-		rights = unix.UnixRights(fds...)
+	fds := make([]int, len(tasks))
+	for i, f := range tasks {
+		fds[i] = int(f.Fd())
 	}
-	for {
-		n, err := unix.SendmsgN(int(ctl.Fd()), data, rights, nil, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return os.NewSyscallError("sendmsg", err)
-		}
-		// A stream socket may take less when a signal interrupts it; the
-		// rights went with the first byte. Nothing is written when all went:
-		// even an empty write fails once the child has run and exited.
-		if n < len(data) {
-			_, err = ctl.Write(data[n:])
-		}
-		return err
-	}
+	return initstage.SendMessage(int(ctl.Fd()), data, fds)
 }
 
 // initFailure explains an init stage that died without a report.
@@ -421,78 +402,6 @@ func (s *supervision) initFailure(err error) error {
 		return errors.New("init stage exited during set-up")
 	}
 	return err
-}
-
-// readReport reads one report message and the fds passed with it, and
-// nothing beyond it (a second report may follow). io.EOF means the peer
-// closed the socket first. On an error no fd is kept.
-func readReport(ctl *os.File) (report initstage.Report, fds []int, err error) {
-	defer func() {
-		if err != nil {
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-			fds = nil
-		}
-	}()
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	// readFull fills buf, keeping any rights that come with the data.
-	readFull := func(buf []byte) (int, error) {
-		got := 0
-		for got < len(buf) {
-			n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), buf[got:], oob, unix.MSG_CMSG_CLOEXEC)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil {
-				return got, os.NewSyscallError("recvmsg", err)
-			}
-			if oobn > 0 {
-				if more, err := parseRights(oob[:oobn]); err == nil {
-					fds = append(fds, more...)
-				}
-			}
-			if n == 0 {
-				return got, io.EOF
-			}
-			got += n
-		}
-		return got, nil
-	}
-	head := make([]byte, 4)
-	if n, err := readFull(head); err != nil {
-		if n > 0 && errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return report, fds, err
-	}
-	size, _, err := initstage.ReportLen(head)
-	if err != nil {
-		return report, fds, fmt.Errorf("decode init report: %w", err)
-	}
-	msg := make([]byte, size-len(head))
-	if _, err := readFull(msg); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return report, fds, fmt.Errorf("read init report: %w", err)
-	}
-	return report, fds, report.UnmarshalBinary(msg)
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		got, err := unix.ParseUnixRights(&m)
-		if err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	return fds, nil
 }
 
 // finish turns the child's end into the outcome.

@@ -3,7 +3,6 @@ package initstage
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -12,58 +11,6 @@ import (
 // maxJoin bounds the task files one init stage accepts (pmjail uses five
 // v1 hierarchies at most).
 const maxJoin = 16
-
-// rightsReader reads the control socket and keeps the descriptors that
-// arrive with the data (the configuration carries the job's cgroup task
-// files), up to maxJoin; any beyond are closed.
-type rightsReader struct {
-	fd  int
-	fds []int
-	oob []byte
-}
-
-func newRightsReader(fd int) *rightsReader {
-	return &rightsReader{fd: fd, oob: make([]byte, unix.CmsgSpace(4*maxJoin))}
-}
-
-func (r *rightsReader) Read(p []byte) (int, error) {
-	for {
-		n, oobn, _, _, err := unix.Recvmsg(r.fd, p, r.oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, os.NewSyscallError("recvmsg", err)
-		}
-		if oobn > 0 {
-			r.keep(r.oob[:oobn])
-		}
-		if n == 0 && len(p) > 0 {
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
-
-func (r *rightsReader) keep(oob []byte) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return
-	}
-	for _, m := range msgs {
-		fds, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if len(r.fds) < maxJoin {
-				r.fds = append(r.fds, fd)
-			} else {
-				unix.Close(fd)
-			}
-		}
-	}
-}
 
 // joinCgroups moves the calling thread into the job's cgroup v1
 // hierarchies through the task files the supervisor opened and sent (the

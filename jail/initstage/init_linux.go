@@ -46,7 +46,7 @@ func Main() {
 	// So must the job's cgroups, joined first: the set-up runs in the job.
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
-	rights := newRightsReader(ControlFD)
+	rights := newRightsReader(ControlFD, maxJoin)
 	cfg, err := decodeConfig(rights)
 	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
@@ -112,12 +112,8 @@ func sendReport(control *os.File, report Report) error {
 	if err != nil {
 		return err
 	}
-	var oob []byte
-	if len(report.fds) > 0 {
-		oob = unix.UnixRights(report.fds...)
-	}
-	if err := unix.Sendmsg(int(control.Fd()), data, oob, nil, 0); err != nil {
-		return os.NewSyscallError("sendmsg", err)
+	if err := SendMessage(int(control.Fd()), data, report.fds); err != nil {
+		return err
 	}
 	for _, fd := range report.fds {
 		_ = unix.Close(fd)

@@ -40,7 +40,7 @@ func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 	if err := unix.Sendmsg(pair[0], msg, unix.UnixRights(fds...), nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	r := newRightsReader(pair[1])
+	r := newRightsReader(pair[1], maxJoin)
 	cfg, err := decodeConfig(r)
 	if err != nil {
 		t.Fatal(err)

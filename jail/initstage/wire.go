@@ -220,20 +220,6 @@ func readMessage(r io.Reader, limit int) ([]byte, error) {
 	return msg, nil
 }
 
-// ReportLen reports the length of the whole report message (prefix
-// included) that buf starts, once buf holds the prefix; an error if that
-// is longer than any report.
-func ReportLen(buf []byte) (n int, ok bool, err error) {
-	if len(buf) < 4 {
-		return 0, false, nil
-	}
-	body := binary.LittleEndian.Uint32(buf)
-	if body > maxReportSize {
-		return 0, false, fmt.Errorf("report of %d bytes exceeds %d", body, maxReportSize)
-	}
-	return 4 + int(body), true, nil
-}
-
 func noEOF(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF

@@ -175,23 +175,23 @@ func TestReportRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, ok, err := ReportLen(data)
-		if err != nil || !ok || n != len(data) {
-			t.Fatalf("ReportLen = %d, %v, %v; want %d", n, ok, err, len(data))
+		body, err := readMessage(bytes.NewReader(data), maxReportSize)
+		if err != nil || len(body) != len(data)-4 {
+			t.Fatalf("readMessage: %d bytes, %v; want %d", len(body), err, len(data)-4)
 		}
 		var got Report
-		if err := got.UnmarshalBinary(data[4:]); err != nil {
+		if err := got.UnmarshalBinary(body); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(got, sent) {
 			t.Errorf("decoded %+v, want %+v", got, sent)
 		}
 	}
-	if _, _, err := ReportLen([]byte{0, 0, 0, 1}); err == nil {
+	if _, err := readMessage(bytes.NewReader([]byte{0, 0, 0, 1}), maxReportSize); err == nil {
 		t.Errorf("a 16 MiB report's length was accepted")
 	}
-	if _, ok, _ := ReportLen([]byte{1, 0}); ok {
-		t.Errorf("a 2-byte prefix gave a length")
+	if _, err := readMessage(bytes.NewReader([]byte{1, 0}), maxReportSize); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a 2-byte prefix: %v, want ErrUnexpectedEOF", err)
 	}
 }
 
