@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,8 +47,12 @@ func StartDaemon(ctx context.Context, b *Bench) (*Daemon, error) {
 
 // startDaemon starts a daemon under config, its files named after name.
 func startDaemon(ctx context.Context, b *Bench, name, config string) (*Daemon, error) {
-	if !strings.Contains(commandsOf(b.Pmjail), "pmjail serve") {
-		return nil, errors.New("skipped: daemon not built (no `pmjail serve`)")
+	// `pmjail serve` execs pmjail-serve from beside pmjail; version says
+	// whether it is there, and from the same build.
+	out, _ := exec.Command(b.Pmjail, "version").Output()
+	if _, why, ok := strings.Cut(string(out), "daemon: unavailable"); ok {
+		why, _, _ = strings.Cut(why, "\n")
+		return nil, fmt.Errorf("skipped: no daemon beside %s%s", b.Pmjail, why)
 	}
 	cfg := b.work(name + ".json")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {

@@ -142,15 +142,6 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 	}
 }
 
-// procState is the state letter of pid ("?" when it is gone).
-func procState(pid int) string {
-	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 {
-		return string(stat[i+2])
-	}
-	return "?"
-}
-
 // gone reports whether pid has ended and been reaped, waiting a little.
 func gone(pid int) bool {
 	for range 100 {

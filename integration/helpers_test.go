@@ -375,14 +375,20 @@ func descendants(pid int) []int {
 	return out
 }
 
+// alive reports whether pid exists and is no zombie.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
+	s := procState(pid)
+	return s != "?" && s != "Z"
+}
+
+// procState is the state letter of pid ("?" when it is gone): the field
+// after the command's closing parenthesis in /proc/PID/stat.
+func procState(pid int) string {
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 {
+		return string(stat[i+2])
 	}
-	// State is the field after the command's closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
+	return "?"
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo, in bytes.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,9 +22,6 @@ type child struct {
 	ctl *os.File
 	// stdout and stderr are the read ends of the child's output pipes.
 	stdout, stderr *os.File
-	// hostMountNS is the supervisor's mount namespace, which the init
-	// stage must prove it is not in.
-	hostMountNS uint64
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
 }
@@ -46,10 +42,6 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 			lease.release()
 		}
 	}()
-	hostMountNS, err := nsInode("self", "mnt")
-	if err != nil {
-		return fail("mount namespace", err)
-	}
 	ctlHost, ctlChild, err := socketPair()
 	if err != nil {
 		return fail("control socket", err)
@@ -83,14 +75,14 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	cmd := &exec.Cmd{
 		Path:        FindInitStage().Path,
 		Args:        []string{"pmjail-init", initstage.Role},
-		Env:         slices.Clone(initStageEnv),
+		Env:         initStageEnv,
 		Dir:         "/",
 		Stdout:      outW,
 		Stderr:      errW,
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: childAttr(flags, lease),
 	}
-	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, hostMountNS: hostMountNS}
+	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR}
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}

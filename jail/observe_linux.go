@@ -65,6 +65,10 @@ var ownNamespaces = sync.OnceValue(func() map[string]uint64 {
 	return own
 })
 
+// ownMountNS is the supervisor's mount namespace inode, which each init
+// stage must prove it is not in; read once, as ownNamespaces.
+var ownMountNS = sync.OnceValues(func() (uint64, error) { return nsInode("self", "mnt") })
+
 // observe reads pid's state. A process that has already exited yields an
 // Observed with Error set rather than a guess.
 func observe(pid int) *Observed {

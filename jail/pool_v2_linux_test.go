@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,7 +146,7 @@ func TestPoolUnusedOnCgroupV2(t *testing.T) {
 		want := "0::" + strings.TrimPrefix(cg.dir, cgroup2Mount(t))
 		if o := out.Observed; o == nil || o.Error != "" {
 			t.Errorf("the run's process was not read back: %+v", o)
-		} else if !containsLine(o.Cgroups, want) {
+		} else if !slices.Contains(o.Cgroups, want) {
 			t.Errorf("the run's process was in %q, want %q among them", o.Cgroups, want)
 		}
 	})
@@ -165,13 +166,4 @@ func TestPoolUnusedOnCgroupV2(t *testing.T) {
 			t.Errorf("a v2 run left %d children started in the pool, want none", n)
 		}
 	})
-}
-
-func containsLine(lines []string, want string) bool {
-	for _, l := range lines {
-		if l == want {
-			return true
-		}
-	}
-	return false
 }

@@ -309,6 +309,11 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 			return nil, err
 		}
 	}
+	hostMountNS, err := ownMountNS()
+	if err != nil {
+		s.fail("mount namespace", err)
+		return nil, err
+	}
 	cfg := initstage.ConfigFor(job.Spec)
 	proc := *cfg.Process
 	proc.User = specs.User{UID: guestID, GID: guestID}
@@ -318,7 +323,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
 	}
 	cfg.Process = &proc
-	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, c.hostMountNS
+	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
 	cfg.Landlock, cfg.Channel, cfg.CgroupJoin = job.Landlock, job.Channel != nil, len(tasks)
 	if err := sendConfig(ctl, &cfg, tasks); err != nil {
 		s.fail("send configuration", err)

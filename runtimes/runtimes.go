@@ -116,7 +116,5 @@ const (
 	TmpDir     = layout.TmpDir
 	denoTarget = RuntimeDir + "/deno"
 
-	ChannelDir = layout.ChannelDir
-	ChannelIn  = layout.ChannelIn
 	ChannelOut = layout.ChannelOut
 )

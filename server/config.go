@@ -228,7 +228,7 @@ func (c *Config) normalize() error {
 	case c.Prestart > MaxPrestart:
 		return fmt.Errorf("prestart: %d is over the %d this daemon keeps at most", c.Prestart, MaxPrestart)
 	case c.Prestart == 0:
-		c.Prestart = c.MaxConcurrency
+		c.Prestart = min(c.MaxConcurrency, MaxPrestart)
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)
@@ -252,6 +252,15 @@ func (c *Config) normalize() error {
 	}
 	c.derived = &derivedConfig{ceil: ceil, peers: peers}
 	return nil
+}
+
+// check normalizes a Config built in code, not loaded, as loading does:
+// it is checked and its defaults filled in once.
+func (c *Config) check() error {
+	if c.derived != nil {
+		return nil
+	}
+	return c.normalize()
 }
 
 // MaxPrestart bounds Prestart: each pooled init stage holds a few MiB and

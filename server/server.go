@@ -105,9 +105,12 @@ func New(cfg *Config, opt Options) (*Server, error) {
 			s.log.Error("sweep cgroups", "err", err)
 		}
 	}
-	// Sized once the config is checked; empty until the first run says
-	// which namespaces to start children in.
-	s.warm = jail.NewPool(0, jail.PoolOptions{
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
+	// Empty until the first run says which namespaces to start children in.
+	s.warm = jail.NewPool(cfg.prestartLen(), jail.PoolOptions{
 		Spare:   s.spareCore,
 		OnError: func(err error) { s.log.Warn("prestart", "err", err) },
 	})
@@ -115,7 +118,6 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.warm.Resize(cfg.prestartLen())
 	s.state.Store(st)
 	if s.opt.Prober == nil {
 		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason})
@@ -134,7 +136,6 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing)
-	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
 	s.metrics = newMetrics(s.lim, s.warm)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
@@ -149,12 +150,8 @@ func New(cfg *Config, opt Options) (*Server, error) {
 }
 
 func (s *Server) newState(cfg *Config) (*state, error) {
-	if cfg.derived == nil {
-		// A Config built in code, not loaded: check it and fill in its
-		// defaults as loading does.
-		if err := cfg.normalize(); err != nil {
-			return nil, err
-		}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	ceil, peers := cfg.derived.ceil, cfg.derived.peers
 	// A Runner's ceiling is fixed for its life (the broker reads it), so a

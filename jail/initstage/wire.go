@@ -38,27 +38,10 @@ const (
 	maxReportSize = 1 << 20
 )
 
-// Fields of the spec's types the wire carries. The rest of specs.Process
-// is listed in ignoredProcessFields (tests check both cover every field).
-var (
-	wireProcessFields = []string{"User", "Args", "Env", "Rlimits"}
-	wireUserFields    = []string{"UID", "GID", "Umask", "AdditionalGids", "Username"}
-	wireRlimitFields  = []string{"Type", "Hard", "Soft"}
-	wireMountFields   = []string{"Destination", "Type", "Source", "Options"}
-)
-
-// ignoredProcessFields are what the init stage decides itself, whatever
-// the spec says: the guest's capabilities (none), no_new_privs (set) and
-// working directory ("/"); and what it has no support for: a terminal,
-// AppArmor, SELinux, OOM score, scheduler, I/O priority, CPU affinity.
-var ignoredProcessFields = []string{
-	"Terminal", "ConsoleSize", "CommandLine", "Cwd", "Capabilities", "NoNewPrivileges",
-	"ApparmorProfile", "OOMScoreAdj", "SelinuxLabel", "Scheduler", "IOPriority", "ExecCPUAffinity",
-}
-
 // MarshalBinary encodes the configuration as the init stage reads it. It
 // refuses what the init stage could not apply (ID-mapped mounts) rather
-// than drop it.
+// than drop it. TestWireCoversTheSpec lists the spec's fields it carries
+// and those it leaves out on purpose.
 func (c *Config) MarshalBinary() ([]byte, error) {
 	var e encoder
 	e.begin(configMagic)
@@ -201,6 +184,19 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 	}
 	*r = rep
 	return nil
+}
+
+// decodeConfig reads the supervisor's configuration: one message, which
+// the supervisor writes in one piece and follows with nothing until the
+// report.
+func decodeConfig(r io.Reader) (Config, error) {
+	msg, err := readMessage(r, maxConfigSize)
+	if err != nil {
+		return Config{}, err
+	}
+	var cfg Config
+	err = cfg.UnmarshalBinary(msg)
+	return cfg, err
 }
 
 // readMessage reads one length-prefixed message of at most limit bytes.

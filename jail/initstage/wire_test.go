@@ -14,6 +14,24 @@ import (
 	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
+// Fields of the spec's types the wire carries. The rest of specs.Process
+// is listed in ignoredProcessFields (tests check both cover every field).
+var (
+	wireProcessFields = []string{"User", "Args", "Env", "Rlimits"}
+	wireUserFields    = []string{"UID", "GID", "Umask", "AdditionalGids", "Username"}
+	wireRlimitFields  = []string{"Type", "Hard", "Soft"}
+	wireMountFields   = []string{"Destination", "Type", "Source", "Options"}
+)
+
+// ignoredProcessFields are what the init stage decides itself, whatever
+// the spec says: the guest's capabilities (none), no_new_privs (set) and
+// working directory ("/"); and what it has no support for: a terminal,
+// AppArmor, SELinux, OOM score, scheduler, I/O priority, CPU affinity.
+var ignoredProcessFields = []string{
+	"Terminal", "ConsoleSize", "CommandLine", "Cwd", "Capabilities", "NoNewPrivileges",
+	"ApparmorProfile", "OOMScoreAdj", "SelinuxLabel", "Scheduler", "IOPriority", "ExecCPUAffinity",
+}
+
 func fieldNames(t reflect.Type) []string {
 	var names []string
 	for f := range t.Fields() {
