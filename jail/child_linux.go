@@ -16,7 +16,7 @@ import (
 // that says what to build and run: until that arrives it runs nothing of a
 // job, so it can be started before its job is known (see Pool).
 type child struct {
-	cmd   *exec.Cmd
+	proc  *os.Process
 	lease *idLease
 	// ctl is the host end of the control socket.
 	ctl *os.File
@@ -86,21 +86,21 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	err = startLocked(cmd)
+	proc, err := start(cmd)
 	if err != nil && errors.Is(err, unix.ENOSYS) && cmd.SysProcAttr.UseCgroupFD {
 		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
 		// seccomp filter, as in Docker's default profile): start with
 		// clone and join the cgroup before the runtime starts instead.
 		cmd = restartable(cmd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
-		err = startLocked(cmd)
+		proc, err = start(cmd)
 	}
 	if err != nil {
 		outR.Close()
 		errR.Close()
 		return fail("start", err)
 	}
-	c.cmd = cmd
+	c.proc = proc
 	c.intoCgroup = cmd.SysProcAttr.UseCgroupFD
 	return c, "", nil
 }
@@ -122,12 +122,29 @@ func (c *child) waiting() bool {
 // discard kills a child that never got a job, reaps it and frees what the
 // supervisor holds of it.
 func (c *child) discard() {
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	_ = c.cmd.Wait()
+	_ = c.proc.Signal(syscall.SIGKILL)
+	_, _ = c.proc.Wait()
 	c.ctl.Close()
 	c.stdout.Close()
 	c.stderr.Close()
 	c.lease.release()
+}
+
+// start starts the init stage. A child in a new user namespace starts
+// through spawnShared where this build has it (a plain clone3 refused falls
+// back to Go's start); any other starts through Go's, which shares memory
+// with such a child already.
+func start(cmd *exec.Cmd) (*os.Process, error) {
+	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared {
+		proc, err := spawnShared(cmd)
+		if !errors.Is(err, unix.ENOSYS) || cmd.SysProcAttr.UseCgroupFD {
+			return proc, err
+		}
+	}
+	if err := startLocked(cmd); err != nil {
+		return nil, err
+	}
+	return cmd.Process, nil
 }
 
 // restartable returns a fresh copy of a command whose start failed (an

@@ -10,8 +10,15 @@ import (
 // TestMain lets the test binary serve as its own init stage, as pmjail's
 // binary does.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == initstage.Role {
-		initstage.Main()
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case initstage.Role:
+			initstage.Main()
+		case spawnProbeRole:
+			spawnProbe()
+		case spawnParentRole:
+			spawnParent()
+		}
 	}
 	os.Exit(m.Run())
 }

@@ -45,7 +45,7 @@ func idlePids(p *Pool) []int {
 	var pids []int
 	for _, q := range p.idle {
 		for _, c := range q {
-			pids = append(pids, c.cmd.Process.Pid)
+			pids = append(pids, c.proc.Pid)
 		}
 	}
 	return pids

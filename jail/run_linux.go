@@ -144,11 +144,9 @@ func (s *supervision) stop(r killReason) {
 }
 
 func (s *supervision) killTree() {
-	if cmd := s.child.cmd; cmd.Process != nil {
-		// The child is pid 1 of its pid namespace: killing it kills every
-		// process in the namespace.
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-	}
+	// The child is pid 1 of its pid namespace: killing it kills every
+	// process in the namespace.
+	_ = s.child.proc.Signal(syscall.SIGKILL)
 	if s.job.Cgroup != nil {
 		_ = s.job.Cgroup.Kill()
 	}
@@ -191,7 +189,7 @@ func (s *supervision) run(ctx context.Context) {
 	}
 	defer c.lease.release()
 	defer c.ctl.Close()
-	cmd := c.cmd
+	proc := c.proc
 	s.child = c
 
 	// The wall clock covers everything from here, set-up included.
@@ -218,13 +216,17 @@ func (s *supervision) run(ctx context.Context) {
 		}()
 	}
 
-	waitErr := make(chan error, 1)
-	var err error
+	type exit struct {
+		state *os.ProcessState
+		err   error
+	}
+	waited := make(chan exit, 1)
+	var end exit
 	conn, setupErr := s.handOver(ctx)
 	warm.replenish(flags)
 	if setupErr != nil {
 		s.killTree()
-		_ = cmd.Wait()
+		_, _ = proc.Wait()
 		outputs.Wait()
 		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
 		return
@@ -246,8 +248,11 @@ func (s *supervision) run(ctx context.Context) {
 	// The runtime is running. Its state is read back while the session
 	// sends the guest its start (the guest waits for nothing of this), and
 	// before anything reaps it: a reaped pid can be another process's.
-	s.out.Observed = observe(cmd.Process.Pid)
-	go func() { waitErr <- cmd.Wait() }()
+	s.out.Observed = observe(proc.Pid)
+	go func() {
+		state, err := proc.Wait()
+		waited <- exit{state, err}
+	}()
 
 	var cpuTick <-chan time.Time
 	if job.Cgroup != nil && job.CPUTime > 0 {
@@ -261,7 +266,7 @@ func (s *supervision) run(ctx context.Context) {
 wait:
 	for {
 		select {
-		case err = <-waitErr:
+		case end = <-waited:
 			break wait
 		case <-done:
 			done = nil
@@ -286,7 +291,7 @@ wait:
 		cancel()
 		<-sessionDone
 	}
-	s.finish(cmd, err, stdout, stderr)
+	s.finish(end.state, end.err, stdout, stderr)
 }
 
 // handOver places the child in its cgroup, sends it its configuration and
@@ -304,7 +309,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		if err == nil {
 			tasks = files
 			defer closeAll(tasks)
-		} else if err := job.Cgroup.AddProc(c.cmd.Process.Pid); err != nil {
+		} else if err := job.Cgroup.AddProc(c.proc.Pid); err != nil {
 			s.fail("cgroup", err)
 			return nil, err
 		}
@@ -410,11 +415,11 @@ func (s *supervision) initFailure(err error) error {
 }
 
 // finish turns the child's end into the outcome.
-func (s *supervision) finish(cmd *exec.Cmd, waitErr error, stdout, stderr *capture) {
+func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr *capture) {
 	out := s.out
 	out.Stdout, out.Stderr = stdout.bytes(), stderr.bytes()
 	out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
-	if ps := cmd.ProcessState; ps != nil {
+	if ps != nil {
 		out.CPU = ps.UserTime() + ps.SystemTime()
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 			out.MaxRSS = uint64(ru.Maxrss) * 1024
