@@ -104,7 +104,7 @@ func (b *Bench) nativeTrue(ctx context.Context) error {
 	b.trueAdded = []time.Duration{added, bwAdded}
 	b.Report.Target("pmjail exec /bin/true: added latency no worse than bubblewrap's",
 		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added), signedMS(bwAdded)), added <= bwAdded)
-	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. The README's \"Numbers\" section says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces — a user namespace denies Go its vfork — and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
+	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. The README's \"Numbers\" section says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
 	return nil
 }
 

@@ -222,19 +222,23 @@ func (j *Job) TaskFiles() ([]*os.File, error) {
 	// One per hierarchy: controllers mounted together share a directory.
 	// In the job's order, which AddProc follows too: a task is then in the
 	// first hierarchy whenever it is in any of them (see Kill).
-	seen := map[string]bool{}
+	// The directory's identity tells them apart: one stat, where resolving
+	// the path's symlinks would take one per component.
+	type dirID struct{ dev, ino uint64 }
+	seen := map[dirID]bool{}
 	var files []*os.File
 	for _, c := range j.order {
 		dir := j.paths[c]
-		real, err := filepath.EvalSymlinks(dir)
-		if err != nil {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
 			closeFiles(files)
-			return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+			return nil, fmt.Errorf("cgroup %s: %w", dir, os.NewSyscallError("stat", err))
 		}
-		if seen[real] {
+		id := dirID{st.Dev, st.Ino}
+		if seen[id] {
 			continue
 		}
-		seen[real] = true
+		seen[id] = true
 		// A bare fd in an os.File: os.OpenFile would register the
 		// pollable cgroupfs file with the netpoller (see readFile).
 		path := filepath.Join(dir, "tasks")

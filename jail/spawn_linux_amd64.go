@@ -224,8 +224,9 @@ var spawnSteps = [...]string{1: "reset signal handlers", 2: "wait for id mapping
 // know it refuses.
 func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	attr := cmd.SysProcAttr
-	if attr == nil || attr.Ptrace || attr.Setctty || attr.Foreground || attr.Setpgid || attr.Chroot != "" ||
-		attr.Unshareflags != 0 || len(attr.AmbientCaps) != 0 || cmd.Stdin != nil || len(cmd.ExtraFiles) > 5 {
+	if attr == nil || attr.Ptrace || attr.Setctty || attr.Noctty || attr.Foreground || attr.Setpgid ||
+		attr.Chroot != "" || attr.Unshareflags != 0 || len(attr.AmbientCaps) != 0 || attr.PidFD != nil ||
+		cmd.Stdin != nil || len(cmd.ExtraFiles) > 5 {
 		return nil, errors.New("spawn: unsupported attributes")
 	}
 	stdout, ok1 := cmd.Stdout.(*os.File)

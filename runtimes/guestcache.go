@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 )
 
 // The guest cache is a DENO_DIR in which `deno cache` analysed pmjail's
@@ -25,18 +27,28 @@ func (in *Install) guestCacheKey() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files, err := guestFiles()
+	files, err := guestFilesDigest()
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "deno %s\nargs %q\n", dv, guestCacheArgs)
-	for _, f := range files {
-		sum := sha256.Sum256(f.Data)
-		fmt.Fprintf(h, "%s %x\n", f.Path, sum)
-	}
+	fmt.Fprintf(h, "deno %s\nargs %q\n%s", dv, guestCacheArgs, files)
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
+
+// guestFilesDigest lists each guest file with its hash. The files are
+// built in, so it is worked out once, not at every run.
+var guestFilesDigest = sync.OnceValues(func() (string, error) {
+	files, err := guestFiles()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, f := range files {
+		fmt.Fprintf(&b, "%s %x\n", f.Path, sha256.Sum256(f.Data))
+	}
+	return b.String(), nil
+})
 
 func (in *Install) guestCacheDir(key string) string {
 	return filepath.Join(in.StateDir, guestCachePrefix+key)
