@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -87,7 +88,7 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	proc, err := start(cmd)
-	if err != nil && errors.Is(err, unix.ENOSYS) && cmd.SysProcAttr.UseCgroupFD {
+	if err != nil && (errors.Is(err, unix.ENOSYS) || isClone3Refusal(err)) && cmd.SysProcAttr.UseCgroupFD {
 		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
 		// seccomp filter, as in Docker's default profile): start with
 		// clone and join the cgroup before the runtime starts instead.
@@ -131,20 +132,36 @@ func (c *child) discard() {
 }
 
 // start starts the init stage. A child in a new user namespace starts
-// through spawnShared where this build has it (a plain clone3 refused falls
-// back to Go's start); any other starts through Go's, which shares memory
-// with such a child already.
+// through spawnShared where this build has it and the host lets it use
+// clone3; any other starts through Go's, which shares memory with such a
+// child already.
 func start(cmd *exec.Cmd) (*os.Process, error) {
-	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared {
+	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared && !clone3Refused.Load() {
 		proc, err := spawnShared(cmd)
-		if !errors.Is(err, unix.ENOSYS) || cmd.SysProcAttr.UseCgroupFD {
+		if !isClone3Refusal(err) {
 			return proc, err
+		}
+		// Refused, as by an outer seccomp filter (Docker's default profile
+		// answers ENOSYS, older ones EPERM): remembered, so that every later
+		// start goes straight to Go's, which uses clone.
+		clone3Refused.Store(true)
+		if cmd.SysProcAttr.UseCgroupFD {
+			return nil, err // the caller starts again without the cgroup
 		}
 	}
 	if err := startLocked(cmd); err != nil {
 		return nil, err
 	}
 	return cmd.Process, nil
+}
+
+// clone3Refused: this process was refused clone3 once.
+var clone3Refused atomic.Bool
+
+func isClone3Refusal(err error) bool {
+	var se *os.SyscallError
+	return errors.As(err, &se) && se.Syscall == "clone3" &&
+		(errors.Is(se.Err, unix.ENOSYS) || errors.Is(se.Err, unix.EPERM))
 }
 
 // restartable returns a fresh copy of a command whose start failed (an

@@ -18,6 +18,8 @@ func TestMain(m *testing.M) {
 			spawnProbe()
 		case spawnParentRole:
 			spawnParent()
+		case spawnLowFDsRole:
+			spawnLowFDs()
 		}
 	}
 	os.Exit(m.Run())

@@ -10,7 +10,6 @@ package jail
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <fcntl.h>
@@ -32,7 +31,8 @@ struct pmjail_spawn {
 	int sync_peer; // the write end of that pipe: the child's copy is closed
 	int err_fd;    // the child writes {step, errno} here if it fails
 	int setsid;
-	int creds;     // set uid/gid and drop groups
+	int creds;     // set uid/gid
+	int setgroups; // and drop the supplementary groups
 	uint32_t uid, gid;
 	int pdeathsig;
 	long ppid;     // the parent's pid as the child sees it
@@ -61,7 +61,7 @@ static inline long pj_sys6(long n, long a, long b, long c, long d, long e, long 
 // cannot return through a C function.)
 long pmjail_clone3(struct clone_args *args, size_t size, int (*fn)(void *), void *arg);
 __asm__(
-	".text\n"
+	".pushsection .text\n"
 	".globl pmjail_clone3\n"
 	".type pmjail_clone3,@function\n"
 	"pmjail_clone3:\n"
@@ -79,7 +79,8 @@ __asm__(
 	"	syscall\n"
 	"	hlt\n"
 	"1:	ret\n"
-	".size pmjail_clone3, .-pmjail_clone3\n");
+	".size pmjail_clone3, .-pmjail_clone3\n"
+	".popsection\n");
 
 struct pj_sigaction {
 	void *handler;
@@ -90,15 +91,29 @@ struct pj_sigaction {
 
 enum { STEP_SIGNALS = 1, STEP_SYNC, STEP_SETSID, STEP_GROUPS, STEP_GID, STEP_UID, STEP_FDS, STEP_CHDIR, STEP_PDEATHSIG, STEP_EXEC };
 
-static int pj_fail(struct pmjail_spawn *s, int step, long err) {
+static int pj_fail(int err_fd, int step, long err) {
 	int msg[2] = {step, (int)-err};
-	pj_sys(SYS_write, s->err_fd, msg, sizeof msg);
+	pj_sys(SYS_write, err_fd, msg, sizeof msg);
 	return 127;
 }
 
 static int pj_child(void *arg) {
 	struct pmjail_spawn *s = arg;
 	long r;
+	// Should the supervisor die before the ids change (which clears it),
+	// this child must not linger in its pipe read.
+	if (s->pdeathsig)
+		pj_sys6(SYS_prctl, PR_SET_PDEATHSIG, s->pdeathsig, 0, 0, 0, 0);
+	// The status pipe must not be among the slots the fds are placed in:
+	// a dup onto it would close it, and the parent would take that EOF
+	// for a successful exec while this child still uses the shared stack.
+	int err_fd = s->err_fd;
+	if (err_fd < s->nfds) {
+		r = pj_sys(SYS_fcntl, err_fd, F_DUPFD_CLOEXEC, s->nfds);
+		if (r < 0)
+			return 127; // nothing to report through; the parent sees a short status
+		err_fd = (int)r;
+	}
 	// Signals stay blocked (the parent blocked them all around the clone)
 	// until no handler of the supervisor's is left to run here.
 	for (int sig = 1; sig <= 64; sig++) {
@@ -110,21 +125,21 @@ static int pj_child(void *arg) {
 		if (old.handler == SIG_IGN || old.handler == SIG_DFL)
 			continue;
 		if ((r = pj_sys6(SYS_rt_sigaction, sig, (long)&dfl, 0, 8, 0, 0)) < 0)
-			return pj_fail(s, STEP_SIGNALS, r);
+			return pj_fail(err_fd, STEP_SIGNALS, r);
 	}
 	char b;
 	pj_sys(SYS_close, s->sync_peer, 0, 0);
 	if ((r = pj_sys(SYS_read, s->sync_fd, &b, 1)) != 1)
-		return pj_fail(s, STEP_SYNC, r < 0 ? r : -EPIPE);
+		return pj_fail(err_fd, STEP_SYNC, r < 0 ? r : -EPIPE);
 	if (s->setsid && (r = pj_sys(SYS_setsid, 0, 0, 0)) < 0)
-		return pj_fail(s, STEP_SETSID, r);
+		return pj_fail(err_fd, STEP_SETSID, r);
 	if (s->creds) {
-		if ((r = pj_sys(SYS_setgroups, 0, 0, 0)) < 0)
-			return pj_fail(s, STEP_GROUPS, r);
+		if (s->setgroups && (r = pj_sys(SYS_setgroups, 0, 0, 0)) < 0)
+			return pj_fail(err_fd, STEP_GROUPS, r);
 		if ((r = pj_sys(SYS_setresgid, s->gid, s->gid, s->gid)) < 0)
-			return pj_fail(s, STEP_GID, r);
+			return pj_fail(err_fd, STEP_GID, r);
 		if ((r = pj_sys(SYS_setresuid, s->uid, s->uid, s->uid)) < 0)
-			return pj_fail(s, STEP_UID, r);
+			return pj_fail(err_fd, STEP_UID, r);
 	}
 	// Move every source below nfds out of the way first, so that no dup2
 	// overwrites a source still to be placed.
@@ -133,7 +148,7 @@ static int pj_child(void *arg) {
 		src[i] = s->fds[i];
 		if (src[i] < s->nfds && src[i] != i) {
 			if ((r = pj_sys(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, s->nfds)) < 0)
-				return pj_fail(s, STEP_FDS, r);
+				return pj_fail(err_fd, STEP_FDS, r);
 			src[i] = (int)r;
 		}
 	}
@@ -143,33 +158,33 @@ static int pj_child(void *arg) {
 		else
 			r = pj_sys(SYS_dup3, src[i], i, 0);
 		if (r < 0)
-			return pj_fail(s, STEP_FDS, r);
+			return pj_fail(err_fd, STEP_FDS, r);
 	}
 	if ((r = pj_sys(SYS_chdir, "/", 0, 0)) < 0)
-		return pj_fail(s, STEP_CHDIR, r);
+		return pj_fail(err_fd, STEP_CHDIR, r);
 	if (s->pdeathsig) {
 		// Set after the credentials, whose change would clear it; if the
 		// parent is already gone, nothing would ever send it.
 		if ((r = pj_sys6(SYS_prctl, PR_SET_PDEATHSIG, s->pdeathsig, 0, 0, 0, 0)) < 0)
-			return pj_fail(s, STEP_PDEATHSIG, r);
+			return pj_fail(err_fd, STEP_PDEATHSIG, r);
 		if (pj_sys(SYS_getppid, 0, 0, 0) != s->ppid)
-			return pj_fail(s, STEP_PDEATHSIG, -ESRCH);
+			return pj_fail(err_fd, STEP_PDEATHSIG, -ESRCH);
 	}
 	uint64_t none = 0;
 	pj_sys6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, 8, 0, 0);
 	r = pj_sys(SYS_execve, s->path, s->argv, s->envp);
 	// A signal that came in between the unmask and here has killed us or
 	// been ignored: the supervisor's handlers are gone.
-	return pj_fail(s, STEP_EXEC, r);
+	return pj_fail(err_fd, STEP_EXEC, r);
 }
 
 // pmjail_spawn_clone starts the child with every signal blocked on this
 // thread, so that none is handled in the child before it has reset the
-// handlers. It returns the pid or -errno.
+// handlers. The mask is set by a raw call: glibc's would leave its own two
+// (SIGCANCEL, SIGSETXID) open. It returns the pid or -errno.
 static long pmjail_spawn_clone(struct pmjail_spawn *s) {
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	uint64_t all = ~(uint64_t)0, old;
+	pj_sys6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&old, 8, 0, 0);
 	struct clone_args ca;
 	__builtin_memset(&ca, 0, sizeof ca);
 	ca.flags = s->flags | CLONE_VM;
@@ -181,7 +196,7 @@ static long pmjail_spawn_clone(struct pmjail_spawn *s) {
 		ca.cgroup = (uint64_t)s->cgroup_fd;
 	}
 	long pid = pmjail_clone3(&ca, sizeof ca, pj_child, s);
-	pthread_sigmask(SIG_SETMASK, &old, 0);
+	pj_sys6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&old, 0, 8, 0, 0);
 	return pid;
 }
 */
@@ -194,8 +209,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -207,12 +224,32 @@ import (
 const canSpawnShared = true
 
 // spawnStackSize is the child's stack between clone and exec: it runs one
-// small C function.
+// small C function. A guard page below it turns an overflow into a fault.
 const spawnStackSize = 64 << 10
+
+// spawnFlags are the clone flags spawnShared passes on: namespaces only. A
+// shared fd table, fs or signal handlers would let the child's set-up
+// change the supervisor's.
+const spawnFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 
 // spawnSteps names the child's steps (STEP_* in the C code) for errors.
 var spawnSteps = [...]string{1: "reset signal handlers", 2: "wait for id mappings", 3: "setsid",
 	4: "setgroups", 5: "setresgid", 6: "setresuid", 7: "place fds", 8: "chdir", 9: "parent-death signal", 10: "exec"}
+
+// wasDumpable is whether this process could dump core when it started (see
+// spawnShared).
+var wasDumpable = sync.OnceValue(func() bool {
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	return err == nil && d == 1
+})
+
+// testHookSpawn, when set by a test, runs after a start has made its pipes
+// ("pipes") and after its clone ("cloned").
+var testHookSpawn func(stage string)
+
+// errUnsupported: spawnShared does not know how to start this command.
+var errUnsupported = errors.New("spawn: unsupported attributes")
 
 // spawnShared starts cmd as startLocked would, but in a child that shares
 // the supervisor's memory until it execs (CLONE_VM) instead of a copy of
@@ -222,17 +259,34 @@ var spawnSteps = [...]string{1: "reset signal handlers", 2: "wait for id mapping
 // copy-on-write faults: ~1 ms of CPU per start in the daemon. It takes the
 // subset of exec.Cmd and SysProcAttr that childAttr sets; what it does not
 // know it refuses.
+//
+// The child shares the supervisor's memory map, and what the kernel does
+// to a map reaches both. Two cases matter: the child's change of ids makes
+// the map undumpable (undone below once the child has exec'd, as long as
+// the supervisor started dumpable), and an OOM kill of the child would
+// kill every process sharing its map. The second cannot happen: the child
+// is born outside any job cgroup, or (cgroup v2) in its job's fresh, empty
+// one, and its own pages are charged to the supervisor's.
 func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	attr := cmd.SysProcAttr
 	if attr == nil || attr.Ptrace || attr.Setctty || attr.Noctty || attr.Foreground || attr.Setpgid ||
 		attr.Chroot != "" || attr.Unshareflags != 0 || len(attr.AmbientCaps) != 0 || attr.PidFD != nil ||
-		cmd.Stdin != nil || len(cmd.ExtraFiles) > 5 {
-		return nil, errors.New("spawn: unsupported attributes")
+		attr.Cloneflags&^spawnFlags != 0 || cmd.Stdin != nil || len(cmd.ExtraFiles) > 5 || cmd.Dir != "/" {
+		return nil, errUnsupported
 	}
 	stdout, ok1 := cmd.Stdout.(*os.File)
 	stderr, ok2 := cmd.Stderr.(*os.File)
-	if !ok1 || !ok2 || cmd.Dir != "/" {
-		return nil, errors.New("spawn: unsupported attributes")
+	if !ok1 || !ok2 || stdout == nil || stderr == nil || slices.Contains(cmd.ExtraFiles, nil) {
+		return nil, errUnsupported
+	}
+	var setgroups bool
+	if cred := attr.Credential; cred != nil {
+		if len(cred.Groups) != 0 || cred.NoSetGroups {
+			return nil, errUnsupported
+		}
+		// As Go's start: a child whose gid_map was written with setgroups
+		// denied cannot drop its groups, and need not.
+		setgroups = len(attr.GidMappings) == 0 || attr.GidMappingsEnableSetgroups
 	}
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -240,16 +294,19 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	}
 	defer devNull.Close()
 	files := append([]*os.File{devNull, stdout, stderr}, cmd.ExtraFiles...)
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
 
 	s := (*C.struct_pmjail_spawn)(C.calloc(1, C.sizeof_struct_pmjail_spawn))
 	defer C.free(unsafe.Pointer(s))
 	s.path = C.CString(cmd.Path)
 	defer C.free(unsafe.Pointer(s.path))
-	argv := cStrings(cmd.Args)
-	defer freeCStrings(argv, len(cmd.Args))
-	envp := cStrings(cmd.Env)
-	defer freeCStrings(envp, len(cmd.Env))
-	s.argv, s.envp = argv, envp
+	s.argv = cStrings(cmd.Args)
+	defer freeCStrings(s.argv, len(cmd.Args))
+	s.envp = cStrings(env)
+	defer freeCStrings(s.envp, len(env))
 	for i, f := range files {
 		s.fds[i] = C.int(f.Fd())
 	}
@@ -263,10 +320,10 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 		s.setsid = 1
 	}
 	if cred := attr.Credential; cred != nil {
-		if len(cred.Groups) != 0 || cred.NoSetGroups {
-			return nil, errors.New("spawn: unsupported credential")
-		}
 		s.creds, s.uid, s.gid = 1, C.uint32_t(cred.Uid), C.uint32_t(cred.Gid)
+		if setgroups {
+			s.setgroups = 1
+		}
 	}
 	if attr.Pdeathsig != 0 {
 		s.pdeathsig = C.int(attr.Pdeathsig)
@@ -276,27 +333,33 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 		}
 	}
 
+	stack, err := unix.Mmap(-1, 0, spawnStackSize+os.Getpagesize(), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	defer unix.Munmap(stack) // only once the child no longer runs on it: see below
+	if err := unix.Mprotect(stack[os.Getpagesize():], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+		return nil, os.NewSyscallError("mprotect", err)
+	}
+	s.stack, s.stack_size = unsafe.Pointer(&stack[os.Getpagesize()]), spawnStackSize
+
 	var syncPipe, errPipe [2]int
 	if err := unix.Pipe2(syncPipe[:], unix.O_CLOEXEC); err != nil {
 		return nil, os.NewSyscallError("pipe2", err)
 	}
+	defer unix.Close(syncPipe[1])
 	if err := unix.Pipe2(errPipe[:], unix.O_CLOEXEC); err != nil {
 		unix.Close(syncPipe[0])
-		unix.Close(syncPipe[1])
 		return nil, os.NewSyscallError("pipe2", err)
 	}
 	defer unix.Close(errPipe[0])
 	s.sync_fd, s.sync_peer, s.err_fd = C.int(syncPipe[0]), C.int(syncPipe[1]), C.int(errPipe[1])
-	stack, err := unix.Mmap(-1, 0, spawnStackSize, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
-	if err != nil {
-		unix.Close(syncPipe[0])
-		unix.Close(syncPipe[1])
-		unix.Close(errPipe[1])
-		return nil, os.NewSyscallError("mmap", err)
+	if testHookSpawn != nil {
+		testHookSpawn("pipes")
 	}
-	s.stack, s.stack_size = unsafe.Pointer(&stack[0]), spawnStackSize
 
+	wasDumpable()
 	runtime.LockOSThread()
 	// As in Go's own start: no fd may be half-made (not yet close-on-exec)
 	// while a child copies the fd table.
@@ -307,39 +370,37 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	unix.Close(syncPipe[0])
 	unix.Close(errPipe[1])
 	if pid < 0 {
-		unix.Close(syncPipe[1])
-		_ = unix.Munmap(stack)
 		return nil, os.NewSyscallError("clone3", syscall.Errno(-pid))
 	}
-
-	mapErr := error(nil)
+	if testHookSpawn != nil {
+		testHookSpawn("cloned")
+	}
+	// From here every way out leaves the child exec'd or reaped: only then
+	// may its stack and the strings it reads go.
+	reap := func(err error) (*os.Process, error) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		for {
+			if _, werr := unix.Wait4(pid, nil, 0, nil); !errors.Is(werr, unix.EINTR) {
+				break
+			}
+		}
+		return nil, err
+	}
 	if attr.Cloneflags&unix.CLONE_NEWUSER != 0 {
-		mapErr = writeIDMaps(pid, attr)
-	}
-	if mapErr == nil {
-		_, mapErr = unix.Write(syncPipe[1], []byte{0})
-	}
-	// On a failure the child reads EOF instead of the byte and gives up.
-	unix.Close(syncPipe[1])
-	var report [8]byte
-	n, readErr := readFull(errPipe[0], report[:])
-	if n == 0 && readErr == nil && mapErr == nil {
-		// EOF: the exec closed the child's end; it no longer uses the stack.
-		_ = unix.Munmap(stack)
-		return os.FindProcess(pid)
-	}
-	// The child failed or was told to: reap it before its stack goes.
-	_ = unix.Kill(pid, unix.SIGKILL)
-	var ws unix.WaitStatus
-	for {
-		if _, err := unix.Wait4(pid, &ws, 0, nil); !errors.Is(err, unix.EINTR) {
-			break
+		if err := writeIDMaps(pid, attr); err != nil {
+			// Not through the child: another child cloned meanwhile may
+			// hold a copy of the pipe's write end until it execs.
+			return reap(err)
 		}
 	}
-	_ = unix.Munmap(stack)
+	if _, err := unix.Write(syncPipe[1], []byte{0}); err != nil {
+		return reap(fmt.Errorf("start %s: release the child: %w", cmd.Path, os.NewSyscallError("write", err)))
+	}
+	var report [8]byte
+	n, err := readFull(errPipe[0], report[:])
 	switch {
-	case mapErr != nil:
-		return nil, mapErr
+	case err != nil:
+		return reap(fmt.Errorf("start %s: %w", cmd.Path, os.NewSyscallError("read spawn status", err)))
 	case n == len(report):
 		step := binary.NativeEndian.Uint32(report[:4])
 		errno := syscall.Errno(binary.NativeEndian.Uint32(report[4:]))
@@ -347,11 +408,15 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 		if int(step) < len(spawnSteps) && spawnSteps[step] != "" {
 			what = spawnSteps[step]
 		}
-		return nil, fmt.Errorf("start %s: %s: %w", cmd.Path, what, errno)
-	case readErr != nil:
-		return nil, os.NewSyscallError("read spawn status", readErr)
+		return reap(fmt.Errorf("start %s: %s: %w", cmd.Path, what, errno))
+	case n != 0:
+		return reap(fmt.Errorf("start %s: short status from the child (%d bytes)", cmd.Path, n))
 	}
-	return nil, fmt.Errorf("start %s: short status from the child (%d bytes)", cmd.Path, n)
+	// EOF: the child's end closed at its exec.
+	if attr.Credential != nil && wasDumpable() {
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+	}
+	return os.FindProcess(pid)
 }
 
 // writeIDMaps writes the child's id mappings as Go's start does: uid_map,

@@ -4,6 +4,7 @@ package jail
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,8 +13,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +28,7 @@ import (
 const (
 	spawnProbeRole  = "__spawn_probe"
 	spawnParentRole = "__spawn_parent"
+	spawnLowFDsRole = "__spawn_low_fds"
 )
 
 // probeReport is what a spawned child sees of itself.
@@ -34,7 +39,8 @@ type probeReport struct {
 	Cwd                      string
 	SigBlk                   string
 	// Fds are the device:inode of fds 0..4, "" when closed.
-	Fds [5]string
+	Fds       [5]string
+	PDeathSig int
 }
 
 func fdIdentity(fd int) string {
@@ -63,6 +69,11 @@ func spawnProbe() {
 	for fd := range r.Fds {
 		r.Fds[fd] = fdIdentity(fd)
 	}
+	var sig int32
+	_, _, errno := unix.Syscall(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0)
+	if errno == 0 {
+		r.PDeathSig = int(sig)
+	}
 	_ = json.NewEncoder(os.Stdout).Encode(&r)
 	os.Exit(0)
 }
@@ -85,6 +96,40 @@ func spawnParent() {
 	if err != nil || !st.Success() {
 		fmt.Fprintln(os.Stderr, "probe:", st, err)
 		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+// spawnLowFDs starts a missing program with fds 0 to 4 free but for the
+// ones spawnShared takes itself, so that its status pipe gets a number
+// among the child's slots. The start must fail, saying why.
+func spawnLowFDs() {
+	out, err := os.CreateTemp("", "pmjail-spawn")
+	if err != nil {
+		os.Exit(2)
+	}
+	os.Remove(out.Name())
+	for fd := 0; fd <= 4; fd++ {
+		if fd != int(out.Fd()) {
+			unix.Close(fd)
+		}
+	}
+	high, err := unix.FcntlInt(out.Fd(), unix.F_DUPFD_CLOEXEC, 10)
+	if err != nil {
+		os.Exit(2)
+	}
+	unix.Close(int(out.Fd()))
+	f := os.NewFile(uintptr(high), "out")
+	cmd := &exec.Cmd{Path: "/nonexistent/pmjail-init", Args: []string{"x"}, Dir: "/",
+		Stdout: f, Stderr: f, ExtraFiles: []*os.File{f, f},
+		SysProcAttr: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}}
+	proc, err := spawnShared(cmd)
+	switch {
+	case err == nil:
+		proc.Wait()
+		os.Exit(4) // started a program that is not there
+	case !strings.Contains(err.Error(), "exec: no such file or directory"):
+		os.Exit(5)
 	}
 	os.Exit(0)
 }
@@ -175,6 +220,12 @@ func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
 	if strings.Trim(r.SigBlk, "0") != "" {
 		t.Errorf("signals blocked at exec: %s", r.SigBlk)
 	}
+	if r.PDeathSig != int(unix.SIGKILL) {
+		t.Errorf("parent-death signal %d, want SIGKILL", r.PDeathSig)
+	}
+	if !dumpable(t) {
+		t.Error("this process no longer dumpable after the child changed its ids")
+	}
 	devNull := fdIdentityOf(t, os.DevNull)
 	want := [5]string{devNull, fdIdentityOf(t, out.Name()), fdIdentity(int(os.Stderr.Fd())),
 		fdIdentityOf(t, extra[0].Name()), fdIdentityOf(t, extra[1].Name())}
@@ -184,6 +235,33 @@ func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
 	if after := openFds(t); after != before {
 		t.Errorf("open fds %d before, %d after", before, after)
 	}
+}
+
+func dumpable(t *testing.T) bool {
+	t.Helper()
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d == 1
+}
+
+// children lists this process's unreaped children, without reaping any.
+func children(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread is gone
+		}
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	return pids
 }
 
 func fdIdentityOf(t *testing.T, path string) string {
@@ -228,6 +306,93 @@ func TestSpawnSharedCrossedFds(t *testing.T) {
 	}
 }
 
+// TestSpawnSharedStatusPipeAmongSlots: a status pipe that got one of the
+// child's fd numbers still reports the child's failure (spawnLowFDs).
+func TestSpawnSharedStatusPipeAmongSlots(t *testing.T) {
+	needRoot(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(exe, spawnLowFDsRole).CombinedOutput(); err != nil {
+		t.Fatalf("%v (4: it started a missing program; 5: another error): %s", err, out)
+	}
+}
+
+// TestSpawnSharedConcurrent: two starts that both clone before either
+// writes its id maps (each child then holds a copy of the other's pipe
+// ends), and whose maps both fail, end; so do a good start and a bad one
+// side by side. No child is left.
+func TestSpawnSharedConcurrent(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name string
+		bad  [2]bool
+	}{{"both fail", [2]bool{true, true}}, {"one fails", [2]bool{false, true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Both starts make their pipes, then both clone, then both go on.
+			var piped, cloned sync.WaitGroup
+			piped.Add(2)
+			cloned.Add(2)
+			testHookSpawn = func(stage string) {
+				at := map[string]*sync.WaitGroup{"pipes": &piped, "cloned": &cloned}[stage]
+				at.Done()
+				at.Wait()
+			}
+			defer func() { testHookSpawn = nil }()
+			errs := make(chan error, 2)
+			for _, bad := range tc.bad {
+				lease, err := leaseIDs()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lease.release()
+				cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID, lease)
+				if bad {
+					attr := cmd.SysProcAttr
+					attr.UidMappings = append(attr.UidMappings, attr.UidMappings[0])
+				}
+				go func() { errs <- spawnOutcome(cmd, bad) }()
+			}
+			timeout := time.After(20 * time.Second)
+			for range 2 {
+				select {
+				case err := <-errs:
+					if err != nil {
+						t.Error(err)
+					}
+				case <-timeout:
+					t.Fatal("starts still blocked after 20s")
+				}
+			}
+			if pids := children(t); len(pids) != 0 {
+				t.Errorf("children left: %v", pids)
+			}
+		})
+	}
+}
+
+// spawnOutcome starts cmd and says what went other than expected: a
+// failed start if bad, a probe that exits 0 otherwise.
+func spawnOutcome(cmd *exec.Cmd, bad bool) error {
+	proc, err := spawnShared(cmd)
+	switch {
+	case bad && err == nil:
+		proc.Kill()
+		proc.Wait()
+		return errors.New("started with a broken id map")
+	case bad:
+		return nil
+	case err != nil:
+		return err
+	}
+	st, err := proc.Wait()
+	if err == nil && !st.Success() {
+		err = fmt.Errorf("probe: %v", st)
+	}
+	return err
+}
+
 // TestSpawnSharedFailures: a child that cannot start is reaped, its error
 // says which step failed, and nothing of it stays open.
 func TestSpawnSharedFailures(t *testing.T) {
@@ -246,7 +411,9 @@ func TestSpawnSharedFailures(t *testing.T) {
 		{"bad id mapping", func(c *exec.Cmd) {
 			c.SysProcAttr.UidMappings = append(c.SysProcAttr.UidMappings, c.SysProcAttr.UidMappings[0])
 		}, "write uid_map of the init stage"},
+		{"unmapped uid", func(c *exec.Cmd) { c.SysProcAttr.Credential.Uid = 4242 }, "setresuid: invalid argument"},
 		{"unsupported attribute", func(c *exec.Cmd) { c.SysProcAttr.Setpgid = true }, "unsupported"},
+		{"shared fd table", func(c *exec.Cmd) { c.SysProcAttr.Cloneflags |= unix.CLONE_FILES }, "unsupported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID, lease)
@@ -261,9 +428,9 @@ func TestSpawnSharedFailures(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q, want it to contain %q", err, tc.want)
 			}
-			// No child of this test is left, reaped or not.
-			if _, err := unix.Wait4(-1, nil, unix.WNOHANG, nil); err != unix.ECHILD {
-				t.Errorf("wait4 after the failure: %v, want ECHILD", err)
+			// The child is reaped (other tests' children are not touched).
+			if pids := children(t); len(pids) != 0 {
+				t.Errorf("children left: %v", pids)
 			}
 			if after := openFds(t); after != before {
 				t.Errorf("open fds %d before, %d after", before, after)
@@ -297,7 +464,10 @@ func BenchmarkStartInitStage(b *testing.B) {
 		start func(*exec.Cmd) (*os.Process, error)
 	}{
 		{"shared", spawnShared},
-		{"go", func(c *exec.Cmd) (*os.Process, error) { return c.Process, startLocked(c) }},
+		{"go", func(c *exec.Cmd) (*os.Process, error) {
+			err := startLocked(c)
+			return c.Process, err
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
@@ -306,9 +476,6 @@ func BenchmarkStartInitStage(b *testing.B) {
 				proc, err := bc.start(cmd)
 				if err != nil {
 					b.Fatal(err)
-				}
-				if proc == nil {
-					proc = cmd.Process
 				}
 				if _, err := proc.Wait(); err != nil {
 					b.Fatal(err)
