@@ -82,3 +82,41 @@ func TestRunSetupFailureNamesTheStage(t *testing.T) {
 		t.Fatalf("status %s exit %d stage %q message %q", out.Status, out.ExitCode, out.InitStage, out.Message)
 	}
 }
+
+// TestRunReleasesTheMountNamespace: the job's mount namespace, held past
+// the runtime's exit so that its teardown is not on the result's path, is
+// let go soon after Run returns.
+func TestRunReleasesTheMountNamespace(t *testing.T) {
+	needRoot(t)
+	out := Run(context.Background(), shellJob(t, `echo ok`, testLimits))
+	if out.Status != StatusOK {
+		t.Fatalf("status %s %q stderr %q", out.Status, out.Message, out.Stderr)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		held := mountNSFds(t)
+		if len(held) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after Run this process still holds mount namespaces: %v", held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// mountNSFds lists this process's fds that hold a mount namespace.
+func mountNSFds(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "mnt:") {
+			held = append(held, e.Name()+" "+target)
+		}
+	}
+	return held
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -249,6 +250,12 @@ func (s *supervision) run(ctx context.Context) {
 	// sends the guest its start (the guest waits for nothing of this), and
 	// before anything reaps it: a reaped pid can be another process's.
 	s.out.Observed = observe(proc.Pid)
+	// Holding the job's mount namespace moves its teardown (every mount,
+	// the tmpfs's pages, an RCU grace period) out of the runtime's exit,
+	// which the result waits for, to after the result.
+	if ns, err := unix.Open("/proc/"+strconv.Itoa(proc.Pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		defer func() { go unix.Close(ns) }()
+	}
 	go func() {
 		state, err := proc.Wait()
 		waited <- exit{state, err}
