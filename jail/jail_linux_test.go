@@ -108,15 +108,27 @@ func TestRunReleasesTheMountNamespace(t *testing.T) {
 // mountNSFds lists this process's fds that hold a mount namespace.
 func mountNSFds(t *testing.T) []string {
 	t.Helper()
+	var held []string
+	for fd, target := range fdTargets(t) {
+		if strings.HasPrefix(target, "mnt:") {
+			held = append(held, fd+" "+target)
+		}
+	}
+	return held
+}
+
+// fdTargets maps this process's open fds to what they refer to.
+func fdTargets(t *testing.T) map[string]string {
+	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var held []string
+	targets := map[string]string{}
 	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "mnt:") {
-			held = append(held, e.Name()+" "+target)
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			targets[e.Name()] = target
 		}
 	}
-	return held
+	return targets
 }

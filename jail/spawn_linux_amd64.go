@@ -111,7 +111,7 @@ static int pj_child(void *arg) {
 	if (err_fd < s->nfds) {
 		r = pj_sys(SYS_fcntl, err_fd, F_DUPFD_CLOEXEC, s->nfds);
 		if (r < 0)
-			return 127; // nothing to report through; the parent sees a short status
+			return pj_fail(err_fd, STEP_FDS, r); // still open here
 		err_fd = (int)r;
 	}
 	// Signals stay blocked (the parent blocked them all around the clone)

@@ -137,13 +137,17 @@ func spawnLowFDs() {
 func normalizeMap(m string) string { return strings.Join(strings.Fields(m), " ") }
 
 // openFds counts this process's open fds.
-func openFds(t *testing.T) int {
+func openFds(t *testing.T) int { return len(fdTargets(t)) }
+
+// testLease leases host ids for the test's length.
+func testLease(t *testing.T) *idLease {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
+	lease, err := leaseIDs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	t.Cleanup(lease.release)
+	return lease
 }
 
 // probeCmd is an init-stage-like command that runs spawnProbe.
@@ -185,11 +189,7 @@ func readProbe(t *testing.T, out *os.File) probeReport {
 // start would give it.
 func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
 	needRoot(t)
-	lease, err := leaseIDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.release()
+	lease := testLease(t)
 	cmd, out, extra := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID|unix.CLONE_NEWNS, lease)
 	before := openFds(t)
 	proc, err := spawnShared(cmd)
@@ -342,12 +342,7 @@ func TestSpawnSharedConcurrent(t *testing.T) {
 			defer func() { testHookSpawn = nil }()
 			errs := make(chan error, 2)
 			for _, bad := range tc.bad {
-				lease, err := leaseIDs()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer lease.release()
-				cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID, lease)
+				cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID, testLease(t))
 				if bad {
 					attr := cmd.SysProcAttr
 					attr.UidMappings = append(attr.UidMappings, attr.UidMappings[0])
@@ -397,11 +392,7 @@ func spawnOutcome(cmd *exec.Cmd, bad bool) error {
 // says which step failed, and nothing of it stays open.
 func TestSpawnSharedFailures(t *testing.T) {
 	needRoot(t)
-	lease, err := leaseIDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.release()
+	lease := testLease(t)
 	for _, tc := range []struct {
 		name    string
 		breakIt func(*exec.Cmd)
