@@ -136,8 +136,19 @@ func spawnLowFDs() {
 
 func normalizeMap(m string) string { return strings.Join(strings.Fields(m), " ") }
 
-// openFds counts this process's open fds.
-func openFds(t *testing.T) int { return len(fdTargets(t)) }
+// newFds lists the fds open now that were not in before (fdTargets): what
+// a start left open. (Fds closed meanwhile are other tests' business: a
+// Run lets its job's mount namespace go after it returns.)
+func newFds(t *testing.T, before map[string]string) []string {
+	t.Helper()
+	var opened []string
+	for fd, target := range fdTargets(t) {
+		if before[fd] != target {
+			opened = append(opened, fd+" "+target)
+		}
+	}
+	return opened
+}
 
 // testLease leases host ids for the test's length.
 func testLease(t *testing.T) *idLease {
@@ -191,7 +202,7 @@ func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
 	needRoot(t)
 	lease := testLease(t)
 	cmd, out, extra := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID|unix.CLONE_NEWNS, lease)
-	before := openFds(t)
+	before := fdTargets(t)
 	proc, err := spawnShared(cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -232,8 +243,8 @@ func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
 	if r.Fds != want {
 		t.Errorf("child fds 0..4 %v, want %v", r.Fds, want)
 	}
-	if after := openFds(t); after != before {
-		t.Errorf("open fds %d before, %d after", before, after)
+	if opened := newFds(t, before); len(opened) != 0 {
+		t.Errorf("fds left open: %v", opened)
 	}
 }
 
@@ -409,7 +420,7 @@ func TestSpawnSharedFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID, lease)
 			tc.breakIt(cmd)
-			before := openFds(t)
+			before := fdTargets(t)
 			proc, err := spawnShared(cmd)
 			if err == nil {
 				proc.Kill()
@@ -423,8 +434,8 @@ func TestSpawnSharedFailures(t *testing.T) {
 			if pids := children(t); len(pids) != 0 {
 				t.Errorf("children left: %v", pids)
 			}
-			if after := openFds(t); after != before {
-				t.Errorf("open fds %d before, %d after", before, after)
+			if opened := newFds(t, before); len(opened) != 0 {
+				t.Errorf("fds left open: %v", opened)
 			}
 		})
 	}
