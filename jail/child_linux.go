@@ -55,7 +55,8 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 		}
 	}()
 	// fd 3 is the guest channel's slot: held by a placeholder until the init
-	// stage puts the channel there, so nothing of its own can take it.
+	// stage puts the channel there, so nothing of its own can take it. The
+	// same /dev/null serves as stdin.
 	placeholder, err := os.Open(os.DevNull)
 	if err != nil {
 		return fail("fd placeholder", err)
@@ -78,6 +79,7 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 		Args:        []string{"pmjail-init", initstage.Role},
 		Env:         initStageEnv,
 		Dir:         "/",
+		Stdin:       placeholder,
 		Stdout:      outW,
 		Stderr:      errW,
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
@@ -87,22 +89,12 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	proc, err := start(cmd)
-	if err != nil && (errors.Is(err, unix.ENOSYS) || isClone3Refusal(err)) && cmd.SysProcAttr.UseCgroupFD {
-		// clone3, which CLONE_INTO_CGROUP needs, is refused here (an outer
-		// seccomp filter, as in Docker's default profile): start with
-		// clone and join the cgroup before the runtime starts instead.
-		cmd = restartable(cmd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
-		proc, err = start(cmd)
-	}
+	c.proc, c.intoCgroup, err = start(cmd)
 	if err != nil {
 		outR.Close()
 		errR.Close()
 		return fail("start", err)
 	}
-	c.proc = proc
-	c.intoCgroup = cmd.SysProcAttr.UseCgroupFD
 	return c, "", nil
 }
 
@@ -131,22 +123,34 @@ func (c *child) discard() {
 	c.lease.release()
 }
 
-// start starts the init stage. A child in a new user namespace starts
-// through spawnShared where this build has it and the host lets it use
-// clone3; any other starts through Go's, which shares memory with such a
-// child already.
-func start(cmd *exec.Cmd) (*os.Process, error) {
-	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared && !clone3Refused.Load() {
+// start starts the init stage and says whether it was born in its cgroup
+// (CLONE_INTO_CGROUP). Where clone3, which that needs, is refused (an outer
+// seccomp filter, as in Docker's default profile), it starts with clone
+// and the child joins its cgroup before the runtime starts instead.
+func start(cmd *exec.Cmd) (*os.Process, bool, error) {
+	proc, err := startOnce(cmd)
+	if err != nil && cmd.SysProcAttr.UseCgroupFD && clone3Refusal(err) {
+		cmd = restartable(cmd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
+		proc, err = startOnce(cmd)
+	}
+	return proc, cmd.SysProcAttr.UseCgroupFD, err
+}
+
+// startOnce starts cmd: in a new user namespace through spawnShared where
+// this build has it and clone3 is allowed, else through Go's start, which
+// shares memory with any other child already.
+func startOnce(cmd *exec.Cmd) (*os.Process, error) {
+	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared && !noClone3.Load() {
 		proc, err := spawnShared(cmd)
-		if !isClone3Refusal(err) {
+		if !clone3Refusal(err) {
 			return proc, err
 		}
-		// Refused, as by an outer seccomp filter (Docker's default profile
-		// answers ENOSYS, older ones EPERM): remembered, so that every later
-		// start goes straight to Go's, which uses clone.
-		clone3Refused.Store(true)
+		// Remembered, so that later starts go straight to Go's, which uses
+		// clone when it has no cgroup to start in.
+		noClone3.Store(true)
 		if cmd.SysProcAttr.UseCgroupFD {
-			return nil, err // the caller starts again without the cgroup
+			return nil, err
 		}
 	}
 	if err := startLocked(cmd); err != nil {
@@ -155,13 +159,18 @@ func start(cmd *exec.Cmd) (*os.Process, error) {
 	return cmd.Process, nil
 }
 
-// clone3Refused: this process was refused clone3 once.
-var clone3Refused atomic.Bool
+// noClone3: this process was refused clone3 once.
+var noClone3 atomic.Bool
 
-func isClone3Refusal(err error) bool {
+// clone3Refusal reports whether err is clone3's refusal (Docker's default
+// seccomp profile answers ENOSYS, older ones EPERM), from spawnShared or
+// from Go's start (ENOSYS).
+func clone3Refusal(err error) bool {
 	var se *os.SyscallError
-	return errors.As(err, &se) && se.Syscall == "clone3" &&
-		(errors.Is(se.Err, unix.ENOSYS) || errors.Is(se.Err, unix.EPERM))
+	if errors.As(err, &se) && se.Syscall == "clone3" {
+		return errors.Is(se.Err, unix.ENOSYS) || errors.Is(se.Err, unix.EPERM)
+	}
+	return errors.Is(err, unix.ENOSYS)
 }
 
 // restartable returns a fresh copy of a command whose start failed (an

@@ -271,29 +271,18 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	attr := cmd.SysProcAttr
 	if attr == nil || attr.Ptrace || attr.Setctty || attr.Noctty || attr.Foreground || attr.Setpgid ||
 		attr.Chroot != "" || attr.Unshareflags != 0 || len(attr.AmbientCaps) != 0 || attr.PidFD != nil ||
-		attr.Cloneflags&^spawnFlags != 0 || cmd.Stdin != nil || len(cmd.ExtraFiles) > 5 || cmd.Dir != "/" {
+		attr.Cloneflags&^spawnFlags != 0 || len(cmd.ExtraFiles) > 5 || cmd.Dir != "/" ||
+		attr.Credential != nil && (len(attr.Credential.Groups) != 0 || attr.Credential.NoSetGroups) {
 		return nil, errUnsupported
 	}
+	// The child's fds 0, 1 and 2 are files, as the init stage's are.
+	stdin, ok0 := cmd.Stdin.(*os.File)
 	stdout, ok1 := cmd.Stdout.(*os.File)
 	stderr, ok2 := cmd.Stderr.(*os.File)
-	if !ok1 || !ok2 || stdout == nil || stderr == nil || slices.Contains(cmd.ExtraFiles, nil) {
+	files := append([]*os.File{stdin, stdout, stderr}, cmd.ExtraFiles...)
+	if !ok0 || !ok1 || !ok2 || slices.Contains(files, nil) {
 		return nil, errUnsupported
 	}
-	var setgroups bool
-	if cred := attr.Credential; cred != nil {
-		if len(cred.Groups) != 0 || cred.NoSetGroups {
-			return nil, errUnsupported
-		}
-		// As Go's start: a child whose gid_map was written with setgroups
-		// denied cannot drop its groups, and need not.
-		setgroups = len(attr.GidMappings) == 0 || attr.GidMappingsEnableSetgroups
-	}
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
-	}
-	defer devNull.Close()
-	files := append([]*os.File{devNull, stdout, stderr}, cmd.ExtraFiles...)
 	env := cmd.Env
 	if env == nil {
 		env = os.Environ()
@@ -321,7 +310,9 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	}
 	if cred := attr.Credential; cred != nil {
 		s.creds, s.uid, s.gid = 1, C.uint32_t(cred.Uid), C.uint32_t(cred.Gid)
-		if setgroups {
+		// As Go's start: a child whose gid_map was written with setgroups
+		// denied cannot drop its groups, and need not.
+		if len(attr.GidMappings) == 0 || attr.GidMappingsEnableSetgroups {
 			s.setgroups = 1
 		}
 	}

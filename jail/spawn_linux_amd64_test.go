@@ -85,7 +85,7 @@ func spawnParent() {
 	three, four := os.NewFile(3, "three"), os.NewFile(4, "four")
 	exe, _ := os.Executable()
 	cmd := &exec.Cmd{Path: exe, Args: []string{exe, spawnProbeRole}, Dir: "/",
-		Stdout: three, Stderr: os.Stderr, ExtraFiles: []*os.File{four, three},
+		Stdin: os.Stdin, Stdout: three, Stderr: os.Stderr, ExtraFiles: []*os.File{four, three},
 		SysProcAttr: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}}
 	proc, err := spawnShared(cmd)
 	if err != nil {
@@ -121,7 +121,7 @@ func spawnLowFDs() {
 	unix.Close(int(out.Fd()))
 	f := os.NewFile(uintptr(high), "out")
 	cmd := &exec.Cmd{Path: "/nonexistent/pmjail-init", Args: []string{"x"}, Dir: "/",
-		Stdout: f, Stderr: f, ExtraFiles: []*os.File{f, f},
+		Stdin: f, Stdout: f, Stderr: f, ExtraFiles: []*os.File{f, f},
 		SysProcAttr: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}}
 	proc, err := spawnShared(cmd)
 	switch {
@@ -178,8 +178,13 @@ func probeCmd(t *testing.T, flags uintptr, lease *idLease) (cmd *exec.Cmd, out *
 		}
 		t.Cleanup(func() { extra[i].Close() })
 	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { devNull.Close() })
 	cmd = &exec.Cmd{Path: exe, Args: []string{exe, spawnProbeRole}, Env: []string{"GOTRACEBACK=all"}, Dir: "/",
-		Stdout: out, Stderr: os.Stderr, ExtraFiles: extra[:], SysProcAttr: childAttr(flags, lease)}
+		Stdin: devNull, Stdout: out, Stderr: os.Stderr, ExtraFiles: extra[:], SysProcAttr: childAttr(flags, lease)}
 	return cmd, out, extra
 }
 
@@ -474,7 +479,7 @@ func BenchmarkStartInitStage(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				cmd := &exec.Cmd{Path: "/bin/true", Args: []string{"true"}, Dir: "/",
-					Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: childAttr(flags, lease)}
+					Stdin: os.Stdin, Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: childAttr(flags, lease)}
 				proc, err := bc.start(cmd)
 				if err != nil {
 					b.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 )
 
@@ -21,34 +20,34 @@ import (
 var guestCacheArgs = []string{denoTarget, "cache", "--no-config", "--no-lock", "--no-remote", "--no-npm", GuestDir + "/bootstrap.js"}
 
 // guestCacheKey names what the guest cache depends on: Deno and the guest
-// files' content (Deno keys the analysis by URL and source).
+// files' content (Deno keys the analysis by URL and source). A daemon asks
+// at every JavaScript run; neither its Deno nor the built-in guest files
+// change under it (a replaced Deno is taken up at restart, as the init
+// stage binary is), so the key is worked out once per Deno binary.
 func (in *Install) guestCacheKey() (string, error) {
+	if key, ok := guestCacheKeys.Load(in.DenoPath); ok {
+		return key.(string), nil
+	}
 	dv, err := packageVersion(filepath.Join(filepath.Dir(in.DenoPath), "package.json"))
 	if err != nil {
 		return "", err
 	}
-	files, err := guestFilesDigest()
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "deno %s\nargs %q\n%s", dv, guestCacheArgs, files)
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
-}
-
-// guestFilesDigest lists each guest file with its hash. The files are
-// built in, so it is worked out once, not at every run.
-var guestFilesDigest = sync.OnceValues(func() (string, error) {
 	files, err := guestFiles()
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
+	h := sha256.New()
+	fmt.Fprintf(h, "deno %s\nargs %q\n", dv, guestCacheArgs)
 	for _, f := range files {
-		fmt.Fprintf(&b, "%s %x\n", f.Path, sha256.Sum256(f.Data))
+		fmt.Fprintf(h, "%s %x\n", f.Path, sha256.Sum256(f.Data))
 	}
-	return b.String(), nil
-})
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	guestCacheKeys.Store(in.DenoPath, key)
+	return key, nil
+}
+
+// guestCacheKeys holds guestCacheKey's result by Deno binary.
+var guestCacheKeys sync.Map
 
 func (in *Install) guestCacheDir(key string) string {
 	return filepath.Join(in.StateDir, guestCachePrefix+key)

@@ -111,43 +111,24 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 			umask := d.uint32()
 			p.User.Umask = &umask
 		}
-		if n := d.count(); n > 0 {
-			p.User.AdditionalGids = make([]uint32, n)
-			for i := range n {
-				p.User.AdditionalGids[i] = d.uint32()
-			}
-		}
+		p.User.AdditionalGids = list(&d, d.uint32)
 		p.User.Username = d.string()
 		p.Args = d.strings()
 		p.Env = d.strings()
-		if n := d.count(); n > 0 {
-			p.Rlimits = make([]specs.POSIXRlimit, n)
-			for i := range n {
-				p.Rlimits[i] = specs.POSIXRlimit{Type: d.string(), Hard: d.uint(), Soft: d.uint()}
-			}
-		}
+		p.Rlimits = list(&d, func() specs.POSIXRlimit {
+			return specs.POSIXRlimit{Type: d.string(), Hard: d.uint(), Soft: d.uint()}
+		})
 		cfg.Process = p
 	}
 	cfg.Hostname = d.string()
-	if n := d.count(); n > 0 {
-		cfg.Mounts = make([]specs.Mount, n)
-		for i := range n {
-			cfg.Mounts[i] = specs.Mount{Destination: d.string(), Type: d.string(), Source: d.string(), Options: d.strings()}
-		}
-	}
+	cfg.Mounts = list(&d, func() specs.Mount {
+		return specs.Mount{Destination: d.string(), Type: d.string(), Source: d.string(), Options: d.strings()}
+	})
 	cfg.WritableRoot = d.bool()
-	if n := d.count(); n > 0 {
-		cfg.Namespaces = make([]specs.LinuxNamespaceType, n)
-		for i := range n {
-			cfg.Namespaces[i] = specs.LinuxNamespaceType(d.string())
-		}
-	}
-	if n := d.count(); n > 0 {
-		cfg.Files = make([]layout.File, n)
-		for i := range n {
-			cfg.Files[i] = layout.File{Path: d.string(), Data: d.bytes(), Mode: os.FileMode(d.uint32())}
-		}
-	}
+	cfg.Namespaces = list(&d, func() specs.LinuxNamespaceType { return specs.LinuxNamespaceType(d.string()) })
+	cfg.Files = list(&d, func() layout.File {
+		return layout.File{Path: d.string(), Data: d.bytes(), Mode: os.FileMode(d.uint32())}
+	})
 	cfg.Seccomp = d.bytes()
 	cfg.HostMountNS = d.uint()
 	cfg.Landlock = d.bool()
@@ -376,14 +357,17 @@ func (d *decoder) bytes() []byte {
 
 func (d *decoder) string() string { return string(d.bytes()) }
 
-func (d *decoder) strings() []string {
+func (d *decoder) strings() []string { return list(d, d.string) }
+
+// list decodes a count and that many elements, each by elem; nil for none.
+func list[T any](d *decoder, elem func() T) []T {
 	n := d.count()
 	if n == 0 {
 		return nil
 	}
-	v := make([]string, n)
+	v := make([]T, n)
 	for i := range v {
-		v[i] = d.string()
+		v[i] = elem()
 	}
 	return v
 }
