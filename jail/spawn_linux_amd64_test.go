@@ -100,28 +100,45 @@ func spawnParent() {
 	os.Exit(0)
 }
 
-// spawnLowFDs starts a missing program with fds 0 to 4 free but for the
-// ones spawnShared takes itself, so that its status pipe gets a number
-// among the child's slots. The start must fail, saying why.
+// spawnLowFDs starts a missing program with its own fds 0 to 2 closed, so
+// that spawnShared's pipes take the lowest numbers and the status pipe's
+// write end gets a number among the child's slots. The start must fail,
+// saying why. Only stdio is closed: the runtime keeps fds of its own open
+// (its netpoller's, and Go 1.25's cgroup CPU limit files), and closing
+// those crashes it some time later.
 func spawnLowFDs() {
 	out, err := os.CreateTemp("", "pmjail-spawn")
 	if err != nil {
 		os.Exit(2)
 	}
 	os.Remove(out.Name())
-	for fd := 0; fd <= 4; fd++ {
-		if fd != int(out.Fd()) {
-			unix.Close(fd)
-		}
-	}
-	high, err := unix.FcntlInt(out.Fd(), unix.F_DUPFD_CLOEXEC, 10)
+	high, err := unix.FcntlInt(out.Fd(), unix.F_DUPFD_CLOEXEC, 100)
 	if err != nil {
 		os.Exit(2)
 	}
-	unix.Close(int(out.Fd()))
+	out.Close()
 	f := os.NewFile(uintptr(high), "out")
+	for fd := 0; fd <= 2; fd++ {
+		unix.Close(fd)
+	}
+	// The sync pipe takes 0 and 1, the status pipe 2 and the lowest free
+	// fd above; the slots reach past that.
+	next, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil || next != 0 {
+		os.Exit(2)
+	}
+	unix.Close(next)
+	spare, err := unix.FcntlInt(uintptr(high), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		os.Exit(2)
+	}
+	unix.Close(spare)
+	extra := make([]*os.File, spare) // slots 3 .. spare+2
+	for i := range extra {
+		extra[i] = f
+	}
 	cmd := &exec.Cmd{Path: "/nonexistent/pmjail-init", Args: []string{"x"}, Dir: "/",
-		Stdin: f, Stdout: f, Stderr: f, ExtraFiles: []*os.File{f, f},
+		Stdin: f, Stdout: f, Stderr: f, ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}}
 	proc, err := spawnShared(cmd)
 	switch {
@@ -331,7 +348,7 @@ func TestSpawnSharedStatusPipeAmongSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(exe, spawnLowFDsRole).CombinedOutput(); err != nil {
-		t.Fatalf("%v (4: it started a missing program; 5: another error): %s", err, out)
+		t.Fatalf("%v (2: setting up its fds failed; 4: it started a missing program; 5: another error): %s", err, out)
 	}
 }
 
