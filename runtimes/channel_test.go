@@ -2,6 +2,7 @@ package runtimes
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,6 @@ const [dir, mode] = Deno.args;
 // The host holds its ends first, as the init stage does.
 const hostIn = Deno.openSync(dir + "/in", { read: true, write: true });
 const hostOut = Deno.openSync(dir + "/out", { read: true, write: true });
-const ch = new Channel(dir + "/in", dir + "/out");
 const frame = (obj) => {
   const body = new TextEncoder().encode(JSON.stringify(obj));
   const f = new Uint8Array(4 + body.length);
@@ -30,7 +30,10 @@ const frame = (obj) => {
   f.set(body, 4);
   return f;
 };
+// The start frame is waiting when the guest starts, as in a run: the
+// guest reads it synchronously, on this same thread.
 hostIn.writeSync(frame({ type: "start", input: null }));
+const ch = new Channel(dir + "/in", dir + "/out");
 await ch.started;
 // A length prefix far over the limit, or a whole frame that is not JSON.
 const broken = mode === "garbage" ? new Uint8Array([0, 0, 0, 2, 0x7b, 0x78]) : new Uint8Array([0xff, 0xff, 0xff, 0x00]);
@@ -88,6 +91,81 @@ func TestChannelBrokenHostStream(t *testing.T) {
 			}
 			if mode == "oversize" && !strings.Contains(lines[0], "over the") {
 				t.Errorf("reason %s does not say the frame is over the limit", lines[0])
+			}
+		})
+	}
+}
+
+// channelStartScript constructs the guest's Channel over a host stream
+// held in a file (what the host wrote before the guest started; the end of
+// the file is the host closing its end) and prints what the start resolved
+// to.
+const channelStartScript = `
+import { Channel } from %q;
+const [dir] = Deno.args;
+try {
+  const start = await new Channel(dir + "/in", dir + "/out").started;
+  console.log(JSON.stringify({ ok: true, start }));
+} catch (err) {
+  console.log(JSON.stringify({ ok: false, error: err.message }));
+}
+`
+
+// TestChannelStartFrame: the guest reads up to its start frame whatever
+// it holds (non-ASCII input, a frame over the read size) and wherever it
+// comes from, and a stream that breaks or ends before it rejects the start
+// with the reason instead of waiting.
+func TestChannelStartFrame(t *testing.T) {
+	in := testInstall(t, t.TempDir())
+	channelJS, err := filepath.Abs("guest/channel.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := func(body string) []byte {
+		f := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+		return append(f, body...)
+	}
+	big := strings.Repeat("x", 200<<10)
+	start := func(input string) string { return `{"type":"start","input":` + input + `}` }
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+		want   string // in the printed result
+	}{
+		{"ascii", frame(start(`{"name":"operator"}`)), `"ok":true,"start":{"type":"start","input":{"name":"operator"}}`},
+		{"utf-8", frame(start(`"héllo ✓"`)), `"input":"héllo ✓"`},
+		{"over a read", frame(start(`"` + big + `"`)), `"input":"` + big + `"`},
+		{"after a reply", append(frame(`{"type":"reply","id":7,"ok":true}`), frame(start(`1`))...), `"input":1`},
+		{"oversize length", []byte{0xff, 0xff, 0xff, 0x00}, `"ok":false,"error":"channel broken: a frame of 4294967040 bytes`},
+		{"not JSON", frame(`{x`), `"ok":false,"error":"channel broken:`},
+		{"end before start", frame(start(`1`))[:10], `"ok":false,"error":"channel closed"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "in"), tc.stream, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "out"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			script := filepath.Join(dir, "guest.mjs")
+			src := strings.Replace(channelStartScript, "%q", `"file://`+channelJS+`"`, 1)
+			if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir)
+			cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("the guest still waits for its start after 20 s: %.300s", out)
+			}
+			if err != nil {
+				t.Fatalf("guest script: %v\n%.300s", err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("start resolved to %.300s, want it to contain %.300s", out, tc.want)
 			}
 		})
 	}

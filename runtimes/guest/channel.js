@@ -8,7 +8,16 @@ export const CHANNEL_OUT = "/pmjail/channel/out";
 
 const MAX_FRAME = 4 << 20;
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
+let decoder;
+
+// decodeFrame decodes a frame's UTF-8. Frames are mostly ASCII, which
+// String.fromCharCode takes as is: a run's first TextDecoder.decode costs
+// ~0.2 ms, as much as the rest of reading the start frame.
+function decodeFrame(bytes) {
+  if (bytes.length <= 8192 && bytes.every((b) => b < 0x80)) return String.fromCharCode.apply(null, bytes);
+  decoder ??= new TextDecoder();
+  return decoder.decode(bytes);
+}
 
 export class Channel {
   #in;
@@ -32,17 +41,39 @@ export class Channel {
       this.#startResolve = resolve;
       this.#startReject = reject;
     });
-    this.#pump();
+    this.#readStart();
   }
 
-  // #pump reads frames while something is awaited (the start frame, or a
-  // reply): an idle channel holds no read, so a finished script can exit.
+  // #readStart reads up to the start frame synchronously. The guest has
+  // nothing to do before it, and the host sends it as the runtime starts,
+  // so it is usually there already; an asynchronous read of a FIFO would
+  // run on a thread Deno starts for it, which costs more than the wait
+  // (user code starts ~0.3 ms earlier, measured).
+  #readStart() {
+    const chunk = new Uint8Array(64 << 10);
+    try {
+      while (this.#startResolve) {
+        const n = this.#in.readSync(chunk);
+        if (n === null) {
+          this.#closed("channel closed");
+          return;
+        }
+        this.#append(chunk.subarray(0, n));
+        this.#drain();
+      }
+    } catch (err) {
+      this.#closed(`channel broken: ${err?.message ?? err}`);
+    }
+  }
+
+  // #pump reads frames while a reply is awaited: an idle channel holds no
+  // read, so a finished script can exit.
   async #pump() {
     if (this.#reading) return;
     this.#reading = true;
     try {
       const chunk = new Uint8Array(64 << 10);
-      while (this.#startResolve || this.#pending.size > 0) {
+      while (this.#pending.size > 0) {
         const n = await this.#in.read(chunk);
         if (n === null) {
           this.#closed("channel closed");
@@ -72,7 +103,7 @@ export class Channel {
       // would hold every call until the wall limit.
       if (n > MAX_FRAME) throw new Error(`a frame of ${n} bytes from the host is over the ${MAX_FRAME}-byte limit`);
       if (this.#buf.length < 4 + n) break;
-      const frame = JSON.parse(decoder.decode(this.#buf.subarray(4, 4 + n)));
+      const frame = JSON.parse(decodeFrame(this.#buf.subarray(4, 4 + n)));
       this.#buf = this.#buf.slice(4 + n);
       this.#dispatch(frame);
     }
