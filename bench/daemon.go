@@ -143,6 +143,27 @@ func (d *Daemon) SettledStats(ctx context.Context) (DaemonStats, error) {
 	return st, err
 }
 
+// PoolFullStats is SettledStats with the pool of init stages as full as
+// runs make it. A refill waits for a spare core, so a busy host can leave
+// the pool short after a burst, and every waiting init stage holds fds of
+// the daemon's: the soak's fd check compares two full pools. A run tops the
+// pool up; where the daemon keeps none (cgroup v2) it stays empty.
+func (d *Daemon) PoolFullStats(ctx context.Context) (DaemonStats, error) {
+	h, err := d.Client.Health(ctx)
+	if err != nil {
+		return DaemonStats{}, err
+	}
+	for tries := 0; ; tries++ {
+		st, err := d.SettledStats(ctx)
+		if err != nil || st.Prestarted >= h.MaxConcurrency || tries == 5 {
+			return st, err
+		}
+		if err := d.Hello(ctx); err != nil {
+			return st, err
+		}
+	}
+}
+
 // Stop sends SIGTERM, waits, and kills the daemon if it lingers.
 func (d *Daemon) Stop() {
 	d.Client.Close()
