@@ -294,8 +294,8 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 			return fmt.Sprintf("%.1f/s (%.1f – %.1f)", m, minF(v), maxF(v))
 		}
 		rows = append(rows, []string{fmt.Sprint(c), fmt.Sprint(n), span(rates[0], dm), span(rates[1], cm), span(rates[2], bm),
-			fmt.Sprintf("%.0f%%", 100*ratio), fmt.Sprintf("%.0f%%", 100*cm/bm)})
-		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), fmt.Sprintf("%.0f%%", 100*ratio), ratio >= 0.85)
+			percentBelow(ratio), percentBelow(cm / bm)})
+		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 85%% of the bare loop at concurrency %d", c), percentBelow(ratio), ratio >= 0.85)
 	}
 	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "daemon, prestart -1", "bare deno loop", "daemon / bare", "prestart -1 / bare"}, rows)
 	b.Report.Para("%d batches per side and concurrency, the three sides taking turns (which goes first rotates). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`, which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`; on cgroup v2 the daemon starts none); the second daemon runs under `%s`, so each of its runs clones and starts its own. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, coldDaemonConfig, runtime.NumCPU())

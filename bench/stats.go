@@ -72,6 +72,14 @@ func ms(d time.Duration) string {
 	}
 }
 
+// percentBelow and percentAbove format a ratio as a percentage to a tenth,
+// rounded away from the target's side: a ratio of 0.8497 against "≥ 85%"
+// reads 84.9%, never a 85% marked not met.
+// (The 1e-9 keeps a ratio that is a tenth exactly, such as 0.85, whose
+// float product with 1000 falls a hair short, on its own tenth.)
+func percentBelow(r float64) string { return fmt.Sprintf("%.1f%%", math.Floor(r*1000+1e-9)/10) }
+func percentAbove(r float64) string { return fmt.Sprintf("%.1f%%", math.Ceil(r*1000-1e-9)/10) }
+
 // spread is "min–max" in milliseconds.
 func spread(s Summary) string {
 	return ms(s.Min) + " – " + ms(s.Max)

@@ -56,3 +56,23 @@ func TestParseGoBench(t *testing.T) {
 		t.Errorf("parsed %+v", r)
 	}
 }
+
+func TestPercentRoundsAwayFromTheTarget(t *testing.T) {
+	for _, tc := range []struct {
+		r            float64
+		below, above string
+	}{
+		{0.8497, "84.9%", "85.0%"},
+		{0.85, "85.0%", "85.0%"},
+		{0.15, "15.0%", "15.0%"},
+		{0.1504, "15.0%", "15.1%"},
+		{0.9, "90.0%", "90.0%"},
+	} {
+		if got := percentBelow(tc.r); got != tc.below {
+			t.Errorf("percentBelow(%v) = %s, want %s", tc.r, got, tc.below)
+		}
+		if got := percentAbove(tc.r); got != tc.above {
+			t.Errorf("percentAbove(%v) = %s, want %s", tc.r, got, tc.above)
+		}
+	}
+}
