@@ -3,10 +3,15 @@ package jail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // fakeCgroup hands the init stage task files that are not cgroup files.
@@ -34,5 +39,91 @@ func TestRunCgroupJoinFailsClosed(t *testing.T) {
 	out := Run(context.Background(), job)
 	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != "cgroup" || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
 		t.Fatalf("status %s exit %d stage %q message %q stdout %q", out.Status, out.ExitCode, out.InitStage, out.Message, out.Stdout)
+	}
+}
+
+// newChild returns the one child of this process that children(t) did not
+// list in before, once there is one.
+func newChild(t *testing.T, before []string) (string, bool) {
+	for _, pid := range children(t) {
+		if !slices.Contains(before, pid) {
+			return pid, true
+		}
+	}
+	return "", false
+}
+
+// TestRunMakesTheCgroupWhileTheRootIsMounted: on cgroup v1 (no
+// CgroupAtBirth) the job's cgroup is made while the init stage mounts the
+// root's file systems, and nothing of the job's is written into the root
+// before the join (so the job's own memory is charged to it).
+func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `read m < /job/marker; printf %s "$m"`, testLimits)
+	job.Files = []runtimes.File{{Path: "/job/marker", Data: []byte("marked"), Mode: 0o444}}
+	before := children(t)
+	var mounted, written bool
+	calls := 0
+	job.MakeCgroup = func() (CgroupJob, error) {
+		calls++
+		// The init stage's root is /tmp of its own mount namespace until
+		// it pivots; its /proc is the first file system mounted there.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			pid, ok := newChild(t, before)
+			if !ok {
+				continue
+			}
+			root := "/proc/" + pid + "/root/tmp"
+			if _, err := os.Lstat(root + "/proc/1"); err != nil {
+				continue
+			}
+			mounted = true
+			_, err := os.Lstat(root + "/job/marker")
+			written = err == nil
+			break
+		}
+		return nil, nil
+	}
+	out := Run(context.Background(), job)
+	if out.Status != StatusOK || string(out.Stdout) != "marked" {
+		t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
+	}
+	if calls != 1 || !mounted || written {
+		t.Errorf("MakeCgroup called %d times; root mounted while it ran: %t; job's file written before the join: %t", calls, mounted, written)
+	}
+}
+
+// TestRunCgroupNotMadeEndsTheRun: a cgroup that cannot be made ends the run
+// at stage "cgroup" before the program starts, with nothing left; Run
+// returns only after MakeCgroup has.
+func TestRunCgroupNotMadeEndsTheRun(t *testing.T) {
+	needRoot(t)
+	for _, atBirth := range []bool{false, true} {
+		t.Run(fmt.Sprintf("at birth %t", atBirth), func(t *testing.T) {
+			job := shellJob(t, `echo started`, testLimits)
+			job.CgroupAtBirth = atBirth
+			before := children(t)
+			var returned atomic.Bool
+			var startedFirst bool
+			job.MakeCgroup = func() (CgroupJob, error) {
+				_, startedFirst = newChild(t, before)
+				time.Sleep(50 * time.Millisecond)
+				returned.Store(true)
+				return nil, errors.New("no cgroup here")
+			}
+			out := Run(context.Background(), job)
+			if !returned.Load() {
+				t.Error("Run returned before MakeCgroup did")
+			}
+			if atBirth && startedFirst {
+				t.Error("a child was started before the cgroup it must be born in")
+			}
+			if out.Status != StatusInternalError || out.InitStage != "cgroup" || !strings.Contains(out.Message, "no cgroup here") || strings.Contains(string(out.Stdout), "started") {
+				t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
+			}
+			if left, _ := newChild(t, before); left != "" {
+				t.Errorf("child %s left behind", left)
+			}
+		})
 	}
 }

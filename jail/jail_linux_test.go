@@ -3,6 +3,7 @@ package jail
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,4 +134,22 @@ func fdTargets(t *testing.T) map[string]string {
 		}
 	}
 	return targets
+}
+
+// children lists this process's unreaped children, without reaping any.
+func children(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread is gone
+		}
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	return pids
 }

@@ -12,8 +12,8 @@ import (
 // idle. A pooled child holds its namespaces, its lease of host ids and the
 // init stage's own code, and nothing of any job: what to build and run
 // arrives with its configuration, and it joins the job's cgroup before it
-// acts on it (cgroup v1: through the task files sent along; runs on v2
-// take no pooled child). Each child serves one run.
+// writes anything of the job's (cgroup v1: through the task files of its
+// join; runs on v2 take no pooled child). Each child serves one run.
 type Pool struct {
 	opt     PoolOptions
 	mu      sync.Mutex

@@ -40,6 +40,15 @@ type Job struct {
 
 	// Cgroup is the job's cgroup, created by the caller, or nil.
 	Cgroup CgroupJob
+	// MakeCgroup, set instead of Cgroup, makes the job's cgroup; Run calls
+	// it once. Where the child must be born in it (CgroupAtBirth: cgroup
+	// v2) that is before the child starts; otherwise while the child starts
+	// and the init stage mounts the root, joining only then (see
+	// initstage.Join): with a core to spare the cgroup costs the run little.
+	// Run returns only after MakeCgroup has; the caller reads back and
+	// removes what it made. An error ends the run at stage "cgroup".
+	MakeCgroup    func() (CgroupJob, error)
+	CgroupAtBirth bool
 	// Channel, when set, receives the host end of the guest channel once
 	// the guest runs. A non-nil error ends the run as a protocol error.
 	Channel func(ctx context.Context, conn net.Conn) error
@@ -56,9 +65,9 @@ type Job struct {
 // CgroupJob is the part of a job's cgroup the jail drives.
 type CgroupJob interface {
 	// TaskFiles opens, for writing, the per-thread task file of each of the
-	// job's cgroup v1 hierarchies: they go to the init stage with its
-	// configuration, and it joins through them itself, before its set-up.
-	// An error (cgroup v2) means none.
+	// job's cgroup v1 hierarchies: they go to the init stage in its join
+	// (initstage.Join), and it joins through them itself, before it writes
+	// anything of the job's. An error (cgroup v2) means none.
 	TaskFiles() ([]*os.File, error)
 	// AddProc moves a process in, when neither FD nor TaskFiles can.
 	AddProc(pid int) error
@@ -132,6 +141,29 @@ type supervision struct {
 	// child is the run's init stage, then its runtime: fixed before
 	// anything can stop the run.
 	child *child
+	// cgroup is the job's cgroup once it exists (under mu: a stop may
+	// come while it is being made).
+	cgroup CgroupJob
+	// making delivers the job's cgroup while MakeCgroup runs; handOver
+	// takes it, and run waits for it if nothing did.
+	making chan madeCgroup
+}
+
+type madeCgroup struct {
+	cg  CgroupJob
+	err error
+}
+
+func (s *supervision) cg() CgroupJob {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cgroup
+}
+
+func (s *supervision) setCgroup(cg CgroupJob) {
+	s.mu.Lock()
+	s.cgroup = cg
+	s.mu.Unlock()
 }
 
 // stop records the first reason to end the run and kills the tree.
@@ -148,8 +180,8 @@ func (s *supervision) killTree() {
 	// The child is pid 1 of its pid namespace: killing it kills every
 	// process in the namespace.
 	_ = s.child.proc.Signal(syscall.SIGKILL)
-	if s.job.Cgroup != nil {
-		_ = s.job.Cgroup.Kill()
+	if cg := s.cg(); cg != nil {
+		_ = cg.Kill()
 	}
 }
 
@@ -166,11 +198,33 @@ func (s *supervision) run(ctx context.Context) {
 	defer cancel()
 
 	flags := cloneFlags(job.Spec)
+	s.setCgroup(job.Cgroup)
+	switch {
+	case job.MakeCgroup == nil:
+	case job.CgroupAtBirth:
+		cg, err := job.MakeCgroup()
+		if err != nil {
+			s.fail("cgroup", err)
+			return
+		}
+		s.setCgroup(cg)
+	default:
+		s.making = make(chan madeCgroup, 1)
+		go func() {
+			cg, err := job.MakeCgroup()
+			s.making <- madeCgroup{cg, err}
+		}()
+		defer func() {
+			if s.making != nil {
+				<-s.making
+			}
+		}()
+	}
 	// On cgroup v2 a child starts in its job's cgroup (moving one in from
 	// outside waits for an RCU grace period, ~8 ms), so it cannot start
 	// before its job: such runs neither take from the pool nor fill it.
 	warm := job.Warm
-	if _, v2 := cgroupFD(job.Cgroup); v2 {
+	if _, v2 := cgroupFD(s.cg()); v2 {
 		warm = nil
 	}
 	// A run that ends may leave a core spare that its start did not: the
@@ -183,7 +237,7 @@ func (s *supervision) run(ctx context.Context) {
 	} else {
 		var stage string
 		var err error
-		if c, stage, err = startChild(flags, job.Cgroup); err != nil {
+		if c, stage, err = startChild(flags, s.cg()); err != nil {
 			s.fail(stage, err)
 			return
 		}
@@ -262,7 +316,8 @@ func (s *supervision) run(ctx context.Context) {
 	}()
 
 	var cpuTick <-chan time.Time
-	if job.Cgroup != nil && job.CPUTime > 0 {
+	cg := s.cg()
+	if cg != nil && job.CPUTime > 0 {
 		t := time.NewTicker(25 * time.Millisecond)
 		defer t.Stop()
 		cpuTick = t.C
@@ -279,7 +334,7 @@ wait:
 			done = nil
 			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
 		case <-cpuTick:
-			if used, err := job.Cgroup.CPUTime(); err == nil && used >= job.CPUTime {
+			if used, err := cg.CPUTime(); err == nil && used >= job.CPUTime {
 				cpuTick = nil
 				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
 			}
@@ -301,26 +356,12 @@ wait:
 	s.finish(end.state, end.err, stdout, stderr)
 }
 
-// handOver places the child in its cgroup, sends it its configuration and
+// handOver sends the child its configuration, places it in its cgroup and
 // follows its set-up until it has exec'd the runtime. It returns the host
 // end of the guest channel when the job has one.
 func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	job, c := s.job, s.child
 	ctl := c.ctl
-	// On cgroup v1 the init stage joins through the task files sent with
-	// its configuration; a v2 child not born in its cgroup (clone3 refused)
-	// is moved in.
-	var tasks []*os.File
-	if job.Cgroup != nil && !c.intoCgroup {
-		files, err := job.Cgroup.TaskFiles()
-		if err == nil {
-			tasks = files
-			defer closeAll(tasks)
-		} else if err := job.Cgroup.AddProc(c.proc.Pid); err != nil {
-			s.fail("cgroup", err)
-			return nil, err
-		}
-	}
 	hostMountNS, err := ownMountNS()
 	if err != nil {
 		s.fail("mount namespace", err)
@@ -336,15 +377,36 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	}
 	cfg.Process = &proc
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
-	cfg.Landlock, cfg.Channel, cfg.CgroupJoin = job.Landlock, job.Channel != nil, len(tasks)
-	if err := sendConfig(ctl, &cfg, tasks); err != nil {
+	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	if err := sendConfig(ctl, &cfg); err != nil {
 		s.fail("send configuration", err)
 		return nil, err
 	}
+	// The init stage mounts the root meanwhile; it waits for the join
+	// before it writes anything of the job's.
+	if s.making != nil {
+		made := <-s.making
+		s.making = nil
+		if made.err != nil {
+			s.fail("cgroup", made.err)
+			return nil, made.err
+		}
+		s.setCgroup(made.cg)
+	}
+	// A join that failed killed the child; a report it sent before (a
+	// set-up that failed first) still says why.
+	joinErr := s.placeInCgroup()
 	report, fds, err := initstage.ReadReport(int(ctl.Fd()))
 	if err != nil {
+		if joinErr != nil {
+			s.fail("cgroup", joinErr)
+			return nil, joinErr
+		}
 		s.fail("init stage", s.initFailure(err))
 		return nil, err
+	}
+	if report.Error == "" && joinErr != nil {
+		report.Error, report.Stage = joinErr.Error(), "cgroup"
 	}
 	if report.Error != "" {
 		for _, fd := range fds {
@@ -399,18 +461,46 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	return conn, nil
 }
 
-// sendConfig sends the init stage its configuration, one message, with
-// the task files it joins its cgroups through.
-func sendConfig(ctl *os.File, cfg *initstage.Config, tasks []*os.File) error {
+// sendConfig sends the init stage its configuration, one message.
+func sendConfig(ctl *os.File, cfg *initstage.Config) error {
 	data, err := cfg.MarshalBinary()
 	if err != nil {
+		return err
+	}
+	return initstage.SendMessage(int(ctl.Fd()), data, nil)
+}
+
+// placeInCgroup sends the init stage its join (initstage.Join): on cgroup
+// v1 with the task files it joins through; a v2 child not born in its
+// cgroup (clone3 refused) is moved in first. On failure it kills the
+// child, which would otherwise wait for the join.
+func (s *supervision) placeInCgroup() error {
+	c := s.child
+	var tasks []*os.File
+	if cg := s.cg(); cg != nil && !c.intoCgroup {
+		files, err := cg.TaskFiles()
+		if err == nil {
+			tasks = files
+			defer closeAll(tasks)
+		} else if err := cg.AddProc(c.proc.Pid); err != nil {
+			s.killTree()
+			return err
+		}
+	}
+	data, err := (&initstage.Join{TaskFiles: len(tasks)}).MarshalBinary()
+	if err != nil {
+		s.killTree()
 		return err
 	}
 	fds := make([]int, len(tasks))
 	for i, f := range tasks {
 		fds[i] = int(f.Fd())
 	}
-	return initstage.SendMessage(int(ctl.Fd()), data, fds)
+	if err := initstage.SendMessage(int(c.ctl.Fd()), data, fds); err != nil {
+		s.killTree()
+		return fmt.Errorf("send join: %w", err)
+	}
+	return nil
 }
 
 // initFailure explains an init stage that died without a report.

@@ -279,24 +279,6 @@ func dumpable(t *testing.T) bool {
 	return d == 1
 }
 
-// children lists this process's unreaped children, without reaping any.
-func children(t *testing.T) []string {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []string
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue // the thread is gone
-		}
-		pids = append(pids, strings.Fields(string(b))...)
-	}
-	return pids
-}
-
 func fdIdentityOf(t *testing.T, path string) string {
 	t.Helper()
 	var st unix.Stat_t

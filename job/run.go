@@ -216,26 +216,6 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		degrade(spec, probed)
 	}
 
-	var cg *cgroup.Job
-	if cgs.mgr != nil {
-		spec.Linux.Resources = resources(lim, cgs.mgr.Host())
-		cg, err = cgs.mgr.Create(res.ID, spec.Linux.Resources)
-		if err != nil {
-			fail("cgroup", "%v", err)
-			if probed == nil && errors.Is(err, cgroup.ErrNotSupported) {
-				// Not proven before: Run probes the host and retries
-				// without what cannot be used.
-				return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: cgroupStage, Message: err.Error()}
-			}
-			return nil
-		}
-		defer func() {
-			if err := cg.Delete(); err != nil {
-				logger.Error("remove job cgroup", "err", err)
-			}
-		}()
-	}
-
 	var denials seccomp.Denials
 	var outcome ipc.Outcome
 	job := &jail.Job{
@@ -254,8 +234,22 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 			_ = denials.Serve(ctx, fd, flt.errno)
 		},
 	}
-	if cg != nil {
-		job.Cgroup = cg
+	// The jail makes the job's cgroup while its child starts (see
+	// jail.Job.MakeCgroup); what it made is read back and removed here.
+	var (
+		cg    *cgroup.Job
+		cgErr error
+	)
+	if cgs.mgr != nil {
+		spec.Linux.Resources = resources(lim, cgs.mgr.Host())
+		job.CgroupAtBirth = cgs.mgr.Host().Mode == cgroup.V2
+		job.MakeCgroup = func() (jail.CgroupJob, error) {
+			cg, cgErr = cgs.mgr.Create(res.ID, spec.Linux.Resources)
+			if cgErr != nil {
+				return nil, cgErr
+			}
+			return cg, nil
+		}
 	}
 	if launch.Channel {
 		timing := "precise"
@@ -276,6 +270,22 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 
 	out := jail.Run(ctx, job)
+	if cg != nil {
+		defer func() {
+			if err := cg.Delete(); err != nil {
+				logger.Error("remove job cgroup", "err", err)
+			}
+		}()
+	}
+	if cgErr != nil {
+		fail("cgroup", "%v", cgErr)
+		if probed == nil && errors.Is(cgErr, cgroup.ErrNotSupported) {
+			// Not proven before: Run probes the host and retries without
+			// what cannot be used.
+			return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: cgroupStage, Message: cgErr.Error()}
+		}
+		return nil
+	}
 
 	var usage cgroup.Usage
 	if cg != nil {

@@ -51,10 +51,18 @@ type Config struct {
 	Landlock bool
 	// Channel asks for the guest channel's FIFOs.
 	Channel bool
-	// CgroupJoin is how many cgroup v1 task files come with the
-	// configuration (SCM_RIGHTS): the init stage joins through them before
-	// its set-up. 0 when the supervisor placed it.
-	CgroupJoin int
+}
+
+// Join follows the configuration once the supervisor has the job's cgroup:
+// it carries the cgroup v1 task files the init stage joins through
+// (SCM_RIGHTS), or none when the supervisor placed it (cgroup v2, or no
+// cgroup). The init stage waits for it after mounting the root's file
+// systems and before it writes anything of the job's: the supervisor makes
+// the cgroup meanwhile, and everything the job's content can grow is
+// charged to the job.
+type Join struct {
+	// TaskFiles is how many task files come with the message.
+	TaskFiles int
 }
 
 // ConfigFor returns a Config carrying what the init stage uses of spec: the

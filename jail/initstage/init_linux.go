@@ -42,24 +42,16 @@ func stage(name string, err error) error {
 // root, drops everything and execs the runtime. It never returns.
 func Main() {
 	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
-	// filter) must be set on the thread that calls execve.
-	// So must the job's cgroups, joined first: the set-up runs in the job.
+	// filter) must be set on the thread that calls execve. So must the
+	// job's cgroups, joined during the set-up (see Join).
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
-	rights := newRightsReader(ControlFD, maxJoin)
-	cfg, err := decodeConfig(rights)
+	cfg, err := decodeConfig(newRightsReader(ControlFD, 0))
 	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
-	joined, joinErr := joinCgroups(rights.fds)
-	if joinErr != nil || joined != cfg.CgroupJoin {
-		if joinErr == nil {
-			joinErr = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, cfg.CgroupJoin)
-		}
-		failInit(control, "cgroup", joinErr)
-	}
-	report, err := setUp(&cfg)
+	report, err := setUp(&cfg, awaitJoin)
 	if err != nil {
 		report.Error = err.Error()
 		var se *stageError
@@ -121,8 +113,31 @@ func sendReport(control *os.File, report Report) error {
 	return nil
 }
 
-// setUp performs every step before the seccomp filter, in nsjail's order.
-func setUp(cfg *Config) (Report, error) {
+// awaitJoin reads the supervisor's Join and joins the job's cgroups
+// through the task files that came with it.
+func awaitJoin() error {
+	rights := newRightsReader(ControlFD, maxJoin)
+	msg, err := readMessage(rights, maxJoinSize)
+	var join Join
+	if err == nil {
+		err = join.UnmarshalBinary(msg)
+	}
+	if err != nil {
+		for _, fd := range rights.fds {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("read the supervisor's join: %w", err)
+	}
+	joined, err := joinCgroups(rights.fds)
+	if err == nil && joined != join.TaskFiles {
+		err = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, join.TaskFiles)
+	}
+	return err
+}
+
+// setUp performs every step before the seccomp filter, in nsjail's order;
+// join places it in the job's cgroup (see Join).
+func setUp(cfg *Config, join func() error) (Report, error) {
 	var report Report
 	proc := cfg.Process
 	if proc == nil || len(proc.Args) == 0 {
@@ -135,7 +150,7 @@ func setUp(cfg *Config) (Report, error) {
 	if err != nil {
 		return report, stage("capabilities", err)
 	}
-	if err := buildRoot(cfg, &report); err != nil {
+	if err := buildRoot(cfg, join, &report); err != nil {
 		return report, err
 	}
 	if cfg.HasNamespace(specs.UTSNamespace) {
@@ -198,8 +213,9 @@ func lastCapability() (int, error) {
 }
 
 // buildRoot assembles the job's root on a fresh tmpfs, pivots into it and
-// makes it read-only.
-func buildRoot(cfg *Config, report *Report) error {
+// makes it read-only. The file systems are mounted before the join, the
+// job's files and copies written after it.
+func buildRoot(cfg *Config, join func() error, report *Report) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return stage("root", os.NewSyscallError("make mounts private", err))
 	}
@@ -233,19 +249,27 @@ func buildRoot(cfg *Config, report *Report) error {
 	if err := unix.Mount("pmjail-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=32m,mode=0755"); err != nil {
 		return stage("root", os.NewSyscallError("mount root tmpfs", err))
 	}
+	for i, m := range cfg.Mounts {
+		if m.Type == "copy" {
+			continue
+		}
+		if err := mountInRoot(root, m, sources[i]); err != nil {
+			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
+		}
+	}
+	if err := stage("cgroup", join()); err != nil {
+		return err
+	}
 	for _, f := range cfg.Files {
 		if err := writeRootFile(root, f.Path, f.Data, f.Mode); err != nil {
 			return stage("files", err)
 		}
 	}
 	for i, m := range cfg.Mounts {
-		mount := mountInRoot
-		if m.Type == "copy" {
-			mount = func(root string, m specs.Mount, src int) error {
-				return copyIntoRoot(root, m, src, int(cfg.Process.User.UID))
-			}
+		if m.Type != "copy" {
+			continue
 		}
-		if err := mount(root, m, sources[i]); err != nil {
+		if err := copyIntoRoot(root, m, sources[i], int(cfg.Process.User.UID)); err != nil {
 			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
 		}
 	}

@@ -15,8 +15,8 @@ func TestMountOptions(t *testing.T) {
 	}
 }
 
-// TestRightsReaderKeepsTheTaskFiles: the configuration and the descriptors
-// sent with it arrive together; more than maxJoin are closed, not kept.
+// TestRightsReaderKeepsTheTaskFiles: the join and the descriptors sent with
+// it arrive together; more than maxJoin are closed, not kept.
 func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -33,7 +33,7 @@ func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 	for i := range fds {
 		fds[i] = int(devnull.Fd())
 	}
-	msg, err := (&Config{Hostname: "h", CgroupJoin: 3}).MarshalBinary()
+	msg, err := (&Join{TaskFiles: 3}).MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +41,16 @@ func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRightsReader(pair[1], maxJoin)
-	cfg, err := decodeConfig(r)
+	data, err := readMessage(r, maxJoinSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Hostname != "h" || cfg.CgroupJoin != 3 || len(r.fds) != maxJoin {
-		t.Fatalf("hostname %q cgroup_join %d, %d fds kept (want %d)", cfg.Hostname, cfg.CgroupJoin, len(r.fds), maxJoin)
+	var join Join
+	if err := join.UnmarshalBinary(data); err != nil {
+		t.Fatal(err)
+	}
+	if join.TaskFiles != 3 || len(r.fds) != maxJoin {
+		t.Fatalf("task files %d, %d fds kept (want %d)", join.TaskFiles, len(r.fds), maxJoin)
 	}
 	// What it kept are not task files: joining through them fails closed.
 	if n, err := joinCgroups(r.fds); n != maxJoin || err == nil || !strings.Contains(err.Error(), "not on a cgroup file system") {

@@ -28,6 +28,7 @@ import (
 // write, fails at once rather than partway through.
 const (
 	configMagic = 0x706d6a63 // "pmjc"
+	joinMagic   = 0x706d6a6a // "pmjj"
 	reportMagic = 0x706d6a72 // "pmjr"
 )
 
@@ -35,6 +36,7 @@ const (
 // which the supervisor bounds far below this; a report carries one error.
 const (
 	maxConfigSize = 1 << 30
+	maxJoinSize   = 64
 	maxReportSize = 1 << 20
 )
 
@@ -93,7 +95,6 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 	e.uint(c.HostMountNS)
 	e.bool(c.Landlock)
 	e.bool(c.Channel)
-	e.int(c.CgroupJoin)
 	return e.end(maxConfigSize)
 }
 
@@ -133,11 +134,30 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 	cfg.HostMountNS = d.uint()
 	cfg.Landlock = d.bool()
 	cfg.Channel = d.bool()
-	cfg.CgroupJoin = d.int()
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode configuration: %w", err)
 	}
 	*c = cfg
+	return nil
+}
+
+// MarshalBinary encodes the join message.
+func (j *Join) MarshalBinary() ([]byte, error) {
+	var e encoder
+	e.begin(joinMagic)
+	e.int(j.TaskFiles)
+	return e.end(maxJoinSize)
+}
+
+// UnmarshalBinary decodes a join message MarshalBinary encoded.
+func (j *Join) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	d.magic(joinMagic)
+	join := Join{TaskFiles: d.int()}
+	if err := d.finish(); err != nil {
+		return fmt.Errorf("decode join: %w", err)
+	}
+	*j = join
 	return nil
 }
 

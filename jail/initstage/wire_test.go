@@ -92,7 +92,6 @@ func fullConfig() Config {
 		HostMountNS:  4026531841,
 		Landlock:     true,
 		Channel:      true,
-		CgroupJoin:   3,
 	}
 }
 
@@ -215,6 +214,39 @@ func TestReportRoundTrip(t *testing.T) {
 
 // FuzzConfig: whatever the bytes, decoding returns (no panic, no huge
 // allocation), and what decodes encodes back to the same bytes.
+// TestJoinRoundTrip: a join decodes to what was sent, and no other
+// message passes for one (a configuration sent twice, a report).
+func TestJoinRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 5} {
+		data, err := (&Join{TaskFiles: n}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := readMessage(bytes.NewReader(data), maxJoinSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Join
+		if err := got.UnmarshalBinary(body); err != nil || got.TaskFiles != n {
+			t.Errorf("decoded %+v, %v; want %d task files", got, err, n)
+		}
+	}
+	cfg, err := (&Config{Hostname: "h"}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := (&Report{Error: "x"}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range [][]byte{cfg, report} {
+		var j Join
+		if err := j.UnmarshalBinary(other[4:]); err == nil {
+			t.Errorf("%x decoded as a join: %+v", other[:8], j)
+		}
+	}
+}
+
 func FuzzConfig(f *testing.F) {
 	cfg := fullConfig()
 	f.Add(encodeConfig(f, &cfg)[4:])
