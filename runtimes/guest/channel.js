@@ -52,15 +52,7 @@ export class Channel {
   #readStart() {
     const chunk = new Uint8Array(64 << 10);
     try {
-      while (this.#startResolve) {
-        const n = this.#in.readSync(chunk);
-        if (n === null) {
-          this.#closed("channel closed");
-          return;
-        }
-        this.#append(chunk.subarray(0, n));
-        this.#drain();
-      }
+      while (this.#startResolve && this.#received(chunk, this.#in.readSync(chunk)));
     } catch (err) {
       this.#closed(`channel broken: ${err?.message ?? err}`);
     }
@@ -73,20 +65,25 @@ export class Channel {
     this.#reading = true;
     try {
       const chunk = new Uint8Array(64 << 10);
-      while (this.#pending.size > 0) {
-        const n = await this.#in.read(chunk);
-        if (n === null) {
-          this.#closed("channel closed");
-          return;
-        }
-        this.#append(chunk.subarray(0, n));
-        this.#drain();
-      }
+      while (this.#pending.size > 0 && this.#received(chunk, await this.#in.read(chunk)));
     } catch (err) {
       this.#closed(`channel broken: ${err?.message ?? err}`);
     } finally {
       this.#reading = false;
     }
+  }
+
+  // #received takes what one read returned (n bytes of chunk, or null at
+  // the end of the host's stream) and dispatches the frames it completes;
+  // false once the channel is closed.
+  #received(chunk, n) {
+    if (n === null) {
+      this.#closed("channel closed");
+      return false;
+    }
+    this.#append(chunk.subarray(0, n));
+    this.#drain();
+    return true;
   }
 
   #append(bytes) {
