@@ -62,12 +62,14 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 	job := shellJob(t, `read m < /job/marker; printf %s "$m"`, testLimits)
 	job.Files = []runtimes.File{{Path: "/job/marker", Data: []byte("marked"), Mode: 0o444}}
 	before := children(t)
-	var mounted, written bool
+	var waited, written bool
 	calls := 0
 	job.MakeCgroup = func() (CgroupJob, error) {
 		calls++
 		// The init stage's root is /tmp of its own mount namespace until
-		// it pivots; its /proc is the first file system mounted there.
+		// it pivots. Once its /proc is mounted there and its thread sits
+		// in recvmsg (47), it has mounted what it mounts before the join
+		// and waits for it.
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			pid, ok := newChild(t, before)
 			if !ok {
@@ -77,7 +79,10 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 			if _, err := os.Lstat(root + "/proc/1"); err != nil {
 				continue
 			}
-			mounted = true
+			if sc, err := os.ReadFile("/proc/" + pid + "/syscall"); err != nil || !strings.HasPrefix(string(sc), "47 ") {
+				continue
+			}
+			waited = true
 			_, err := os.Lstat(root + "/job/marker")
 			written = err == nil
 			break
@@ -88,8 +93,41 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 	if out.Status != StatusOK || string(out.Stdout) != "marked" {
 		t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
 	}
-	if calls != 1 || !mounted || written {
-		t.Errorf("MakeCgroup called %d times; root mounted while it ran: %t; job's file written before the join: %t", calls, mounted, written)
+	if calls != 1 || !waited || written {
+		t.Errorf("MakeCgroup called %d times; the init stage waited for the join with its root mounted: %t; the job's file written before the join: %t", calls, waited, written)
+	}
+}
+
+// TestRunJoinsTheCgroupItMade: the cgroup MakeCgroup returns is the one
+// the init stage joins (here task files that are no cgroup files, which
+// fail the join closed).
+func TestRunJoinsTheCgroupItMade(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `echo started`, testLimits)
+	job.MakeCgroup = func() (CgroupJob, error) { return fakeCgroup{t}, nil }
+	out := Run(context.Background(), job)
+	if out.Status != StatusInternalError || out.InitStage != "cgroup" || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
+		t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
+	}
+}
+
+// TestRunTimeoutWhileTheCgroupIsMade: a wall limit that passes while the
+// cgroup is being made ends the run as a timeout, with nothing left.
+func TestRunTimeoutWhileTheCgroupIsMade(t *testing.T) {
+	needRoot(t)
+	job := shellJob(t, `echo started`, testLimits)
+	job.Timeout = 50 * time.Millisecond
+	before := children(t)
+	job.MakeCgroup = func() (CgroupJob, error) {
+		time.Sleep(300 * time.Millisecond)
+		return nil, nil
+	}
+	out := Run(context.Background(), job)
+	if out.Status != StatusTimeout || out.ExitCode != 124 || out.InitStage != "" || strings.Contains(string(out.Stdout), "started") {
+		t.Fatalf("status %s exit %d stage %q message %q stdout %q", out.Status, out.ExitCode, out.InitStage, out.Message, out.Stdout)
+	}
+	if left, _ := newChild(t, before); left != "" {
+		t.Errorf("child %s left behind", left)
 	}
 }
 

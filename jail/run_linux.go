@@ -284,6 +284,9 @@ func (s *supervision) run(ctx context.Context) {
 		_, _ = proc.Wait()
 		outputs.Wait()
 		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
+		// A limit or a cancellation that ended the set-up is the reason,
+		// not the broken pipe it left behind.
+		s.applyStopReason()
 		return
 	}
 
@@ -398,7 +401,9 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	joinErr := s.placeInCgroup()
 	report, fds, err := initstage.ReadReport(int(ctl.Fd()))
 	if err != nil {
-		if joinErr != nil {
+		// A join that found the init stage gone says nothing about the
+		// cgroup.
+		if joinErr != nil && !peerGone(joinErr) {
 			s.fail("cgroup", joinErr)
 			return nil, joinErr
 		}
@@ -505,10 +510,16 @@ func (s *supervision) placeInCgroup() error {
 
 // initFailure explains an init stage that died without a report.
 func (s *supervision) initFailure(err error) error {
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || peerGone(err) {
 		return errors.New("init stage exited during set-up")
 	}
 	return err
+}
+
+// peerGone reports an error of a control socket whose other end is closed
+// (a join left unread makes the kernel reset the connection).
+func peerGone(err error) bool {
+	return errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
 }
 
 // finish turns the child's end into the outcome.
@@ -534,18 +545,7 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr 
 		s.fail("wait", waitErr)
 		return
 	}
-	s.mu.Lock()
-	reason := s.reason
-	s.mu.Unlock()
-	if reason != nil {
-		out.Status = reason.status
-		out.Message = reason.msg
-		if reason.limit != "" {
-			out.LimitsHit = append(out.LimitsHit, reason.limit)
-		}
-		if code, ok := reason.status.ExitCode(); ok {
-			out.ExitCode = code
-		}
+	if s.applyStopReason() {
 		return
 	}
 	if out.Signal == "SIGXCPU" {
@@ -559,6 +559,28 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr 
 	} else {
 		out.Status = StatusError
 	}
+}
+
+// applyStopReason makes the outcome the first reason the supervisor had
+// to stop the run, if it had one, and reports whether it did.
+func (s *supervision) applyStopReason() bool {
+	s.mu.Lock()
+	reason := s.reason
+	s.mu.Unlock()
+	if reason == nil {
+		return false
+	}
+	out := s.out
+	out.Status = reason.status
+	out.Message = reason.msg
+	out.InitStage = ""
+	if reason.limit != "" {
+		out.LimitsHit = append(out.LimitsHit, reason.limit)
+	}
+	if code, ok := reason.status.ExitCode(); ok {
+		out.ExitCode = code
+	}
+	return true
 }
 
 // startLocked starts cmd from a locked OS thread: the parent-death signal

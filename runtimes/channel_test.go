@@ -170,3 +170,53 @@ func TestChannelStartFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestChannelStartFrameComesLate: through real FIFOs, a guest whose start
+// frame is not there yet waits for it (in its synchronous read) and goes
+// on when it comes.
+func TestChannelStartFrameComesLate(t *testing.T) {
+	in := testInstall(t, t.TempDir())
+	channelJS, err := filepath.Abs("guest/channel.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ends := map[string]*os.File{}
+	for _, p := range []string{"in", "out"} {
+		if err := unix.Mkfifo(filepath.Join(dir, p), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The host's ends, held first as the init stage holds them.
+		f, err := os.OpenFile(filepath.Join(dir, p), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		ends[p] = f
+	}
+	script := filepath.Join(dir, "guest.mjs")
+	src := strings.Replace(channelStartScript, "%q", `"file://`+channelJS+`"`, 1)
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir)
+	cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	body := `{"type":"start","input":"late"}`
+	if _, err := ends["in"].Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("guest script: %v\n%.300s", err, out.String())
+	}
+	if !strings.Contains(out.String(), `"ok":true,"start":{"type":"start","input":"late"}`) {
+		t.Errorf("start resolved to %.300s", out.String())
+	}
+}

@@ -1,8 +1,9 @@
 // Package initstage is a job's init stage: the first code that runs in the
-// job's new namespaces. On the thread that will exec the runtime it joins
-// the job's cgroups, reads its Config from the supervisor, builds the
-// read-only root, drops every privilege, installs the seccomp filter last,
-// reports back and execs the runtime.
+// job's new namespaces. On the thread that will exec the runtime it reads
+// its Config from the supervisor, mounts the root's file systems, joins the
+// job's cgroups when the supervisor's Join comes, writes the job's files,
+// makes the root read-only, drops every privilege, installs the seccomp
+// filter last, reports back and execs the runtime.
 //
 // It is its own package, importing little and no cgo, so that it can be
 // its own small static binary (cmd/pmjail-init): that binary starts in a

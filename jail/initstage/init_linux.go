@@ -260,6 +260,10 @@ func buildRoot(cfg *Config, join func() error, report *Report) error {
 	if err := stage("cgroup", join()); err != nil {
 		return err
 	}
+	// Written after the mounts, a file under one would go through it.
+	if err := stage("files", filesOutsideMounts(cfg.Files, cfg.Mounts)); err != nil {
+		return err
+	}
 	for _, f := range cfg.Files {
 		if err := writeRootFile(root, f.Path, f.Data, f.Mode); err != nil {
 			return stage("files", err)
@@ -287,6 +291,25 @@ func buildRoot(cfg *Config, join func() error, report *Report) error {
 	if !cfg.WritableRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return stage("root", os.NewSyscallError("remount root read-only", err))
+		}
+	}
+	return nil
+}
+
+// filesOutsideMounts refuses a file whose path is a mount's destination or
+// lies under one (the per-run copies excepted: they are written onto the
+// job's /tmp on purpose).
+func filesOutsideMounts(files []layout.File, mounts []specs.Mount) error {
+	for _, f := range files {
+		path := filepath.Clean("/" + f.Path)
+		for _, m := range mounts {
+			if m.Type == "copy" {
+				continue
+			}
+			dst := filepath.Clean("/" + m.Destination)
+			if path == dst || strings.HasPrefix(path, strings.TrimSuffix(dst, "/")+"/") {
+				return fmt.Errorf("file %s lies under the %s mount on %s", f.Path, m.Type, m.Destination)
+			}
 		}
 	}
 	return nil

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
 func TestMountOptions(t *testing.T) {
@@ -55,5 +58,32 @@ func TestRightsReaderKeepsTheTaskFiles(t *testing.T) {
 	// What it kept are not task files: joining through them fails closed.
 	if n, err := joinCgroups(r.fds); n != maxJoin || err == nil || !strings.Contains(err.Error(), "not on a cgroup file system") {
 		t.Fatalf("joinCgroups: %d, %v", n, err)
+	}
+}
+
+func TestFilesOutsideMounts(t *testing.T) {
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc"},
+		{Destination: "/tmp", Type: "tmpfs"},
+		{Destination: "/pyodide/", Type: "bind"},
+		{Destination: "/tmp/deno", Type: "copy"},
+	}
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/job/main.js", true},
+		{"/pmjail/bootstrap.js", true},
+		{"/procfile", true},
+		{"/tmp/x", false},
+		{"/proc", false},
+		{"proc/self/x", false},
+		{"/pyodide/a/b.js", false},
+		{"/job/../tmp/y", false},
+	} {
+		err := filesOutsideMounts([]layout.File{{Path: tc.path}}, mounts)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok %t", tc.path, err, tc.ok)
+		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
-// The control socket's messages (a Config one way, Reports the other) are
-// length-prefixed records of varints and byte strings, written and read
-// field by field. A fresh init stage decodes one configuration and encodes
+// The control socket's messages (a Config and a Join one way, Reports the
+// other) are length-prefixed records of varints and byte strings, written
+// and read field by field. A fresh init stage decodes one configuration and encodes
 // one report in its life, and encoding/json's first use of a type builds
 // its reflection tables: ~0.3 ms of every CLI run in the init stage and as
 // much again in the supervisor (perf). protowire would serve, but its

@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SendMessage writes one encoded message (a Config's or a Report's
-// MarshalBinary) to the control socket fd, with fds as SCM_RIGHTS on its
-// first byte.
+// SendMessage writes one encoded message (a Config's, a Join's or a
+// Report's MarshalBinary) to the control socket fd, with fds as SCM_RIGHTS
+// on its first byte.
 func SendMessage(fd int, msg []byte, fds []int) error {
 	var rights []byte
 	if len(fds) > 0 {
@@ -57,9 +57,9 @@ func ReadReport(fd int) (Report, []int, error) {
 const maxReportFDs = 4
 
 // rightsReader reads the control socket and keeps the descriptors that
-// arrive with the data (a configuration carries the job's cgroup task
-// files, a report the guest channel and the seccomp listener), up to max;
-// any beyond are closed.
+// arrive with the data (a join carries the job's cgroup task files, a
+// report the guest channel and the seccomp listener), up to max; any
+// beyond are closed.
 type rightsReader struct {
 	fd  int
 	max int

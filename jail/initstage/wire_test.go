@@ -212,8 +212,6 @@ func TestReportRoundTrip(t *testing.T) {
 	}
 }
 
-// FuzzConfig: whatever the bytes, decoding returns (no panic, no huge
-// allocation), and what decodes encodes back to the same bytes.
 // TestJoinRoundTrip: a join decodes to what was sent, and no other
 // message passes for one (a configuration sent twice, a report).
 func TestJoinRoundTrip(t *testing.T) {
@@ -247,6 +245,8 @@ func TestJoinRoundTrip(t *testing.T) {
 	}
 }
 
+// FuzzConfig: whatever the bytes, decoding returns (no panic, no huge
+// allocation), and what decodes encodes back to the same bytes.
 func FuzzConfig(f *testing.F) {
 	cfg := fullConfig()
 	f.Add(encodeConfig(f, &cfg)[4:])
