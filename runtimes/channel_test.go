@@ -13,6 +13,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// channelScript writes script (%q in it stands for the real channel.js)
+// into dir and returns the command that runs it under Deno, with read and
+// write access, dir and args its arguments.
+func channelScript(ctx context.Context, t *testing.T, in *Install, script, dir string, args ...string) *exec.Cmd {
+	t.Helper()
+	channelJS, err := filepath.Abs("guest/channel.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "script.mjs")
+	src := strings.Replace(script, "%q", `"file://`+channelJS+`"`, 1)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, in.DenoPath, append([]string{"run", "--no-config", "--allow-read", "--allow-write", path, dir}, args...)...)
+	cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+	return cmd
+}
+
 // channelHostScript plays the host's end of the guest channel against the
 // real channel.js: it answers the start frame, then (for each case) breaks
 // the stream the way a corrupted host would and prints what the guest's
@@ -52,10 +71,6 @@ hostIn.close();
 // limit).
 func TestChannelBrokenHostStream(t *testing.T) {
 	in := testInstall(t, t.TempDir())
-	channelJS, err := filepath.Abs("guest/channel.js")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, mode := range []string{"oversize", "garbage"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
@@ -64,15 +79,9 @@ func TestChannelBrokenHostStream(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			script := filepath.Join(dir, "host.mjs")
-			src := strings.Replace(channelHostScript, "%q", `"file://`+channelJS+`"`, 1)
-			if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir, mode)
-			cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+			cmd := channelScript(ctx, t, in, channelHostScript, dir, mode)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("the guest's call still waits on a broken stream after 20 s: %s", out)
@@ -117,10 +126,6 @@ try {
 // with the reason instead of waiting.
 func TestChannelStartFrame(t *testing.T) {
 	in := testInstall(t, t.TempDir())
-	channelJS, err := filepath.Abs("guest/channel.js")
-	if err != nil {
-		t.Fatal(err)
-	}
 	frame := func(body string) []byte {
 		f := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 		return append(f, body...)
@@ -148,15 +153,9 @@ func TestChannelStartFrame(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "out"), nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			script := filepath.Join(dir, "guest.mjs")
-			src := strings.Replace(channelStartScript, "%q", `"file://`+channelJS+`"`, 1)
-			if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir)
-			cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+			cmd := channelScript(ctx, t, in, channelStartScript, dir)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("the guest still waits for its start after 20 s: %.300s", out)
@@ -176,10 +175,6 @@ func TestChannelStartFrame(t *testing.T) {
 // on when it comes.
 func TestChannelStartFrameComesLate(t *testing.T) {
 	in := testInstall(t, t.TempDir())
-	channelJS, err := filepath.Abs("guest/channel.js")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	ends := map[string]*os.File{}
 	for _, p := range []string{"in", "out"} {
@@ -194,15 +189,9 @@ func TestChannelStartFrameComesLate(t *testing.T) {
 		defer f.Close()
 		ends[p] = f
 	}
-	script := filepath.Join(dir, "guest.mjs")
-	src := strings.Replace(channelStartScript, "%q", `"file://`+channelJS+`"`, 1)
-	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, in.DenoPath, "run", "--no-config", "--allow-read", "--allow-write", script, dir)
-	cmd.Env = append(denoEnv(), "DENO_DIR="+filepath.Join(dir, "deno"))
+	cmd := channelScript(ctx, t, in, channelStartScript, dir)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
