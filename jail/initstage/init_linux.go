@@ -116,19 +116,12 @@ func sendReport(control *os.File, report Report) error {
 // awaitJoin reads the supervisor's Join and joins the job's cgroups
 // through the task files that came with it.
 func awaitJoin() error {
-	rights := newRightsReader(ControlFD, maxJoin)
-	msg, err := readMessage(rights, maxJoinSize)
 	var join Join
-	if err == nil {
-		err = join.UnmarshalBinary(msg)
-	}
+	fds, err := receive(ControlFD, &join, maxJoinSize, maxJoin)
 	if err != nil {
-		for _, fd := range rights.fds {
-			unix.Close(fd)
-		}
 		return fmt.Errorf("read the supervisor's join: %w", err)
 	}
-	joined, err := joinCgroups(rights.fds)
+	joined, err := joinCgroups(fds)
 	if err == nil && joined != join.TaskFiles {
 		err = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, join.TaskFiles)
 	}

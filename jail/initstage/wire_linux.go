@@ -1,6 +1,7 @@
 package initstage
 
 import (
+	"encoding"
 	"errors"
 	"io"
 	"os"
@@ -37,19 +38,30 @@ func SendMessage(fd int, msg []byte, fds []int) error {
 // report may follow). io.EOF means the peer closed the socket first. On
 // an error no descriptor is kept.
 func ReadReport(fd int) (Report, []int, error) {
-	r := newRightsReader(fd, maxReportFDs)
 	var report Report
-	msg, err := readMessage(r, maxReportSize)
+	fds, err := receive(fd, &report, maxReportSize, maxReportFDs)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	return report, fds, nil
+}
+
+// receive reads one message of at most limit bytes from the control
+// socket fd into m, and up to maxFDs descriptors sent with it. On an error
+// it keeps no descriptor.
+func receive(fd int, m encoding.BinaryUnmarshaler, limit, maxFDs int) ([]int, error) {
+	r := newRightsReader(fd, maxFDs)
+	msg, err := readMessage(r, limit)
 	if err == nil {
-		err = report.UnmarshalBinary(msg)
+		err = m.UnmarshalBinary(msg)
 	}
 	if err != nil {
 		for _, fd := range r.fds {
 			unix.Close(fd)
 		}
-		return Report{}, nil, err
+		return nil, err
 	}
-	return report, r.fds, nil
+	return r.fds, nil
 }
 
 // maxReportFDs bounds the descriptors a report may carry (it names at most
