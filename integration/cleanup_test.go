@@ -63,21 +63,8 @@ func TestCleanup_SupervisorSIGKILL(t *testing.T) {
 	kids := waitForChild(t, sup)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		var living []int
-		for _, k := range kids {
-			if alive(k) {
-				living = append(living, k)
-			}
-		}
-		if len(living) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("guest processes %v outlived the SIGKILLed supervisor by 2s", describePids(living))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if living := outliving(kids, 2*time.Second); len(living) > 0 {
+		t.Fatalf("guest processes %v outlived the SIGKILLed supervisor by 2s", describePids(living))
 	}
 	left := jobCgroups(sup)
 	if len(left) == 0 {

@@ -175,8 +175,21 @@ func TestDaemonCrashRecovery(t *testing.T) {
 	if len(orphans) == 0 {
 		t.Fatalf("no job cgroups of pid %d appeared under load", d.pid())
 	}
+	// Kill it once its guests run, so that their parent-death signal is
+	// what ends them, not the next start's sweep.
+	var guests []int
+	for len(guests) < 4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		guests = named(descendants(d.pid()), "deno")
+	}
+	if len(guests) == 0 {
+		t.Fatalf("no guest of pid %d started under load", d.pid())
+	}
 	oldPID := d.pid()
 	d.kill()
+	if living := outliving(guests, 2*time.Second); len(living) > 0 {
+		t.Errorf("guest processes %v outlived the SIGKILLed daemon by 2s", describePids(living))
+	}
 	wg.Wait() // the clients see their connections drop
 	if left := jobCgroups(oldPID); len(left) == 0 {
 		t.Fatalf("the killed daemon's cgroups vanished by themselves; nothing to sweep")

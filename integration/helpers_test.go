@@ -375,6 +375,35 @@ func descendants(pid int) []int {
 	return out
 }
 
+// outliving waits up to wait for pids to die and returns those still
+// alive when it ends.
+func outliving(pids []int, wait time.Duration) []int {
+	deadline := time.Now().Add(wait)
+	for {
+		var living []int
+		for _, p := range pids {
+			if alive(p) {
+				living = append(living, p)
+			}
+		}
+		if len(living) == 0 || time.Now().After(deadline) {
+			return living
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// named returns the pids whose command name is comm.
+func named(pids []int, comm string) []int {
+	var out []int
+	for _, p := range pids {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(b)) == comm {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // alive reports whether pid exists and is no zombie.
 func alive(pid int) bool {
 	s := procState(pid)

@@ -79,6 +79,9 @@ func Main() {
 			report.fds = append(report.fds, listener)
 		}
 	}
+	// The id switch cleared the parent-death signal until dropPrivileges set
+	// it again. A supervisor that died in between has closed its end, so
+	// this send fails and no guest starts without one.
 	if err := sendReport(control, report); err != nil {
 		os.Exit(125)
 	}
