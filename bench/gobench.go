@@ -10,14 +10,16 @@ import (
 
 // goBenchPackages hold the hot-path benchmarks: spec resolution (job),
 // framing and broker dispatch (ipc), the init stage's configuration
-// (jail/initstage).
-var goBenchPackages = []string{"./job/", "./ipc/", "./jail/initstage/"}
+// (jail/initstage), the seccomp filter's compile and install (seccomp).
+var goBenchPackages = []string{"./job/", "./ipc/", "./jail/initstage/", "./seccomp/"}
 
 // GoBench is one line of `go test -bench` output.
 type GoBench struct {
 	Pkg, Name         string
 	NsOp              float64
 	BytesOp, AllocsOp string
+	// Other holds a benchmark's own metrics ("103919 install-ns/op").
+	Other []string
 }
 
 func (b *Bench) goBench(ctx context.Context) error {
@@ -32,14 +34,14 @@ func (b *Bench) goBench(ctx context.Context) error {
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			b.Report.Note("go test -bench %s failed: %v", pkg, err)
-			rows = append(rows, []string{pkg, "failed: " + strings.ReplaceAll(tail(string(out)), "\n", " "), "", "", ""})
+			rows = append(rows, []string{pkg, "failed: " + strings.ReplaceAll(tail(string(out)), "\n", " "), "", "", "", ""})
 			continue
 		}
 		for _, r := range parseGoBench(strings.Trim(pkg, "./"), string(out)) {
-			rows = append(rows, []string{r.Pkg, r.Name, nsop(r.NsOp), r.BytesOp, r.AllocsOp})
+			rows = append(rows, []string{r.Pkg, r.Name, nsop(r.NsOp), r.BytesOp, r.AllocsOp, strings.Join(r.Other, ", ")})
 		}
 	}
-	b.Report.Table([]string{"package", "benchmark", "time/op", "B/op", "allocs/op"}, rows)
+	b.Report.Table([]string{"package", "benchmark", "time/op", "B/op", "allocs/op", "other"}, rows)
 	b.Report.Commands(cmds...)
 	return nil
 }
@@ -73,6 +75,8 @@ func parseGoBench(pkg, out string) []GoBench {
 				r.BytesOp = f[i]
 			case "allocs/op":
 				r.AllocsOp = f[i]
+			default:
+				r.Other = append(r.Other, f[i]+" "+f[i+1])
 			}
 		}
 		rows = append(rows, r)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -52,8 +53,13 @@ func TestParseGoBench(t *testing.T) {
 		t.Fatalf("parsed %d rows, want 1: %+v", len(got), got)
 	}
 	r := got[0]
-	if r.Name != "BenchmarkResolveDenoSpec/resolve-2" || r.NsOp != 9876 || r.BytesOp != "4096" || r.AllocsOp != "52" || r.Pkg != "job" {
+	if r.Name != "BenchmarkResolveDenoSpec/resolve-2" || r.NsOp != 9876 || r.BytesOp != "4096" || r.AllocsOp != "52" || r.Pkg != "job" || len(r.Other) != 0 {
 		t.Errorf("parsed %+v", r)
+	}
+	out = "BenchmarkInstallDeno/tree-2   \t     200\t   2888452 ns/op\t    103919 install-ns/op\t   18041 B/op\t     101 allocs/op\n"
+	got = parseGoBench("seccomp", out)
+	if len(got) != 1 || got[0].NsOp != 2888452 || got[0].BytesOp != "18041" || !slices.Equal(got[0].Other, []string{"103919 install-ns/op"}) {
+		t.Errorf("parsed %+v, want the install-ns/op metric kept", got)
 	}
 }
 

@@ -73,7 +73,9 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, "no_new_privs:", err)
 		return 2
 	}
+	start := time.Now()
 	fd, err := bpf.Install(&p)
+	installed := time.Since(start)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -87,6 +89,9 @@ func childMain(role string) int {
 		unix.Close(fd)
 	}
 	switch role {
+	case "install":
+		fmt.Println("install_ns", installed.Nanoseconds())
+		return 0
 	case "probe":
 		probeAll(os.Stdout)
 		return 0
@@ -119,7 +124,7 @@ type child struct {
 
 // startChild re-execs the test binary in role with prog installed; args
 // after "--" are the command for the "exec" role.
-func startChild(t *testing.T, ctx context.Context, role string, prog *bpf.Program, env []string, args ...string) *child {
+func startChild(t testing.TB, ctx context.Context, role string, prog *bpf.Program, env []string, args ...string) *child {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -162,7 +167,7 @@ func startChild(t *testing.T, ctx context.Context, role string, prog *bpf.Progra
 	return c
 }
 
-func recvFD(t *testing.T, sock int) int {
+func recvFD(t testing.TB, sock int) int {
 	t.Helper()
 	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
 	_, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -181,7 +186,7 @@ func recvFD(t *testing.T, sock int) int {
 }
 
 // wait waits for the child and parses "name result" lines from its stdout.
-func (c *child) wait(t *testing.T) map[string]string {
+func (c *child) wait(t testing.TB) map[string]string {
 	t.Helper()
 	if err := c.cmd.Wait(); err != nil {
 		t.Fatalf("child: %v\nstdout:\n%s\nstderr:\n%s", err, c.stdout.String(), c.stderr.String())
