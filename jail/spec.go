@@ -1,9 +1,15 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -13,8 +19,14 @@ import (
 // Hostname is every job's hostname: nothing of the host's.
 const Hostname = "pmjail"
 
-// RootLimits are the limits the jail itself applies through the spec.
+// RootLimits are the limits the jail itself applies through the spec, and
+// where it may keep what roots share.
 type RootLimits struct {
+	// LibraryLinks is a state directory where NewSpec keeps hard links to
+	// the program's libraries (see linkLibraries), to bind them as whole
+	// directories. Empty, or on another file system than a library: each
+	// library is bound by itself.
+	LibraryLinks string
 	// TmpBytes caps the writable /tmp.
 	TmpBytes int64
 	// OpenFiles caps RLIMIT_NOFILE.
@@ -27,6 +39,45 @@ type RootLimits struct {
 	// Tasks caps RLIMIT_NPROC; every job has its own host uid, so this
 	// counts the job's tasks only. 0 for none.
 	Tasks uint64
+}
+
+// libraryMounts binds the libraries: the top-level directories of a tree
+// of links to them where linkDir allows one, else each by itself.
+func libraryMounts(libs []string, linkDir string, opts []string) []specs.Mount {
+	var mounts []specs.Mount
+	if tree, ok := libraryTree(libs, linkDir); ok {
+		for _, lib := range libs {
+			top := "/" + strings.SplitN(lib[1:], "/", 2)[0]
+			if !slices.ContainsFunc(mounts, func(m specs.Mount) bool { return m.Destination == top }) {
+				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
+			}
+		}
+		return mounts
+	}
+	for _, lib := range libs {
+		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: opts})
+	}
+	return mounts
+}
+
+// crossDevice remembers the state directories where a hard link to a
+// library failed with EXDEV: that will not change, so a daemon stops
+// trying.
+var crossDevice sync.Map
+
+// libraryTree is linkLibraries, or false where it cannot be used.
+func libraryTree(libs []string, linkDir string) (string, bool) {
+	if linkDir == "" || len(libs) == 0 {
+		return "", false
+	}
+	if _, ok := crossDevice.Load(linkDir); ok {
+		return "", false
+	}
+	tree, err := linkLibraries(linkDir, libs)
+	if errors.Is(err, unix.EXDEV) {
+		crossDevice.Store(linkDir, true)
+	}
+	return tree, err == nil
 }
 
 // devices are the only device nodes in a job's /dev.
@@ -53,10 +104,10 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
 	}
 	ro := []string{"ro", "nosuid", "nodev"}
+	// The libraries' directories before the program: one of them may hold
+	// the program's own path (a native program under /lib).
+	mounts = append(mounts, libraryMounts(libs, lim.LibraryLinks, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
-	for _, lib := range libs {
-		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: ro})
-	}
 	for _, b := range launch.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
 			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)

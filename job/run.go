@@ -193,6 +193,9 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		FileBytes:  uint64(lim.Tmp),
 		CPUSeconds: uint64(time.Duration(lim.CPUTime).Seconds()) + 2,
 	}
+	if rn.Install != nil {
+		rootLimits.LibraryLinks = rn.Install.StateDir
+	}
 	if cgs.mgr == nil || !cgs.mgr.Host().Has(cgroup.Pids) {
 		// Every job has its own host uid, so RLIMIT_NPROC counts its own
 		// tasks: the pids bound of last resort.
