@@ -37,6 +37,22 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 			t.Errorf("the job's %s holds %v, want %s's libraries %v", dir, got, ls, want)
 		}
 	}
+	// An operator's bind under one of those directories needs a mount point
+	// in it: the libraries are then bound one by one, and the bind works.
+	src := t.TempDir()
+	// Readable by the job's unprivileged ids, as a bind's source must be.
+	for _, d := range []string{src, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(src, "tool.txt"), "x")
+	under := filepath.Join(filepath.Dir(libs[0]), "pmjail-test-bind")
+	inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
+	if inv.Result == nil || inv.Result.Status != "ok" || strings.TrimSpace(inv.Result.Stdout) != "tool.txt" {
+		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+
 	// The default state directory sits beside node_modules in the checkout.
 	// Where it shares the libraries' file system, the tree must be used.
 	state := filepath.Join(repoRoot, ".cache", "pmjail")

@@ -161,7 +161,7 @@ func TestLinkLibrariesRefusesOthersDirectories(t *testing.T) {
 			if got, err := linkLibraries(state, libs); err == nil {
 				t.Fatalf("linkLibraries used %s", got)
 			}
-			if mounts := libraryMounts(libs, state, nil); len(mounts) != 1 || mounts[0].Source != libs[0] {
+			if mounts := libraryMounts(libs, state, nil, nil); len(mounts) != 1 || mounts[0].Source != libs[0] {
 				t.Errorf("mounts %+v: want the library bound by itself", mounts)
 			}
 		})
@@ -184,7 +184,7 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 			t.Skipf("neither /tmp nor /var/tmp shares a file system with %s: no links to test", libs[0])
 		}
 	}
-	mounts := libraryMounts(libs, state, []string{"ro"})
+	mounts := libraryMounts(libs, state, []string{"/runtime/sh"}, []string{"ro"})
 	var tops []string
 	for _, lib := range libs {
 		top := "/" + strings.SplitN(lib[1:], "/", 2)[0]
@@ -199,6 +199,16 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 		if m.Destination != tops[i] || !strings.HasPrefix(m.Source, filepath.Join(state, libraryLinksDir)) || m.Type != "bind" {
 			t.Errorf("mount %+v, want %s bound from the tree", m, tops[i])
 		}
+	}
+	// A program or bind under one of those directories needs a mount point
+	// there, which a read-only tree cannot give: each library is bound.
+	for _, other := range []string{tops[0], tops[0] + "/tools", libs[0] + ".d/x"} {
+		if m := libraryMounts(libs, state, []string{"/runtime/sh", other}, nil); len(m) != len(libs) {
+			t.Errorf("with a mount at %s: %+v, want each library by itself", other, m)
+		}
+	}
+	if m := libraryMounts(libs, state, []string{tops[0] + "x/y"}, nil); len(m) != len(tops) {
+		t.Errorf("a mount at %sx/y is not under %s: %+v", tops[0], tops[0], m)
 	}
 }
 
@@ -219,7 +229,7 @@ func TestLibraryMountsAcrossFileSystems(t *testing.T) {
 		t.Fatalf("%s and %s share a file system", state, libs[0])
 	}
 	for range 2 {
-		mounts := libraryMounts(libs, state, nil)
+		mounts := libraryMounts(libs, state, nil, nil)
 		if len(mounts) != len(libs) {
 			t.Fatalf("mounts %+v: want each of %v by itself", mounts, libs)
 		}

@@ -42,17 +42,27 @@ type RootLimits struct {
 }
 
 // libraryMounts binds the libraries: the top-level directories of a tree
-// of links to them where linkDir allows one, else each by itself.
-func libraryMounts(libs []string, linkDir string, opts []string) []specs.Mount {
+// of links to them where linkDir allows one, else each by itself. A tree's
+// directory is bound read-only, so it is not used where another of the
+// root's mounts (others) would need a mount point inside it.
+func libraryMounts(libs []string, linkDir string, others []string, opts []string) []specs.Mount {
+	var tops []string
+	for _, lib := range libs {
+		if top := "/" + strings.SplitN(strings.TrimPrefix(lib, "/"), "/", 2)[0]; !slices.Contains(tops, top) {
+			tops = append(tops, top)
+		}
+	}
+	inTop := func(p string) bool {
+		return slices.ContainsFunc(tops, func(top string) bool { return p == top || strings.HasPrefix(p, top+"/") })
+	}
 	var mounts []specs.Mount
-	if tree, ok := libraryTree(libs, linkDir); ok {
-		for _, lib := range libs {
-			top := "/" + strings.SplitN(lib[1:], "/", 2)[0]
-			if !slices.ContainsFunc(mounts, func(m specs.Mount) bool { return m.Destination == top }) {
+	if !slices.ContainsFunc(others, inTop) {
+		if tree, ok := libraryTree(libs, linkDir); ok {
+			for _, top := range tops {
 				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
 			}
+			return mounts
 		}
-		return mounts
 	}
 	for _, lib := range libs {
 		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: opts})
@@ -106,7 +116,14 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	ro := []string{"ro", "nosuid", "nodev"}
 	// The libraries' directories before the program: one of them may hold
 	// the program's own path (a native program under /lib).
-	mounts = append(mounts, libraryMounts(libs, lim.LibraryLinks, ro)...)
+	others := []string{target}
+	for _, b := range launch.Binds {
+		others = append(others, b.Target)
+	}
+	for _, c := range launch.Copies {
+		others = append(others, c.Target)
+	}
+	mounts = append(mounts, libraryMounts(libs, lim.LibraryLinks, others, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, b := range launch.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
