@@ -14,29 +14,75 @@ import (
 // TestRootLibraries_OnlyTheProgramsOwn lists the job's library directories
 // from inside: they hold exactly the libraries the program loads, none of
 // the host's others, whether they are bound one by one or (a state
-// directory on their file system) as a tree of links to them.
+// directory on their file system) as a tree of links to them, which the
+// job's mount table must then show.
 func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	const ls = "/bin/ls"
 	libs, err := jail.SharedLibraries(ls)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := map[string][]string{}
-	for _, lib := range libs {
-		dirs[filepath.Dir(lib)] = append(dirs[filepath.Dir(lib)], filepath.Base(lib))
+	// A state directory of this test's own: no tree an earlier run made.
+	state := t.TempDir()
+	for _, d := range []string{state, filepath.Dir(state)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for dir, want := range dirs {
+	t.Setenv("PMJAIL_STATE_DIR", state)
+
+	// Every directory on the way to a library holds only what leads to one.
+	want := map[string][]string{}
+	for _, lib := range libs {
+		for p := lib; filepath.Dir(p) != "/"; p = filepath.Dir(p) {
+			if dir := filepath.Dir(p); !slices.Contains(want[dir], filepath.Base(p)) {
+				want[dir] = append(want[dir], filepath.Base(p))
+			}
+		}
+	}
+	for dir, names := range want {
 		inv := pmjailCmd(t, "", "exec", "--json", "--", ls, "-1A", dir)
 		if inv.Result == nil || inv.Result.Status != "ok" {
 			t.Fatalf("ls %s: exit %d %s %s", dir, inv.ExitCode, inv.Stdout, inv.Stderr)
 		}
 		got := strings.Fields(inv.Result.Stdout)
 		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("the job's %s holds %v, want %s's libraries %v", dir, got, ls, want)
+		slices.Sort(names)
+		if !slices.Equal(got, names) {
+			t.Errorf("the job's %s holds %v, want only the way to %s's libraries %v", dir, got, ls, names)
 		}
 	}
+
+	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/mountinfo")
+	if inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("cat mountinfo: exit %d %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	var st, lib syscall.Stat_t
+	if err := syscall.Stat(state, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(libs[0], &lib); err != nil {
+		t.Fatal(err)
+	}
+	fromTree := 0
+	for _, line := range strings.Split(inv.Result.Stdout, "\n") {
+		// Field 4 is the mount's root within its file system, field 5 its
+		// mount point.
+		if f := strings.Fields(line); len(f) > 4 && strings.Contains(f[3], "/libs/") && strings.HasSuffix(f[3], f[4]) {
+			fromTree++
+		}
+	}
+	if st.Dev != lib.Dev {
+		t.Logf("%s is on another file system than %s: the libraries are bound one by one", state, libs[0])
+		if fromTree != 0 {
+			t.Errorf("%d mounts from a tree of links across file systems:\n%s", fromTree, inv.Result.Stdout)
+		}
+		return
+	}
+	if fromTree == 0 {
+		t.Errorf("no mount from a tree of links under %s:\n%s", state, inv.Result.Stdout)
+	}
+
 	// An operator's bind under one of those directories needs a mount point
 	// in it: the libraries are then bound one by one, and the bind works.
 	src := t.TempDir()
@@ -48,31 +94,8 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(src, "tool.txt"), "x")
 	under := filepath.Join(filepath.Dir(libs[0]), "pmjail-test-bind")
-	inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
+	inv = pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
 	if inv.Result == nil || inv.Result.Status != "ok" || strings.TrimSpace(inv.Result.Stdout) != "tool.txt" {
 		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
-	}
-
-	// The default state directory sits beside node_modules in the checkout.
-	// Where it shares the libraries' file system, the tree must be used.
-	state := filepath.Join(repoRoot, ".cache", "pmjail")
-	st, errState := os.Stat(state)
-	lib, errLib := os.Stat(libs[0])
-	if errState != nil || errLib != nil {
-		t.Fatalf("state %v, library %v", errState, errLib)
-	}
-	if st.Sys().(*syscall.Stat_t).Dev != lib.Sys().(*syscall.Stat_t).Dev {
-		t.Logf("%s is on another file system than %s: the libraries are bound one by one", state, libs[0])
-		return
-	}
-	trees, _ := filepath.Glob(filepath.Join(state, "libs", "*", libs[0]))
-	var linked bool
-	for _, tree := range trees {
-		if a, err := os.Stat(tree); err == nil && os.SameFile(a, lib) {
-			linked = true
-		}
-	}
-	if !linked {
-		t.Errorf("no tree of links to %s under %s", libs[0], state)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,48 +20,65 @@ import (
 // its trees.
 const libraryLinksDir = "libs"
 
+// treeNameLen is the length of a tree's name: hex of half a SHA-256.
+const treeNameLen = 32
+
 // linkLibraries returns a directory under stateDir that holds, at each
 // library's own path, a hard link to it: a job's root then binds its
 // top-level directories (/lib, /lib64) instead of every library, two
 // mounts to make and tear down instead of nine for Deno. A tree is named
 // by the paths and inodes of the files it links, so a library replaced on
 // the host (an upgrade) names a new tree: the old one links the old file
-// and is never bound again. Making a tree removes those whose links a
-// replacement has left stale.
+// and is never bound again (PruneLibraryTrees removes it).
 //
-// Hard links cannot cross file systems: where stateDir is on another one
-// than a library it fails (EXDEV), and the caller binds each library.
-func linkLibraries(stateDir string, libs []string) (string, error) {
+// A link makes a file reachable wherever its tree is, so only what any
+// local user could read already is linked (see linkable), into a tree
+// whose every parent only this user can change and everyone can pass (the
+// init stage opens it under the job's unprivileged ids). Anything else is
+// an error, and the caller binds each library by itself.
+func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) {
 	if len(libs) == 0 {
 		return "", errors.New("link libraries: none to link")
+	}
+	var state unix.Stat_t
+	if err := unix.Stat(stateDir, &state); err != nil {
+		return "", fmt.Errorf("link libraries: %w", &os.PathError{Op: "stat", Path: stateDir, Err: err})
 	}
 	ids := make([]fileID, len(libs))
 	h := sha256.New()
 	for i, lib := range libs {
-		if !filepath.IsAbs(lib) || filepath.Clean(lib) != lib {
-			return "", fmt.Errorf("link libraries: %q is not a clean absolute path", lib)
-		}
 		var st unix.Stat_t
 		if err := unix.Stat(lib, &st); err != nil {
 			return "", fmt.Errorf("link libraries: %w", &os.PathError{Op: "stat", Path: lib, Err: err})
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return "", fmt.Errorf("link libraries: %s is not a regular file", lib)
+		if err := linkable(lib, &st, allowedDirs); err != nil {
+			return "", fmt.Errorf("link libraries: %w", err)
+		}
+		// Hard links cannot cross file systems.
+		if st.Dev != state.Dev {
+			return "", fmt.Errorf("link libraries: %s is on another file system than %s: %w", lib, stateDir, unix.EXDEV)
 		}
 		ids[i] = idOf(&st)
 		h.Write([]byte(lib))
 		h.Write([]byte{0})
 		h.Write(ids[i].bytes())
 	}
-	parent := filepath.Join(stateDir, libraryLinksDir)
-	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:32])
-	// The common case: made by an earlier run, and trusted as it stands.
-	if err := checkPrivate(dir); err == nil {
-		return dir, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	if err := trustedPath(stateDir); err != nil {
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	parent := filepath.Join(stateDir, libraryLinksDir)
+	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:treeNameLen])
+	// The common case: made by an earlier run, and trusted as it stands.
+	err := checkPrivate(parent)
+	if err == nil {
+		if err = checkPrivate(dir); err == nil {
+			return dir, nil
+		}
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("link libraries: %w", err)
+	}
+	if err := makeDir(parent); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	if err := checkPrivate(parent); err != nil {
@@ -74,8 +93,11 @@ func linkLibraries(stateDir string, libs []string) (string, error) {
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	for i, lib := range libs {
+		if err := reachable(lib); err != nil {
+			return "", fmt.Errorf("link libraries: %w", err)
+		}
 		link := filepath.Join(tmp, lib)
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		if err := makeDirs(tmp, filepath.Dir(lib)); err != nil {
 			return "", fmt.Errorf("link libraries: %w", err)
 		}
 		// The link is to the file itself, not to a symlink naming it.
@@ -83,7 +105,7 @@ func linkLibraries(stateDir string, libs []string) (string, error) {
 			return "", fmt.Errorf("link libraries: %w", &os.LinkError{Op: "link", Old: lib, New: link, Err: err})
 		}
 		// A library replaced between the stat and the link would be
-		// linked under the old one's name.
+		// linked under the old one's name, unchecked.
 		var st unix.Stat_t
 		if err := unix.Lstat(link, &st); err != nil || idOf(&st) != ids[i] {
 			return "", fmt.Errorf("link libraries: %s changed while it was linked", lib)
@@ -96,8 +118,96 @@ func linkLibraries(stateDir string, libs []string) (string, error) {
 		}
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
-	pruneStaleLinks(parent, dir)
 	return dir, nil
+}
+
+// linkable accepts what a run's stat shows of a library any local user
+// could read where it is: a regular file owned by root, readable and not
+// writable by others, not set-id, under one of allowedDirs (the loader's
+// search directories; a DT_NEEDED name with "../" in it leaves them).
+func linkable(lib string, st *unix.Stat_t, allowedDirs []string) error {
+	if !filepath.IsAbs(lib) || filepath.Clean(lib) != lib {
+		return fmt.Errorf("%q is not a clean absolute path", lib)
+	}
+	under := false
+	for _, d := range allowedDirs {
+		under = under || strings.HasPrefix(lib, strings.TrimSuffix(d, "/")+"/")
+	}
+	switch {
+	case !under:
+		return fmt.Errorf("%s is outside the library directories %v", lib, allowedDirs)
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%s is not a regular file", lib)
+	case st.Uid != 0:
+		return fmt.Errorf("%s is owned by uid %d, not root", lib, st.Uid)
+	case st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0:
+		return fmt.Errorf("%s is set-id", lib)
+	case st.Mode&0o004 == 0 || st.Mode&0o022 != 0:
+		return fmt.Errorf("%s has mode %#o: want readable and not writable by others", lib, st.Mode&0o777)
+	}
+	return nil
+}
+
+// reachable checks, as a tree is made, that others can pass every
+// directory above the file lib names: a link must not open a way into a
+// closed one.
+func reachable(lib string) error {
+	real, err := filepath.EvalSymlinks(lib)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		var ds unix.Stat_t
+		if err := unix.Stat(d, &ds); err != nil {
+			return &os.PathError{Op: "stat", Path: d, Err: err}
+		}
+		if ds.Mode&0o001 == 0 {
+			return fmt.Errorf("%s is closed to others (mode %#o)", d, ds.Mode&0o777)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// trustedPaths remembers the state directories whose whole path passed
+// trustedPath: a directory owned by root or by this user cannot change
+// hands or modes behind its owner's back.
+var trustedPaths sync.Map
+
+// trustedPath accepts dir when no one but root and this user can replace
+// it or any directory above it (a writable one must be sticky, as /tmp,
+// so that others cannot rename what root owns in it), and when others
+// can pass through each.
+func trustedPath(dir string) error {
+	if _, ok := trustedPaths.Load(dir); ok {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return &os.PathError{Op: "lstat", Path: d, Err: err}
+		}
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("%s is not a directory", d)
+		case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+			return fmt.Errorf("%s is owned by uid %d", d, st.Uid)
+		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+			return fmt.Errorf("%s is writable by others (mode %#o)", d, st.Mode&0o777)
+		case st.Mode&0o001 == 0:
+			return fmt.Errorf("%s is closed to others (mode %#o): the job's ids could not reach its libraries", d, st.Mode&0o777)
+		}
+		if d == "/" {
+			break
+		}
+	}
+	trustedPaths.Store(dir, true)
+	return nil
 }
 
 // fileID names a library's version. A link is the file itself, so an
@@ -113,8 +223,8 @@ func (id fileID) bytes() []byte {
 }
 
 // checkPrivate accepts a real directory (no symlink) that this process's
-// user owns and no one else may write: every job's libraries are bound
-// from it.
+// user owns, no one else may write and everyone may pass: every job's
+// libraries are bound from it.
 func checkPrivate(dir string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
@@ -125,39 +235,107 @@ func checkPrivate(dir string) error {
 		return fmt.Errorf("%s is not a directory", dir)
 	case int(st.Uid) != os.Geteuid():
 		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0:
-		return fmt.Errorf("%s is writable by others (mode %#o)", dir, st.Mode&0o777)
+	case st.Mode&0o022 != 0 || st.Mode&0o001 == 0:
+		return fmt.Errorf("%s has mode %#o: want writable by its owner only, passable by all", dir, st.Mode&0o777)
 	}
 	return nil
 }
 
-// pruneStaleLinks removes the trees beside keep that link a file no longer
-// at its path (replaced or removed): no run names them again, and their
-// links keep the old files' blocks. Best effort.
-func pruneStaleLinks(parent, keep string) {
-	ents, err := os.ReadDir(parent)
-	if err != nil {
-		return
+// makeDir makes dir with mode 0755 whatever the umask.
+func makeDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
 	}
-	for _, e := range ents {
-		tree := filepath.Join(parent, e.Name())
-		if tree == keep || !e.IsDir() || strings.HasPrefix(e.Name(), ".tmp-") {
+	return os.Chmod(dir, 0o755)
+}
+
+// makeDirs makes each directory of path (absolute) below root.
+func makeDirs(root, path string) error {
+	d := root
+	for _, part := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		d = filepath.Join(d, part)
+		if err := makeDir(d); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// tmpTreeAge is how old a half-made tree must be before a prune takes it
+// for one a killed run left.
+const tmpTreeAge = time.Hour
+
+// PruneLibraryTrees removes, under stateDir, the trees of links to
+// libraries that link a file no longer at its path (replaced by an upgrade,
+// or removed): no run names them again, and their links keep the old
+// files' blocks. It also removes half-made trees an hour old. `pmjail
+// prepare` and the daemon's start call it; a run that took such a tree a
+// moment before loses its libraries, so runs never prune. It returns what
+// it removed.
+func PruneLibraryTrees(stateDir string) []string {
+	parent := filepath.Join(stateDir, libraryLinksDir)
+	if checkPrivate(parent) != nil {
+		return nil
+	}
+	// Everything below goes through the directory opened here, so a path
+	// swapped meanwhile is never followed out of it.
+	root, err := os.OpenRoot(parent)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	dir, err := root.Open(".")
+	if err != nil {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, name := range names {
+		st, err := root.Lstat(name)
+		if err != nil || !st.IsDir() {
 			continue
 		}
-		stale := false
-		_ = filepath.WalkDir(tree, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return nil
-			}
-			var link, host unix.Stat_t
-			if unix.Lstat(path, &link) != nil || unix.Stat(strings.TrimPrefix(path, tree), &host) != nil || idOf(&link) != idOf(&host) {
-				stale = true
-				return filepath.SkipAll
-			}
-			return nil
-		})
-		if stale {
-			_ = os.RemoveAll(tree)
+		var stale bool
+		switch {
+		case strings.HasPrefix(name, ".tmp-"):
+			stale = time.Since(st.ModTime()) > tmpTreeAge
+		case len(name) == treeNameLen && isHex(name):
+			stale = staleTree(root, name)
+		}
+		if stale && root.RemoveAll(name) == nil {
+			removed = append(removed, filepath.Join(parent, name))
 		}
 	}
+	return removed
+}
+
+// staleTree reports whether a file in the tree is no longer the one at
+// its path on the host.
+func staleTree(root *os.Root, name string) bool {
+	stale := false
+	_ = fs.WalkDir(root.FS(), name, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		link, err := root.Lstat(path)
+		if err != nil {
+			return nil
+		}
+		host, err := os.Stat(strings.TrimPrefix(path, name))
+		if err != nil || !os.SameFile(link, host) {
+			stale = true
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return stale
+}
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil
 }

@@ -1,44 +1,63 @@
 package jail
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// fakeLibraries writes n files to stand for libraries, on the same file
-// system as the state directory the test gives linkLibraries.
-func fakeLibraries(t *testing.T, n int) []string {
+// openTempDir is t.TempDir made passable by others, as a state directory
+// must be (the job's unprivileged ids open what is bound from it).
+func openTempDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	var libs []string
-	for i := range n {
-		lib := filepath.Join(dir, "lib", string(rune('a'+i))+".so")
-		if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return dir
+}
+
+// fakeLibraries writes n root-owned files to stand for libraries, in a
+// directory returned to pass as the allowed one, on the same file system
+// as the state directories the tests make.
+func fakeLibraries(t *testing.T, n int) (libs []string, allowed []string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only root-owned libraries are linked")
+	}
+	dir := filepath.Join(openTempDir(t), "lib")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		lib := filepath.Join(dir, string(rune('a'+i))+".so")
 		if err := os.WriteFile(lib, []byte(lib), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		libs = append(libs, lib)
 	}
-	return libs
+	return libs, []string{dir}
 }
 
 func sameFile(t *testing.T, a, b string) bool {
 	t.Helper()
-	var sa, sb unix.Stat_t
-	if err := unix.Stat(a, &sa); err != nil {
+	sa, err := os.Stat(a)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Stat(b, &sb); err != nil {
+	sb, err := os.Stat(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+	return os.SameFile(sa, sb)
 }
 
 func trees(t *testing.T, state string) []string {
@@ -55,9 +74,11 @@ func trees(t *testing.T, state string) []string {
 }
 
 func TestLinkLibrariesLinksEachAtItsPath(t *testing.T) {
-	state := t.TempDir()
-	libs := fakeLibraries(t, 3)
-	tree, err := linkLibraries(state, libs)
+	state := openTempDir(t)
+	libs, allowed := fakeLibraries(t, 3)
+	old := unix.Umask(0o077) // the tree is passable whatever the umask
+	tree, err := linkLibraries(state, libs, allowed)
+	unix.Umask(old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,21 +87,24 @@ func TestLinkLibrariesLinksEachAtItsPath(t *testing.T) {
 			t.Errorf("%s in the tree is not %s itself", filepath.Join(tree, lib), lib)
 		}
 	}
-	if err := checkPrivate(tree); err != nil {
-		t.Error(err)
-	}
-	// Nothing else in the tree: every job's root binds it.
+	// Nothing else in the tree: every job's root binds it; and every
+	// directory passable by the job's ids.
 	var files []string
 	_ = filepath.WalkDir(tree, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.IsDir() {
 			files = append(files, strings.TrimPrefix(path, tree))
+		} else if err := checkPrivate(path); err != nil {
+			t.Error(err)
 		}
 		return nil
 	})
 	if !slices.Equal(files, libs) {
 		t.Errorf("tree holds %v, want %v", files, libs)
 	}
-	again, err := linkLibraries(state, libs)
+	again, err := linkLibraries(state, libs, allowed)
 	if err != nil || again != tree {
 		t.Fatalf("second call = %s, %v; want %s", again, err, tree)
 	}
@@ -90,11 +114,16 @@ func TestLinkLibrariesLinksEachAtItsPath(t *testing.T) {
 }
 
 // An upgrade replaces a library with a new file: the next run links the
-// new one in a new tree, and the old tree (linking the old file) goes.
+// new one in a new tree; a prune removes the old tree (linking the old
+// file) and keeps the new one and any other tree still current.
 func TestLinkLibrariesFollowReplacement(t *testing.T) {
-	state := t.TempDir()
-	libs := fakeLibraries(t, 2)
-	old, err := linkLibraries(state, libs)
+	state := openTempDir(t)
+	libs, allowed := fakeLibraries(t, 2)
+	old, err := linkLibraries(state, libs, allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := linkLibraries(state, libs[:1], allowed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +134,7 @@ func TestLinkLibrariesFollowReplacement(t *testing.T) {
 	if err := os.Rename(repl, libs[1]); err != nil {
 		t.Fatal(err)
 	}
-	tree, err := linkLibraries(state, libs)
+	tree, err := linkLibraries(state, libs, allowed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,71 +144,122 @@ func TestLinkLibrariesFollowReplacement(t *testing.T) {
 	if !sameFile(t, libs[1], filepath.Join(tree, libs[1])) {
 		t.Error("the new tree does not link the new file")
 	}
-	if _, err := os.Lstat(old); !os.IsNotExist(err) {
-		t.Errorf("the stale tree %s is still there (%v)", old, err)
+	// Runs never prune: one may have just taken the old tree.
+	if _, err := os.Lstat(old); err != nil {
+		t.Errorf("a run removed the old tree: %v", err)
+	}
+	// A half-made tree a killed run left, an hour old, goes too.
+	halfMade := filepath.Join(state, libraryLinksDir, ".tmp-left")
+	if err := os.Mkdir(halfMade, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(halfMade, time2h(), time2h()); err != nil {
+		t.Fatal(err)
+	}
+	removed := PruneLibraryTrees(state)
+	slices.Sort(removed)
+	want := []string{halfMade, old}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Errorf("pruned %v, want %v", removed, want)
+	}
+	for _, keep := range []string{tree, other} {
+		if _, err := os.Lstat(keep); err != nil {
+			t.Errorf("the current tree %s was pruned: %v", keep, err)
+		}
 	}
 	// An edit in place shows through the link: no new tree.
 	if err := os.WriteFile(libs[0], []byte("patched"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := linkLibraries(state, libs); err != nil || again != tree {
+	if again, err := linkLibraries(state, libs, allowed); err != nil || again != tree {
 		t.Errorf("after an edit in place: %s, %v; want %s", again, err, tree)
 	}
 }
 
-func TestLinkLibrariesRefusesOthersDirectories(t *testing.T) {
-	libs := fakeLibraries(t, 1)
+func TestLinkLibrariesRefusesOthersPaths(t *testing.T) {
+	libs, allowed := fakeLibraries(t, 1)
 	for name, spoil := range map[string]func(state, tree string) error{
-		"writable parent": func(state, _ string) error { return os.Chmod(filepath.Join(state, libraryLinksDir), 0o777) },
-		"writable tree":   func(_, tree string) error { return os.Chmod(tree, 0o777) },
-		"foreign owner":   func(_, tree string) error { return os.Chown(tree, 12345, 12345) },
+		"writable libs dir": func(state, _ string) error { return os.Chmod(filepath.Join(state, libraryLinksDir), 0o777) },
+		"writable tree":     func(_, tree string) error { return os.Chmod(tree, 0o777) },
+		"foreign tree":      func(_, tree string) error { return os.Chown(tree, 12345, 12345) },
+		"foreign state dir": func(state, _ string) error { return os.Chown(state, 12345, 12345) },
+		"closed state dir":  func(state, _ string) error { return os.Chmod(state, 0o700) },
 		"symlinked tree": func(_, tree string) error {
 			if err := os.Rename(tree, tree+".real"); err != nil {
 				return err
 			}
 			return os.Symlink(tree+".real", tree)
 		},
+		"symlinked libs dir": func(state, _ string) error {
+			libsDir := filepath.Join(state, libraryLinksDir)
+			if err := os.Rename(libsDir, libsDir+".real"); err != nil {
+				return err
+			}
+			return os.Symlink(libsDir+".real", libsDir)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if name == "foreign owner" && os.Geteuid() != 0 {
-				t.Skip("chown needs root")
-			}
-			state := t.TempDir()
-			tree, err := linkLibraries(state, libs)
+			// A fresh state path each time: trustedPath remembers the good.
+			state := openTempDir(t)
+			tree, err := linkLibraries(state, libs, allowed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if name == "writable parent" {
-				// Only a tree still to be made goes through the parent.
-				if err := os.RemoveAll(tree); err != nil {
-					t.Fatal(err)
-				}
-			}
+			trustedPaths.Delete(state)
 			if err := spoil(state, tree); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := linkLibraries(state, libs); err == nil {
+			if got, err := linkLibraries(state, libs, allowed); err == nil {
 				t.Fatalf("linkLibraries used %s", got)
-			}
-			if mounts := libraryMounts(libs, state, nil, nil); len(mounts) != 1 || mounts[0].Source != libs[0] {
-				t.Errorf("mounts %+v: want the library bound by itself", mounts)
 			}
 		})
 	}
 }
 
+// Only what any local user could read where it is gets linked.
+func TestLinkLibrariesOnlyWhatOthersCanRead(t *testing.T) {
+	for name, spoil := range map[string]func(lib string) error{
+		"closed file":      func(lib string) error { return os.Chmod(lib, 0o600) },
+		"writable file":    func(lib string) error { return os.Chmod(lib, 0o666) },
+		"set-uid file":     func(lib string) error { return unix.Chmod(lib, 0o4755) },
+		"foreign file":     func(lib string) error { return os.Chown(lib, 12345, 12345) },
+		"closed directory": func(lib string) error { return os.Chmod(filepath.Dir(lib), 0o700) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			libs, allowed := fakeLibraries(t, 1)
+			if err := spoil(libs[0]); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := linkLibraries(openTempDir(t), libs, allowed); err == nil {
+				t.Fatalf("linked %s into %s", libs[0], got)
+			}
+		})
+	}
+	libs, _ := fakeLibraries(t, 1)
+	if got, err := linkLibraries(openTempDir(t), libs, []string{"/usr/lib"}); err == nil {
+		t.Errorf("linked %s, outside the library directories, into %s", libs[0], got)
+	}
+}
+
 func TestLibraryMountsBindTopDirectories(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only root-owned libraries are linked")
+	}
 	libs, err := SharedLibraries("/bin/sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
+	state := openTempDir(t)
 	if !sameDevice(t, state, libs[0]) {
 		// /tmp may be a tmpfs; /var/tmp rarely is.
 		if state, err = os.MkdirTemp("/var/tmp", "pmjail-test-"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(state) })
+		if err := os.Chmod(state, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if !sameDevice(t, state, libs[0]) {
 			t.Skipf("neither /tmp nor /var/tmp shares a file system with %s: no links to test", libs[0])
 		}
@@ -200,8 +280,9 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 			t.Errorf("mount %+v, want %s bound from the tree", m, tops[i])
 		}
 	}
-	// A program or bind under one of those directories needs a mount point
-	// there, which a read-only tree cannot give: each library is bound.
+	// A program, bind or file under one of those directories needs a
+	// mount point there, which a read-only tree cannot give: each library
+	// is bound.
 	for _, other := range []string{tops[0], tops[0] + "/tools", libs[0] + ".d/x"} {
 		if m := libraryMounts(libs, state, []string{"/runtime/sh", other}, nil); len(m) != len(libs) {
 			t.Errorf("with a mount at %s: %+v, want each library by itself", other, m)
@@ -213,7 +294,7 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 }
 
 // Hard links cannot cross file systems: a state directory on another one
-// binds each library, and the daemon stops trying.
+// binds each library, and makes nothing.
 func TestLibraryMountsAcrossFileSystems(t *testing.T) {
 	libs, err := SharedLibraries("/bin/sh")
 	if err != nil {
@@ -225,25 +306,26 @@ func TestLibraryMountsAcrossFileSystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
+	if err := os.Chmod(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if sameDevice(t, state, libs[0]) {
 		t.Fatalf("%s and %s share a file system", state, libs[0])
 	}
-	for range 2 {
-		mounts := libraryMounts(libs, state, nil, nil)
-		if len(mounts) != len(libs) {
-			t.Fatalf("mounts %+v: want each of %v by itself", mounts, libs)
-		}
-		for i, m := range mounts {
-			if m.Source != libs[i] || m.Destination != libs[i] {
-				t.Errorf("mount %+v, want %s", m, libs[i])
-			}
+	mounts := libraryMounts(libs, state, nil, nil)
+	if len(mounts) != len(libs) {
+		t.Fatalf("mounts %+v: want each of %v by itself", mounts, libs)
+	}
+	for i, m := range mounts {
+		if m.Source != libs[i] || m.Destination != libs[i] {
+			t.Errorf("mount %+v, want %s", m, libs[i])
 		}
 	}
-	if _, ok := crossDevice.Load(state); !ok {
-		t.Error("EXDEV was not remembered")
+	if _, err := linkLibraries(state, libs, searchDirs()); !errors.Is(err, unix.EXDEV) {
+		t.Errorf("linkLibraries across file systems: %v, want EXDEV", err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(state, libraryLinksDir, "*")); len(left) != 0 {
-		t.Errorf("left behind: %v", left)
+	if left, _ := os.ReadDir(state); len(left) != 0 {
+		t.Errorf("left behind in %s: %v", state, left)
 	}
 }
 
@@ -258,3 +340,5 @@ func sameDevice(t *testing.T, a, b string) bool {
 	}
 	return sa.Dev == sb.Dev
 }
+
+func time2h() time.Time { return time.Now().Add(-2 * time.Hour) }

@@ -1,15 +1,11 @@
 package jail
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-
-	"golang.org/x/sys/unix"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -24,8 +20,8 @@ const Hostname = "pmjail"
 type RootLimits struct {
 	// LibraryLinks is a state directory where NewSpec keeps hard links to
 	// the program's libraries (see linkLibraries), to bind them as whole
-	// directories. Empty, or on another file system than a library: each
-	// library is bound by itself.
+	// directories. Empty, or where a tree cannot be used (another file
+	// system, a path others could change): each library is bound by itself.
 	LibraryLinks string
 	// TmpBytes caps the writable /tmp.
 	TmpBytes int64
@@ -42,9 +38,10 @@ type RootLimits struct {
 }
 
 // libraryMounts binds the libraries: the top-level directories of a tree
-// of links to them where linkDir allows one, else each by itself. A tree's
-// directory is bound read-only, so it is not used where another of the
-// root's mounts (others) would need a mount point inside it.
+// of links to them where linkDir allows one, else each by itself. A tree
+// is used only for the system's library directories, and not where
+// another of the root's paths (others) lies in one: a tree's directory is
+// bound read-only, with no room for that path's mount point or file.
 func libraryMounts(libs []string, linkDir string, others []string, opts []string) []specs.Mount {
 	var tops []string
 	for _, lib := range libs {
@@ -56,8 +53,9 @@ func libraryMounts(libs []string, linkDir string, others []string, opts []string
 		return slices.ContainsFunc(tops, func(top string) bool { return p == top || strings.HasPrefix(p, top+"/") })
 	}
 	var mounts []specs.Mount
-	if !slices.ContainsFunc(others, inTop) {
-		if tree, ok := libraryTree(libs, linkDir); ok {
+	if linkDir != "" && len(libs) > 0 && !slices.ContainsFunc(tops, func(top string) bool { return !slices.Contains(libraryTops, top) }) &&
+		!slices.ContainsFunc(others, inTop) {
+		if tree, err := linkLibraries(linkDir, libs, searchDirs()); err == nil {
 			for _, top := range tops {
 				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
 			}
@@ -70,25 +68,9 @@ func libraryMounts(libs []string, linkDir string, others []string, opts []string
 	return mounts
 }
 
-// crossDevice remembers the state directories where a hard link to a
-// library failed with EXDEV: that will not change, so a daemon stops
-// trying.
-var crossDevice sync.Map
-
-// libraryTree is linkLibraries, or false where it cannot be used.
-func libraryTree(libs []string, linkDir string) (string, bool) {
-	if linkDir == "" || len(libs) == 0 {
-		return "", false
-	}
-	if _, ok := crossDevice.Load(linkDir); ok {
-		return "", false
-	}
-	tree, err := linkLibraries(linkDir, libs)
-	if errors.Is(err, unix.EXDEV) {
-		crossDevice.Store(linkDir, true)
-	}
-	return tree, err == nil
-}
+// libraryTops are the top-level directories a tree of library links may
+// be bound at.
+var libraryTops = []string{"/lib", "/lib32", "/lib64", "/libx32", "/usr"}
 
 // devices are the only device nodes in a job's /dev.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
@@ -116,7 +98,10 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	ro := []string{"ro", "nosuid", "nodev"}
 	// The libraries' directories before the program: one of them may hold
 	// the program's own path (a native program under /lib).
-	others := []string{target}
+	others := append([]string{target, "/proc", runtimes.TmpDir}, devices...)
+	for _, f := range launch.Files {
+		others = append(others, f.Path)
+	}
 	for _, b := range launch.Binds {
 		others = append(others, b.Target)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
@@ -54,6 +55,10 @@ func cmdServe(args []string) int {
 			logger.Warn("python snapshot not prepared; python runs start cold", "err", err)
 		} else {
 			logger.Info("python prepared", "snapshot", p.Snapshot.Path)
+		}
+		// Trees of links to libraries an upgrade has since replaced.
+		for _, old := range jail.PruneLibraryTrees(opt.Install.StateDir) {
+			logger.Info("removed stale library links", "dir", old)
 		}
 	}()
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -55,7 +56,7 @@ func cmdPrepare(args []string) int {
 	} else {
 		fmt.Printf("seccomp filters: %s (%d profile and program kind pairs)\n", dir, n)
 	}
-	for _, old := range in.Prune(p) {
+	for _, old := range append(in.Prune(p), jail.PruneLibraryTrees(in.StateDir)...) {
 		fmt.Printf("removed stale %s\n", old)
 	}
 	return 0
