@@ -22,10 +22,31 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A state directory of this test's own: no tree an earlier run made.
+	var lib syscall.Stat_t
+	if err := syscall.Stat(libs[0], &lib); err != nil {
+		t.Fatal(err)
+	}
+	// A state directory of this test's own (no tree an earlier run made),
+	// on the libraries' file system if /tmp or /var/tmp is.
 	state := t.TempDir()
 	for _, d := range []string{state, filepath.Dir(state)} {
 		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(state, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Dev != lib.Dev {
+		if state, err = os.MkdirTemp("/var/tmp", "pmjail-test-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(state) })
+		if err := os.Chmod(state, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Stat(state, &st); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,16 +74,25 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 		}
 	}
 
-	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/mountinfo")
+	// An operator's bind under one of those directories needs a mount point
+	// in it: the libraries are then bound one by one, and the bind works.
+	src := t.TempDir()
+	// Readable by the job's unprivileged ids, as a bind's source must be.
+	for _, d := range []string{src, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(src, "tool.txt"), "x")
+	under := filepath.Join(filepath.Dir(libs[0]), "pmjail-test-bind")
+	inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
+	if inv.Result == nil || inv.Result.Status != "ok" || strings.TrimSpace(inv.Result.Stdout) != "tool.txt" {
+		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+
+	inv = pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/mountinfo")
 	if inv.Result == nil || inv.Result.Status != "ok" {
 		t.Fatalf("cat mountinfo: exit %d %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
-	}
-	var st, lib syscall.Stat_t
-	if err := syscall.Stat(state, &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Stat(libs[0], &lib); err != nil {
-		t.Fatal(err)
 	}
 	fromTree := 0
 	for _, line := range strings.Split(inv.Result.Stdout, "\n") {
@@ -81,21 +111,5 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	}
 	if fromTree == 0 {
 		t.Errorf("no mount from a tree of links under %s:\n%s", state, inv.Result.Stdout)
-	}
-
-	// An operator's bind under one of those directories needs a mount point
-	// in it: the libraries are then bound one by one, and the bind works.
-	src := t.TempDir()
-	// Readable by the job's unprivileged ids, as a bind's source must be.
-	for _, d := range []string{src, filepath.Dir(src)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, filepath.Join(src, "tool.txt"), "x")
-	under := filepath.Join(filepath.Dir(libs[0]), "pmjail-test-bind")
-	inv = pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
-	if inv.Result == nil || inv.Result.Status != "ok" || strings.TrimSpace(inv.Result.Stdout) != "tool.txt" {
-		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 }

@@ -23,6 +23,10 @@ const libraryLinksDir = "libs"
 // treeNameLen is the length of a tree's name: hex of half a SHA-256.
 const treeNameLen = 32
 
+// treePrefix starts every tree's name: a change to how trees are made
+// changes it, and a prune removes the trees of other versions.
+const treePrefix = "2-"
+
 // linkLibraries returns a directory under stateDir that holds, at each
 // library's own path, a hard link to it: a job's root then binds its
 // top-level directories (/lib, /lib64) instead of every library, two
@@ -39,6 +43,9 @@ const treeNameLen = 32
 func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) {
 	if len(libs) == 0 {
 		return "", errors.New("link libraries: none to link")
+	}
+	if _, ok := linkRefused.Load(stateDir); ok {
+		return "", fmt.Errorf("link libraries: links from %s refused before: %w", stateDir, unix.EXDEV)
 	}
 	var state unix.Stat_t
 	if err := unix.Stat(stateDir, &state); err != nil {
@@ -67,7 +74,7 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	parent := filepath.Join(stateDir, libraryLinksDir)
-	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:treeNameLen])
+	dir := filepath.Join(parent, treePrefix+hex.EncodeToString(h.Sum(nil))[:treeNameLen])
 	// The common case: made by an earlier run, and trusted as it stands.
 	err := checkPrivate(parent)
 	if err == nil {
@@ -78,7 +85,8 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 	if !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
-	if err := makeDir(parent); err != nil && !errors.Is(err, fs.ErrExist) {
+	// Jobs pass through it; no one need list it.
+	if err := makeDir(parent, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	if err := checkPrivate(parent); err != nil {
@@ -93,16 +101,20 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	for i, lib := range libs {
-		if err := reachable(lib); err != nil {
+		real, err := reachable(lib)
+		if err != nil {
 			return "", fmt.Errorf("link libraries: %w", err)
 		}
 		link := filepath.Join(tmp, lib)
 		if err := makeDirs(tmp, filepath.Dir(lib)); err != nil {
 			return "", fmt.Errorf("link libraries: %w", err)
 		}
-		// The link is to the file itself, not to a symlink naming it.
-		if err := unix.Linkat(unix.AT_FDCWD, lib, unix.AT_FDCWD, link, unix.AT_SYMLINK_FOLLOW); err != nil {
-			return "", fmt.Errorf("link libraries: %w", &os.LinkError{Op: "link", Old: lib, New: link, Err: err})
+		// The file reachable checked, not whatever a symlink names now.
+		if err := unix.Linkat(unix.AT_FDCWD, real, unix.AT_FDCWD, link, 0); err != nil {
+			if errors.Is(err, unix.EXDEV) {
+				linkRefused.Store(stateDir, true) // another mount of the same file system
+			}
+			return "", fmt.Errorf("link libraries: %w", &os.LinkError{Op: "link", Old: real, New: link, Err: err})
 		}
 		// A library replaced between the stat and the link would be
 		// linked under the old one's name, unchecked.
@@ -148,41 +160,43 @@ func linkable(lib string, st *unix.Stat_t, allowedDirs []string) error {
 	return nil
 }
 
-// reachable checks, as a tree is made, that others can pass every
-// directory above the file lib names: a link must not open a way into a
-// closed one.
-func reachable(lib string) error {
+// reachable checks, as a tree is made, the file lib names (returned,
+// symlinks resolved): others can pass every directory above it, so a link
+// opens no way into a closed one, and it has no file capabilities to keep
+// alive after an upgrade.
+func reachable(lib string) (string, error) {
 	real, err := filepath.EvalSymlinks(lib)
 	if err != nil {
-		return err
+		return "", err
+	}
+	if _, err := unix.Lgetxattr(real, "security.capability", nil); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.ENOTSUP) {
+		return "", fmt.Errorf("%s has file capabilities (or they cannot be read: %v)", real, err)
 	}
 	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
 		var ds unix.Stat_t
 		if err := unix.Stat(d, &ds); err != nil {
-			return &os.PathError{Op: "stat", Path: d, Err: err}
+			return "", &os.PathError{Op: "stat", Path: d, Err: err}
 		}
 		if ds.Mode&0o001 == 0 {
-			return fmt.Errorf("%s is closed to others (mode %#o)", d, ds.Mode&0o777)
+			return "", fmt.Errorf("%s is closed to others (mode %#o)", d, ds.Mode&0o777)
 		}
 		if d == "/" {
-			return nil
+			return real, nil
 		}
 	}
 }
 
-// trustedPaths remembers the state directories whose whole path passed
-// trustedPath: a directory owned by root or by this user cannot change
-// hands or modes behind its owner's back.
-var trustedPaths sync.Map
+// linkRefused remembers the state directories a hard link from a library
+// failed with EXDEV although the devices matched (another mount of the
+// same file system): that will not change, so a daemon stops trying.
+var linkRefused sync.Map
 
 // trustedPath accepts dir when no one but root and this user can replace
 // it or any directory above it (a writable one must be sticky, as /tmp,
 // so that others cannot rename what root owns in it), and when others
-// can pass through each.
+// can pass through each. It is checked at every run (a handful of lstats):
+// a directory under /tmp can be removed and made again by someone else.
 func trustedPath(dir string) error {
-	if _, ok := trustedPaths.Load(dir); ok {
-		return nil
-	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -203,11 +217,9 @@ func trustedPath(dir string) error {
 			return fmt.Errorf("%s is closed to others (mode %#o): the job's ids could not reach its libraries", d, st.Mode&0o777)
 		}
 		if d == "/" {
-			break
+			return nil
 		}
 	}
-	trustedPaths.Store(dir, true)
-	return nil
 }
 
 // fileID names a library's version. A link is the file itself, so an
@@ -241,12 +253,12 @@ func checkPrivate(dir string) error {
 	return nil
 }
 
-// makeDir makes dir with mode 0755 whatever the umask.
-func makeDir(dir string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
+// makeDir makes dir with mode whatever the umask.
+func makeDir(dir string, mode os.FileMode) error {
+	if err := os.Mkdir(dir, mode); err != nil {
 		return err
 	}
-	return os.Chmod(dir, 0o755)
+	return os.Chmod(dir, mode)
 }
 
 // makeDirs makes each directory of path (absolute) below root.
@@ -254,7 +266,7 @@ func makeDirs(root, path string) error {
 	d := root
 	for _, part := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
 		d = filepath.Join(d, part)
-		if err := makeDir(d); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := makeDir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
@@ -268,22 +280,30 @@ const tmpTreeAge = time.Hour
 // PruneLibraryTrees removes, under stateDir, the trees of links to
 // libraries that link a file no longer at its path (replaced by an upgrade,
 // or removed): no run names them again, and their links keep the old
-// files' blocks. It also removes half-made trees an hour old. `pmjail
+// files' blocks. It also removes half-made trees an hour old, and trees
+// of another version's making. `pmjail
 // prepare` and the daemon's start call it; a run that took such a tree a
 // moment before loses its libraries, so runs never prune. It returns what
 // it removed.
 func PruneLibraryTrees(stateDir string) []string {
 	parent := filepath.Join(stateDir, libraryLinksDir)
-	if checkPrivate(parent) != nil {
+	if trustedPath(stateDir) != nil || checkPrivate(parent) != nil {
 		return nil
 	}
-	// Everything below goes through the directory opened here, so a path
-	// swapped meanwhile is never followed out of it.
+	// Everything below goes through the directory opened here, the one
+	// just checked, so no path swapped meanwhile is followed out of it.
+	before, err := os.Lstat(parent)
+	if err != nil {
+		return nil
+	}
 	root, err := os.OpenRoot(parent)
 	if err != nil {
 		return nil
 	}
 	defer root.Close()
+	if opened, err := root.Stat("."); err != nil || !os.SameFile(before, opened) {
+		return nil
+	}
 	dir, err := root.Open(".")
 	if err != nil {
 		return nil
@@ -303,8 +323,10 @@ func PruneLibraryTrees(stateDir string) []string {
 		switch {
 		case strings.HasPrefix(name, ".tmp-"):
 			stale = time.Since(st.ModTime()) > tmpTreeAge
-		case len(name) == treeNameLen && isHex(name):
+		case strings.HasPrefix(name, treePrefix) && isTreeName(name[len(treePrefix):]):
 			stale = staleTree(root, name)
+		case isTreeName(name) || isTreeName(name[strings.IndexByte(name, '-')+1:]):
+			stale = true // a tree of another version's making
 		}
 		if stale && root.RemoveAll(name) == nil {
 			removed = append(removed, filepath.Join(parent, name))
@@ -335,7 +357,8 @@ func staleTree(root *os.Root, name string) bool {
 	return stale
 }
 
-func isHex(s string) bool {
+// isTreeName says whether s is the hash part of a tree's name.
+func isTreeName(s string) bool {
 	_, err := hex.DecodeString(s)
-	return err == nil
+	return len(s) == treeNameLen && err == nil
 }

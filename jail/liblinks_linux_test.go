@@ -156,14 +156,28 @@ func TestLinkLibrariesFollowReplacement(t *testing.T) {
 	if err := os.Chtimes(halfMade, time2h(), time2h()); err != nil {
 		t.Fatal(err)
 	}
+	fresh := filepath.Join(state, libraryLinksDir, ".tmp-running")
+	if err := os.Mkdir(fresh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Trees of other versions' making: a bare hash (the first version), and
+	// a prefix other than this one's.
+	var otherVersions []string
+	for _, name := range []string{strings.Repeat("ab", treeNameLen/2), "1-" + strings.Repeat("cd", treeNameLen/2)} {
+		d := filepath.Join(state, libraryLinksDir, name)
+		if err := os.MkdirAll(filepath.Join(d, "lib"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		otherVersions = append(otherVersions, d)
+	}
 	removed := PruneLibraryTrees(state)
 	slices.Sort(removed)
-	want := []string{halfMade, old}
+	want := append([]string{halfMade, old}, otherVersions...)
 	slices.Sort(want)
 	if !slices.Equal(removed, want) {
 		t.Errorf("pruned %v, want %v", removed, want)
 	}
-	for _, keep := range []string{tree, other} {
+	for _, keep := range []string{tree, other, fresh} {
 		if _, err := os.Lstat(keep); err != nil {
 			t.Errorf("the current tree %s was pruned: %v", keep, err)
 		}
@@ -200,13 +214,11 @@ func TestLinkLibrariesRefusesOthersPaths(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			// A fresh state path each time: trustedPath remembers the good.
 			state := openTempDir(t)
 			tree, err := linkLibraries(state, libs, allowed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			trustedPaths.Delete(state)
 			if err := spoil(state, tree); err != nil {
 				t.Fatal(err)
 			}
@@ -342,3 +354,61 @@ func sameDevice(t *testing.T, a, b string) bool {
 }
 
 func time2h() time.Time { return time.Now().Add(-2 * time.Hour) }
+
+// A prune goes only through the libs directory it checked: one that is a
+// symlink, or in a state directory someone else owns, is left alone, and
+// so is what it points to.
+func TestPruneLibraryTreesStaysInItsDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a foreign owner is made with chown")
+	}
+	victim := openTempDir(t)
+	looksStale := filepath.Join(victim, treePrefix+strings.Repeat("ef", treeNameLen/2))
+	if err := os.MkdirAll(filepath.Join(looksStale, "no-such-host-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(looksStale, "no-such-host-dir", "f"))
+
+	symlinked := openTempDir(t)
+	if err := os.Symlink(victim, filepath.Join(symlinked, libraryLinksDir)); err != nil {
+		t.Fatal(err)
+	}
+	foreign := openTempDir(t)
+	if err := os.Symlink(victim, filepath.Join(foreign, libraryLinksDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(foreign, 12345, 12345); err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{symlinked, foreign} {
+		if removed := PruneLibraryTrees(state); len(removed) != 0 {
+			t.Errorf("prune of %s removed %v", state, removed)
+		}
+	}
+	if _, err := os.Stat(looksStale); err != nil {
+		t.Errorf("the directory a symlink pointed to lost %s: %v", looksStale, err)
+	}
+}
+
+// The per-run checks apply to a tree made earlier too: a library closed to
+// others since is no longer bound from it.
+func TestLinkLibrariesRecheckEachRun(t *testing.T) {
+	libs, allowed := fakeLibraries(t, 1)
+	state := openTempDir(t)
+	if _, err := linkLibraries(state, libs, allowed); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(libs[0], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := linkLibraries(state, libs, allowed); err == nil {
+		t.Errorf("a library closed to others is still bound from %s", got)
+	}
+}
+
+func writeTestFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -56,11 +56,12 @@ func cmdServe(args []string) int {
 		} else {
 			logger.Info("python prepared", "snapshot", p.Snapshot.Path)
 		}
-		// Trees of links to libraries an upgrade has since replaced.
-		for _, old := range jail.PruneLibraryTrees(opt.Install.StateDir) {
-			logger.Info("removed stale library links", "dir", old)
-		}
 	}()
+	// Trees of links to libraries an upgrade has since replaced, before any
+	// run can take one.
+	for _, old := range jail.PruneLibraryTrees(opt.Install.StateDir) {
+		logger.Info("removed stale library links", "dir", old)
+	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
 	if err != nil {
 		return fail("serve: %v", err)
