@@ -202,13 +202,11 @@ func trustedPath(dir string) error {
 		return err
 	}
 	for d := abs; ; d = filepath.Dir(d) {
-		var st unix.Stat_t
-		if err := unix.Lstat(d, &st); err != nil {
-			return &os.PathError{Op: "lstat", Path: d, Err: err}
+		st, err := lstatDir(d)
+		if err != nil {
+			return err
 		}
 		switch {
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("%s is not a directory", d)
 		case st.Uid != 0 && int(st.Uid) != os.Geteuid():
 			return fmt.Errorf("%s is owned by uid %d", d, st.Uid)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
@@ -238,19 +236,29 @@ func (id fileID) bytes() []byte {
 // user owns, no one else may write and everyone may pass: every job's
 // libraries are bound from it.
 func checkPrivate(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: dir, Err: err}
+	st, err := lstatDir(dir)
+	if err != nil {
+		return err
 	}
 	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return fmt.Errorf("%s is not a directory", dir)
 	case int(st.Uid) != os.Geteuid():
 		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, os.Geteuid())
 	case st.Mode&0o022 != 0 || st.Mode&0o001 == 0:
 		return fmt.Errorf("%s has mode %#o: want writable by its owner only, passable by all", dir, st.Mode&0o777)
 	}
 	return nil
+}
+
+// lstatDir is the lstat of a real directory (no symlink).
+func lstatDir(dir string) (*unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return nil, &os.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	return &st, nil
 }
 
 // makeDir makes dir with mode whatever the umask.
