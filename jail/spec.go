@@ -96,8 +96,8 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
 	}
 	ro := []string{"ro", "nosuid", "nodev"}
-	// The libraries' directories before the program: one of them may hold
-	// the program's own path (a native program under /lib).
+	// The root's other paths: a tree of library links is not bound over
+	// any of them (see libraryMounts).
 	others := append([]string{target, "/proc", runtimes.TmpDir}, devices...)
 	for _, f := range launch.Files {
 		others = append(others, f.Path)
