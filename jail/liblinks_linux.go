@@ -47,9 +47,9 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 	if _, ok := linkRefused.Load(stateDir); ok {
 		return "", fmt.Errorf("link libraries: links from %s refused before: %w", stateDir, unix.EXDEV)
 	}
-	var state unix.Stat_t
-	if err := unix.Stat(stateDir, &state); err != nil {
-		return "", fmt.Errorf("link libraries: %w", &os.PathError{Op: "stat", Path: stateDir, Err: err})
+	state, err := trustedPath(stateDir)
+	if err != nil {
+		return "", fmt.Errorf("link libraries: %w", err)
 	}
 	ids := make([]fileID, len(libs))
 	h := sha256.New()
@@ -70,13 +70,10 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 		h.Write([]byte{0})
 		h.Write(ids[i].bytes())
 	}
-	if err := trustedPath(stateDir); err != nil {
-		return "", fmt.Errorf("link libraries: %w", err)
-	}
 	parent := filepath.Join(stateDir, libraryLinksDir)
 	dir := filepath.Join(parent, treePrefix+hex.EncodeToString(h.Sum(nil))[:treeNameLen])
 	// The common case: made by an earlier run, and trusted as it stands.
-	err := checkPrivate(parent)
+	err = checkPrivate(parent)
 	if err == nil {
 		if err = checkPrivate(dir); err == nil {
 			return dir, nil
@@ -172,18 +169,10 @@ func reachable(lib string) (string, error) {
 	if _, err := unix.Lgetxattr(real, "security.capability", nil); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.ENOTSUP) {
 		return "", fmt.Errorf("%s has file capabilities (or they cannot be read: %v)", real, err)
 	}
-	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
-		var ds unix.Stat_t
-		if err := unix.Stat(d, &ds); err != nil {
-			return "", &os.PathError{Op: "stat", Path: d, Err: err}
-		}
-		if ds.Mode&0o001 == 0 {
-			return "", fmt.Errorf("%s is closed to others (mode %#o)", d, ds.Mode&0o777)
-		}
-		if d == "/" {
-			return real, nil
-		}
+	if _, err := walkUp(filepath.Dir(real), passable); err != nil {
+		return "", err
 	}
+	return real, nil
 }
 
 // linkRefused remembers the state directories a hard link from a library
@@ -194,30 +183,53 @@ var linkRefused sync.Map
 // trustedPath accepts dir when no one but root and this user can replace
 // it or any directory above it (a writable one must be sticky, as /tmp,
 // so that others cannot rename what root owns in it), and when others
-// can pass through each. It is checked at every run (a handful of lstats):
-// a directory under /tmp can be removed and made again by someone else.
-func trustedPath(dir string) error {
+// can pass through each; it returns dir's own lstat. It is checked at
+// every run (a handful of lstats): a directory under /tmp can be removed
+// and made again by someone else.
+func trustedPath(dir string) (*unix.Stat_t, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for d := abs; ; d = filepath.Dir(d) {
-		st, err := lstatDir(d)
-		if err != nil {
-			return err
-		}
+	return walkUp(abs, func(d string, st *unix.Stat_t) error {
 		switch {
 		case st.Uid != 0 && int(st.Uid) != os.Geteuid():
 			return fmt.Errorf("%s is owned by uid %d", d, st.Uid)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
 			return fmt.Errorf("%s is writable by others (mode %#o)", d, st.Mode&0o777)
-		case st.Mode&0o001 == 0:
-			return fmt.Errorf("%s is closed to others (mode %#o): the job's ids could not reach its libraries", d, st.Mode&0o777)
+		}
+		return passable(d, st)
+	})
+}
+
+// walkUp applies check to dir and every directory above it, each a real
+// directory (no symlink: dir is resolved), and returns dir's own lstat.
+func walkUp(dir string, check func(d string, st *unix.Stat_t) error) (*unix.Stat_t, error) {
+	var first *unix.Stat_t
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := lstatDir(d)
+		if err != nil {
+			return nil, err
+		}
+		if err := check(d, st); err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = st
 		}
 		if d == "/" {
-			return nil
+			return first, nil
 		}
 	}
+}
+
+// passable accepts a directory others may pass through: the job's ids
+// reach the libraries through it.
+func passable(d string, st *unix.Stat_t) error {
+	if st.Mode&0o001 == 0 {
+		return fmt.Errorf("%s is closed to others (mode %#o)", d, st.Mode&0o777)
+	}
+	return nil
 }
 
 // fileID names a library's version. A link is the file itself, so an
@@ -243,10 +255,10 @@ func checkPrivate(dir string) error {
 	switch {
 	case int(st.Uid) != os.Geteuid():
 		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0 || st.Mode&0o001 == 0:
-		return fmt.Errorf("%s has mode %#o: want writable by its owner only, passable by all", dir, st.Mode&0o777)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s is writable by others (mode %#o)", dir, st.Mode&0o777)
 	}
-	return nil
+	return passable(dir, st)
 }
 
 // lstatDir is the lstat of a real directory (no symlink).
@@ -295,7 +307,7 @@ const tmpTreeAge = time.Hour
 // it removed.
 func PruneLibraryTrees(stateDir string) []string {
 	parent := filepath.Join(stateDir, libraryLinksDir)
-	if trustedPath(stateDir) != nil || checkPrivate(parent) != nil {
+	if _, err := trustedPath(stateDir); err != nil || checkPrivate(parent) != nil {
 		return nil
 	}
 	// Everything below goes through the directory opened here, the one

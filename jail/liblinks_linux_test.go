@@ -153,7 +153,8 @@ func TestLinkLibrariesFollowReplacement(t *testing.T) {
 	if err := os.Mkdir(halfMade, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chtimes(halfMade, time2h(), time2h()); err != nil {
+	twoHoursAgo := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(halfMade, twoHoursAgo, twoHoursAgo); err != nil {
 		t.Fatal(err)
 	}
 	fresh := filepath.Join(state, libraryLinksDir, ".tmp-running")
@@ -352,8 +353,6 @@ func sameDevice(t *testing.T, a, b string) bool {
 	}
 	return sa.Dev == sb.Dev
 }
-
-func time2h() time.Time { return time.Now().Add(-2 * time.Hour) }
 
 // A prune goes only through the libs directory it checked: one that is a
 // symlink, or in a state directory someone else owns, is left alone, and
