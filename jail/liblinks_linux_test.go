@@ -2,6 +2,7 @@ package jail
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // openTempDir is t.TempDir made passable by others, as a state directory
@@ -276,6 +279,18 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 		if !sameDevice(t, state, libs[0]) {
 			t.Skipf("neither /tmp nor /var/tmp shares a file system with %s: no links to test", libs[0])
 		}
+	}
+	// A spec refused for its binds or copies makes no tree first.
+	for _, bad := range []*runtimes.Launch{
+		{Program: "/bin/sh", Binds: []runtimes.Bind{{Source: "relative", Target: "/x"}}},
+		{Program: "/bin/sh", Copies: []runtimes.Copy{{Source: "/etc", Target: "relative"}}},
+	} {
+		if _, err := NewSpec(bad, RootLimits{LibraryLinks: state}); err == nil {
+			t.Errorf("NewSpec(%+v) accepted a relative path", bad)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(state, libraryLinksDir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused spec left %s/%s (%v)", state, libraryLinksDir, err)
 	}
 	mounts := libraryMounts(libs, state, []string{"/runtime/sh"}, []string{"ro"})
 	var tops []string

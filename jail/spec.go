@@ -96,24 +96,27 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
 	}
 	ro := []string{"ro", "nosuid", "nodev"}
-	// The root's other paths: a tree of library links is not bound over
-	// any of them (see libraryMounts).
+	// The root's other paths, checked before a tree of library links is
+	// made: the tree is not bound over any of them (see libraryMounts).
 	others := append([]string{target, "/proc", runtimes.TmpDir}, devices...)
 	for _, f := range launch.Files {
 		others = append(others, f.Path)
 	}
 	for _, b := range launch.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)
+		}
 		others = append(others, b.Target)
 	}
 	for _, c := range launch.Copies {
+		if !filepath.IsAbs(c.Source) || !filepath.IsAbs(c.Target) {
+			return nil, fmt.Errorf("copy %s:%s: paths must be absolute", c.Source, c.Target)
+		}
 		others = append(others, c.Target)
 	}
 	mounts = append(mounts, libraryMounts(libs, lim.LibraryLinks, others, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, b := range launch.Binds {
-		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
-			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)
-		}
 		opts := append([]string(nil), ro...)
 		if !b.Exec {
 			opts = append(opts, "noexec")
@@ -126,9 +129,6 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	// A "copy" mount (pmjail's own type) is a per-run writable copy of the
 	// read-only host directory Source, made by the init stage on /tmp.
 	for _, c := range launch.Copies {
-		if !filepath.IsAbs(c.Source) || !filepath.IsAbs(c.Target) {
-			return nil, fmt.Errorf("copy %s:%s: paths must be absolute", c.Source, c.Target)
-		}
 		mounts = append(mounts, specs.Mount{Destination: c.Target, Type: "copy", Source: c.Source, Options: []string{"nosuid", "nodev", "noexec"}})
 	}
 	rlimits := []specs.POSIXRlimit{
