@@ -9,11 +9,17 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pmjail/pmjail/cgroup"
 )
 
 // leakState is everything a run could leave behind on the host.
 type leakState struct {
 	Cgroups, Mounts, TmpDirs, Zombies []string
+	// Reserved names the cgroups a daemon's waiting init stages hold
+	// (cgroup.Manager.Reserve), one per init stage: they come and go with
+	// the pool, so they are counted, not compared by name.
+	Reserved []string
 }
 
 func snapshotLeaks() leakState {
@@ -22,7 +28,13 @@ func snapshotLeaks() leakState {
 		if err != nil {
 			return nil // a cgroup removed while walking
 		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), "pmjail-") {
+		switch {
+		case !d.IsDir() || !strings.HasPrefix(d.Name(), "pmjail-"):
+		case cgroup.Reserved(d.Name()):
+			if !slices.Contains(s.Reserved, d.Name()) {
+				s.Reserved = append(s.Reserved, d.Name())
+			}
+		default:
 			s.Cgroups = append(s.Cgroups, path)
 		}
 		return nil
@@ -65,7 +77,6 @@ func added(before, after []string) []string {
 // last, then checks that nothing was left behind.
 func (b *Bench) soak(ctx context.Context) error {
 	b.Report.Section("Soak")
-	before := snapshotLeaks()
 	var dStart DaemonStats
 	if b.Daemon != nil {
 		var err error
@@ -73,6 +84,8 @@ func (b *Bench) soak(ctx context.Context) error {
 			return err
 		}
 	}
+	// With the daemon's pool full, as at the end.
+	before := snapshotLeaks()
 
 	native := Variant{Name: "pmjail exec -- /usr/bin/true", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}, Dir: b.Work}
 	nativeTimes, err := sequence(ctx, b.Soak, native.Once)
@@ -118,6 +131,13 @@ func (b *Bench) soak(ctx context.Context) error {
 	b.Report.Para("Sequential runs: %d × `pmjail exec -- /usr/bin/true` (the bulk, to keep the soak fast), then %d × %s. `make bench` runs a short soak; `make soak` runs the full 2,000 + 200.", b.Soak, b.SoakDeno, denoName)
 
 	time.Sleep(time.Second) // let the last cleanups land
+	var dEnd DaemonStats
+	if b.Daemon != nil {
+		// With the pool full again, as at the start.
+		if dEnd, err = b.Daemon.PoolFullStats(ctx); err != nil {
+			return err
+		}
+	}
 	after := snapshotLeaks()
 	leakRows := [][]string{
 		{"cgroups (`find /sys/fs/cgroup -name 'pmjail-*'`)", fmt.Sprint(len(before.Cgroups)), fmt.Sprint(len(after.Cgroups)), list(added(before.Cgroups, after.Cgroups))},
@@ -127,17 +147,14 @@ func (b *Bench) soak(ctx context.Context) error {
 	}
 	leaked := len(added(before.Cgroups, after.Cgroups)) + len(added(before.Mounts, after.Mounts)) + len(added(before.TmpDirs, after.TmpDirs)) + len(added(before.Zombies, after.Zombies))
 	if b.Daemon != nil {
-		dEnd, err := b.Daemon.PoolFullStats(ctx)
-		if err != nil {
-			return err
-		}
 		leakRows = append(leakRows,
 			[]string{"daemon init stages waiting (prestart)", fmt.Sprint(dStart.Prestarted), fmt.Sprint(dEnd.Prestarted), signedInt(dEnd.Prestarted - dStart.Prestarted)},
+			[]string{"their cgroups (`pmjail-*-prestart-*`), one each", fmt.Sprint(len(before.Reserved)), fmt.Sprint(len(after.Reserved)), signedInt(len(after.Reserved) - len(before.Reserved))},
 			[]string{"daemon open fds", fmt.Sprint(dStart.FDs), fmt.Sprint(dEnd.FDs), signedInt(dEnd.FDs - dStart.FDs)},
 			[]string{"daemon RSS", kib(dStart.RSS), kib(dEnd.RSS), fmt.Sprintf("%+.1f MiB", float64(dEnd.RSS-dStart.RSS)/1024)})
 		// Fds are comparable only with as many init stages waiting: a pool
 		// that could not be levelled counts against the check.
-		if dEnd.FDs > dStart.FDs || dEnd.Prestarted != dStart.Prestarted {
+		if dEnd.FDs > dStart.FDs || dEnd.Prestarted != dStart.Prestarted || len(after.Reserved) != dEnd.Prestarted {
 			leaked++
 		}
 	} else {

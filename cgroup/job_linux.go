@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/kfile"
@@ -117,12 +118,15 @@ func (m *Manager) mkdir(dir string) error {
 	return err
 }
 
-func (m *Manager) createV1(name string, l limits) (*Job, error) {
+// createV1 makes the job's directory in each hierarchy its limits use, or
+// in every hierarchy the host has (all: a reserved cgroup, whose limits
+// come later).
+func (m *Manager) createV1(name string, l limits, all bool) (*Job, error) {
 	ctrls := []string{}
 	for _, c := range m.host.Controllers {
 		// cpu only carries the quota: leave it out when there is none,
 		// so that AddProc writes one cgroup.procs fewer.
-		if c == CPU && l.cpuQuota == 0 {
+		if c == CPU && l.cpuQuota == 0 && !all {
 			continue
 		}
 		ctrls = append(ctrls, c)
@@ -207,6 +211,37 @@ func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	}
 	j.fd = fd
 	return j, nil
+}
+
+// SetLimits gives a reserved cgroup (Manager.Reserve) its job's limits, as
+// Create would have: res is validated the same way, and a limit whose
+// controller the job lacks is an error wrapping ErrNotSupported.
+func (j *Job) SetLimits(res *specs.LinuxResources) error {
+	l, err := limitsFrom(res)
+	if err != nil {
+		return fmt.Errorf("set limits of cgroup %s: %w", j.name, err)
+	}
+	for _, c := range l.needs() {
+		has := j.m.host.Has(c)
+		if j.v1 != nil {
+			_, has = j.paths[c]
+		}
+		if !has {
+			return fmt.Errorf("set limits of cgroup %s: %s controller: %w", j.name, c, ErrNotSupported)
+		}
+	}
+	switch {
+	case j.v1 != nil:
+		err = j.v1.Update(l.v1(j.swapCapped))
+	case j.v2 != nil:
+		err = j.v2.Update(l.v2(j.swapCapped))
+	default:
+		err = errors.New("job has no live cgroup")
+	}
+	if err != nil {
+		return fmt.Errorf("set limits of cgroup %s: %w", j.name, err)
+	}
+	return nil
 }
 
 // TaskFiles opens the "tasks" file of each of the job's cgroup v1

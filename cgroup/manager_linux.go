@@ -196,7 +196,24 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Job, error) {
 	if m.host.Mode == V2 {
 		return m.createV2(name, l)
 	}
-	return m.createV1(name, l)
+	return m.createV1(name, l, false)
+}
+
+// Reserve makes a job cgroup without limits, in every controller the host
+// has: for an init stage started before its job is known (jail.Pool),
+// which waits with it and hands it to the run that takes it. That run
+// gives it its limits (SetLimits) before anything of the job's is in it.
+// The name, "pmjail-<pid>-prestart-<id>", tells it from a job's own; Sweep
+// treats it as one.
+func (m *Manager) Reserve(id string) (*Job, error) {
+	name, err := jobName(m.pid, reservePrefix+id)
+	if err != nil {
+		return nil, fmt.Errorf("reserve cgroup: %w", err)
+	}
+	if m.host.Mode == V2 {
+		return m.createV2(name, limits{})
+	}
+	return m.createV1(name, limits{}, true)
 }
 
 // Sweep removes the job cgroups whose owning supervisor is dead, killing

@@ -17,6 +17,20 @@ const leafName = "pmjail-supervisor"
 
 const maxIDLen = 64
 
+// reservePrefix starts the id of a cgroup reserved for an init stage
+// started ahead of its job (Manager.Reserve).
+const reservePrefix = "prestart-"
+
+// Reserved reports whether a cgroup name is one Manager.Reserve made.
+func Reserved(name string) bool {
+	rest, ok := strings.CutPrefix(name, namePrefix)
+	if !ok {
+		return false
+	}
+	_, id, ok := strings.Cut(rest, "-")
+	return ok && strings.HasPrefix(id, reservePrefix)
+}
+
 // jobName returns the cgroup name for job id owned by pid.
 func jobName(pid int, id string) (string, error) {
 	if err := validID(id); err != nil {

@@ -117,3 +117,18 @@ func TestParseFiles(t *testing.T) {
 		t.Error("containsLine")
 	}
 }
+
+func TestReservedNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"pmjail-12-prestart-ab": true,
+		"pmjail-12-ab":          false,
+		"pmjail-12-xprestart-a": false,
+		"pmjail-supervisor":     false,
+		"other-12-prestart-ab":  false,
+		"12-prestart-ab":        false,
+	} {
+		if got := Reserved(name); got != want {
+			t.Errorf("Reserved(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -100,17 +100,25 @@ func TestDaemonLoad(t *testing.T) {
 	if want := fmt.Sprintf(`pmjail_runs_total{status="ok"} %d`, total); !strings.Contains(m, want) {
 		t.Errorf("metrics lack %q", want)
 	}
-	if cgs := jobCgroups(d.pid()); len(cgs) > 0 {
+	if cgs := runCgroups(d.pid()); len(cgs) > 0 {
 		t.Errorf("job cgroups left after the runs: %v", cgs)
 	}
 	// The idle daemon's only children are the init stages it keeps
-	// started for the next runs, waiting; they end with it.
+	// started for the next runs, waiting, each with its cgroup; they end
+	// with it.
 	waiting := waitingInitStages(t, d)
+	held := reservedCgroups(d.pid())
+	if len(held) != len(waiting) {
+		t.Errorf("the idle daemon holds cgroups %v for its %d waiting init stages, want one each", held, len(waiting))
+	}
 	d.stop(t)
 	for _, pid := range waiting {
 		if !gone(pid) {
 			t.Errorf("prestarted init stage %d outlived the daemon", pid)
 		}
+	}
+	if left := jobCgroups(d.pid()); len(left) > 0 {
+		t.Errorf("cgroups left after the daemon stopped: %v", left)
 	}
 }
 
@@ -134,9 +142,10 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 		if time.Now().After(deadline) {
 			var states []string
 			for _, pid := range kids {
-				states = append(states, fmt.Sprintf("%d:%s", pid, procState(pid)))
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				states = append(states, fmt.Sprintf("%d:%s:%s", pid, strings.TrimSpace(string(comm)), procState(pid)))
 			}
-			t.Fatalf("the idle daemon's children (pid:state) %v are not its %+v prestarted init stages (%v)", states, h, err)
+			t.Fatalf("the idle daemon's children (pid:comm:state) %v are not its %+v prestarted init stages (%v)", states, h, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

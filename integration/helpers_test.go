@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
 )
 
@@ -308,7 +309,8 @@ func describePids(pids []int) []string {
 }
 
 // jobCgroups lists the job cgroups (in any hierarchy) whose owner is pid:
-// pmjail-<pid>-<id>.
+// pmjail-<pid>-<id>, and the cgroups its waiting init stages hold
+// (pmjail-<pid>-prestart-<id>, see reservedCgroups).
 func jobCgroups(pid int) []string {
 	var found []string
 	prefix := fmt.Sprintf("pmjail-%d-", pid)
@@ -326,6 +328,30 @@ func jobCgroups(pid int) []string {
 		return nil
 	})
 	return found
+}
+
+// runCgroups and reservedCgroups split jobCgroups(pid): the cgroups of
+// runs, and the names of those a daemon's prestarted init stages wait with
+// (cgroup.Manager.Reserve), one name per init stage whatever the
+// hierarchies.
+func runCgroups(pid int) []string {
+	var runs []string
+	for _, dir := range jobCgroups(pid) {
+		if !cgroup.Reserved(filepath.Base(dir)) {
+			runs = append(runs, dir)
+		}
+	}
+	return runs
+}
+
+func reservedCgroups(pid int) []string {
+	var names []string
+	for _, dir := range jobCgroups(pid) {
+		if n := filepath.Base(dir); cgroup.Reserved(n) && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // startPmjail starts the binary without waiting; the caller waits.

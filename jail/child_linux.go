@@ -25,6 +25,9 @@ type child struct {
 	stdout, stderr *os.File
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
+	// held is the cgroup a pooled child waits with (PoolOptions.Cgroup)
+	// until a run adopts it; nil otherwise.
+	held HeldCgroup
 }
 
 // startChild starts an init stage in the namespaces flags. On cgroup v2
@@ -113,14 +116,19 @@ func (c *child) waiting() bool {
 }
 
 // discard kills a child that never got a job, reaps it and frees what the
-// supervisor holds of it.
-func (c *child) discard() {
+// supervisor holds of it, its cgroup included. It returns why that cgroup
+// could not be removed.
+func (c *child) discard() error {
 	_ = c.proc.Signal(syscall.SIGKILL)
 	_, _ = c.proc.Wait()
 	c.ctl.Close()
 	c.stdout.Close()
 	c.stderr.Close()
 	c.lease.release()
+	if c.held == nil {
+		return nil
+	}
+	return c.held.Delete()
 }
 
 // start starts the init stage and says whether it was born in its cgroup

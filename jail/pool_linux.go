@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -9,11 +10,12 @@ import (
 // clone into new namespaces, the exec of pmjail-init and its Go start-up
 // are about half of a run's set-up (~3 of ~6 ms here); a pooled child has
 // done them while the previous run was going, on a core that run left
-// idle. A pooled child holds its namespaces, its lease of host ids and the
-// init stage's own code, and nothing of any job: what to build and run
-// arrives with its configuration, and it joins the job's cgroup before it
-// writes anything of the job's (cgroup v1: through the task files of its
-// join; runs on v2 take no pooled child). Each child serves one run.
+// idle. A pooled child holds its namespaces, its lease of host ids, the
+// init stage's own code and, with PoolOptions.Cgroup, a cgroup without
+// limits; nothing of any job: what to build and run arrives with its
+// configuration, the run that takes it gives the cgroup the job's limits,
+// and it joins the job's cgroup before it writes anything of the job's.
+// Each child serves one run.
 type Pool struct {
 	opt     PoolOptions
 	mu      sync.Mutex
@@ -34,12 +36,36 @@ type PoolOptions struct {
 	// OnError hears why a refill failed (nil: nobody). Runs then start
 	// their own init stages, and report their own failures.
 	OnError func(error)
+	// Cgroup, when set, makes the cgroup each child waits with, without
+	// limits (cgroup.Manager.Reserve): on cgroup v2 the child is born in
+	// it, on v1 it joins at hand-over as a run's own child does. Such a
+	// child serves only runs that adopt its cgroup (Job.AdoptCgroup): the
+	// cgroup's making is then off the run's path, and on v2 a run can take
+	// a child at all, which must be born in its job's cgroup. Without it,
+	// children serve the runs whose child need not be born in a cgroup.
+	Cgroup func() (HeldCgroup, error)
 }
 
 // NewPool returns a pool that keeps up to size children for each set of
 // namespaces it has been asked for (it learns them from take).
 func NewPool(size int, opt PoolOptions) *Pool {
 	return &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}}
+}
+
+// serves reports whether the pool's children can serve job's run (see
+// PoolOptions.Cgroup); a nil pool serves none.
+func (p *Pool) serves(job *Job) bool {
+	switch {
+	case p == nil:
+		return false
+	case p.opt.Cgroup != nil:
+		return job.AdoptCgroup != nil && job.Cgroup == nil
+	}
+	// A child started outside any cgroup cannot serve a run whose child
+	// must be born in its cgroup: moving one in from outside waits for an
+	// RCU grace period (~8 ms).
+	_, v2 := cgroupFD(job.Cgroup)
+	return !v2 && (job.MakeCgroup == nil || !job.CgroupAtBirth)
 }
 
 // take returns a live child started in the namespaces flags, or nil when
@@ -62,7 +88,7 @@ func (p *Pool) take(flags uintptr) *child {
 	}
 	p.mu.Unlock()
 	for _, c := range dead {
-		c.discard()
+		p.discard(c)
 	}
 	return got
 }
@@ -102,13 +128,13 @@ func (p *Pool) fill(flags uintptr) {
 			return
 		}
 		p.mu.Unlock()
-		c, stage, err := startChild(flags, nil)
+		c, stage, err := p.start(flags)
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false
 			p.mu.Unlock()
 			if c != nil {
-				c.discard()
+				p.discard(c)
 			}
 			if err != nil && p.opt.OnError != nil {
 				p.opt.OnError(fmt.Errorf("start an init stage ahead: %s: %w", stage, err))
@@ -117,6 +143,35 @@ func (p *Pool) fill(flags uintptr) {
 		}
 		p.idle[flags] = append(p.idle[flags], c)
 		p.mu.Unlock()
+	}
+}
+
+// start starts one child for the pool, with its cgroup if the pool holds
+// them.
+func (p *Pool) start(flags uintptr) (*child, string, error) {
+	if p.opt.Cgroup == nil {
+		return startChild(flags, nil)
+	}
+	cg, err := p.opt.Cgroup()
+	if err != nil {
+		return nil, "cgroup", err
+	}
+	c, stage, err := startChild(flags, cg)
+	if err != nil {
+		if derr := cg.Delete(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, stage, err
+	}
+	c.held = cg
+	return c, "", nil
+}
+
+// discard ends a child that serves no run, telling OnError what of it
+// could not be removed.
+func (p *Pool) discard(c *child) {
+	if err := c.discard(); err != nil && p.opt.OnError != nil {
+		p.opt.OnError(fmt.Errorf("discard an init stage started ahead: %w", err))
 	}
 }
 
@@ -135,7 +190,7 @@ func (p *Pool) Resize(size int) {
 	}
 	p.mu.Unlock()
 	for _, c := range extra {
-		c.discard()
+		p.discard(c)
 	}
 }
 
@@ -152,7 +207,7 @@ func (p *Pool) Close() {
 	p.mu.Unlock()
 	for _, q := range idle {
 		for _, c := range q {
-			c.discard()
+			p.discard(c)
 		}
 	}
 }

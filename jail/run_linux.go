@@ -49,6 +49,12 @@ type Job struct {
 	// removes what it made. An error ends the run at stage "cgroup".
 	MakeCgroup    func() (CgroupJob, error)
 	CgroupAtBirth bool
+	// AdoptCgroup, set with MakeCgroup, takes instead the cgroup of a
+	// pooled child the run took (PoolOptions.Cgroup): it gives cg the job's
+	// limits, while the init stage mounts the root, and owns cg from then
+	// as if MakeCgroup had made it, whatever it returns. An error ends the
+	// run at stage "cgroup".
+	AdoptCgroup func(cg HeldCgroup) error
 	// Channel, when set, receives the host end of the guest channel once
 	// the guest runs. A non-nil error ends the run as a protocol error.
 	Channel func(ctx context.Context, conn net.Conn) error
@@ -77,6 +83,13 @@ type CgroupJob interface {
 	CPUTime() (time.Duration, error)
 	// Kill kills every task in the cgroup.
 	Kill() error
+}
+
+// HeldCgroup is a cgroup made for a pooled child (PoolOptions.Cgroup).
+type HeldCgroup interface {
+	CgroupJob
+	// Delete kills what is left in it and removes it.
+	Delete() error
 }
 
 // Outcome is how the contained process ended, before the caller adds what
@@ -166,6 +179,16 @@ func (s *supervision) setCgroup(cg CgroupJob) {
 	s.mu.Unlock()
 }
 
+// makeCgroup makes the job's cgroup (or gives an adopted one its limits)
+// while the child starts and mounts the root; handOver takes the result.
+func (s *supervision) makeCgroup(fn func() (CgroupJob, error)) {
+	s.making = make(chan madeCgroup, 1)
+	go func() {
+		cg, err := fn()
+		s.making <- madeCgroup{cg, err}
+	}()
+}
+
 // stop records the first reason to end the run and kills the tree.
 func (s *supervision) stop(r killReason) {
 	s.mu.Lock()
@@ -199,9 +222,28 @@ func (s *supervision) run(ctx context.Context) {
 
 	flags := cloneFlags(job.Spec)
 	s.setCgroup(job.Cgroup)
+	// A run the pool cannot serve neither takes from it nor fills it.
+	warm := job.Warm
+	if !warm.serves(job) {
+		warm = nil
+	}
+	// A run that ends may leave a core spare that its start did not: the
+	// last runs of a burst top the pool up for the next, which would
+	// otherwise start cold.
+	defer warm.replenish(flags)
+	defer func() {
+		if s.making != nil {
+			<-s.making
+		}
+	}()
+	c := warm.take(flags)
 	switch {
+	case c != nil && c.held != nil:
+		held := c.held
+		c.held = nil
+		s.makeCgroup(func() (CgroupJob, error) { return held, job.AdoptCgroup(held) })
 	case job.MakeCgroup == nil:
-	case job.CgroupAtBirth:
+	case c == nil && job.CgroupAtBirth:
 		cg, err := job.MakeCgroup()
 		if err != nil {
 			s.fail("cgroup", err)
@@ -209,29 +251,8 @@ func (s *supervision) run(ctx context.Context) {
 		}
 		s.setCgroup(cg)
 	default:
-		s.making = make(chan madeCgroup, 1)
-		go func() {
-			cg, err := job.MakeCgroup()
-			s.making <- madeCgroup{cg, err}
-		}()
-		defer func() {
-			if s.making != nil {
-				<-s.making
-			}
-		}()
+		s.makeCgroup(job.MakeCgroup)
 	}
-	// On cgroup v2 a child starts in its job's cgroup (moving one in from
-	// outside waits for an RCU grace period, ~8 ms), so it cannot start
-	// before its job: such runs neither take from the pool nor fill it.
-	warm := job.Warm
-	if _, v2 := cgroupFD(s.cg()); v2 {
-		warm = nil
-	}
-	// A run that ends may leave a core spare that its start did not: the
-	// last runs of a burst top the pool up for the next, which would
-	// otherwise start cold.
-	defer warm.replenish(flags)
-	c := warm.take(flags)
 	if c != nil {
 		s.out.Prestarted = true
 	} else {

@@ -253,6 +253,21 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 			}
 			return cg, nil
 		}
+		// A pooled init stage's cgroup (cgroup.Manager.Reserve, the
+		// daemon's) is made already: the run gives it its limits.
+		job.AdoptCgroup = func(held jail.HeldCgroup) error {
+			j, ok := held.(*cgroup.Job)
+			if !ok {
+				cgErr = fmt.Errorf("adopt cgroup: %T is not a job cgroup", held)
+				if err := held.Delete(); err != nil {
+					cgErr = errors.Join(cgErr, err)
+				}
+				return cgErr
+			}
+			cg = j
+			cgErr = cg.SetLimits(spec.Linux.Resources)
+			return cgErr
+		}
 	}
 	if launch.Channel {
 		timing := "precise"

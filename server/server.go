@@ -110,10 +110,17 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
 	// Empty until the first run says which namespaces to start children in.
-	s.warm = jail.NewPool(cfg.prestartLen(), jail.PoolOptions{
+	poolOpt := jail.PoolOptions{
 		Spare:   s.spareCore,
 		OnError: func(err error) { s.log.Warn("prestart", "err", err) },
-	})
+	}
+	if opt.Cgroups != nil {
+		// Each waiting init stage holds its cgroup, made ahead: a run
+		// only gives it its limits, and on cgroup v2, where a child is
+		// born in its cgroup, runs can take one at all.
+		poolOpt.Cgroup = func() (jail.HeldCgroup, error) { return opt.Cgroups.Reserve(job.NewID()) }
+	}
+	s.warm = jail.NewPool(cfg.prestartLen(), poolOpt)
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err

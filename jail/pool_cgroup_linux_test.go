@@ -1,0 +1,232 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/cgroup"
+)
+
+// cgroupManager returns a real cgroup manager, skipping (or failing under
+// CI=true) where the host has none usable.
+func cgroupManager(t *testing.T) *cgroup.Manager {
+	t.Helper()
+	needRoot(t)
+	m, err := cgroup.NewManager()
+	if errors.Is(err, cgroup.ErrNotSupported) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the host has no usable cgroups: %v", err)
+		}
+		t.Skipf("no usable cgroups: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// heldCgroups is a PoolOptions.Cgroup that reserves real cgroups and
+// remembers them.
+type heldCgroups struct {
+	m    *cgroup.Manager
+	mu   sync.Mutex
+	made []*cgroup.Job
+	seq  atomic.Int64
+}
+
+func (h *heldCgroups) reserve() (HeldCgroup, error) {
+	j, err := h.m.Reserve(fmt.Sprintf("jailtest-%d-%d", time.Now().UnixNano()%1e9, h.seq.Add(1)))
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.made = append(h.made, j)
+	h.mu.Unlock()
+	return j, nil
+}
+
+// cgroupJob is a shell job with a real cgroup: made by its run, or adopted
+// from the pool's with pids limited to 16 (adopted records which).
+func cgroupJob(t *testing.T, m *cgroup.Manager, script string, adopted *[]*cgroup.Job) *Job {
+	t.Helper()
+	job := shellJob(t, script, testLimits)
+	pids := int64(16)
+	res := &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &pids}}
+	job.CgroupAtBirth = m.Host().Mode == cgroup.V2
+	job.MakeCgroup = func() (CgroupJob, error) {
+		j, err := m.Create(fmt.Sprintf("jailtest-run-%p", job), res)
+		if err == nil {
+			t.Cleanup(func() { _ = j.Delete() })
+		}
+		return j, err
+	}
+	job.AdoptCgroup = func(held HeldCgroup) error {
+		j := held.(*cgroup.Job)
+		*adopted = append(*adopted, j)
+		t.Cleanup(func() { _ = j.Delete() })
+		return j.SetLimits(res)
+	}
+	return job
+}
+
+// inCgroup reports whether pid's /proc/<pid>/cgroup places it in one of
+// j's directories.
+func inCgroup(t *testing.T, pid int, j *cgroup.Job) bool {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(data), "/"+j.Name()+"\n")
+}
+
+// TestPoolChildWaitsWithItsCgroup: with PoolOptions.Cgroup each pooled
+// child holds a cgroup made ahead (on cgroup v2 it is born in it); a run
+// that takes the child adopts that cgroup and gives it its limits, and its
+// process runs there under them. Cgroups the pool still holds go with
+// Close.
+func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
+	m := cgroupManager(t)
+	h := &heldCgroups{m: m}
+	p := NewPool(1, PoolOptions{Cgroup: h.reserve})
+	t.Cleanup(p.Close)
+	var adopted []*cgroup.Job
+	first := cgroupJob(t, m, `echo one`, &adopted)
+	first.Warm = p
+	if out := Run(context.Background(), first); out.Status != StatusOK || out.Prestarted || len(adopted) != 0 {
+		t.Fatalf("first run: status %s prestarted %v adopted %d message %q", out.Status, out.Prestarted, len(adopted), out.Message)
+	}
+	waitIdle(t, p, 1)
+	waiting := firstIdle(p)
+	held, ok := waiting.held.(*cgroup.Job)
+	if !ok || !cgroup.Reserved(held.Name()) {
+		t.Fatalf("the pooled child holds %v, want a reserved cgroup", waiting.held)
+	}
+	if v2 := m.Host().Mode == cgroup.V2; inCgroup(t, waiting.proc.Pid, held) != v2 {
+		t.Errorf("cgroup v2 %v: the waiting child in its cgroup: %v (born in it on v2 only)", v2, !v2)
+	}
+
+	// It keeps busy for a while, so that its state is read back.
+	second := cgroupJob(t, m, `echo two; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, &adopted)
+	second.Warm = p
+	out := Run(context.Background(), second)
+	if out.Status != StatusOK || !strings.HasPrefix(string(out.Stdout), "two\n") || !out.Prestarted {
+		t.Fatalf("second run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	}
+	if len(adopted) != 1 || adopted[0] != held {
+		t.Fatalf("the run adopted %v, want the pooled child's cgroup %s", adopted, held.Name())
+	}
+	o := out.Observed
+	if o == nil || o.Error != "" {
+		t.Fatalf("the run's process was not read back: %+v", o)
+	}
+	for ctl, dir := range held.Paths() {
+		// "id:controllers:path", the controllers empty on v2.
+		in := slices.ContainsFunc(o.Cgroups, func(line string) bool {
+			parts := strings.SplitN(line, ":", 3)
+			return len(parts) == 3 && strings.HasSuffix(parts[2], "/"+held.Name()) &&
+				(ctl == cgroup.UnifiedKey && parts[1] == "" || slices.Contains(strings.Split(parts[1], ","), ctl))
+		})
+		if !in {
+			t.Errorf("the run's process (cgroups %q) is not in the adopted %s cgroup %s", o.Cgroups, ctl, dir)
+		}
+	}
+	limit := held.Paths()[cgroup.Pids]
+	if limit == "" {
+		limit = held.Paths()[cgroup.UnifiedKey]
+	}
+	if m.Host().Has(cgroup.Pids) {
+		data, err := os.ReadFile(filepath.Join(limit, "pids.max"))
+		if err != nil || strings.TrimSpace(string(data)) != "16" {
+			t.Errorf("the adopted cgroup's pids.max = %q (%v), want the job's 16", data, err)
+		}
+	}
+
+	// Close removes the cgroup of the child that still waits.
+	waitIdle(t, p, 1)
+	p.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range h.made {
+		if j == held {
+			continue
+		}
+		for _, dir := range j.Paths() {
+			if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the pool's cgroup %s outlived Close (%v)", dir, err)
+			}
+		}
+	}
+}
+
+// TestPoolHeldCgroupsServeOnlyAdopters: a child waiting with a cgroup
+// serves only a run that adopts it; a run without a cgroup starts its own.
+// A run whose adoption fails ends at stage "cgroup" before its program,
+// leaving no child.
+func TestPoolHeldCgroupsServeOnlyAdopters(t *testing.T) {
+	m := cgroupManager(t)
+	h := &heldCgroups{m: m}
+	p := NewPool(1, PoolOptions{Cgroup: h.reserve})
+	t.Cleanup(p.Close)
+	var adopted []*cgroup.Job
+	warmUp := cgroupJob(t, m, `true`, &adopted)
+	warmUp.Warm = p
+	if out := Run(context.Background(), warmUp); out.Status != StatusOK {
+		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
+	}
+	waitIdle(t, p, 1)
+	pooled := idlePids(p)[0]
+
+	plain := shellJob(t, `echo plain`, testLimits)
+	plain.Warm = p
+	if out := Run(context.Background(), plain); out.Status != StatusOK || out.Prestarted {
+		t.Fatalf("a run without a cgroup: status %s prestarted %v message %q", out.Status, out.Prestarted, out.Message)
+	}
+	if ids := idlePids(p); len(ids) != 1 || ids[0] != pooled {
+		t.Errorf("the pool holds %v after a run without a cgroup, want its child %d", ids, pooled)
+	}
+
+	failing := cgroupJob(t, m, `echo started`, &adopted)
+	failing.Warm = p
+	failing.AdoptCgroup = func(held HeldCgroup) error {
+		t.Cleanup(func() { _ = held.Delete() })
+		return errors.New("no limits for you")
+	}
+	before := children(t)
+	out := Run(context.Background(), failing)
+	if out.Status != StatusInternalError || out.InitStage != "cgroup" || !out.Prestarted || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
+		t.Fatalf("status %s stage %q prestarted %v message %q stdout %q", out.Status, out.InitStage, out.Prestarted, out.Message, out.Stdout)
+	}
+	if !gone(pooled) {
+		t.Errorf("the child whose cgroup was not adopted (pid %d) outlived its run", pooled)
+	}
+	// Besides what the pool refilled, nothing of the run is left.
+	p.fills.Wait()
+	refilled := idlePids(p)
+	for _, pid := range children(t) {
+		if !slices.Contains(before, pid) && !slices.Contains(refilled, atoi(t, pid)) {
+			t.Errorf("child %s left behind", pid)
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
