@@ -63,10 +63,12 @@ test-host: setup
 # pids.max and a limit below 5 fails the run (README, the --pids flag).
 VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurityKernel_|TestE2E_|Channel
 VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne
-# The jail package's runs, prestart pool (TestPoolUnusedOnCgroupV2 among
-# them) and init-stage start (spawnShared, on another kernel) on a unified
-# host; its other tests read the source tree or want a dynamically linked
-# /bin/sh, which the VM has not.
+# The jail package's runs, prestart pool (its children born in the cgroups
+# they wait with, TestPoolChildWaitsWithItsCgroup) and init-stage start
+# (spawnShared, on another kernel) on a unified host; its other tests read
+# the source tree or want a dynamically linked /bin/sh, which the VM has
+# not. The daemon prestarts only with a core spare, so on the TCG VM's one
+# vCPU DaemonPrestarted checks that it starts none and contains a cold run.
 VM_JAIL_TESTS ?= TestRun|TestPool|TestSpawn
 VMBIN := $(CURDIR)/bin/vm
 
