@@ -68,6 +68,11 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 	if got := ranPrestarted(d, res.ID); got != ahead {
 		t.Fatalf("run %s took a prestarted init stage: %v, want %v; daemon log:\n%s", res.ID, got, ahead, d.logs)
 	}
+	// Its root is the first run's (a Deno root with the same /tmp), which
+	// the init stage mounted while it waited.
+	if got := finishedWith(d, res.ID, `"root_prepared":true`); got != ahead {
+		t.Errorf("run %s took the root mounted ahead: %v, want %v; daemon log:\n%s", res.ID, got, ahead, d.logs)
+	}
 	raw, err := json.Marshal(res.Posture)
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +113,16 @@ func waitPrestarted(t *testing.T, d *daemon) {
 // a prestarted init stage. The log comes through a pipe: the line may
 // follow the answer by a moment.
 func ranPrestarted(d *daemon, id string) bool {
+	return finishedWith(d, id, `"prestarted":true`)
+}
+
+// finishedWith reports whether the daemon's "run finished" line for job id
+// holds field, waiting a little for the line.
+func finishedWith(d *daemon, id, field string) bool {
 	for range 250 {
 		for _, line := range strings.Split(d.logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"run finished"`) && strings.Contains(line, `"job":"`+id+`"`) {
-				return strings.Contains(line, `"prestarted":true`)
+				return strings.Contains(line, field)
 			}
 		}
 		time.Sleep(20 * time.Millisecond)

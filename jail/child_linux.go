@@ -28,6 +28,9 @@ type child struct {
 	// held is the cgroup a pooled child waits with (PoolOptions.Cgroup)
 	// until a run adopts it; nil otherwise.
 	held HeldCgroup
+	// plan is the root a pooled child mounts ahead (an encoded
+	// initstage.Prepare), nil for none.
+	plan []byte
 }
 
 // startChild starts an init stage in the namespaces flags. On cgroup v2

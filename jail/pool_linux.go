@@ -1,9 +1,13 @@
 package jail
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+
+	"github.com/pmjail/pmjail/jail/initstage"
 )
 
 // Pool keeps init stages started ahead of their runs, for a daemon. The
@@ -22,8 +26,11 @@ type Pool struct {
 	size    int
 	idle    map[uintptr][]*child
 	filling map[uintptr]bool
-	closed  bool
-	fills   sync.WaitGroup
+	// plans are, per set of namespaces, the root the last run asked for
+	// (an encoded initstage.Prepare), which new children mount ahead.
+	plans  map[uintptr][]byte
+	closed bool
+	fills  sync.WaitGroup
 }
 
 // PoolOptions tune a Pool.
@@ -49,7 +56,7 @@ type PoolOptions struct {
 // NewPool returns a pool that keeps up to size children for each set of
 // namespaces it has been asked for (it learns them from take).
 func NewPool(size int, opt PoolOptions) *Pool {
-	return &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}}
+	return &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}, plans: map[uintptr][]byte{}}
 }
 
 // serves reports whether the pool's children can serve job's run (see
@@ -68,24 +75,52 @@ func (p *Pool) serves(job *Job) bool {
 	return !v2 && (job.MakeCgroup == nil || !job.CgroupAtBirth)
 }
 
+// plan is the preparation of job's root for the pool's children (nil: no
+// pool, or none can be made).
+func (p *Pool) plan(job *Job) []byte {
+	if p == nil {
+		return nil
+	}
+	hostMountNS, err := ownMountNS()
+	if err != nil {
+		return nil
+	}
+	plan, err := (&initstage.Prepare{Mounts: job.Spec.Mounts, HostMountNS: hostMountNS}).MarshalBinary()
+	if err != nil {
+		return nil
+	}
+	return plan
+}
+
 // take returns a live child started in the namespaces flags, or nil when
-// there is none (or no pool).
-func (p *Pool) take(flags uintptr) *child {
+// there is none (or no pool): one whose root was prepared as plan (an
+// encoded initstage.Prepare of the run's mounts) if any, else another,
+// whose init stage then builds the run's root itself. Children started
+// from now on prepare plan's root.
+func (p *Pool) take(flags uintptr, plan []byte) *child {
 	if p == nil {
 		return nil
 	}
 	var got *child
 	var dead []*child
 	p.mu.Lock()
-	for got == nil && len(p.idle[flags]) > 0 {
-		c := p.idle[flags][0]
-		p.idle[flags] = p.idle[flags][1:]
+	if plan != nil && !bytes.Equal(p.plans[flags], plan) {
+		p.plans[flags] = plan
+	}
+	q := p.idle[flags]
+	if i := slices.IndexFunc(q, func(c *child) bool { return plan != nil && bytes.Equal(c.plan, plan) }); i > 0 {
+		q[0], q[i] = q[i], q[0]
+	}
+	for got == nil && len(q) > 0 {
+		c := q[0]
+		q = q[1:]
 		if c.waiting() {
 			got = c
 		} else {
 			dead = append(dead, c)
 		}
 	}
+	p.idle[flags] = q
 	p.mu.Unlock()
 	for _, c := range dead {
 		p.discard(c)
@@ -127,8 +162,9 @@ func (p *Pool) fill(flags uintptr) {
 			p.mu.Unlock()
 			return
 		}
+		plan := p.plans[flags]
 		p.mu.Unlock()
-		c, stage, err := p.start(flags)
+		c, stage, err := p.start(flags, plan)
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false
@@ -147,23 +183,31 @@ func (p *Pool) fill(flags uintptr) {
 }
 
 // start starts one child for the pool, with its cgroup if the pool holds
-// them.
-func (p *Pool) start(flags uintptr) (*child, string, error) {
-	if p.opt.Cgroup == nil {
-		return startChild(flags, nil)
-	}
-	cg, err := p.opt.Cgroup()
-	if err != nil {
-		return nil, "cgroup", err
+// them, and has it mount plan's root while it waits (nil: none).
+func (p *Pool) start(flags uintptr, plan []byte) (*child, string, error) {
+	var cg HeldCgroup
+	if p.opt.Cgroup != nil {
+		var err error
+		if cg, err = p.opt.Cgroup(); err != nil {
+			return nil, "cgroup", err
+		}
 	}
 	c, stage, err := startChild(flags, cg)
 	if err != nil {
-		if derr := cg.Delete(); derr != nil {
-			err = errors.Join(err, derr)
+		if cg != nil {
+			if derr := cg.Delete(); derr != nil {
+				err = errors.Join(err, derr)
+			}
 		}
 		return nil, stage, err
 	}
 	c.held = cg
+	if plan != nil {
+		if err := initstage.SendMessage(int(c.ctl.Fd()), plan, nil); err != nil {
+			return c, "prepare", err
+		}
+		c.plan = plan
+	}
 	return c, "", nil
 }
 

@@ -3,12 +3,17 @@ package jail
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // waitIdle waits until the pool holds n children.
@@ -84,8 +89,8 @@ func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 	second := shellJob(t, `echo two; (echo x > /x) 2>/dev/null || echo root-readonly; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, testLimits)
 	second.Warm = p
 	out = Run(context.Background(), second)
-	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Prestarted {
-		t.Fatalf("second run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Prestarted || !out.RootPrepared {
+		t.Fatalf("second run: status %s stdout %q prestarted %v root prepared %v message %q", out.Status, out.Stdout, out.Prestarted, out.RootPrepared, out.Message)
 	}
 	if o := out.Observed; o == nil || o.Error != "" || !o.NoNewPrivs || !o.NoCapabilities() || o.HostUID < idBase {
 		t.Errorf("the prestarted run's process read back as %+v", o)
@@ -213,4 +218,87 @@ func TestPoolReportsAFailedRefill(t *testing.T) {
 	if n := p.Idle(); n != 0 {
 		t.Errorf("the pool holds %d after a failed refill", n)
 	}
+}
+
+// TestPoolPreparedRootServesOnlyItsOwnRun: a pooled child mounts ahead the
+// root of the last run the pool served; a run whose root differs (here a
+// /tmp of another size), or whose bind source has been replaced since,
+// gets its own root built afresh, and the pool prepares the new one for
+// the runs after it. The bind source lies under /tmp, which the prepared
+// root's tmpfs covers in the child's mount namespace.
+func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
+	needRoot(t)
+	p := filledPool(t, 1)
+	// The /tmp line of the job's own mountinfo, with builtins only.
+	const tmpLine = `while read -r l; do case "$l" in *" /tmp "*) echo "$l";; esac; done < /proc/self/mountinfo`
+	bigger := testLimits
+	bigger.TmpBytes = 2 << 20
+	run := func(job *Job, wantPrepared bool, want string) {
+		t.Helper()
+		job.Warm = p
+		waitIdle(t, p, 1)
+		out := Run(context.Background(), job)
+		if out.Status != StatusOK || !out.Prestarted || out.RootPrepared != wantPrepared || !strings.Contains(string(out.Stdout), want) {
+			t.Fatalf("status %s prestarted %v root prepared %v (want %v) stdout %q (want %q) message %q",
+				out.Status, out.Prestarted, out.RootPrepared, wantPrepared, out.Stdout, want, out.Message)
+		}
+	}
+	run(shellJob(t, tmpLine, bigger), false, "size=2048k")
+	run(shellJob(t, tmpLine, bigger), true, "size=2048k")
+
+	// Passable by the jail's unprivileged ids, unlike t.TempDir's parent.
+	dir, err := os.MkdirTemp("/tmp", "jailtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	marker := filepath.Join(dir, "marker")
+	if err := os.WriteFile(marker, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bound := func() *Job {
+		launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", `read -r m < /marker; echo "$m"`}, Env: []string{"PATH=/nonexistent"},
+			Binds: []runtimes.Bind{{Source: marker, Target: "/marker"}}}
+		spec, err := NewSpec(launch, testLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Job{ID: "test", Spec: spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
+	}
+	run(bound(), false, "one")
+	run(bound(), true, "one")
+	waitPrepared(t, p)
+	// Replaced, as an upgrade replaces a runtime's files, after the
+	// waiting child mounted it.
+	next := filepath.Join(dir, "next")
+	if err := os.WriteFile(next, []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, marker); err != nil {
+		t.Fatal(err)
+	}
+	run(bound(), false, "two")
+	run(bound(), true, "two")
+}
+
+// waitPrepared waits until the pool's waiting child has mounted its root
+// ahead: its root's tmpfs is up and it reads the control socket again
+// (recvmsg, 47), which it does once every mount is made.
+func waitPrepared(t *testing.T, p *Pool) {
+	t.Helper()
+	waitIdle(t, p, 1)
+	pid := idlePids(p)[0]
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil || !strings.Contains(string(mounts), "pmjail-root") {
+			continue
+		}
+		if sc, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid)); err == nil && strings.HasPrefix(string(sc), "47 ") {
+			return
+		}
+	}
+	t.Fatalf("the pooled child %d did not prepare its root within 10s", pid)
 }

@@ -117,8 +117,9 @@ type Outcome struct {
 	// InitStage names the set-up step that failed, for internal errors.
 	InitStage string
 	// Prestarted says the init stage came from a Pool, started before
-	// the run.
-	Prestarted bool
+	// the run; RootPrepared that its root was mounted then too.
+	Prestarted   bool
+	RootPrepared bool
 }
 
 // killReason is why the supervisor ended a run early.
@@ -236,7 +237,7 @@ func (s *supervision) run(ctx context.Context) {
 			<-s.making
 		}
 	}()
-	c := warm.take(flags)
+	c := warm.take(flags, warm.plan(job))
 	switch {
 	case c != nil && c.held != nil:
 		held := c.held
@@ -445,6 +446,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		return nil, errors.New(report.Error)
 	}
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
+	s.out.RootPrepared = report.Prepared
 	named := map[string]*os.File{}
 	for i, fd := range fds {
 		if i < len(report.FDs) {

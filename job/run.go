@@ -77,11 +77,12 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	start := time.Now()
 	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
 	logger := rn.logger().With("job", res.ID)
-	// prestarted: the run's init stage came from the daemon's pool.
-	var prestarted bool
+	// prestarted: the run's init stage came from the daemon's pool;
+	// rootPrepared: with the run's root mounted ahead.
+	var prestarted, rootPrepared bool
 	defer func() {
 		res.Usage.WallMS = time.Since(start).Milliseconds()
-		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", prestarted)
+		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", prestarted, "root_prepared", rootPrepared)
 	}()
 	logger.Info("run starting", "spec", r.String())
 
@@ -113,6 +114,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		}
 		out := rn.attempt(ctx, r, opt, probed, cgs, res, logger)
 		prestarted = out != nil && out.Prestarted
+		rootPrepared = out != nil && out.RootPrepared
 		if out == nil || out.InitStage == "" || probed != nil || !setupLayerFailure(out) {
 			return res
 		}

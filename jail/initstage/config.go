@@ -65,6 +65,20 @@ type Join struct {
 	TaskFiles int
 }
 
+// Prepare, sent to an init stage started ahead of its job (jail.Pool)
+// before any configuration, names the root's mounts the next job will most
+// likely ask for: the init stage mounts them while it waits. Its
+// configuration's mounts must then equal these, with every bind and copy
+// source still the file it opened, or it takes them down and builds the
+// root afresh; a preparation that fails is undone and leaves the build to
+// the configuration, which reports what failed. Nothing of any job is in a
+// prepared root: the job's files and copies come after the join, as ever.
+type Prepare struct {
+	Mounts []specs.Mount
+	// HostMountNS is the supervisor's mount namespace inode (see Config).
+	HostMountNS uint64
+}
+
 // ConfigFor returns a Config carrying what the init stage uses of spec: the
 // process, hostname, mounts, root read-only flag and namespaces.
 func ConfigFor(spec *specs.Spec) Config {
@@ -97,6 +111,8 @@ type Report struct {
 	// FDs names the descriptors passed with the report, in order.
 	FDs []string
 	fds []int
+	// Prepared says the root was the one mounted ahead (Prepare).
+	Prepared bool
 }
 
 // Names of the descriptors a report may carry.

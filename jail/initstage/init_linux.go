@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,12 +47,13 @@ func Main() {
 	// job's cgroups, joined during the set-up (see Join).
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
-	cfg, err := decodeConfig(newRightsReader(ControlFD, 0))
+	var prepared *preparedRoot
+	cfg, err := readConfig(newRightsReader(ControlFD, 0), func(p *Prepare) { prepared = prepareRoot(p) })
 	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
-	report, err := setUp(&cfg, awaitJoin)
+	report, err := setUp(&cfg, prepared, awaitJoin)
 	if err != nil {
 		report.Error = err.Error()
 		var se *stageError
@@ -131,9 +133,10 @@ func awaitJoin() error {
 	return err
 }
 
-// setUp performs every step before the seccomp filter, in nsjail's order;
+// setUp performs every step before the seccomp filter, in nsjail's order,
+// on the root prepared ahead if it is the configuration's (nil: none);
 // join places it in the job's cgroup (see Join).
-func setUp(cfg *Config, join func() error) (Report, error) {
+func setUp(cfg *Config, prepared *preparedRoot, join func() error) (Report, error) {
 	var report Report
 	proc := cfg.Process
 	if proc == nil || len(proc.Args) == 0 {
@@ -146,7 +149,7 @@ func setUp(cfg *Config, join func() error) (Report, error) {
 	if err != nil {
 		return report, stage("capabilities", err)
 	}
-	if err := buildRoot(cfg, join, &report); err != nil {
+	if err := buildRoot(cfg, prepared, join, &report); err != nil {
 		return report, err
 	}
 	if cfg.HasNamespace(specs.UTSNamespace) {
@@ -208,51 +211,32 @@ func lastCapability() (int, error) {
 	return n, nil
 }
 
-// buildRoot assembles the job's root on a fresh tmpfs, pivots into it and
-// makes it read-only. The file systems are mounted before the join, the
-// job's files and copies written after it.
-func buildRoot(cfg *Config, join func() error, report *Report) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return stage("root", os.NewSyscallError("make mounts private", err))
+// buildRoot assembles the job's root on a fresh tmpfs (or takes the one
+// prepared ahead, when it is this one), pivots into it and makes it
+// read-only. The file systems are mounted before the join, the job's files
+// and copies written after it.
+func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *Report) error {
+	var sources []int
+	serves := prepared.serves(cfg.Mounts)
+	if prepared != nil {
+		unix.Close(prepared.under)
 	}
-	// Bind sources are opened before the root's tmpfs can hide any of them
-	// (a source under /tmp, say), then bound through their fds.
-	sources := make([]int, len(cfg.Mounts))
-	for i, m := range cfg.Mounts {
-		sources[i] = -1
-		if m.Type != "bind" && m.Type != "copy" {
-			continue
-		}
-		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			hint := ""
-			if errors.Is(err, unix.EACCES) {
-				// The init stage holds no privilege over host files.
-				hint = " (the jail's ids are unprivileged on the host: the path and its parents must be readable by others)"
-			}
-			return stage("mounts", fmt.Errorf("bind source %s: %w%s", m.Source, os.NewSyscallError("open", err), hint))
-		}
-		sources[i] = fd
-	}
-	defer func() {
-		for _, fd := range sources {
-			if fd >= 0 {
-				unix.Close(fd)
+	if serves {
+		sources, report.Prepared = prepared.sources, true
+	} else {
+		if prepared != nil {
+			if err := prepared.undo(); err != nil {
+				return stage("root", err)
 			}
 		}
-	}()
+		var err error
+		if sources, _, err = mountRoot(cfg.Mounts); err != nil {
+			closeFDs(sources)
+			return err
+		}
+	}
+	defer closeFDs(sources)
 	root := newRootBase
-	if err := unix.Mount("pmjail-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=32m,mode=0755"); err != nil {
-		return stage("root", os.NewSyscallError("mount root tmpfs", err))
-	}
-	for i, m := range cfg.Mounts {
-		if m.Type == "copy" {
-			continue
-		}
-		if err := mountInRoot(root, m, sources[i]); err != nil {
-			return stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
-		}
-	}
 	if err := stage("cgroup", join()); err != nil {
 		return err
 	}
@@ -288,6 +272,155 @@ func buildRoot(cfg *Config, join func() error, report *Report) error {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return stage("root", os.NewSyscallError("remount root read-only", err))
 		}
+	}
+	return nil
+}
+
+// mountRoot mounts the root's tmpfs at newRootBase and every mount of it
+// but the per-run copies, whose sources it opens with the binds' and
+// returns in mounts' order (-1 for other types). mounted says the tmpfs
+// went up. On an error the sources opened so far are returned too.
+func mountRoot(mounts []specs.Mount) (sources []int, mounted bool, err error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, false, stage("root", os.NewSyscallError("make mounts private", err))
+	}
+	// Bind sources are opened before the root's tmpfs can hide any of them
+	// (a source under /tmp, say), then bound through their fds.
+	sources = make([]int, len(mounts))
+	for i := range sources {
+		sources[i] = -1
+	}
+	for i, m := range mounts {
+		if m.Type != "bind" && m.Type != "copy" {
+			continue
+		}
+		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			hint := ""
+			if errors.Is(err, unix.EACCES) {
+				// The init stage holds no privilege over host files.
+				hint = " (the jail's ids are unprivileged on the host: the path and its parents must be readable by others)"
+			}
+			return sources, false, stage("mounts", fmt.Errorf("bind source %s: %w%s", m.Source, os.NewSyscallError("open", err), hint))
+		}
+		sources[i] = fd
+	}
+	root := newRootBase
+	if err := unix.Mount("pmjail-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=32m,mode=0755"); err != nil {
+		return sources, false, stage("root", os.NewSyscallError("mount root tmpfs", err))
+	}
+	for i, m := range mounts {
+		if m.Type == "copy" {
+			continue
+		}
+		if err := mountInRoot(root, m, sources[i]); err != nil {
+			return sources, true, stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
+		}
+	}
+	return sources, true, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// preparedRoot is a root mounted ahead of its configuration (Prepare).
+type preparedRoot struct {
+	mounts  []specs.Mount
+	sources []int
+	// ids are the sources' files as opened (zero for no source).
+	ids []fileID
+	// under is newRootBase as it was before the root's tmpfs covered it:
+	// sources beneath it are looked up from there.
+	under int
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// prepareRoot mounts p's root while the init stage waits for its
+// configuration. A failure is undone and yields nil: the configuration's
+// own build meets it again and reports it, with the job's stage names.
+func prepareRoot(p *Prepare) *preparedRoot {
+	if checkPrivateMountNS(p.HostMountNS) != nil {
+		return nil
+	}
+	under, err := unix.Open(newRootBase, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	sources, mounted, err := mountRoot(p.Mounts)
+	r := &preparedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
+	for i, fd := range sources {
+		var st unix.Stat_t
+		if err != nil || fd < 0 {
+			continue
+		}
+		if err = unix.Fstat(fd, &st); err == nil {
+			r.ids[i] = fileID{st.Dev, st.Ino}
+		}
+	}
+	if err != nil {
+		unix.Close(under)
+		if !mounted {
+			closeFDs(sources)
+			return nil
+		}
+		if r.undo() != nil {
+			// Half a root that cannot be taken down: no build can go on
+			// over it, and the supervisor learns of it as a dead child.
+			os.Exit(125)
+		}
+		return nil
+	}
+	return r
+}
+
+// serves reports whether the prepared root is the one mounts describe:
+// the same mounts in the same order, each bind and copy source still the
+// file opened for it (a runtime upgraded since names another).
+func (r *preparedRoot) serves(mounts []specs.Mount) bool {
+	if r == nil || len(mounts) != len(r.mounts) {
+		return false
+	}
+	for i, m := range mounts {
+		p := r.mounts[i]
+		if m.Destination != p.Destination || m.Type != p.Type || m.Source != p.Source || !slices.Equal(m.Options, p.Options) {
+			return false
+		}
+		if r.sources[i] < 0 {
+			continue
+		}
+		var st unix.Stat_t
+		if r.stat(m.Source, &st) != nil || (fileID{st.Dev, st.Ino}) != r.ids[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// stat stats path as the host sees it: beneath newRootBase, which the
+// root's tmpfs now covers, through the directory it covers.
+func (r *preparedRoot) stat(path string, st *unix.Stat_t) error {
+	if path == newRootBase {
+		return unix.Fstat(r.under, st)
+	}
+	if rel, ok := strings.CutPrefix(path, newRootBase+"/"); ok {
+		return unix.Fstatat(r.under, rel, st, 0)
+	}
+	return unix.Stat(path, st)
+}
+
+// undo takes the prepared root down (its tmpfs and everything under it)
+// and closes its sources.
+func (r *preparedRoot) undo() error {
+	closeFDs(r.sources)
+	r.sources = nil
+	if err := unix.Unmount(newRootBase, unix.MNT_DETACH); err != nil {
+		return os.NewSyscallError("detach the root prepared ahead", err)
 	}
 	return nil
 }

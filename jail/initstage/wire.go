@@ -13,8 +13,8 @@ import (
 	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
-// The control socket's messages (a Config and a Join one way, Reports the
-// other) are length-prefixed records of varints and byte strings, written
+// The control socket's messages (perhaps a Prepare, then a Config and a
+// Join one way, Reports the other) are length-prefixed records of varints and byte strings, written
 // and read field by field. A fresh init stage decodes one configuration and encodes
 // one report in its life, and encoding/json's first use of a type builds
 // its reflection tables: ~0.3 ms of every CLI run in the init stage and as
@@ -27,17 +27,19 @@ import (
 // Magic numbers open each message: a peer from another build, or a stray
 // write, fails at once rather than partway through.
 const (
-	configMagic = 0x706d6a63 // "pmjc"
-	joinMagic   = 0x706d6a6a // "pmjj"
-	reportMagic = 0x706d6a72 // "pmjr"
+	configMagic  = 0x706d6a63 // "pmjc"
+	joinMagic    = 0x706d6a6a // "pmjj"
+	prepareMagic = 0x706d6a70 // "pmjp"
+	reportMagic  = 0x706d6a72 // "pmjr"
 )
 
 // Limits on a message's length. A configuration carries the guest's files,
 // which the supervisor bounds far below this; a report carries one error.
 const (
-	maxConfigSize = 1 << 30
-	maxJoinSize   = 64
-	maxReportSize = 1 << 20
+	maxConfigSize  = 1 << 30
+	maxJoinSize    = 64
+	maxPrepareSize = 1 << 20
+	maxReportSize  = 1 << 20
 )
 
 // MarshalBinary encodes the configuration as the init stage reads it. It
@@ -70,15 +72,8 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 		}
 	}
 	e.string(c.Hostname)
-	e.uint(uint64(len(c.Mounts)))
-	for _, m := range c.Mounts {
-		if len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
-			return nil, fmt.Errorf("mount %s: ID-mapped mounts are not supported", m.Destination)
-		}
-		e.string(m.Destination)
-		e.string(m.Type)
-		e.string(m.Source)
-		e.strings(m.Options)
+	if err := e.mounts(c.Mounts); err != nil {
+		return nil, err
 	}
 	e.bool(c.WritableRoot)
 	e.uint(uint64(len(c.Namespaces)))
@@ -122,9 +117,7 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 		cfg.Process = p
 	}
 	cfg.Hostname = d.string()
-	cfg.Mounts = list(&d, func() specs.Mount {
-		return specs.Mount{Destination: d.string(), Type: d.string(), Source: d.string(), Options: d.strings()}
-	})
+	cfg.Mounts = d.mounts()
 	cfg.WritableRoot = d.bool()
 	cfg.Namespaces = list(&d, func() specs.LinuxNamespaceType { return specs.LinuxNamespaceType(d.string()) })
 	cfg.Files = list(&d, func() layout.File {
@@ -138,6 +131,50 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("decode configuration: %w", err)
 	}
 	*c = cfg
+	return nil
+}
+
+// mounts encodes a root's mounts, refusing ID-mapped ones.
+func (e *encoder) mounts(mounts []specs.Mount) error {
+	e.uint(uint64(len(mounts)))
+	for _, m := range mounts {
+		if len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+			return fmt.Errorf("mount %s: ID-mapped mounts are not supported", m.Destination)
+		}
+		e.string(m.Destination)
+		e.string(m.Type)
+		e.string(m.Source)
+		e.strings(m.Options)
+	}
+	return nil
+}
+
+func (d *decoder) mounts() []specs.Mount {
+	return list(d, func() specs.Mount {
+		return specs.Mount{Destination: d.string(), Type: d.string(), Source: d.string(), Options: d.strings()}
+	})
+}
+
+// MarshalBinary encodes the preparation.
+func (p *Prepare) MarshalBinary() ([]byte, error) {
+	var e encoder
+	e.begin(prepareMagic)
+	if err := e.mounts(p.Mounts); err != nil {
+		return nil, err
+	}
+	e.uint(p.HostMountNS)
+	return e.end(maxPrepareSize)
+}
+
+// UnmarshalBinary decodes a preparation MarshalBinary encoded.
+func (p *Prepare) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	d.magic(prepareMagic)
+	prep := Prepare{Mounts: d.mounts(), HostMountNS: d.uint()}
+	if err := d.finish(); err != nil {
+		return fmt.Errorf("decode preparation: %w", err)
+	}
+	*p = prep
 	return nil
 }
 
@@ -171,6 +208,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	e.int(r.Landlock)
 	e.string(r.LandlockReason)
 	e.strings(r.FDs)
+	e.bool(r.Prepared)
 	return e.end(maxReportSize)
 }
 
@@ -179,7 +217,7 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
 	d.magic(reportMagic)
 	rep := Report{Error: d.string(), Stage: d.string(), ExitCode: d.int(), Landlock: d.int(),
-		LandlockReason: d.string(), FDs: d.strings()}
+		LandlockReason: d.string(), FDs: d.strings(), Prepared: d.bool()}
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode init report: %w", err)
 	}
@@ -189,11 +227,29 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 
 // decodeConfig reads the supervisor's configuration: one message, which
 // the supervisor writes in one piece and follows with nothing until the
-// report.
+// join.
 func decodeConfig(r io.Reader) (Config, error) {
+	return readConfig(r, nil)
+}
+
+// readConfig reads the supervisor's configuration and, before it, the
+// preparation an init stage started ahead may get first (Prepare), which
+// it hands to prepare (nil: a preparation is an error) while the
+// configuration is yet to come.
+func readConfig(r io.Reader, prepare func(*Prepare)) (Config, error) {
 	msg, err := readMessage(r, maxConfigSize)
 	if err != nil {
 		return Config{}, err
+	}
+	if prepare != nil && len(msg) >= 4 && binary.LittleEndian.Uint32(msg) == prepareMagic {
+		var p Prepare
+		if err := p.UnmarshalBinary(msg); err != nil {
+			return Config{}, err
+		}
+		prepare(&p)
+		if msg, err = readMessage(r, maxConfigSize); err != nil {
+			return Config{}, err
+		}
 	}
 	var cfg Config
 	err = cfg.UnmarshalBinary(msg)

@@ -185,7 +185,7 @@ func TestReportRoundTrip(t *testing.T) {
 	for _, sent := range []Report{
 		{},
 		{Error: "mount /proc: permission denied", Stage: "root", ExitCode: 125},
-		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}},
+		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}, Prepared: true},
 		{Landlock: 0, LandlockReason: "not supported", ExitCode: -1},
 	} {
 		data, err := sent.MarshalBinary()
@@ -242,6 +242,52 @@ func TestJoinRoundTrip(t *testing.T) {
 		if err := j.UnmarshalBinary(other[4:]); err == nil {
 			t.Errorf("%x decoded as a join: %+v", other[:8], j)
 		}
+	}
+}
+
+// TestPrepareThenConfig: a preparation decodes to what was sent and is
+// handed over before the configuration that follows it; a configuration
+// alone comes through without one; decodeConfig, which takes none, and a
+// join refuse one.
+func TestPrepareThenConfig(t *testing.T) {
+	cfg := fullConfig()
+	prep := Prepare{Mounts: cfg.Mounts, HostMountNS: 4026531840}
+	prepData, err := prep.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgData := encodeConfig(t, &cfg)
+	// What the wire keeps of cfg (see TestConfigRoundTrip).
+	cfg, err = decodeConfig(bytes.NewReader(cfgData))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var got []*Prepare
+	decoded, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), cfgData...)), func(p *Prepare) { got = append(got, p) })
+	if err != nil || !reflect.DeepEqual(decoded, cfg) {
+		t.Fatalf("configuration after a preparation: %+v, %v", decoded, err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(*got[0], prep) {
+		t.Errorf("preparations handed over: %+v, want one: %+v", got, prep)
+	}
+	got = nil
+	if decoded, err := readConfig(bytes.NewReader(cfgData), func(p *Prepare) { got = append(got, p) }); err != nil || !reflect.DeepEqual(decoded, cfg) || len(got) != 0 {
+		t.Errorf("a configuration alone: %+v, %v, preparations %+v", decoded, err, got)
+	}
+	if _, err := decodeConfig(bytes.NewReader(prepData)); err == nil {
+		t.Error("decodeConfig took a preparation for a configuration")
+	}
+	// Two preparations: the second is no configuration.
+	if _, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), prepData...)), func(*Prepare) {}); err == nil {
+		t.Error("a second preparation was taken for a configuration")
+	}
+	var j Join
+	if err := j.UnmarshalBinary(prepData[4:]); err == nil {
+		t.Errorf("a preparation decoded as a join: %+v", j)
+	}
+	if _, err := (&Prepare{Mounts: []specs.Mount{{Destination: "/x", UIDMappings: []specs.LinuxIDMapping{{Size: 1}}}}}).MarshalBinary(); err == nil {
+		t.Error("an ID-mapped mount was encoded in a preparation")
 	}
 }
 
