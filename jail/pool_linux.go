@@ -104,7 +104,7 @@ func (p *Pool) take(flags uintptr, plan []byte) *child {
 	var got *child
 	var dead []*child
 	p.mu.Lock()
-	if plan != nil && !bytes.Equal(p.plans[flags], plan) {
+	if plan != nil {
 		p.plans[flags] = plan
 	}
 	q := p.idle[flags]

@@ -355,11 +355,12 @@ func prepareRoot(p *Prepare) *preparedRoot {
 	sources, mounted, err := mountRoot(p.Mounts)
 	r := &preparedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
 	for i, fd := range sources {
-		var st unix.Stat_t
-		if err != nil || fd < 0 {
-			continue
+		if err != nil {
+			break
 		}
-		if err = unix.Fstat(fd, &st); err == nil {
+		var st unix.Stat_t
+		if fd >= 0 {
+			err = unix.Fstat(fd, &st)
 			r.ids[i] = fileID{st.Dev, st.Ino}
 		}
 	}
