@@ -281,7 +281,7 @@ func TestCreateRejects(t *testing.T) {
 	if _, err := m.Create(id, nil); err == nil {
 		t.Error("Create of an existing id: want an error, never a shared cgroup")
 	}
-	for _, bad := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("x", 65)} {
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("x", 65), "prestart-1"} {
 		if _, err := m.Create(bad, nil); err == nil {
 			t.Errorf("Create(%q): want an error", bad)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -180,6 +181,9 @@ func evacuate(dir string) error {
 // and returns it empty. It fails with ErrNotSupported when a limit needs a
 // controller the host lacks.
 func (m *Manager) Create(id string, res *specs.LinuxResources) (*Job, error) {
+	if strings.HasPrefix(id, reservePrefix) {
+		return nil, fmt.Errorf("create cgroup: job id %q: %q starts only reserved cgroups' ids", id, reservePrefix)
+	}
 	name, err := jobName(m.pid, id)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)

@@ -67,7 +67,9 @@ type Join struct {
 
 // Prepare, sent to an init stage started ahead of its job (jail.Pool)
 // before any configuration, names the root's mounts the next job will most
-// likely ask for: the init stage mounts them while it waits. Its
+// likely ask for: the init stage mounts them while it waits, its
+// namespace's mounts slaves of the host's meanwhile (so that its view of
+// the host stays current), private from the configuration on. Its
 // configuration's mounts must then equal these, with every bind and copy
 // source still the file it opened, or it takes them down and builds the
 // root afresh; a preparation that fails is undone and leaves the build to

@@ -217,8 +217,15 @@ func lastCapability() (int, error) {
 // and copies written after it.
 func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *Report) error {
 	var sources []int
-	serves := prepared.serves(cfg.Mounts)
+	serves := false
 	if prepared != nil {
+		// The prepared root was mounted as a slave of the host's mounts,
+		// which kept the namespace's view of the host current until now;
+		// from here it is the job's alone, and it is checked in that view.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return stage("root", os.NewSyscallError("make mounts private", err))
+		}
+		serves = prepared.serves(cfg.Mounts)
 		unix.Close(prepared.under)
 	}
 	if serves {
@@ -230,7 +237,7 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 			}
 		}
 		var err error
-		if sources, _, err = mountRoot(cfg.Mounts); err != nil {
+		if sources, _, err = mountRoot(cfg.Mounts, unix.MS_PRIVATE); err != nil {
 			closeFDs(sources)
 			return err
 		}
@@ -278,11 +285,15 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 
 // mountRoot mounts the root's tmpfs at newRootBase and every mount of it
 // but the per-run copies, whose sources it opens with the binds' and
-// returns in mounts' order (-1 for other types). mounted says the tmpfs
-// went up. On an error the sources opened so far are returned too.
-func mountRoot(mounts []specs.Mount) (sources []int, mounted bool, err error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, false, stage("root", os.NewSyscallError("make mounts private", err))
+// returns in mounts' order (-1 for other types). It first makes every
+// mount of the namespace private, or a slave (propagation MS_SLAVE: a root
+// prepared ahead goes on receiving the host's mounts and unmounts until
+// its job comes); neither propagates anything to the host. mounted says
+// the tmpfs went up. On an error the sources opened so far are returned
+// too.
+func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounted bool, err error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|propagation, ""); err != nil {
+		return nil, false, stage("root", os.NewSyscallError("set the propagation of mounts", err))
 	}
 	// Bind sources are opened before the root's tmpfs can hide any of them
 	// (a source under /tmp, say), then bound through their fds.
@@ -352,7 +363,7 @@ func prepareRoot(p *Prepare) *preparedRoot {
 	if err != nil {
 		return nil
 	}
-	sources, mounted, err := mountRoot(p.Mounts)
+	sources, mounted, err := mountRoot(p.Mounts, unix.MS_SLAVE)
 	r := &preparedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
 	for i, fd := range sources {
 		if err != nil {
@@ -382,7 +393,10 @@ func prepareRoot(p *Prepare) *preparedRoot {
 
 // serves reports whether the prepared root is the one mounts describe:
 // the same mounts in the same order, each bind and copy source still the
-// file opened for it (a runtime upgraded since names another).
+// file opened for it (a runtime upgraded since names another). A source
+// path that is not clean ("//", "..") is never taken for the same: it
+// could lead into the prepared root itself, whose binds are the very
+// files recorded.
 func (r *preparedRoot) serves(mounts []specs.Mount) bool {
 	if r == nil || len(mounts) != len(r.mounts) {
 		return false
@@ -395,6 +409,9 @@ func (r *preparedRoot) serves(mounts []specs.Mount) bool {
 		if r.sources[i] < 0 {
 			continue
 		}
+		if filepath.Clean(m.Source) != m.Source {
+			return false
+		}
 		var st unix.Stat_t
 		if r.stat(m.Source, &st) != nil || (fileID{st.Dev, st.Ino}) != r.ids[i] {
 			return false
@@ -403,8 +420,8 @@ func (r *preparedRoot) serves(mounts []specs.Mount) bool {
 	return true
 }
 
-// stat stats path as the host sees it: beneath newRootBase, which the
-// root's tmpfs now covers, through the directory it covers.
+// stat stats path as the supervisor sees it: beneath newRootBase, which
+// the root's tmpfs now covers, through the directory it covers.
 func (r *preparedRoot) stat(path string, st *unix.Stat_t) error {
 	if path == newRootBase {
 		return unix.Fstat(r.under, st)

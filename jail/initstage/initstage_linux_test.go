@@ -87,3 +87,74 @@ func TestFilesOutsideMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedRootServesOnlyTheSameFiles: a prepared root serves mounts
+// equal to its own whose sources are still the files it opened, looked up
+// beneath newRootBase through the directory it covered; a changed option,
+// a replaced file or a source path that is not clean does not. No mount is
+// made: the root's record alone is checked.
+func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
+	dir, err := os.MkdirTemp(newRootBase, "initstage-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	file := dir + "/f"
+	if err := os.WriteFile(file, []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(file, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	under, err := unix.Open(newRootBase, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(under)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(src string, opts ...string) []specs.Mount {
+		return []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/f", Type: "bind", Source: src, Options: append([]string{"ro"}, opts...)},
+		}
+	}
+	r := &preparedRoot{mounts: bind(file), sources: []int{-1, fd}, ids: []fileID{{}, {st.Dev, st.Ino}}, under: under}
+	if !r.serves(bind(file)) {
+		t.Fatal("the same mounts over the same files: not served")
+	}
+	for name, mounts := range map[string][]specs.Mount{
+		"another option":  bind(file, "noexec"),
+		"one mount fewer": bind(file)[1:],
+		"another path":    bind("/" + file),
+	} {
+		if r.serves(mounts) {
+			t.Errorf("%s: served", name)
+		}
+	}
+	// Prepared and asked for alike, yet not clean: here both reach the
+	// file, but in a child they could reach the prepared root instead.
+	for _, src := range []string{"/" + file, newRootBase + "/../" + file} {
+		unclean := &preparedRoot{mounts: bind(src), sources: r.sources, ids: r.ids, under: under}
+		if unclean.serves(bind(src)) {
+			t.Errorf("source %s: served", src)
+		}
+	}
+	if err := os.WriteFile(dir+"/g", []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir+"/g", file); err != nil {
+		t.Fatal(err)
+	}
+	if r.serves(bind(file)) {
+		t.Error("a replaced source: served")
+	}
+	var nilRoot *preparedRoot
+	if nilRoot.serves(bind(file)) {
+		t.Error("no prepared root: served")
+	}
+}

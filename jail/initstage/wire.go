@@ -242,6 +242,9 @@ func readConfig(r io.Reader, prepare func(*Prepare)) (Config, error) {
 		return Config{}, err
 	}
 	if prepare != nil && len(msg) >= 4 && binary.LittleEndian.Uint32(msg) == prepareMagic {
+		if len(msg) > maxPrepareSize {
+			return Config{}, fmt.Errorf("preparation of %d bytes exceeds %d", len(msg), maxPrepareSize)
+		}
 		var p Prepare
 		if err := p.UnmarshalBinary(msg); err != nil {
 			return Config{}, err
