@@ -328,6 +328,13 @@ func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounte
 			return sources, true, stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
 		}
 	}
+	// The root itself receives nothing: a bind of a slave is a slave, and
+	// a host mount beneath a bound directory would join the job's root.
+	if propagation != unix.MS_PRIVATE {
+		if err := unix.Mount("", root, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return sources, true, stage("root", os.NewSyscallError("make the root's mounts private", err))
+		}
+	}
 	return sources, true, nil
 }
 
