@@ -92,12 +92,11 @@ func inCgroup(t *testing.T, pid int, j *cgroup.Job) bool {
 	return strings.Contains(string(data), "/"+j.Name()+"\n")
 }
 
-// TestPoolChildWaitsWithItsCgroup: with PoolOptions.Cgroup each pooled
-// child holds a cgroup made ahead (on cgroup v2 it is born in it); a run
-// that takes the child adopts that cgroup and gives it its limits, and its
-// process runs there under them. Cgroups the pool still holds go with
-// Close.
-func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
+// heldCgroupPool returns a pool of one child whose children wait with
+// real cgroups, filled after a first run that took none (it made its own
+// cgroup and adopted nothing); the pool is closed when the test ends.
+func heldCgroupPool(t *testing.T) (*cgroup.Manager, *heldCgroups, *Pool) {
+	t.Helper()
 	m := cgroupManager(t)
 	h := &heldCgroups{m: m}
 	p := NewPool(1, PoolOptions{Cgroup: h.reserve})
@@ -109,6 +108,17 @@ func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 		t.Fatalf("first run: status %s prestarted %v adopted %d message %q", out.Status, out.Prestarted, len(adopted), out.Message)
 	}
 	waitIdle(t, p, 1)
+	return m, h, p
+}
+
+// TestPoolChildWaitsWithItsCgroup: with PoolOptions.Cgroup each pooled
+// child holds a cgroup made ahead (on cgroup v2 it is born in it); a run
+// that takes the child adopts that cgroup and gives it its limits, and its
+// process runs there under them. Cgroups the pool still holds go with
+// Close.
+func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
+	m, h, p := heldCgroupPool(t)
+	var adopted []*cgroup.Job
 	waiting := firstIdle(p)
 	held, ok := waiting.held.(*cgroup.Job)
 	if !ok || !cgroup.Reserved(held.Name()) {
@@ -176,17 +186,8 @@ func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 // A run whose adoption fails ends at stage "cgroup" before its program,
 // leaving no child.
 func TestPoolHeldCgroupsServeOnlyAdopters(t *testing.T) {
-	m := cgroupManager(t)
-	h := &heldCgroups{m: m}
-	p := NewPool(1, PoolOptions{Cgroup: h.reserve})
-	t.Cleanup(p.Close)
+	m, _, p := heldCgroupPool(t)
 	var adopted []*cgroup.Job
-	warmUp := cgroupJob(t, m, `true`, &adopted)
-	warmUp.Warm = p
-	if out := Run(context.Background(), warmUp); out.Status != StatusOK {
-		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
-	}
-	waitIdle(t, p, 1)
 	pooled := idlePids(p)[0]
 
 	plain := shellJob(t, `echo plain`, testLimits)

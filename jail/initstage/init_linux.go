@@ -236,8 +236,14 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 				return stage("root", err)
 			}
 		}
+		// Without a prepared root the mounts are made private here; with
+		// one, they were just above.
+		propagation := uintptr(unix.MS_PRIVATE)
+		if prepared != nil {
+			propagation = 0
+		}
 		var err error
-		if sources, _, err = mountRoot(cfg.Mounts, unix.MS_PRIVATE); err != nil {
+		if sources, _, err = mountRoot(cfg.Mounts, propagation); err != nil {
 			closeFDs(sources)
 			return err
 		}
@@ -288,12 +294,14 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 // returns in mounts' order (-1 for other types). It first makes every
 // mount of the namespace private, or a slave (propagation MS_SLAVE: a root
 // prepared ahead goes on receiving the host's mounts and unmounts until
-// its job comes); neither propagates anything to the host. mounted says
-// the tmpfs went up. On an error the sources opened so far are returned
-// too.
+// its job comes), or leaves them as they are (0: made private already);
+// none of these propagates anything to the host. mounted says the tmpfs
+// went up. On an error the sources opened so far are returned too.
 func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounted bool, err error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|propagation, ""); err != nil {
-		return nil, false, stage("root", os.NewSyscallError("set the propagation of mounts", err))
+	if propagation != 0 {
+		if err := unix.Mount("", "/", "", unix.MS_REC|propagation, ""); err != nil {
+			return nil, false, stage("root", os.NewSyscallError("set the propagation of mounts", err))
+		}
 	}
 	// Bind sources are opened before the root's tmpfs can hide any of them
 	// (a source under /tmp, say), then bound through their fds.
@@ -330,7 +338,7 @@ func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounte
 	}
 	// The root itself receives nothing: a bind of a slave is a slave, and
 	// a host mount beneath a bound directory would join the job's root.
-	if propagation != unix.MS_PRIVATE {
+	if propagation == unix.MS_SLAVE {
 		if err := unix.Mount("", root, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return sources, true, stage("root", os.NewSyscallError("make the root's mounts private", err))
 		}
