@@ -106,10 +106,19 @@ func TestDaemonLoad(t *testing.T) {
 	// The idle daemon's only children are the init stages it keeps
 	// started for the next runs, waiting, each with its cgroup; they end
 	// with it.
-	waiting := waitingInitStages(t, d)
-	held := reservedCgroups(d.pid())
-	if len(held) != len(waiting) {
-		t.Errorf("the idle daemon holds cgroups %v for its %d waiting init stages, want one each", held, len(waiting))
+	// The pool may still be filling: a refill makes its init stage's
+	// cgroup just before it starts it.
+	var waiting []int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		waiting = waitingInitStages(t, d)
+		held := reservedCgroups(d.pid())
+		if len(held) == len(waiting) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the idle daemon holds cgroups %v for its %d waiting init stages, want one each", held, len(waiting))
+			break
+		}
 	}
 	d.stop(t)
 	for _, pid := range waiting {
