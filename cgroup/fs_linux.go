@@ -69,6 +69,13 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// sameFile reports whether a and b, symlinks followed, are the same file
+// (two stats, where filepath.EvalSymlinks takes one per path component).
+func sameFile(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
 // pidAlive reports whether pid exists (a zombie counts as alive: its
 // supervisor has not been reaped, so its jobs are not yet orphans).
 func pidAlive(pid int) bool {

@@ -123,7 +123,7 @@ func probeV1(mounts []mount, own map[string]string, prove bool) *Host {
 		// containerd's cgroup1 finds a controller at <root>/<name>; a
 		// combined mount such as cpu,cpuacct needs the usual symlinks.
 		root := filepath.Dir(m.Point)
-		if got, err := filepath.EvalSymlinks(filepath.Join(root, c)); err != nil || got != m.Point {
+		if !sameFile(filepath.Join(root, c), m.Point) {
 			h.addReason("%s: mounted at %s without a %s/%s link", c, m.Point, root, c)
 			continue
 		}

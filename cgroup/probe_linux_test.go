@@ -130,3 +130,36 @@ func TestV1JobHasNoFD(t *testing.T) {
 		t.Error("v1 job claims an FD")
 	}
 }
+
+// containerd's cgroup1 opens a controller at <root>/<name>: a v1 mount is
+// usable only where that path leads to it, itself or through a link (as
+// cpu -> cpu,cpuacct does). Paths only: no cgroup file system is touched.
+func TestProbeV1NeedsTheControllersPath(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{Memory, "cpu,cpuacct", "pids-elsewhere", Freezer} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{CPU: "cpu,cpuacct", CPUAcct: "cpu,cpuacct", Pids: Freezer} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounts := []mount{
+		{Root: "/", Point: filepath.Join(root, Memory), FSType: "cgroup", Super: []string{"rw", Memory}},
+		{Root: "/", Point: filepath.Join(root, "cpu,cpuacct"), FSType: "cgroup", Super: []string{"rw", CPU, CPUAcct}},
+		// pids is mounted where <root>/pids does not lead (it leads to freezer's).
+		{Root: "/", Point: filepath.Join(root, "pids-elsewhere"), FSType: "cgroup", Super: []string{"rw", Pids}},
+		{Root: "/", Point: filepath.Join(root, Freezer), FSType: "cgroup", Super: []string{"rw", Freezer}},
+	}
+	own := map[string]string{Memory: "/", CPU: "/", CPUAcct: "/", Pids: "/", Freezer: "/"}
+	h := probeV1(mounts, own, false)
+	want := []string{Memory, CPU, CPUAcct, Freezer}
+	if strings.Join(h.Controllers, ",") != strings.Join(want, ",") {
+		t.Fatalf("controllers %v (reason %q); want %v", h.Controllers, h.Reason, want)
+	}
+	if h.Reason != "pids: mounted at "+filepath.Join(root, "pids-elsewhere")+" without a "+root+"/pids link" {
+		t.Fatalf("reason %q; want only pids' missing link", h.Reason)
+	}
+}

@@ -138,12 +138,8 @@ func linkable(lib string, st *unix.Stat_t, allowedDirs []string) error {
 	if !filepath.IsAbs(lib) || filepath.Clean(lib) != lib {
 		return fmt.Errorf("%q is not a clean absolute path", lib)
 	}
-	under := false
-	for _, d := range allowedDirs {
-		under = under || strings.HasPrefix(lib, strings.TrimSuffix(d, "/")+"/")
-	}
 	switch {
-	case !under:
+	case !underDir(lib, allowedDirs):
 		return fmt.Errorf("%s is outside the library directories %v", lib, allowedDirs)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return fmt.Errorf("%s is not a regular file", lib)

@@ -55,7 +55,7 @@ func libraryMounts(libs []string, linkDir string, others []string, opts []string
 	var mounts []specs.Mount
 	if linkDir != "" && len(libs) > 0 && !slices.ContainsFunc(tops, func(top string) bool { return !slices.Contains(libraryTops, top) }) &&
 		!slices.ContainsFunc(others, inTop) {
-		if tree, err := linkLibraries(linkDir, libs, searchDirs()); err == nil {
+		if tree, err := linkLibraries(linkDir, libs, searchDirsFor(libs)); err == nil {
 			for _, top := range tops {
 				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
 			}

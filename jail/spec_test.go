@@ -3,6 +3,7 @@ package jail
 import (
 	"debug/elf"
 	"encoding/binary"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,10 +31,68 @@ func TestSharedLibraries(t *testing.T) {
 	}
 }
 
+// loaderView reads only the program headers and what they point to; on
+// every ELF file of the host's usual directories it must find what
+// debug/elf's section-based reading finds.
+func TestLoaderViewMatchesDebugELF(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"/usr/bin/*", "/usr/sbin/*", "/lib/x86_64-linux-gnu/*.so*", "/lib64/*"} {
+		m, _ := filepath.Glob(pattern)
+		files = append(files, m...)
+	}
+	compared, withInterp, withNeeded := 0, 0, 0
+	for _, file := range files {
+		if st, err := os.Stat(file); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		f, err := elf.Open(file)
+		if err != nil {
+			continue // not ELF
+		}
+		wantInterp := ""
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				data, err := io.ReadAll(p.Open())
+				if err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				wantInterp = strings.TrimRight(string(data), "\x00")
+			}
+		}
+		wantNeeded, wantErr := f.DynString(elf.DT_NEEDED)
+		class, order := f.Class, f.ByteOrder
+		f.Close()
+		interp, needed, err := loaderView(file)
+		if class != elf.ELFCLASS64 || order != binary.LittleEndian {
+			if err == nil || !strings.Contains(err.Error(), "64-bit") {
+				t.Errorf("loaderView(%s), a %v %v file: %v; want refused as not 64-bit little-endian", file, class, order, err)
+			}
+			continue
+		}
+		if wantErr != nil {
+			continue
+		}
+		if err != nil || interp != wantInterp || !slices.Equal(needed, wantNeeded) {
+			t.Errorf("loaderView(%s) = %q, %q, %v; debug/elf finds %q, %q", file, interp, needed, err, wantInterp, wantNeeded)
+		}
+		compared++
+		if interp != "" {
+			withInterp++
+		}
+		if len(needed) > 0 {
+			withNeeded++
+		}
+	}
+	if compared < 50 || withInterp < 10 || withNeeded < 10 {
+		t.Fatalf("compared %d files (%d with an interpreter, %d needing libraries); want a broader sample", compared, withInterp, withNeeded)
+	}
+	t.Logf("compared %d ELF files: %d with an interpreter, %d needing libraries", compared, withInterp, withNeeded)
+}
+
 // A dynamic executable whose library list cannot be read must be an error,
 // not a program that needs nothing (its run would fail inside the jail
-// with "not found").
-func TestSharedLibrariesUnreadableDynamicSection(t *testing.T) {
+// with "not found"); so must a file that is not a little-endian ELF64.
+func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 	data, err := os.ReadFile("/bin/sh")
 	if err != nil {
 		t.Fatal(err)
@@ -46,27 +105,53 @@ func TestSharedLibrariesUnreadableDynamicSection(t *testing.T) {
 	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
 		t.Skip("test written for little-endian ELF64 (this host's /bin/sh is not)")
 	}
-	dyn := -1
-	for i, s := range f.Sections {
-		if s.Type == elf.SHT_DYNAMIC {
-			dyn = i
+	var dynamic *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_DYNAMIC {
+			dynamic = p
 		}
 	}
-	if dyn < 0 {
-		t.Fatal("/bin/sh has no dynamic section")
+	if dynamic == nil {
+		t.Fatal("/bin/sh has no dynamic segment")
 	}
-	// Point the dynamic section's string-table link (Elf64_Shdr.sh_link, at
-	// offset 40 of its header) at section 0, which is no string table.
-	shoff := binary.LittleEndian.Uint64(data[0x28:])
-	shentsize := uint64(binary.LittleEndian.Uint16(data[0x3a:]))
-	binary.LittleEndian.PutUint32(data[shoff+uint64(dyn)*shentsize+40:], 0)
-	broken := filepath.Join(t.TempDir(), "sh")
-	if err := os.WriteFile(broken, data, 0o755); err != nil {
-		t.Fatal(err)
+	// dynEntry returns the offset in the file of the value of the dynamic
+	// segment's first entry tagged tag (Elf64_Dyn: tag, then value).
+	dynEntry := func(tag elf.DynTag) int {
+		for off := int(dynamic.Off); off+16 <= int(dynamic.Off+dynamic.Filesz); off += 16 {
+			if elf.DynTag(binary.LittleEndian.Uint64(data[off:])) == tag {
+				return off + 8
+			}
+		}
+		t.Fatalf("/bin/sh has no %v entry", tag)
+		return 0
 	}
-	libs, err := SharedLibraries(broken)
-	if err == nil || !strings.Contains(err.Error(), broken) {
-		t.Fatalf("SharedLibraries of a corrupt dynamic section = %v, %v; want an error naming the file", libs, err)
+	corrupt := map[string]func(b []byte) []byte{
+		"string table outside the loaded segments": func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[dynEntry(elf.DT_STRTAB):], 1<<60)
+			return b
+		},
+		"needed name past the string table": func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[dynEntry(elf.DT_NEEDED):], 1<<20)
+			return b
+		},
+		"cut in the dynamic segment": func(b []byte) []byte { return b[:dynamic.Off+8] },
+		"cut in the program headers": func(b []byte) []byte { return b[:binary.LittleEndian.Uint64(b[0x20:])+8] },
+		"32-bit":                     func(b []byte) []byte { b[elf.EI_CLASS] = byte(elf.ELFCLASS32); return b },
+		"big-endian":                 func(b []byte) []byte { b[elf.EI_DATA] = byte(elf.ELFDATA2MSB); return b },
+		"not ELF":                    func(b []byte) []byte { return []byte("#!/bin/sh\nexit 0\n") },
+	}
+	for name, change := range corrupt {
+		t.Run(name, func(t *testing.T) {
+			broken := filepath.Join(t.TempDir(), "sh")
+			if err := os.WriteFile(broken, change(slices.Clone(data)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			libs, err := SharedLibraries(broken)
+			if err == nil || !strings.Contains(err.Error(), broken) {
+				t.Fatalf("SharedLibraries = %v, %v; want an error naming the file", libs, err)
+			}
+			t.Log(err)
+		})
 	}
 }
 
