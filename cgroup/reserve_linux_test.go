@@ -1,8 +1,10 @@
 package cgroup
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,8 @@ func limitFiles(m *Manager) map[string][2]string {
 		}
 	}
 	return map[string][2]string{
-		Memory: {"memory.limit_in_bytes", "9223372036854771712"},
+		// v1's "unlimited": the largest int64 rounded down to a page.
+		Memory: {"memory.limit_in_bytes", strconv.FormatInt(math.MaxInt64/int64(os.Getpagesize())*int64(os.Getpagesize()), 10)},
 		Pids:   {"pids.max", "max"},
 		CPU:    {"cpu.cfs_quota_us", "-1"},
 	}

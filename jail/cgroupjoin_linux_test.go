@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -68,7 +70,7 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 		calls++
 		// The init stage's root is /tmp of its own mount namespace until
 		// it pivots. Once its /proc is mounted there and its thread sits
-		// in recvmsg (47), it has mounted what it mounts before the join
+		// in recvmsg, it has mounted what it mounts before the join
 		// and waits for it.
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			pid, ok := newChild(t, before)
@@ -79,7 +81,7 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 			if _, err := os.Lstat(root + "/proc/1"); err != nil {
 				continue
 			}
-			if sc, err := os.ReadFile("/proc/" + pid + "/syscall"); err != nil || !strings.HasPrefix(string(sc), "47 ") {
+			if sc, err := os.ReadFile("/proc/" + pid + "/syscall"); err != nil || !strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_RECVMSG)) {
 				continue
 			}
 			waited = true

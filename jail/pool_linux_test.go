@@ -286,7 +286,7 @@ func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
 
 // waitPrepared waits until the pool's waiting child has mounted its root
 // ahead: its root's tmpfs is up and it reads the control socket again
-// (recvmsg, 47), which it does once every mount is made.
+// (recvmsg), which it does once every mount is made.
 func waitPrepared(t *testing.T, p *Pool) {
 	t.Helper()
 	waitIdle(t, p, 1)
@@ -296,7 +296,7 @@ func waitPrepared(t *testing.T, p *Pool) {
 		if err != nil || !strings.Contains(string(mounts), "pmjail-root") {
 			continue
 		}
-		if sc, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid)); err == nil && strings.HasPrefix(string(sc), "47 ") {
+		if sc, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid)); err == nil && strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_RECVMSG)) {
 			return
 		}
 	}
