@@ -120,6 +120,12 @@ func sharedLibraries(path string) ([]string, error) {
 			out = append(out, interp)
 		}
 		for _, lib := range needed {
+			// The loader takes a name with a slash as a path from its
+			// working directory, not one to search for; joined to the
+			// search directories, "../" would bind any file.
+			if strings.ContainsRune(lib, '/') {
+				return fmt.Errorf("%s needs %q: a path, not a library name", file, lib)
+			}
 			found, ok := findLibrary(lib)
 			if !ok {
 				return fmt.Errorf("%s needs %s: not found in %v or %v", file, lib, defaultLibraryDirs, confLibraryDirs())

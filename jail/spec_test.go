@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"io"
@@ -139,6 +140,23 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 		"32-bit":                     func(b []byte) []byte { b[elf.EI_CLASS] = byte(elf.ELFCLASS32); return b },
 		"big-endian":                 func(b []byte) []byte { b[elf.EI_DATA] = byte(elf.ELFDATA2MSB); return b },
 		"not ELF":                    func(b []byte) []byte { return []byte("#!/bin/sh\nexit 0\n") },
+	}
+	// The first needed name, rewritten as a path of the same length.
+	strtab, first := binary.LittleEndian.Uint64(data[dynEntry(elf.DT_STRTAB):]), binary.LittleEndian.Uint64(data[dynEntry(elf.DT_NEEDED):])
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || strtab+first < p.Vaddr || strtab+first >= p.Vaddr+p.Filesz {
+			continue
+		}
+		off := strtab + first - p.Vaddr + p.Off
+		if name, _, ok := bytes.Cut(data[off:], []byte{0}); ok {
+			corrupt["needed name with a slash"] = func(b []byte) []byte {
+				copy(b[off:], strings.Repeat("../", len(name))[:len(name)])
+				return b
+			}
+		}
+	}
+	if corrupt["needed name with a slash"] == nil {
+		t.Fatal("the first needed library's name of /bin/sh is in no loaded segment")
 	}
 	for name, change := range corrupt {
 		t.Run(name, func(t *testing.T) {
