@@ -38,11 +38,10 @@ func cmdPosture(args []string) int {
 			extra = append(extra, l)
 		}
 	}
-	rn, swept, err := newRunner(false, false) // the posture proves every layer
+	rn, err := newRunner(false, false) // the posture proves every layer
 	if err != nil {
 		return fail("posture: %v", err)
 	}
-	defer swept()
 	report := posture.Probe(context.Background(), posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason}).Report(*mode, extra)
 	if *jsonOut {
 		enc := json.NewEncoder(os.Stdout)

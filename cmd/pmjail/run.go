@@ -249,11 +249,10 @@ func execute(req *job.Request, require []string, jsonOut bool) int {
 	if err != nil {
 		return fail("%v", strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
 	}
-	runner, swept, err := newRunner(req.Exec == nil, true)
+	runner, err := newRunner(req.Exec == nil, true)
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer swept()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if resolved.Runtime == runtimes.Python && runner.Install != nil {
@@ -292,13 +291,8 @@ func report(res *jail.Result, jsonOut bool) int {
 // manager only reads the layout: a run's own cgroup proves the hierarchies,
 // and job.Runner probes them only if that cgroup cannot be made (the probe
 // would make and remove a throwaway cgroup in each hierarchy every run).
-//
-// Whatever a supervisor killed mid-run left behind is swept meanwhile
-// (~0.2 ms, beside the run's set-up rather than before it); swept waits
-// for that.
-func newRunner(needRuntimes, lazyCgroups bool) (rn *job.Runner, swept func(), err error) {
-	rn = &job.Runner{Ceiling: job.DefaultCeiling()}
-	swept = func() {}
+func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
+	rn := &job.Runner{Ceiling: job.DefaultCeiling()}
 	if lvl := os.Getenv("PMJAIL_LOG"); lvl != "" {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(lvl)); err == nil {
@@ -307,7 +301,7 @@ func newRunner(needRuntimes, lazyCgroups bool) (rn *job.Runner, swept func(), er
 	}
 	in, err := runtimes.Locate()
 	if err != nil && needRuntimes {
-		return nil, nil, err
+		return nil, err
 	}
 	rn.Install = in
 	newManager := cgroup.NewManager
@@ -319,14 +313,10 @@ func newRunner(needRuntimes, lazyCgroups bool) (rn *job.Runner, swept func(), er
 		rn.CgroupReason = err.Error()
 	} else {
 		rn.Cgroups = mgr
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = mgr.Sweep()
-		}()
-		swept = func() { <-done }
+		// Whatever a supervisor killed mid-run left behind goes first.
+		_, _ = mgr.Sweep()
 	}
-	return rn, swept, nil
+	return rn, nil
 }
 
 // exitCode maps a result to the CLI's exit code: the guest's own when it
