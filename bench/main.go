@@ -153,6 +153,9 @@ func (b *Bench) setup() error {
 			return err
 		}
 	}
+	if err := b.settleBinaries(); err != nil {
+		return err
+	}
 	if b.Work, err = os.MkdirTemp("", "bench-work-"); err != nil {
 		return err
 	}

@@ -24,6 +24,10 @@ func (b *Bench) render(took time.Duration) string {
   machine, so trust the ratio of medians more than any single number.
 - Times are wall-clock from fork to exit as seen by the bench, including
   process start-up on both sides.
+- Every binary the bench runs (pmjail and its siblings, Deno, bwrap, true)
+  is first dropped from the page cache and read back, as an installed
+  binary is after a boot: how a file's pages sit in the cache moved one
+  freshly built pmjail by ~0.85 ms a run against a byte-identical copy.
 - The targets come from the issue; "met" / "not met" is decided mechanically
   from the medians below.
 
