@@ -163,3 +163,24 @@ func TestProbeV1NeedsTheControllersPath(t *testing.T) {
 		t.Fatalf("reason %q; want only pids' missing link", h.Reason)
 	}
 }
+
+// Every v1 hierarchy's root has the same inode number (1): only the device
+// tells two apart.
+func TestSameFileComparesDevices(t *testing.T) {
+	var proc, sys syscall.Stat_t
+	if err := syscall.Stat("/proc", &proc); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat("/sys", &sys); err != nil {
+		t.Fatal(err)
+	}
+	if proc.Ino != sys.Ino || proc.Dev == sys.Dev {
+		t.Fatalf("/proc (dev %d, ino %d) and /sys (dev %d, ino %d): want two file systems' roots with one inode number", proc.Dev, proc.Ino, sys.Dev, sys.Ino)
+	}
+	if sameFile("/proc", "/sys") {
+		t.Fatal("sameFile(/proc, /sys) = true: two file systems' roots with one inode number")
+	}
+	if !sameFile("/proc", "/proc/self/..") {
+		t.Fatal("sameFile(/proc, /proc/self/..) = false")
+	}
+}

@@ -59,6 +59,23 @@ func findLibrary(name string) (string, bool) {
 	return "", false
 }
 
+// checkInterpreter accepts a program's interpreter (PT_INTERP) only as a
+// regular file under the loader's search directories, by a clean absolute
+// path.
+func checkInterpreter(interp string) error {
+	if !filepath.IsAbs(interp) || filepath.Clean(interp) != interp || !underDir(interp, searchDirsFor([]string{interp})) {
+		return fmt.Errorf("interpreter %q is not a clean path in the library directories", interp)
+	}
+	st, err := os.Stat(interp)
+	if err != nil {
+		return fmt.Errorf("interpreter: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("interpreter %s is not a regular file", interp)
+	}
+	return nil
+}
+
 // searchDirsFor returns the loader's search directories that hold libs:
 // the default ones, and those /etc/ld.so.conf.d names only when a library
 // lies outside the defaults.
@@ -116,6 +133,11 @@ func sharedLibraries(path string) ([]string, error) {
 			return err
 		}
 		if top && interp != "" {
+			// The program names its interpreter: a path that is not a
+			// file in the library directories could bind anything.
+			if err := checkInterpreter(interp); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
 			seen[interp] = true
 			out = append(out, interp)
 		}
@@ -210,6 +232,10 @@ func loaderView(path string) (interp string, needed []string, err error) {
 		p.Type, p.Off, p.Vaddr, p.Filesz = le.Uint32(ph), le.Uint64(ph[phdrOff:]), le.Uint64(ph[phdrVaddr:]), le.Uint64(ph[phdrFilesz:])
 		switch elf.ProgType(p.Type) {
 		case elf.PT_INTERP:
+			// The kernel runs the first one, a NUL-terminated path.
+			if interp != "" {
+				continue
+			}
 			if p.Filesz == 0 || p.Filesz > unix.PathMax {
 				return fail("interpreter of %d bytes", p.Filesz)
 			}
@@ -217,7 +243,10 @@ func loaderView(path string) (interp string, needed []string, err error) {
 			if _, err := f.ReadAt(name, int64(p.Off)); err != nil {
 				return fail("interpreter: %v", err)
 			}
-			interp = strings.TrimRight(string(name), "\x00")
+			if name[len(name)-1] != 0 || name[0] == 0 {
+				return fail("interpreter %q is not a NUL-terminated path", name)
+			}
+			interp, _, _ = strings.Cut(string(name), "\x00")
 		case elf.PT_DYNAMIC:
 			dynamic = p
 		}
@@ -229,8 +258,13 @@ func loaderView(path string) (interp string, needed []string, err error) {
 	if dynamic.Filesz > maxDynamicBytes {
 		return fail("dynamic segment of %d bytes", dynamic.Filesz)
 	}
+	// Read where the loader finds it: at its address, in a loaded segment.
+	off, ok := fileOffset(progs, dynamic.Vaddr, dynamic.Filesz)
+	if !ok {
+		return fail("dynamic segment at %#x outside the loaded segments", dynamic.Vaddr)
+	}
 	entries := make([]byte, dynamic.Filesz/dynSize*dynSize)
-	if _, err := f.ReadAt(entries, int64(dynamic.Off)); err != nil {
+	if _, err := f.ReadAt(entries, int64(off)); err != nil {
 		return fail("dynamic segment: %v", err)
 	}
 	var names []uint64

@@ -106,15 +106,16 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
 		t.Skip("test written for little-endian ELF64 (this host's /bin/sh is not)")
 	}
-	var dynamic *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_DYNAMIC {
-			dynamic = p
+	progOf := func(typ elf.ProgType) *elf.Prog {
+		for _, p := range f.Progs {
+			if p.Type == typ {
+				return p
+			}
 		}
+		t.Fatalf("/bin/sh has no %v segment", typ)
+		return nil
 	}
-	if dynamic == nil {
-		t.Fatal("/bin/sh has no dynamic segment")
-	}
+	dynamic := progOf(elf.PT_DYNAMIC)
 	// dynEntry returns the offset in the file of the value of the dynamic
 	// segment's first entry tagged tag (Elf64_Dyn: tag, then value).
 	dynEntry := func(tag elf.DynTag) int {
@@ -132,7 +133,19 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 			return b
 		},
 		"needed name past the string table": func(b []byte) []byte {
-			binary.LittleEndian.PutUint64(b[dynEntry(elf.DT_NEEDED):], 1<<20)
+			strsz := binary.LittleEndian.Uint64(b[dynEntry(elf.DT_STRSZ):])
+			binary.LittleEndian.PutUint64(b[dynEntry(elf.DT_NEEDED):], strsz)
+			return b
+		},
+		"interpreter outside the library directories": func(b []byte) []byte {
+			interp := progOf(elf.PT_INTERP)
+			clear(b[interp.Off : interp.Off+interp.Filesz])
+			copy(b[interp.Off:], "/etc")
+			return b
+		},
+		"interpreter not NUL-terminated": func(b []byte) []byte {
+			interp := progOf(elf.PT_INTERP)
+			b[interp.Off+interp.Filesz-1] = 'x'
 			return b
 		},
 		"cut in the dynamic segment": func(b []byte) []byte { return b[:dynamic.Off+8] },
@@ -170,6 +183,52 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// The kernel runs a program's first PT_INTERP; a later one, naming any
+// path, must not be bound into the root.
+func TestSharedLibrariesTakesTheFirstInterpreter(t *testing.T) {
+	data, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := SharedLibraries("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Turn the program header of the PT_NOTE segment, which comes after
+	// PT_INTERP, into a second PT_INTERP naming /etc (Elf64_Phdr: type at
+	// 0, offset at 8, file size at 32).
+	le := binary.LittleEndian
+	phoff, phnum := le.Uint64(data[0x20:]), int(le.Uint16(data[0x38:]))
+	seenInterp, changed := false, false
+	for i := range phnum {
+		ph := data[phoff+uint64(i)*56:]
+		switch elf.ProgType(le.Uint32(ph)) {
+		case elf.PT_INTERP:
+			seenInterp = true
+		case elf.PT_NOTE:
+			if !seenInterp || changed {
+				continue
+			}
+			off := le.Uint64(ph[8:])
+			copy(data[off:], "/etc\x00")
+			le.PutUint32(ph, uint32(elf.PT_INTERP))
+			le.PutUint64(ph[32:], 5)
+			changed = true
+		}
+	}
+	if !changed {
+		t.Fatal("/bin/sh has no PT_NOTE after its PT_INTERP to change")
+	}
+	two := filepath.Join(t.TempDir(), "sh")
+	if err := os.WriteFile(two, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SharedLibraries(two)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("SharedLibraries with a second PT_INTERP naming /etc = %q, %v; want %q", got, err, want)
 	}
 }
 
