@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,5 +114,77 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	}
 	if fromTree == 0 {
 		t.Errorf("no mount from a tree of links under %s:\n%s", state, inv.Result.Stdout)
+	}
+}
+
+// TestRootLibraries_ProgramCannotNameAHostPath attacks the root through
+// the program's own ELF headers: a second PT_INTERP naming /etc (the kernel
+// runs the first), and a first one naming /etc. Neither may bind /etc into
+// the job's root; the second kind of program is refused outright.
+func TestRootLibraries_ProgramCannotNameAHostPath(t *testing.T) {
+	const ls = "/bin/ls"
+	data, err := os.ReadFile(ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
+		t.Fatalf("%s is not little-endian ELF64, which this test edits", ls)
+	}
+	// Elf64_Phdr: type at 0, offset at 8, file size at 32.
+	phoff := binary.LittleEndian.Uint64(data[0x20:])
+	interp, note := -1, -1
+	for i, p := range f.Progs {
+		switch {
+		case p.Type == elf.PT_INTERP && interp < 0:
+			interp = i
+		case p.Type == elf.PT_NOTE && interp >= 0 && note < 0:
+			note = i
+		}
+	}
+	if interp < 0 || note < 0 {
+		t.Fatalf("%s has no PT_NOTE after its PT_INTERP to turn into a second one", ls)
+	}
+	dir := t.TempDir()
+	// Readable by the job's unprivileged ids, as the program's path must be.
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name string, change func(b []byte)) string {
+		b := slices.Clone(data)
+		change(b)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	nameEtc := func(b []byte, i int) {
+		p, header := f.Progs[i], b[phoff+uint64(i)*56:]
+		clear(b[p.Off : p.Off+p.Filesz])
+		copy(b[p.Off:], "/etc")
+		binary.LittleEndian.PutUint32(header, uint32(elf.PT_INTERP))
+		binary.LittleEndian.PutUint64(header[32:], max(p.Filesz, 5))
+	}
+
+	second := write("ls-second-interp", func(b []byte) { nameEtc(b, note) })
+	inv := pmjailCmd(t, "", "exec", "--json", "--", second, "-1A", "/etc")
+	if inv.Result == nil {
+		t.Fatalf("a second PT_INTERP: no result (exit %d): %s", inv.ExitCode, inv.Stderr)
+	}
+	if inv.Result.Status == "ok" || !strings.Contains(inv.Result.Stderr, "No such file") {
+		t.Fatalf("a second PT_INTERP naming /etc: status %s, the job's ls /etc printed %q, %q; want /etc absent from the root",
+			inv.Result.Status, inv.Result.Stdout, inv.Result.Stderr)
+	}
+
+	first := write("ls-first-interp", func(b []byte) { nameEtc(b, interp) })
+	inv = pmjailCmd(t, "", "exec", "--json", "--", first, "-1A", "/etc")
+	if inv.Result == nil || inv.Result.Status == "ok" || inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "interpreter") {
+		t.Fatalf("a first PT_INTERP naming /etc: exit %d, %s %s; want refused (126) for its interpreter", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 }
