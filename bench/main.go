@@ -42,7 +42,7 @@ func run() int {
 	out := flag.String("out", "BENCHMARKS.md", "where to write the report (- for stdout)")
 	only := flag.String("only", "", "comma-separated sections to run (default all: "+strings.Join(sectionOrder, ",")+")")
 	flag.StringVar(&b.Pmjail, "pmjail", "bin/pmjail", "the pmjail binary (built by make build when missing)")
-	flag.IntVar(&b.Reps, "reps", 15, "measured rounds per latency comparison")
+	flag.IntVar(&b.Reps, "reps", 30, "measured rounds per latency comparison (a Deno hello's median moves by a millisecond between runs of 15)")
 	flag.IntVar(&b.PyReps, "py-reps", 5, "measured rounds of the Python comparison")
 	flag.IntVar(&b.Soak, "soak", 300, "sequential `pmjail exec -- /bin/true` runs in the soak")
 	flag.IntVar(&b.SoakDeno, "soak-deno", 50, "sequential Deno hello runs in the soak")
