@@ -133,14 +133,12 @@ func linkLibraries(stateDir string, libs, allowedDirs []string) (string, error) 
 // linkable accepts what a run's stat shows of a library any local user
 // could read where it is: a regular file owned by root, readable and not
 // writable by others, not set-id, under one of allowedDirs (the loader's
-// search directories; a DT_NEEDED name with "../" in it leaves them).
+// search directories).
 func linkable(lib string, st *unix.Stat_t, allowedDirs []string) error {
-	if !filepath.IsAbs(lib) || filepath.Clean(lib) != lib {
-		return fmt.Errorf("%q is not a clean absolute path", lib)
+	if err := inLibraryDirs(lib, allowedDirs); err != nil {
+		return err
 	}
 	switch {
-	case !underDir(lib, allowedDirs):
-		return fmt.Errorf("%s is outside the library directories %v", lib, allowedDirs)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return fmt.Errorf("%s is not a regular file", lib)
 	case st.Uid != 0:

@@ -63,8 +63,8 @@ func findLibrary(name string) (string, bool) {
 // regular file under the loader's search directories, by a clean absolute
 // path.
 func checkInterpreter(interp string) error {
-	if !filepath.IsAbs(interp) || filepath.Clean(interp) != interp || !underDir(interp, searchDirsFor([]string{interp})) {
-		return fmt.Errorf("interpreter %q is not a clean path in the library directories", interp)
+	if err := inLibraryDirs(interp, searchDirsFor([]string{interp})); err != nil {
+		return fmt.Errorf("interpreter: %w", err)
 	}
 	st, err := os.Stat(interp)
 	if err != nil {
@@ -86,6 +86,17 @@ func searchDirsFor(libs []string) []string {
 		}
 	}
 	return defaultLibraryDirs
+}
+
+// inLibraryDirs accepts a clean absolute path beneath one of dirs.
+func inLibraryDirs(path string, dirs []string) error {
+	switch {
+	case !filepath.IsAbs(path) || filepath.Clean(path) != path:
+		return fmt.Errorf("%q is not a clean absolute path", path)
+	case !underDir(path, dirs):
+		return fmt.Errorf("%s is outside the library directories %v", path, dirs)
+	}
+	return nil
 }
 
 // underDir reports whether path lies beneath one of dirs.

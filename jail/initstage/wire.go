@@ -14,8 +14,8 @@ import (
 )
 
 // The control socket's messages (perhaps a Prepare, then a Config and a
-// Join one way, Reports the other) are length-prefixed records of varints and byte strings, written
-// and read field by field. A fresh init stage decodes one configuration and encodes
+// Join one way, Reports the other) are length-prefixed records of varints
+// and byte strings, written and read field by field. A fresh init stage decodes one configuration and encodes
 // one report in its life, and encoding/json's first use of a type builds
 // its reflection tables: ~0.3 ms of every CLI run in the init stage and as
 // much again in the supervisor (perf). protowire would serve, but its
@@ -225,17 +225,11 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// decodeConfig reads the supervisor's configuration: one message, which
-// the supervisor writes in one piece and follows with nothing until the
-// join.
-func decodeConfig(r io.Reader) (Config, error) {
-	return readConfig(r, nil)
-}
-
-// readConfig reads the supervisor's configuration and, before it, the
-// preparation an init stage started ahead may get first (Prepare), which
-// it hands to prepare (nil: a preparation is an error) while the
-// configuration is yet to come.
+// readConfig reads the supervisor's configuration: one message, which the
+// supervisor writes in one piece and follows with nothing until the join.
+// Before it, an init stage started ahead may get a preparation (Prepare),
+// which readConfig hands to prepare (nil: a preparation is an error) while
+// the configuration is yet to come.
 func readConfig(r io.Reader, prepare func(*Prepare)) (Config, error) {
 	msg, err := readMessage(r, maxConfigSize)
 	if err != nil {

@@ -108,7 +108,7 @@ func encodeConfig(t testing.TB, cfg *Config) []byte {
 // and the process's args, environment, ids and rlimits.
 func TestConfigRoundTrip(t *testing.T) {
 	sent := fullConfig()
-	got, err := decodeConfig(bytes.NewReader(encodeConfig(t, &sent)))
+	got, err := readConfig(bytes.NewReader(encodeConfig(t, &sent)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 
 	var empty Config
-	got, err = decodeConfig(bytes.NewReader(encodeConfig(t, &empty)))
+	got, err = readConfig(bytes.NewReader(encodeConfig(t, &empty)), nil)
 	if err != nil || !reflect.DeepEqual(got, empty) {
 		t.Errorf("the zero Config decoded to %+v, %v", got, err)
 	}
@@ -170,13 +170,13 @@ func TestConfigRefusesMalformedMessages(t *testing.T) {
 
 	// The stream: a prefix longer than the limit, or than what follows.
 	long := []byte{0xff, 0xff, 0xff, 0x7f}
-	if _, err := decodeConfig(bytes.NewReader(long)); err == nil || !strings.Contains(err.Error(), "exceeds") {
+	if _, err := readConfig(bytes.NewReader(long), nil); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("a 2 GiB prefix: %v", err)
 	}
-	if _, err := decodeConfig(bytes.NewReader(data[:len(data)-1])); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := readConfig(bytes.NewReader(data[:len(data)-1]), nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("a message cut short: %v, want ErrUnexpectedEOF", err)
 	}
-	if _, err := decodeConfig(bytes.NewReader(nil)); !errors.Is(err, io.EOF) {
+	if _, err := readConfig(bytes.NewReader(nil), nil); !errors.Is(err, io.EOF) {
 		t.Errorf("no message: %v, want EOF", err)
 	}
 }
@@ -247,8 +247,8 @@ func TestJoinRoundTrip(t *testing.T) {
 
 // TestPrepareThenConfig: a preparation decodes to what was sent and is
 // handed over before the configuration that follows it; a configuration
-// alone comes through without one; decodeConfig, which takes none, and a
-// join refuse one.
+// alone comes through without one; readConfig without prepare and a join
+// refuse one.
 func TestPrepareThenConfig(t *testing.T) {
 	cfg := fullConfig()
 	prep := Prepare{Mounts: cfg.Mounts, HostMountNS: 4026531840}
@@ -258,7 +258,7 @@ func TestPrepareThenConfig(t *testing.T) {
 	}
 	cfgData := encodeConfig(t, &cfg)
 	// What the wire keeps of cfg (see TestConfigRoundTrip).
-	cfg, err = decodeConfig(bytes.NewReader(cfgData))
+	cfg, err = readConfig(bytes.NewReader(cfgData), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,8 +275,8 @@ func TestPrepareThenConfig(t *testing.T) {
 	if decoded, err := readConfig(bytes.NewReader(cfgData), func(p *Prepare) { got = append(got, p) }); err != nil || !reflect.DeepEqual(decoded, cfg) || len(got) != 0 {
 		t.Errorf("a configuration alone: %+v, %v, preparations %+v", decoded, err, got)
 	}
-	if _, err := decodeConfig(bytes.NewReader(prepData)); err == nil {
-		t.Error("decodeConfig took a preparation for a configuration")
+	if _, err := readConfig(bytes.NewReader(prepData), nil); err == nil {
+		t.Error("readConfig without prepare took a preparation for a configuration")
 	}
 	// Two preparations: the second is no configuration.
 	if _, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), prepData...)), func(*Prepare) {}); err == nil {
@@ -331,7 +331,7 @@ func BenchmarkDecodeConfig(b *testing.B) {
 	data := encodeConfig(b, &cfg)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if _, err := decodeConfig(bytes.NewReader(data)); err != nil {
+		if _, err := readConfig(bytes.NewReader(data), nil); err != nil {
 			b.Fatal(err)
 		}
 	}
