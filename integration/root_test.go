@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,12 +22,12 @@ import (
 // job's mount table must then show.
 func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	const ls = "/bin/ls"
-	libs, err := jail.SharedLibraries(ls)
+	libs, err := jail.SharedLibraries(ls, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var lib syscall.Stat_t
-	if err := syscall.Stat(libs[0], &lib); err != nil {
+	if err := syscall.Stat(libs.Files[0], &lib); err != nil {
 		t.Fatal(err)
 	}
 	// A state directory of this test's own (no tree an earlier run made),
@@ -57,7 +58,7 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 
 	// Every directory on the way to a library holds only what leads to one.
 	want := map[string][]string{}
-	for _, lib := range libs {
+	for _, lib := range libs.Files {
 		for p := lib; filepath.Dir(p) != "/"; p = filepath.Dir(p) {
 			if dir := filepath.Dir(p); !slices.Contains(want[dir], filepath.Base(p)) {
 				want[dir] = append(want[dir], filepath.Base(p))
@@ -87,7 +88,7 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 		}
 	}
 	writeFile(t, filepath.Join(src, "tool.txt"), "x")
-	under := filepath.Join(filepath.Dir(libs[0]), "pmjail-test-bind")
+	under := filepath.Join(filepath.Dir(libs.Files[0]), "pmjail-test-bind")
 	inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", src+":"+under, "--", ls, under)
 	if inv.Result == nil || inv.Result.Status != "ok" || strings.TrimSpace(inv.Result.Stdout) != "tool.txt" {
 		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
@@ -106,7 +107,7 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 		}
 	}
 	if st.Dev != lib.Dev {
-		t.Logf("%s is on another file system than %s: the libraries are bound one by one", state, libs[0])
+		t.Logf("%s is on another file system than %s: the libraries are bound one by one", state, libs.Files[0])
 		if fromTree != 0 {
 			t.Errorf("%d mounts from a tree of links across file systems:\n%s", fromTree, inv.Result.Stdout)
 		}
@@ -187,4 +188,118 @@ func TestRootLibraries_ProgramCannotNameAHostPath(t *testing.T) {
 	if inv.Result == nil || inv.Result.Status == "ok" || inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "interpreter") {
 		t.Fatalf("a first PT_INTERP naming /etc: exit %d, %s %s; want refused (126) for its interpreter", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
+}
+
+// TestRootLibraries_SearchPaths runs programs whose libraries only their
+// own search paths lead the loader to (DT_RUNPATH, DT_RPATH with
+// $ORIGIN), and one whose library only /etc/ld.so.conf.d names: the job's
+// loader finds each where the host's does, with nothing else of the
+// host's. A search path leading to a host file that is not a library is
+// refused, and $ORIGIN where the program is reached by a link elsewhere.
+func TestRootLibraries_SearchPaths(t *testing.T) {
+	dir := outsideTmpDir(t, "itest-searchpaths-")
+	lib := filepath.Join(dir, "lib")
+	if err := os.Mkdir(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	compileC(t, filepath.Join(lib, "libgreet.so"), `#include <stdio.h>
+void greet(const char *how) { printf("greeted by %s\n", how); }
+`, "-shared", "-fPIC", "-Wl,-soname,libgreet.so")
+	const main = `void greet(const char *);
+int main(int argc, char **argv) { greet(argv[1]); return 0; }
+`
+	for _, c := range []struct{ name, rpath string }{
+		{"runpath", "-Wl,--enable-new-dtags,-rpath," + lib},
+		{"rpath-origin", "-Wl,--disable-new-dtags,-rpath,$ORIGIN/lib"},
+	} {
+		program := filepath.Join(dir, c.name)
+		compileC(t, program, main, "-L"+lib, "-lgreet", c.rpath)
+		inv := pmjailCmd(t, "", "exec", "--json", "--", program, c.name)
+		if inv.Result == nil || inv.Result.Status != "ok" || inv.Result.Stdout != "greeted by "+c.name+"\n" {
+			t.Errorf("%s: exit %d, %s %s", c.name, inv.ExitCode, inv.Stdout, inv.Stderr)
+		}
+	}
+
+	// Reached through a link in another directory, $ORIGIN would be that
+	// directory in the job's root: refused, naming it.
+	link := filepath.Join(outsideTmpDir(t, "itest-searchpaths-link-"), "linked")
+	if err := os.Symlink(filepath.Join(dir, "rpath-origin"), link); err != nil {
+		t.Fatal(err)
+	}
+	if inv := pmjailCmd(t, "", "exec", "--json", "--", link, "x"); inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "$ORIGIN") {
+		t.Errorf("$ORIGIN through a link: exit %d, %s %s; want refused (126) naming $ORIGIN", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+
+	// A DT_RUNPATH of /etc and a needed "passwd": /etc/passwd is not a
+	// library, and is not bound.
+	build := filepath.Join(dir, "build")
+	if err := os.Mkdir(build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	compileC(t, filepath.Join(build, "passwd"), "int pw(void) { return 0; }\n", "-shared", "-fPIC", "-Wl,-soname,passwd")
+	etc := filepath.Join(dir, "etc-runpath")
+	compileC(t, etc, "int pw(void);\nint main(void) { return pw(); }\n", "-L"+build, "-l:passwd", "-Wl,--enable-new-dtags,-rpath,/etc")
+	if inv := pmjailCmd(t, "", "exec", "--json", "--", etc); inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "/etc/passwd: not an ELF file") {
+		t.Errorf("a DT_RUNPATH leading to /etc/passwd: exit %d, %s %s; want refused (126), /etc/passwd not an ELF file", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+
+	// A library of the host's that only /etc/ld.so.conf.d's directories
+	// hold: the job's root has no /etc/ld.so.cache, and its loader is
+	// told the directory.
+	confLib := confOnlyLibrary()
+	if confLib == "" {
+		t.Skip("the host's /etc/ld.so.conf.d names no directory outside the system's that holds a library")
+	}
+	program := filepath.Join(dir, "conf")
+	compileC(t, program, "#include <stdio.h>\nint main(void) { puts(\"loaded\"); return 0; }\n",
+		"-L"+filepath.Dir(confLib), "-Wl,--no-as-needed", "-l:"+filepath.Base(confLib))
+	inv := pmjailCmd(t, "", "exec", "--json", "--", program)
+	if inv.Result == nil || inv.Result.Status != "ok" || inv.Result.Stdout != "loaded\n" {
+		t.Errorf("a program needing %s: exit %d, %s %s", confLib, inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+}
+
+// compileC builds a C source into out with the host's cc.
+func compileC(t *testing.T, out, source string, flags ...string) {
+	t.Helper()
+	src := out + ".c"
+	writeFile(t, src, source)
+	args := append([]string{"-o", out, src}, flags...)
+	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("cc %v: %v\n%s", args, err, b)
+	}
+}
+
+// confOnlyLibrary returns a library, named by its DT_SONAME, in a
+// directory /etc/ld.so.conf.d names and the loader's system directories
+// do not hold; "" if there is none.
+func confOnlyLibrary() string {
+	confs, _ := filepath.Glob("/etc/ld.so.conf.d/*.conf")
+	for _, conf := range confs {
+		data, err := os.ReadFile(conf)
+		if err != nil {
+			continue
+		}
+		for _, dir := range strings.Fields(string(data)) {
+			if !filepath.IsAbs(dir) || slices.Contains([]string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"}, dir) {
+				continue
+			}
+			libs, _ := filepath.Glob(filepath.Join(dir, "lib*.so*"))
+			for _, lib := range libs {
+				f, err := elf.Open(lib)
+				if err != nil {
+					continue
+				}
+				soname, _ := f.DynString(elf.DT_SONAME)
+				f.Close()
+				if len(soname) == 1 && soname[0] == filepath.Base(lib) {
+					if _, err := os.Stat(filepath.Join("/usr/lib/x86_64-linux-gnu", soname[0])); err == nil {
+						continue
+					}
+					return lib
+				}
+			}
+		}
+	}
+	return ""
 }

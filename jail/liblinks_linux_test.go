@@ -262,13 +262,11 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: only root-owned libraries are linked")
 	}
-	libs, err := SharedLibraries("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	libs := libraryFiles(t, "/bin/sh")
 	state := openTempDir(t)
 	if !sameDevice(t, state, libs[0]) {
 		// /tmp may be a tmpfs; /var/tmp rarely is.
+		var err error
 		if state, err = os.MkdirTemp("/var/tmp", "pmjail-test-"); err != nil {
 			t.Fatal(err)
 		}
@@ -324,10 +322,7 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 // Hard links cannot cross file systems: a state directory on another one
 // binds each library, and makes nothing.
 func TestLibraryMountsAcrossFileSystems(t *testing.T) {
-	libs, err := SharedLibraries("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	libs := libraryFiles(t, "/bin/sh")
 	// /dev/shm is a tmpfs of its own; the libraries are not on it.
 	state, err := os.MkdirTemp("/dev/shm", "pmjail-test-")
 	if err != nil {

@@ -46,19 +46,6 @@ var confLibraryDirs = sync.OnceValue(func() []string {
 	return dirs
 })
 
-// findLibrary returns the path the loader finds the library name at.
-func findLibrary(name string) (string, bool) {
-	for _, dirs := range [][]string{defaultLibraryDirs, confLibraryDirs()} {
-		for _, dir := range dirs {
-			candidate := filepath.Join(dir, name)
-			if _, err := os.Stat(candidate); err == nil {
-				return candidate, true
-			}
-		}
-	}
-	return "", false
-}
-
 // checkInterpreter accepts a program's interpreter (PT_INTERP) only as a
 // regular file under the loader's search directories, by a clean absolute
 // path.
@@ -104,80 +91,213 @@ func underDir(path string, dirs []string) bool {
 	return slices.ContainsFunc(dirs, func(d string) bool { return strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") })
 }
 
-// SharedLibraries returns the dynamic loader and every shared library the
-// ELF executable at path loads, transitively, as the paths the loader will
-// open them by. A static executable has none. The answer is kept per file
-// (path, size, modification time): a daemon runs the same runtime for every
-// job.
-func SharedLibraries(path string) ([]string, error) {
-	st, err := os.Stat(path)
+// Libraries are the files the dynamic loader loads for a program.
+type Libraries struct {
+	// Files are its interpreter and libraries, by the paths the loader
+	// opens them at.
+	Files []string
+	// ConfDirs are the directories of Files that the loader finds only
+	// through the host's /etc/ld.so.cache: those /etc/ld.so.conf.d names.
+	// A job's root has no cache (its list of every library on the host is
+	// not the job's to read), so its loader is told them in
+	// LD_LIBRARY_PATH; it skips a directory where a file is absent, and in
+	// a job's root only the files found here are present.
+	ConfDirs []string
+}
+
+// SharedLibraries returns what the dynamic loader loads for the ELF
+// executable at program, run in a job's root at target (its own path when
+// empty). A static executable loads nothing. The answer is kept per file
+// (path, size, modification time) and target: a daemon runs the same
+// runtime for every job.
+func SharedLibraries(program, target string) (Libraries, error) {
+	st, err := os.Stat(program)
 	if err != nil {
-		return nil, fmt.Errorf("read ELF %s: %w", path, err)
+		return Libraries{}, fmt.Errorf("read ELF %s: %w", program, err)
 	}
-	key := libraryKey{path, st.Size(), st.ModTime().UnixNano()}
+	if target == "" {
+		target = program
+	}
+	key := libraryKey{program, target, st.Size(), st.ModTime().UnixNano()}
 	if libs, ok := librariesOf.Load(key); ok {
-		return slices.Clone(libs.([]string)), nil
+		return libs.(Libraries).clone(), nil
 	}
-	libs, err := sharedLibraries(path)
+	libs, err := hostSearch.libraries(program, target)
 	if err != nil {
-		return nil, err
+		return Libraries{}, err
 	}
 	librariesOf.Store(key, libs)
-	return slices.Clone(libs), nil
+	return libs.clone(), nil
+}
+
+func (l Libraries) clone() Libraries {
+	return Libraries{Files: slices.Clone(l.Files), ConfDirs: slices.Clone(l.ConfDirs)}
 }
 
 type libraryKey struct {
-	path  string
-	size  int64
-	mtime int64
+	path, target string
+	size, mtime  int64
 }
 
 var librariesOf sync.Map
 
-func sharedLibraries(path string) ([]string, error) {
-	seen := map[string]bool{}
-	var out []string
-	var visit func(file string, top bool) error
-	visit = func(file string, top bool) error {
-		interp, needed, err := loaderView(file)
+// loaderSearch is where the loader looks for a library after the search
+// paths of the objects that need it (DT_RPATH, DT_RUNPATH): the system's
+// directories, then those /etc/ld.so.conf.d names. The host's loader
+// reads /etc/ld.so.cache, made from both, instead; it may order a library
+// found in both differently, where a job's loader takes the one bound.
+type loaderSearch struct {
+	system []string
+	conf   func() []string
+}
+
+var hostSearch = loaderSearch{system: defaultLibraryDirs, conf: confLibraryDirs}
+
+// loadedObject is an ELF object as the loader holds it while it loads
+// what the object needs.
+type loadedObject struct {
+	elfDynamic
+	origin string        // $ORIGIN: the directory it was found in
+	runsIn string        // the directory it is at in the job's root
+	loader *loadedObject // the object whose need loaded it; nil for the program
+}
+
+// libraries follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): needs
+// are met breadth first, in order; a name an object already loaded
+// answers to (its path's name or its DT_SONAME) is not looked up again;
+// each lookup searches the needing object's DT_RUNPATH if it has one,
+// else the DT_RPATH of it and of each object up the chain that loaded it,
+// then the directories of s.
+func (s loaderSearch) libraries(program, target string) (Libraries, error) {
+	view, err := loaderView(program)
+	if err != nil {
+		return Libraries{}, err
+	}
+	var out Libraries
+	loaded := map[string]bool{} // names and paths already answered
+	if view.interp != "" {
+		// The program names its interpreter: a path that is not a file in
+		// the library directories could bind anything.
+		if err := checkInterpreter(view.interp); err != nil {
+			return Libraries{}, fmt.Errorf("%s: %w", program, err)
+		}
+		interp, err := loaderView(view.interp)
 		if err != nil {
-			return err
+			return Libraries{}, err
 		}
-		if top && interp != "" {
-			// The program names its interpreter: a path that is not a
-			// file in the library directories could bind anything.
-			if err := checkInterpreter(interp); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			seen[interp] = true
-			out = append(out, interp)
+		out.Files = append(out.Files, view.interp)
+		loaded[view.interp] = true
+		if interp.soname != "" {
+			loaded[interp.soname] = true
 		}
-		for _, lib := range needed {
+	}
+	queue := []*loadedObject{{elfDynamic: view, origin: filepath.Dir(program), runsIn: filepath.Dir(target)}}
+	for len(queue) > 0 {
+		obj := queue[0]
+		queue = queue[1:]
+		for _, name := range obj.needed {
 			// The loader takes a name with a slash as a path from its
 			// working directory, not one to search for; joined to the
 			// search directories, "../" would bind any file.
-			if strings.ContainsRune(lib, '/') {
-				return fmt.Errorf("%s needs %q: a path, not a library name", file, lib)
+			if strings.ContainsRune(name, '/') {
+				return Libraries{}, fmt.Errorf("%s needs %q: a path, not a library name", obj.path, name)
 			}
-			found, ok := findLibrary(lib)
-			if !ok {
-				return fmt.Errorf("%s needs %s: not found in %v or %v", file, lib, defaultLibraryDirs, confLibraryDirs())
-			}
-			if seen[found] {
+			if loaded[name] {
 				continue
 			}
-			seen[found] = true
-			out = append(out, found)
-			if err := visit(found, false); err != nil {
-				return err
+			found, conf, err := s.find(name, obj)
+			if err != nil {
+				return Libraries{}, err
 			}
+			loaded[name] = true
+			if loaded[found] {
+				continue
+			}
+			loaded[found] = true
+			lib, err := loaderView(found)
+			if err != nil {
+				return Libraries{}, err
+			}
+			if lib.soname != "" {
+				loaded[lib.soname] = true
+			}
+			out.Files = append(out.Files, found)
+			if dir := filepath.Dir(found); conf && !slices.Contains(out.ConfDirs, dir) {
+				out.ConfDirs = append(out.ConfDirs, dir)
+			}
+			queue = append(queue, &loadedObject{elfDynamic: lib, origin: filepath.Dir(found), runsIn: filepath.Dir(found), loader: obj})
 		}
-		return nil
-	}
-	if err := visit(path, true); err != nil {
-		return nil, err
 	}
 	return out, nil
+}
+
+// find returns the path the loader finds the library name at for obj, and
+// whether only the host's cache leads there.
+func (s loaderSearch) find(name string, obj *loadedObject) (path string, conf bool, err error) {
+	var own []string
+	if obj.hasRunpath {
+		if own, err = obj.expand(obj.runpath); err != nil {
+			return "", false, err
+		}
+	} else {
+		for o := obj; o != nil; o = o.loader {
+			if o.hasRunpath {
+				continue
+			}
+			dirs, err := o.expand(o.rpath)
+			if err != nil {
+				return "", false, err
+			}
+			own = append(own, dirs...)
+		}
+	}
+	if path, ok := lookIn(own, name); ok {
+		return path, false, nil
+	}
+	if path, ok := lookIn(s.system, name); ok {
+		return path, false, nil
+	}
+	if path, ok := lookIn(s.conf(), name); ok {
+		return path, true, nil
+	}
+	return "", false, fmt.Errorf("%s needs %s: not found in %v", obj.path, name, slices.Concat(own, s.system, s.conf()))
+}
+
+// expand turns a DT_RPATH or DT_RUNPATH list into the directories the
+// loader searches. $ORIGIN is the object's directory; a program run at
+// another directory than its own (through a symbolic link) would find
+// other files there, so it is refused. Relative entries (the loader's working directory, which in a
+// job's root holds nothing of the host's) are left out, and $LIB and
+// $PLATFORM, whose values are the loader's, are refused.
+func (obj *loadedObject) expand(list []string) ([]string, error) {
+	var dirs []string
+	for _, entry := range list {
+		dir := entry
+		for _, token := range []string{"$ORIGIN", "${ORIGIN}"} {
+			if strings.Contains(dir, token) && obj.runsIn != obj.origin {
+				return nil, fmt.Errorf("%s's library search path %q names $ORIGIN, which would be %s in the job: run it by its own path", obj.path, entry, obj.runsIn)
+			}
+			dir = strings.ReplaceAll(dir, token, obj.origin)
+		}
+		if strings.Contains(dir, "$") {
+			return nil, fmt.Errorf("%s's library search path %q: only $ORIGIN is expanded", obj.path, entry)
+		}
+		if filepath.IsAbs(dir) {
+			dirs = append(dirs, filepath.Clean(dir))
+		}
+	}
+	return dirs, nil
+}
+
+// lookIn returns the first regular file called name in dirs.
+func lookIn(dirs []string, name string) (string, bool) {
+	for _, dir := range dirs {
+		candidate := filepath.Join(dir, name)
+		if st, err := os.Stat(candidate); err == nil && st.Mode().IsRegular() {
+			return candidate, true
+		}
+	}
+	return "", false
 }
 
 // Bounds on what loaderView reads of a file: far above any real program's
@@ -197,24 +317,39 @@ const (
 	dynSize                                       = 16
 )
 
+// elfDynamic is what the dynamic loader reads of an ELF file.
+type elfDynamic struct {
+	path    string
+	interp  string   // PT_INTERP: the first, as the kernel runs it
+	needed  []string // DT_NEEDED, in order
+	soname  string   // DT_SONAME
+	rpath   []string // DT_RPATH, split at ':'
+	runpath []string // DT_RUNPATH, split at ':'
+	// hasRunpath: a DT_RUNPATH entry, even an empty one, turns the
+	// object's DT_RPATH off.
+	hasRunpath bool
+}
+
 // loaderView reads what the dynamic loader reads of an ELF file: its
-// program headers, its interpreter (PT_INTERP) and the names of the
-// libraries its dynamic segment needs (DT_NEEDED), found through the
-// segments the loader maps. debug/elf's File would parse every section
+// program headers, its interpreter (PT_INTERP) and, in its dynamic
+// segment, the names of the libraries it needs (DT_NEEDED), its own name
+// (DT_SONAME) and its search paths (DT_RPATH, DT_RUNPATH), found through
+// the segments the loader maps. debug/elf's File would parse every section
 // header and read whole sections (~0.5 ms for Deno's eight files, on every
 // CLI run); this reads a few small ranges a file. Section headers, which
 // the loader ignores, are ignored here too. Only little-endian ELF64 is
 // read: the seccomp filters admit the native system-call ABI alone, so
 // nothing else could run in a jail.
-func loaderView(path string) (interp string, needed []string, err error) {
+func loaderView(path string) (elfDynamic, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", nil, fmt.Errorf("read ELF %s: %w", path, err)
+		return elfDynamic{}, fmt.Errorf("read ELF %s: %w", path, err)
 	}
 	defer f.Close()
-	fail := func(format string, args ...any) (string, []string, error) {
-		return "", nil, fmt.Errorf("read ELF %s: %s", path, fmt.Sprintf(format, args...))
+	fail := func(format string, args ...any) (elfDynamic, error) {
+		return elfDynamic{}, fmt.Errorf("read ELF %s: %s", path, fmt.Sprintf(format, args...))
 	}
+	view := elfDynamic{path: path}
 	le := binary.LittleEndian
 	hdr := make([]byte, ehdrSize)
 	n, err := f.ReadAt(hdr, 0)
@@ -244,7 +379,7 @@ func loaderView(path string) (interp string, needed []string, err error) {
 		switch elf.ProgType(p.Type) {
 		case elf.PT_INTERP:
 			// The kernel runs the first one, a NUL-terminated path.
-			if interp != "" {
+			if view.interp != "" {
 				continue
 			}
 			if p.Filesz == 0 || p.Filesz > unix.PathMax {
@@ -257,14 +392,14 @@ func loaderView(path string) (interp string, needed []string, err error) {
 			if name[len(name)-1] != 0 || name[0] == 0 {
 				return fail("interpreter %q is not a NUL-terminated path", name)
 			}
-			interp, _, _ = strings.Cut(string(name), "\x00")
+			view.interp, _, _ = strings.Cut(string(name), "\x00")
 		case elf.PT_DYNAMIC:
 			dynamic = p
 		}
 	}
 	// A static executable has no dynamic segment and needs nothing.
 	if dynamic == nil {
-		return interp, nil, nil
+		return view, nil
 	}
 	if dynamic.Filesz > maxDynamicBytes {
 		return fail("dynamic segment of %d bytes", dynamic.Filesz)
@@ -278,7 +413,11 @@ func loaderView(path string) (interp string, needed []string, err error) {
 	if _, err := f.ReadAt(entries, int64(off)); err != nil {
 		return fail("dynamic segment: %v", err)
 	}
-	var names []uint64
+	type nameAt struct {
+		tag elf.DynTag
+		off uint64
+	}
+	var names []nameAt
 	var strtab, strsz uint64
 	for d := entries; len(d) >= dynSize; d = d[dynSize:] {
 		tag, val := elf.DynTag(le.Uint64(d)), le.Uint64(d[8:])
@@ -286,8 +425,8 @@ func loaderView(path string) (interp string, needed []string, err error) {
 			break
 		}
 		switch tag {
-		case elf.DT_NEEDED:
-			names = append(names, val)
+		case elf.DT_NEEDED, elf.DT_SONAME, elf.DT_RPATH, elf.DT_RUNPATH:
+			names = append(names, nameAt{tag, val})
 		case elf.DT_STRTAB:
 			strtab = val
 		case elf.DT_STRSZ:
@@ -298,13 +437,26 @@ func loaderView(path string) (interp string, needed []string, err error) {
 	// pass as needing nothing: its run would fail inside the jail with
 	// "not found".
 	for _, n := range names {
-		name, err := readName(f, progs, strtab, strsz, n)
+		name, err := readName(f, progs, strtab, strsz, n.off)
 		if err != nil {
-			return fail("name of a needed library, at %d in the string table at %#x: %v", n, strtab, err)
+			return fail("%v at %d in the string table at %#x: %v", n.tag, n.off, strtab, err)
 		}
-		needed = append(needed, name)
+		switch n.tag {
+		case elf.DT_NEEDED:
+			if name == "" {
+				return fail("DT_NEEDED at %d in the string table at %#x: an empty name", n.off, strtab)
+			}
+			view.needed = append(view.needed, name)
+		case elf.DT_SONAME:
+			view.soname = name
+		case elf.DT_RPATH:
+			view.rpath = append(view.rpath, strings.Split(name, ":")...)
+		case elf.DT_RUNPATH:
+			view.runpath = append(view.runpath, strings.Split(name, ":")...)
+			view.hasRunpath = true
+		}
 	}
-	return interp, needed, nil
+	return view, nil
 }
 
 // readName reads the NUL-terminated string at offset n of the string table
@@ -324,8 +476,8 @@ func readName(f *os.File, progs []elf.Prog64, strtab, strsz, n uint64) (string, 
 		return "", err
 	}
 	end := bytes.IndexByte(buf, 0)
-	if end <= 0 {
-		return "", errors.New("not a name")
+	if end < 0 {
+		return "", errors.New("not a NUL-terminated string")
 	}
 	return string(buf[:end]), nil
 }

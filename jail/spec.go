@@ -68,6 +68,25 @@ func libraryMounts(libs []string, linkDir string, others []string, opts []string
 	return mounts
 }
 
+// libraryPathEnv adds dirs to env's LD_LIBRARY_PATH, after any it has.
+func libraryPathEnv(env, dirs []string) []string {
+	if len(dirs) == 0 {
+		return env
+	}
+	const name = "LD_LIBRARY_PATH="
+	path := strings.Join(dirs, ":")
+	i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name) })
+	if i < 0 {
+		return append(slices.Clip(env), name+path)
+	}
+	env = slices.Clone(env)
+	if own := strings.TrimPrefix(env[i], name); own != "" {
+		path = own + ":" + path
+	}
+	env[i] = name + path
+	return env
+}
+
 // libraryTops are the top-level directories a tree of library links may
 // be bound at.
 var libraryTops = []string{"/lib", "/lib32", "/lib64", "/libx32", "/usr"}
@@ -79,13 +98,13 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
 // launch: the program and the libraries it loads, the launch's own binds,
 // four devices, a fresh /proc and a size-capped /tmp, all else absent.
 func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
-	libs, err := SharedLibraries(launch.Program)
-	if err != nil {
-		return nil, fmt.Errorf("libraries of %s: %w", launch.Program, err)
-	}
 	target := launch.Target
 	if target == "" {
 		target = launch.Program
+	}
+	libs, err := SharedLibraries(launch.Program, target)
+	if err != nil {
+		return nil, fmt.Errorf("libraries of %s: %w", launch.Program, err)
 	}
 	// The job's own /proc and /tmp come first: a bound program or asset that
 	// lives under /tmp on the host (a checkout there, say) must be bound on
@@ -114,7 +133,7 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		}
 		others = append(others, c.Target)
 	}
-	mounts = append(mounts, libraryMounts(libs, lim.LibraryLinks, others, ro)...)
+	mounts = append(mounts, libraryMounts(libs.Files, lim.LibraryLinks, others, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, b := range launch.Binds {
 		opts := append([]string(nil), ro...)
@@ -153,7 +172,7 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		Root:     &specs.Root{Path: "tmpfs", Readonly: true},
 		Process: &specs.Process{
 			Args:            args,
-			Env:             launch.Env,
+			Env:             libraryPathEnv(launch.Env, libs.ConfDirs),
 			Cwd:             "/",
 			User:            specs.User{UID: guestID, GID: guestID},
 			Rlimits:         rlimits,

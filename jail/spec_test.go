@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,10 +17,7 @@ import (
 )
 
 func TestSharedLibraries(t *testing.T) {
-	libs, err := SharedLibraries("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	libs := libraryFiles(t, "/bin/sh")
 	var interp, libc bool
 	for _, l := range libs {
 		interp = interp || strings.Contains(l, "ld-linux")
@@ -27,7 +26,7 @@ func TestSharedLibraries(t *testing.T) {
 	if !interp || !libc {
 		t.Fatalf("libraries of /bin/sh: %v, want the dynamic loader and libc", libs)
 	}
-	if _, err := SharedLibraries("/nonexistent-pmjail"); err == nil {
+	if _, err := SharedLibraries("/nonexistent-pmjail", ""); err == nil {
 		t.Fatal("no error for a missing program")
 	}
 }
@@ -41,7 +40,7 @@ func TestLoaderViewMatchesDebugELF(t *testing.T) {
 		m, _ := filepath.Glob(pattern)
 		files = append(files, m...)
 	}
-	compared, withInterp, withNeeded := 0, 0, 0
+	compared, withInterp, withNeeded, withSoname, withRunpath := 0, 0, 0, 0, 0
 	for _, file := range files {
 		if st, err := os.Stat(file); err != nil || !st.Mode().IsRegular() {
 			continue
@@ -60,10 +59,29 @@ func TestLoaderViewMatchesDebugELF(t *testing.T) {
 				wantInterp = strings.TrimRight(string(data), "\x00")
 			}
 		}
-		wantNeeded, wantErr := f.DynString(elf.DT_NEEDED)
+		want := elfDynamic{path: file, interp: wantInterp}
+		var wantErr error
+		dynStrings := func(tag elf.DynTag) []string {
+			s, err := f.DynString(tag)
+			wantErr = errors.Join(wantErr, err)
+			return s
+		}
+		paths := func(tag elf.DynTag) []string {
+			var dirs []string
+			for _, s := range dynStrings(tag) {
+				dirs = append(dirs, strings.Split(s, ":")...)
+			}
+			return dirs
+		}
+		want.needed = dynStrings(elf.DT_NEEDED)
+		if s := dynStrings(elf.DT_SONAME); len(s) > 0 {
+			want.soname = s[0]
+		}
+		want.rpath, want.runpath = paths(elf.DT_RPATH), paths(elf.DT_RUNPATH)
+		want.hasRunpath = len(dynStrings(elf.DT_RUNPATH)) > 0
 		class, order := f.Class, f.ByteOrder
 		f.Close()
-		interp, needed, err := loaderView(file)
+		got, err := loaderView(file)
 		if class != elf.ELFCLASS64 || order != binary.LittleEndian {
 			if err == nil || !strings.Contains(err.Error(), "64-bit") {
 				t.Errorf("loaderView(%s), a %v %v file: %v; want refused as not 64-bit little-endian", file, class, order, err)
@@ -73,21 +91,23 @@ func TestLoaderViewMatchesDebugELF(t *testing.T) {
 		if wantErr != nil {
 			continue
 		}
-		if err != nil || interp != wantInterp || !slices.Equal(needed, wantNeeded) {
-			t.Errorf("loaderView(%s) = %q, %q, %v; debug/elf finds %q, %q", file, interp, needed, err, wantInterp, wantNeeded)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("loaderView(%s) = %+v, %v; debug/elf finds %+v", file, got, err, want)
 		}
 		compared++
-		if interp != "" {
-			withInterp++
-		}
-		if len(needed) > 0 {
-			withNeeded++
+		for _, c := range []struct {
+			n  *int
+			ok bool
+		}{{&withInterp, got.interp != ""}, {&withNeeded, len(got.needed) > 0}, {&withSoname, got.soname != ""}, {&withRunpath, got.hasRunpath}} {
+			if c.ok {
+				*c.n++
+			}
 		}
 	}
-	if compared < 50 || withInterp < 10 || withNeeded < 10 {
-		t.Fatalf("compared %d files (%d with an interpreter, %d needing libraries); want a broader sample", compared, withInterp, withNeeded)
+	if compared < 50 || withInterp < 10 || withNeeded < 10 || withSoname < 10 || withRunpath < 1 {
+		t.Fatalf("compared %d files (%d with an interpreter, %d needing libraries, %d named, %d with a DT_RUNPATH); want a broader sample", compared, withInterp, withNeeded, withSoname, withRunpath)
 	}
-	t.Logf("compared %d ELF files: %d with an interpreter, %d needing libraries", compared, withInterp, withNeeded)
+	t.Logf("compared %d ELF files: %d with an interpreter, %d needing libraries, %d named, %d with a DT_RUNPATH", compared, withInterp, withNeeded, withSoname, withRunpath)
 }
 
 // A dynamic executable whose library list cannot be read must be an error,
@@ -177,7 +197,7 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 			if err := os.WriteFile(broken, change(slices.Clone(data)), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			libs, err := SharedLibraries(broken)
+			libs, err := SharedLibraries(broken, "")
 			if err == nil || !strings.Contains(err.Error(), broken) {
 				t.Fatalf("SharedLibraries = %v, %v; want an error naming the file", libs, err)
 			}
@@ -193,10 +213,7 @@ func TestSharedLibrariesTakesTheFirstInterpreter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := SharedLibraries("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := libraryFiles(t, "/bin/sh")
 	// Turn the program header of the PT_NOTE segment, which comes after
 	// PT_INTERP, into a second PT_INTERP naming /etc (Elf64_Phdr: type at
 	// 0, offset at 8, file size at 32).
@@ -226,8 +243,8 @@ func TestSharedLibrariesTakesTheFirstInterpreter(t *testing.T) {
 	if err := os.WriteFile(two, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, err := SharedLibraries(two)
-	if err != nil || !slices.Equal(got, want) {
+	got, err := SharedLibraries(two, "")
+	if err != nil || !slices.Equal(got.Files, want) {
 		t.Fatalf("SharedLibraries with a second PT_INTERP naming /etc = %q, %v; want %q", got, err, want)
 	}
 }
@@ -284,4 +301,14 @@ func TestCaptureCutsAtTheLimit(t *testing.T) {
 	if string(c.bytes()) != "1234567890" || !c.truncated || overflows != 1 {
 		t.Fatalf("captured %q truncated %v overflows %d", c.bytes(), c.truncated, overflows)
 	}
+}
+
+// libraryFiles returns the files the loader loads for program.
+func libraryFiles(t *testing.T, program string) []string {
+	t.Helper()
+	libs, err := SharedLibraries(program, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return libs.Files
 }
