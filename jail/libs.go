@@ -354,6 +354,11 @@ func loaderView(path string) (elfDynamic, error) {
 	hdr := make([]byte, ehdrSize)
 	n, err := f.ReadAt(hdr, 0)
 	if n < len(elf.ELFMAG) || string(hdr[:len(elf.ELFMAG)]) != elf.ELFMAG {
+		if interp, _, _ := bytes.Cut(hdr[:n], []byte("\n")); bytes.HasPrefix(interp, []byte("#!")) {
+			// The kernel would run the interpreter it names, which a job's
+			// root does not hold.
+			return fail("a script (%q), not an ELF file: run its interpreter, with the script bound (--ro-bind)", interp)
+		}
 		return fail("not an ELF file")
 	}
 	if err != nil {

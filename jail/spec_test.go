@@ -172,7 +172,8 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 		"cut in the program headers": func(b []byte) []byte { return b[:binary.LittleEndian.Uint64(b[0x20:])+8] },
 		"32-bit":                     func(b []byte) []byte { b[elf.EI_CLASS] = byte(elf.ELFCLASS32); return b },
 		"big-endian":                 func(b []byte) []byte { b[elf.EI_DATA] = byte(elf.ELFDATA2MSB); return b },
-		"not ELF":                    func(b []byte) []byte { return []byte("#!/bin/sh\nexit 0\n") },
+		"a script":                   func(b []byte) []byte { return []byte("#!/bin/sh\nexit 0\n") },
+		"not ELF":                    func(b []byte) []byte { return []byte("exit 0\n") },
 	}
 	// The first needed name, rewritten as a path of the same length.
 	strtab, first := binary.LittleEndian.Uint64(data[dynEntry(elf.DT_STRTAB):]), binary.LittleEndian.Uint64(data[dynEntry(elf.DT_NEEDED):])
