@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -185,15 +186,47 @@ func trustedPath(dir string) (*unix.Stat_t, error) {
 	if err != nil {
 		return nil, err
 	}
-	return walkUp(abs, func(d string, st *unix.Stat_t) error {
+	return walkUp(abs, changeableOnlyBy(uint32(os.Geteuid())))
+}
+
+// changeableOnlyBy accepts a directory that no one but root and uid can
+// replace or change (a writable one must be sticky, as /tmp, so that
+// others cannot rename what is theirs in it) and that others can pass.
+func changeableOnlyBy(uid uint32) func(d string, st *unix.Stat_t) error {
+	return func(d string, st *unix.Stat_t) error {
 		switch {
-		case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		case st.Uid != 0 && st.Uid != uid:
 			return fmt.Errorf("%s is owned by uid %d", d, st.Uid)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
 			return fmt.Errorf("%s is writable by others (mode %#o)", d, st.Mode&0o777)
 		}
 		return passable(d, st)
-	})
+	}
+}
+
+// privateLibrary accepts a library that only a program's own search path
+// leads to, outside the library directories: the program's headers chose
+// where it is, so only what root or the program's owner put there is
+// bound, and it stays what was checked until the job's set-up binds it. It
+// must be a regular file (no symbolic link) that only root or that owner
+// can change, in directories that only they can change (real ones, no
+// symbolic link) and others can pass (the job's ids bind it).
+func privateLibrary(lib string, program os.FileInfo) error {
+	owner := program.Sys().(*syscall.Stat_t).Uid
+	var st unix.Stat_t
+	if err := unix.Lstat(lib, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: lib, Err: err}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%s is not a regular file", lib)
+	case st.Uid != 0 && st.Uid != owner:
+		return fmt.Errorf("%s is owned by uid %d, neither root nor the program's owner", lib, st.Uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s is writable by others (mode %#o)", lib, st.Mode&0o777)
+	}
+	_, err := walkUp(filepath.Dir(lib), changeableOnlyBy(owner))
+	return err
 }
 
 // walkUp applies check to dir and every directory above it, each a real

@@ -103,13 +103,17 @@ type Libraries struct {
 	// LD_LIBRARY_PATH; it skips a directory where a file is absent, and in
 	// a job's root only the files found here are present.
 	ConfDirs []string
+	// private: some of Files passed privateLibrary, which a later run
+	// checks again.
+	private bool
 }
 
 // SharedLibraries returns what the dynamic loader loads for the ELF
 // executable at program, run in a job's root at target (its own path when
 // empty). A static executable loads nothing. The answer is kept per file
-// (path, size, modification time) and target: a daemon runs the same
-// runtime for every job.
+// (path, size, modification time) and target, unless it holds a library
+// from outside the library directories: a daemon runs the same runtime
+// for every job.
 func SharedLibraries(program, target string) (Libraries, error) {
 	st, err := os.Stat(program)
 	if err != nil {
@@ -126,12 +130,14 @@ func SharedLibraries(program, target string) (Libraries, error) {
 	if err != nil {
 		return Libraries{}, err
 	}
-	librariesOf.Store(key, libs)
+	if !libs.private {
+		librariesOf.Store(key, libs)
+	}
 	return libs.clone(), nil
 }
 
 func (l Libraries) clone() Libraries {
-	return Libraries{Files: slices.Clone(l.Files), ConfDirs: slices.Clone(l.ConfDirs)}
+	return Libraries{Files: slices.Clone(l.Files), ConfDirs: slices.Clone(l.ConfDirs), private: l.private}
 }
 
 type libraryKey struct {
@@ -160,144 +166,242 @@ type loadedObject struct {
 	origin string        // $ORIGIN: the directory it was found in
 	runsIn string        // the directory it is at in the job's root
 	loader *loadedObject // the object whose need loaded it; nil for the program
+	// ownPath is its DT_RUNPATH, or its DT_RPATH, expanded (searchPath).
+	ownPath []string
 }
 
-// libraries follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): needs
-// are met breadth first, in order; a name an object already loaded
-// answers to (its path's name or its DT_SONAME) is not looked up again;
-// each lookup searches the needing object's DT_RUNPATH if it has one,
-// else the DT_RPATH of it and of each object up the chain that loaded it,
-// then the directories of s.
+// Bounds on what a program may make the search read: far above any real
+// program's (Deno loads 8 libraries; a browser ~100), and what keeps a
+// crafted one from making it stat millions of paths.
+const (
+	maxLibraries  = 1024
+	maxSearchDirs = 256 // directories a lookup searches before the system's
+)
+
+// libraries follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): a
+// program without an interpreter loads nothing; needs are met breadth
+// first, in order; a name an object already loaded answers to (its path
+// or its DT_SONAME) is not looked up again; each lookup searches the
+// needing object's DT_RUNPATH if it has one, else the DT_RPATH of it and
+// of each object up the chain that loaded it, then the directories of s,
+// and skips a file the loader would not load.
 func (s loaderSearch) libraries(program, target string) (Libraries, error) {
 	view, err := loaderView(program)
 	if err != nil {
 		return Libraries{}, err
 	}
 	var out Libraries
-	loaded := map[string]bool{} // names and paths already answered
-	if view.interp != "" {
-		// The program names its interpreter: a path that is not a file in
-		// the library directories could bind anything.
-		if err := checkInterpreter(view.interp); err != nil {
-			return Libraries{}, fmt.Errorf("%s: %w", program, err)
-		}
-		interp, err := loaderView(view.interp)
-		if err != nil {
-			return Libraries{}, err
-		}
-		out.Files = append(out.Files, view.interp)
-		loaded[view.interp] = true
-		if interp.soname != "" {
-			loaded[interp.soname] = true
+	if view.interp == "" {
+		// The kernel runs a program without PT_INTERP itself: no loader
+		// reads its dynamic segment.
+		return out, nil
+	}
+	st, err := os.Stat(program)
+	if err != nil {
+		return Libraries{}, fmt.Errorf("read ELF %s: %w", program, err)
+	}
+	// The program names its interpreter: a path that is not a file in
+	// the library directories could bind anything.
+	if err := checkInterpreter(view.interp); err != nil {
+		return Libraries{}, fmt.Errorf("%s: %w", program, err)
+	}
+	interp, err := loaderView(view.interp)
+	if err != nil {
+		return Libraries{}, err
+	}
+	if err := interp.loadable(); err != nil {
+		return Libraries{}, fmt.Errorf("%s's interpreter: %w", program, err)
+	}
+	out.Files = append(out.Files, view.interp)
+	loaded := map[string]bool{view.interp: true} // names and paths already answered
+	for _, name := range []string{interp.soname, view.soname} {
+		if name != "" {
+			loaded[name] = true
 		}
 	}
 	queue := []*loadedObject{{elfDynamic: view, origin: filepath.Dir(program), runsIn: filepath.Dir(target)}}
 	for len(queue) > 0 {
 		obj := queue[0]
 		queue = queue[1:]
+		if err := obj.searchPath(); err != nil {
+			return Libraries{}, err
+		}
 		for _, name := range obj.needed {
 			// The loader takes a name with a slash as a path from its
 			// working directory, not one to search for; joined to the
-			// search directories, "../" would bind any file.
-			if strings.ContainsRune(name, '/') {
-				return Libraries{}, fmt.Errorf("%s needs %q: a path, not a library name", obj.path, name)
+			// search directories, "../" would bind any file, and "." the
+			// directory itself.
+			if strings.ContainsAny(name, "/$") || name == "." || name == ".." {
+				return Libraries{}, fmt.Errorf("%s needs %q: not a library name", obj.path, name)
 			}
 			if loaded[name] {
 				continue
 			}
-			found, conf, err := s.find(name, obj)
+			lib, where, err := s.find(name, obj, st)
 			if err != nil {
 				return Libraries{}, err
 			}
 			loaded[name] = true
-			if loaded[found] {
+			if loaded[lib.path] {
 				continue
 			}
-			loaded[found] = true
-			lib, err := loaderView(found)
-			if err != nil {
-				return Libraries{}, err
+			if len(out.Files) >= maxLibraries {
+				return Libraries{}, fmt.Errorf("%s loads more than %d libraries", program, maxLibraries)
 			}
+			loaded[lib.path] = true
 			if lib.soname != "" {
 				loaded[lib.soname] = true
 			}
-			out.Files = append(out.Files, found)
-			if dir := filepath.Dir(found); conf && !slices.Contains(out.ConfDirs, dir) {
-				out.ConfDirs = append(out.ConfDirs, dir)
+			out.Files = append(out.Files, lib.path)
+			switch dir := filepath.Dir(lib.path); where {
+			case foundInConf:
+				if !slices.Contains(out.ConfDirs, dir) {
+					out.ConfDirs = append(out.ConfDirs, dir)
+				}
+			case foundPrivate:
+				out.private = true
 			}
-			queue = append(queue, &loadedObject{elfDynamic: lib, origin: filepath.Dir(found), runsIn: filepath.Dir(found), loader: obj})
+			dir := filepath.Dir(lib.path)
+			queue = append(queue, &loadedObject{elfDynamic: lib, origin: dir, runsIn: dir, loader: obj})
 		}
 	}
 	return out, nil
 }
 
-// find returns the path the loader finds the library name at for obj, and
-// whether only the host's cache leads there.
-func (s loaderSearch) find(name string, obj *loadedObject) (path string, conf bool, err error) {
+// Where find found a library.
+type foundIn int
+
+const (
+	foundInSystem foundIn = iota // the library directories, by any search path but the cache's
+	foundInConf                  // those /etc/ld.so.conf.d names, as the host's cache leads there
+	foundPrivate                 // obj's own search path, outside the library directories
+)
+
+// find returns the library name the loader loads for obj, and where it
+// found it. A file the loader would not load (not a shared library for
+// this machine) is passed over, as the loader passes it. One that only
+// obj's own search path leads to, outside the library directories, must
+// pass privateLibrary: the program's headers chose where it is.
+func (s loaderSearch) find(name string, obj *loadedObject, program os.FileInfo) (lib elfDynamic, where foundIn, err error) {
 	var own []string
 	if obj.hasRunpath {
-		if own, err = obj.expand(obj.runpath); err != nil {
-			return "", false, err
-		}
+		own = obj.ownPath
 	} else {
 		for o := obj; o != nil; o = o.loader {
 			if o.hasRunpath {
+				continue // its ownPath is its DT_RUNPATH, its own alone
+			}
+			for _, d := range o.ownPath {
+				if !slices.Contains(own, d) {
+					own = append(own, d)
+				}
+			}
+			if len(own) > maxSearchDirs {
+				return elfDynamic{}, 0, fmt.Errorf("%s: more than %d directories in the search paths of it and the objects that loaded it", obj.path, maxSearchDirs)
+			}
+		}
+	}
+	var passed []string
+	for _, search := range []struct {
+		dirs  []string
+		where foundIn
+	}{{own, foundPrivate}, {s.system, foundInSystem}, {s.conf(), foundInConf}} {
+		for _, d := range search.dirs {
+			candidate := filepath.Join(d, name)
+			st, err := os.Stat(candidate)
+			if err != nil || !st.Mode().IsRegular() {
 				continue
 			}
-			dirs, err := o.expand(o.rpath)
+			where = search.where
+			if where == foundPrivate {
+				if underDir(candidate, s.system) || underDir(candidate, s.conf()) {
+					where = foundInSystem
+				} else if err := privateLibrary(candidate, program); err != nil {
+					return elfDynamic{}, 0, fmt.Errorf("%s needs %s: %w", obj.path, name, err)
+				}
+			}
+			lib, err := loaderView(candidate)
+			if err == nil {
+				err = lib.loadable()
+			}
 			if err != nil {
-				return "", false, err
+				passed = append(passed, err.Error())
+				continue
 			}
-			own = append(own, dirs...)
+			return lib, where, nil
 		}
 	}
-	if path, ok := lookIn(own, name); ok {
-		return path, false, nil
+	if len(passed) > 0 {
+		return elfDynamic{}, 0, fmt.Errorf("%s needs %s: no library the loader would load (passed over %d: %s)", obj.path, name, len(passed), strings.Join(passed[:min(len(passed), 3)], "; "))
 	}
-	if path, ok := lookIn(s.system, name); ok {
-		return path, false, nil
-	}
-	if path, ok := lookIn(s.conf(), name); ok {
-		return path, true, nil
-	}
-	return "", false, fmt.Errorf("%s needs %s: not found in %v", obj.path, name, slices.Concat(own, s.system, s.conf()))
+	return elfDynamic{}, 0, fmt.Errorf("%s needs %s: not found in its own search path %q or the library directories", obj.path, name, own)
 }
 
-// expand turns a DT_RPATH or DT_RUNPATH list into the directories the
-// loader searches. $ORIGIN is the object's directory; a program run at
-// another directory than its own (through a symbolic link) would find
-// other files there, so it is refused. Relative entries (the loader's working directory, which in a
-// job's root holds nothing of the host's) are left out, and $LIB and
-// $PLATFORM, whose values are the loader's, are refused.
-func (obj *loadedObject) expand(list []string) ([]string, error) {
-	var dirs []string
+// searchPath expands the object's DT_RUNPATH, or its DT_RPATH, into the
+// directories the loader searches (ownPath), as glibc's loader expands
+// dynamic string tokens (elf/dl-load.c). $ORIGIN is the object's
+// directory; a program run at another directory than its own (through a
+// symbolic link) would find other files there, so it is refused. Relative
+// entries (the loader's working directory, which in a job's root holds
+// nothing of the host's) are left out; $LIB and $PLATFORM, whose values
+// are the loader's, are refused.
+func (obj *loadedObject) searchPath() error {
+	list := obj.rpath
+	if obj.hasRunpath {
+		list = obj.runpath
+	}
 	for _, entry := range list {
-		dir := entry
-		for _, token := range []string{"$ORIGIN", "${ORIGIN}"} {
-			if strings.Contains(dir, token) && obj.runsIn != obj.origin {
-				return nil, fmt.Errorf("%s's library search path %q names $ORIGIN, which would be %s in the job: run it by its own path", obj.path, entry, obj.runsIn)
-			}
-			dir = strings.ReplaceAll(dir, token, obj.origin)
+		dir, err := expandOrigin(entry, obj.origin)
+		if err != nil {
+			return fmt.Errorf("%s's library search path %q: %w", obj.path, entry, err)
 		}
-		if strings.Contains(dir, "$") {
-			return nil, fmt.Errorf("%s's library search path %q: only $ORIGIN is expanded", obj.path, entry)
+		if dir != entry && obj.runsIn != obj.origin {
+			return fmt.Errorf("%s's library search path %q names $ORIGIN, which would be %s in the job: run it by its own path", obj.path, entry, obj.runsIn)
 		}
-		if filepath.IsAbs(dir) {
-			dirs = append(dirs, filepath.Clean(dir))
+		if dir = filepath.Clean(dir); filepath.IsAbs(dir) && !slices.Contains(obj.ownPath, dir) {
+			obj.ownPath = append(obj.ownPath, dir)
 		}
 	}
-	return dirs, nil
+	if len(obj.ownPath) > maxSearchDirs {
+		return fmt.Errorf("%s: more than %d directories in its library search path", obj.path, maxSearchDirs)
+	}
+	return nil
 }
 
-// lookIn returns the first regular file called name in dirs.
-func lookIn(dirs []string, name string) (string, bool) {
-	for _, dir := range dirs {
-		candidate := filepath.Join(dir, name)
-		if st, err := os.Stat(candidate); err == nil && st.Mode().IsRegular() {
-			return candidate, true
+// expandOrigin replaces the token $ORIGIN (or ${ORIGIN}) in entry with
+// origin; any other token is an error. As for glibc, $ORIGINX is another
+// token, not $ORIGIN followed by an X.
+func expandOrigin(entry, origin string) (string, error) {
+	var b strings.Builder
+	for rest := entry; ; {
+		i := strings.IndexByte(rest, '$')
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String(), nil
 		}
+		b.WriteString(rest[:i])
+		rest = rest[i+1:]
+		var name string
+		if strings.HasPrefix(rest, "{") {
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
+				return "", errors.New("an unclosed ${")
+			}
+			name, rest = rest[1:end], rest[end+1:]
+		} else {
+			end := strings.IndexFunc(rest, func(r rune) bool {
+				return !(r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+			})
+			if end < 0 {
+				end = len(rest)
+			}
+			name, rest = rest[:end], rest[end:]
+		}
+		if name != "ORIGIN" {
+			return "", fmt.Errorf("$%s: only $ORIGIN is expanded", name)
+		}
+		b.WriteString(origin)
 	}
-	return "", false
 }
 
 // Bounds on what loaderView reads of a file: far above any real program's
@@ -312,9 +416,10 @@ const (
 // rather than through encoding/binary's reflection halves a CLI run's
 // reading of them.
 const (
-	ehdrSize, ehdrPhoff, ehdrPhentsize, ehdrPhnum = 64, 32, 54, 56
-	phdrSize, phdrOff, phdrVaddr, phdrFilesz      = 56, 8, 16, 32
-	dynSize                                       = 16
+	ehdrSize, ehdrType, ehdrMachine          = 64, 16, 18
+	ehdrPhoff, ehdrPhentsize, ehdrPhnum      = 32, 54, 56
+	phdrSize, phdrOff, phdrVaddr, phdrFilesz = 56, 8, 16, 32
+	dynSize                                  = 16
 )
 
 // elfDynamic is what the dynamic loader reads of an ELF file.
@@ -328,6 +433,25 @@ type elfDynamic struct {
 	// hasRunpath: a DT_RUNPATH entry, even an empty one, turns the
 	// object's DT_RPATH off.
 	hasRunpath bool
+	typ        elf.Type
+	machine    elf.Machine
+	loads      int  // PT_LOAD segments
+	pie        bool // DF_1_PIE: an executable, which glibc will not load as a library
+}
+
+// loadable reports why the loader would not load the file as a library
+// (elf/dl-load.c's open_verify and _dl_map_object_from_fd): only a shared
+// object for this machine, with something to map, and not an executable.
+func (v elfDynamic) loadable() error {
+	switch {
+	case v.typ != elf.ET_DYN || v.pie:
+		return fmt.Errorf("%s is not a shared library (%v, PIE %v)", v.path, v.typ, v.pie)
+	case v.machine != elf.EM_X86_64:
+		return fmt.Errorf("%s is for %v", v.path, v.machine)
+	case v.loads == 0:
+		return fmt.Errorf("%s has no segment to load", v.path)
+	}
+	return nil
 }
 
 // loaderView reads what the dynamic loader reads of an ELF file: its
@@ -367,6 +491,7 @@ func loaderView(path string) (elfDynamic, error) {
 	if class, data := elf.Class(hdr[elf.EI_CLASS]), elf.Data(hdr[elf.EI_DATA]); class != elf.ELFCLASS64 || data != elf.ELFDATA2LSB {
 		return fail("%v %v: only little-endian 64-bit programs run in a jail", class, data)
 	}
+	view.typ, view.machine = elf.Type(le.Uint16(hdr[ehdrType:])), elf.Machine(le.Uint16(hdr[ehdrMachine:]))
 	phoff, phentsize, phnum := le.Uint64(hdr[ehdrPhoff:]), le.Uint16(hdr[ehdrPhentsize:]), le.Uint16(hdr[ehdrPhnum:])
 	if phentsize != phdrSize || phnum > maxProgHeaders {
 		return fail("%d program headers of %d bytes", phnum, phentsize)
@@ -400,6 +525,8 @@ func loaderView(path string) (elfDynamic, error) {
 			view.interp, _, _ = strings.Cut(string(name), "\x00")
 		case elf.PT_DYNAMIC:
 			dynamic = p
+		case elf.PT_LOAD:
+			view.loads++
 		}
 	}
 	// A static executable has no dynamic segment and needs nothing.
@@ -423,6 +550,9 @@ func loaderView(path string) (elfDynamic, error) {
 		off uint64
 	}
 	var names []nameAt
+	// Of each tag but DT_NEEDED the loader keeps the last
+	// (elf/get-dynamic-info.h).
+	last := map[elf.DynTag]uint64{}
 	var strtab, strsz uint64
 	for d := entries; len(d) >= dynSize; d = d[dynSize:] {
 		tag, val := elf.DynTag(le.Uint64(d)), le.Uint64(d[8:])
@@ -430,12 +560,21 @@ func loaderView(path string) (elfDynamic, error) {
 			break
 		}
 		switch tag {
-		case elf.DT_NEEDED, elf.DT_SONAME, elf.DT_RPATH, elf.DT_RUNPATH:
+		case elf.DT_NEEDED:
 			names = append(names, nameAt{tag, val})
+		case elf.DT_SONAME, elf.DT_RPATH, elf.DT_RUNPATH:
+			last[tag] = val
 		case elf.DT_STRTAB:
 			strtab = val
 		case elf.DT_STRSZ:
 			strsz = val
+		case elf.DT_FLAGS_1:
+			view.pie = elf.DynFlag1(val)&elf.DF_1_PIE != 0
+		}
+	}
+	for _, tag := range []elf.DynTag{elf.DT_SONAME, elf.DT_RPATH, elf.DT_RUNPATH} {
+		if off, ok := last[tag]; ok {
+			names = append(names, nameAt{tag, off})
 		}
 	}
 	// A program that needs libraries whose names cannot be read must not
@@ -455,10 +594,9 @@ func loaderView(path string) (elfDynamic, error) {
 		case elf.DT_SONAME:
 			view.soname = name
 		case elf.DT_RPATH:
-			view.rpath = append(view.rpath, strings.Split(name, ":")...)
+			view.rpath = strings.Split(name, ":")
 		case elf.DT_RUNPATH:
-			view.runpath = append(view.runpath, strings.Split(name, ":")...)
-			view.hasRunpath = true
+			view.runpath, view.hasRunpath = strings.Split(name, ":"), true
 		}
 	}
 	return view, nil

@@ -3,6 +3,9 @@ package jail
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,6 +117,19 @@ func TestSharedLibrariesMatchTheHostLoader(t *testing.T) {
 	t.Logf("compared %d programs with the host's loader, %d with their own search path", compared, withRunpath)
 }
 
+// passableTempDir is a temporary directory others can pass, as a
+// library's directories must be for the job's ids to bind it.
+func passableTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // compile builds a C source into out with cc and extra flags.
 func compile(t *testing.T, out, source string, flags ...string) {
 	t.Helper()
@@ -136,7 +152,7 @@ func compile(t *testing.T, out, source string, flags ...string) {
 // DT_RPATH serves the libraries loaded on its behalf too, a DT_RUNPATH
 // only the object's own needs, and $ORIGIN is the object's directory.
 func TestSharedLibrariesFollowSearchPaths(t *testing.T) {
-	dir := t.TempDir()
+	dir := passableTempDir(t)
 	libs := filepath.Join(dir, "lib")
 	if err := os.Mkdir(libs, 0o755); err != nil {
 		t.Fatal(err)
@@ -257,5 +273,148 @@ func TestLibraryPathEnv(t *testing.T) {
 	}
 	if env[1] != "LD_LIBRARY_PATH=/own" {
 		t.Errorf("libraryPathEnv changed its argument: %q", env)
+	}
+}
+
+// A program's headers choose the search path; what they lead to is bound
+// only if it is a library the loader would load, and, outside the library
+// directories, one only root or the program's owner could have put there.
+func TestSharedLibrariesRefusesCraftedSearchPaths(t *testing.T) {
+	dir := passableTempDir(t)
+	lib := filepath.Join(dir, "lib")
+	if err := os.Mkdir(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An executable where a library is looked for: the loader passes it
+	// over, and so is it.
+	exe, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := filepath.Join(dir, "build")
+	if err := os.Mkdir(build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	compile(t, filepath.Join(build, "libnotes.so"), "int notes(void) { return 0; }\n", "-shared", "-fPIC", "-Wl,-soname,libnotes.so")
+	const main = "int notes(void);\nint main(void) { return notes(); }\n"
+	program := filepath.Join(dir, "program")
+	compile(t, program, main, "-L"+build, "-lnotes", "-Wl,--enable-new-dtags,-rpath,"+lib)
+	notes := filepath.Join(lib, "libnotes.so")
+	if err := os.WriteFile(notes, exe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := SharedLibraries(program, ""); err == nil || !strings.Contains(err.Error(), "not a shared library") {
+		t.Errorf("an executable as a library: SharedLibraries = %v, %v; want it passed over, and an error", got.Files, err)
+	}
+
+	// The library itself, but another user's: refused, naming the owner.
+	real, err := os.ReadFile(filepath.Join(build, "libnotes.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(notes, real, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SharedLibraries(program, ""); err != nil {
+		t.Fatalf("the library in place: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(notes, 4321, 4321); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SharedLibraries(program, ""); err == nil || !strings.Contains(err.Error(), "uid 4321") {
+			t.Errorf("another user's library: %v; want refused naming uid 4321", err)
+		}
+		if err := os.Chown(notes, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Writable by others, or reached through a symbolic link: refused.
+	if err := os.Chmod(notes, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SharedLibraries(program, ""); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("a library others can write: %v; want refused", err)
+	}
+	if err := os.Chmod(notes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	linked := filepath.Join(dir, "linked")
+	if err := os.Symlink(lib, linked); err != nil {
+		t.Fatal(err)
+	}
+	viaLink := filepath.Join(dir, "via-link")
+	compile(t, viaLink, main, "-L"+build, "-lnotes", "-Wl,--enable-new-dtags,-rpath,"+linked)
+	if _, err := SharedLibraries(viaLink, ""); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("a search path through a symbolic link: %v; want refused", err)
+	}
+
+	// The program's own DT_SONAME answers a need for that name: nothing is
+	// looked up for it.
+	self := filepath.Join(dir, "self")
+	compile(t, self, main, "-L"+build, "-lnotes", "-Wl,-soname,libnotes.so", "-Wl,--enable-new-dtags,-rpath,"+lib)
+	if got, err := SharedLibraries(self, ""); err != nil || slices.Contains(got.Files, notes) {
+		t.Errorf("a program named libnotes.so: SharedLibraries = %v, %v; want libnotes.so not looked up", got.Files, err)
+	}
+
+	// Without PT_INTERP the kernel runs the program itself: no loader reads
+	// its dynamic segment, and nothing is bound.
+	data, err := os.ReadFile(program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	phoff, phnum := le.Uint64(data[0x20:]), int(le.Uint16(data[0x38:]))
+	for i := range phnum {
+		if ph := data[phoff+uint64(i)*56:]; elf.ProgType(le.Uint32(ph)) == elf.PT_INTERP {
+			le.PutUint32(ph, uint32(elf.PT_NULL))
+		}
+	}
+	static := filepath.Join(dir, "no-interp")
+	if err := os.WriteFile(static, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := SharedLibraries(static, ""); err != nil || len(got.Files) != 0 {
+		t.Errorf("a program without PT_INTERP: SharedLibraries = %v, %v; want nothing", got.Files, err)
+	}
+}
+
+// A search path is read once an object, its repeats dropped, and bounded.
+func TestSearchPathIsBounded(t *testing.T) {
+	obj := &loadedObject{elfDynamic: elfDynamic{path: "p", rpath: slices.Repeat([]string{"/usr/lib", "/", ""}, 2000)}, origin: "/o", runsIn: "/o"}
+	if err := obj.searchPath(); err != nil || !slices.Equal(obj.ownPath, []string{"/usr/lib", "/"}) {
+		t.Errorf("a repeated search path: %q, %v; want two directories", obj.ownPath, err)
+	}
+	var many []string
+	for i := range maxSearchDirs + 1 {
+		many = append(many, fmt.Sprintf("/d%d", i))
+	}
+	obj = &loadedObject{elfDynamic: elfDynamic{path: "p", runpath: many, hasRunpath: true}, origin: "/o", runsIn: "/o"}
+	if err := obj.searchPath(); err == nil {
+		t.Errorf("a search path of %d directories: no error", len(many))
+	}
+}
+
+func TestExpandOrigin(t *testing.T) {
+	for _, c := range []struct{ entry, want string }{
+		{"$ORIGIN", "/o"},
+		{"${ORIGIN}/../lib", "/o/../lib"},
+		{"/a/$ORIGIN/b:c", "/a//o/b:c"},
+		{"/plain", "/plain"},
+		{"$ORIGINX", ""}, // another token, as glibc reads it
+		{"$LIB", ""},
+		{"${PLATFORM}", ""},
+		{"${ORIGIN", ""},
+	} {
+		got, err := expandOrigin(c.entry, "/o")
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("expandOrigin(%q) = %q; want an error", c.entry, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("expandOrigin(%q) = %q, %v; want %q", c.entry, got, err, c.want)
+		}
 	}
 }

@@ -66,19 +66,31 @@ func TestLoaderViewMatchesDebugELF(t *testing.T) {
 			wantErr = errors.Join(wantErr, err)
 			return s
 		}
-		paths := func(tag elf.DynTag) []string {
-			var dirs []string
-			for _, s := range dynStrings(tag) {
-				dirs = append(dirs, strings.Split(s, ":")...)
+		// Of each tag but DT_NEEDED, the loader takes the last.
+		last := func(tag elf.DynTag) (string, bool) {
+			s := dynStrings(tag)
+			if len(s) == 0 {
+				return "", false
 			}
-			return dirs
+			return s[len(s)-1], true
 		}
 		want.needed = dynStrings(elf.DT_NEEDED)
-		if s := dynStrings(elf.DT_SONAME); len(s) > 0 {
-			want.soname = s[0]
+		want.soname, _ = last(elf.DT_SONAME)
+		if rpath, ok := last(elf.DT_RPATH); ok {
+			want.rpath = strings.Split(rpath, ":")
 		}
-		want.rpath, want.runpath = paths(elf.DT_RPATH), paths(elf.DT_RUNPATH)
-		want.hasRunpath = len(dynStrings(elf.DT_RUNPATH)) > 0
+		if runpath, ok := last(elf.DT_RUNPATH); ok {
+			want.runpath, want.hasRunpath = strings.Split(runpath, ":"), true
+		}
+		want.typ, want.machine = f.Type, f.Machine
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD {
+				want.loads++
+			}
+		}
+		if flags, err := f.DynValue(elf.DT_FLAGS_1); err == nil && len(flags) > 0 {
+			want.pie = elf.DynFlag1(flags[len(flags)-1])&elf.DF_1_PIE != 0
+		}
 		class, order := f.Class, f.ByteOrder
 		f.Close()
 		got, err := loaderView(file)
@@ -187,6 +199,15 @@ func TestSharedLibrariesRefusesBrokenFiles(t *testing.T) {
 				copy(b[off:], strings.Repeat("../", len(name))[:len(name)])
 				return b
 			}
+			// "." joined to a search directory is the directory.
+			corrupt["needed name ."] = func(b []byte) []byte {
+				copy(b[off:], ".\x00")
+				return b
+			}
+			corrupt["needed name with a $"] = func(b []byte) []byte {
+				copy(b[off:], "$ORIGIN\x00")
+				return b
+			}
 		}
 	}
 	if corrupt["needed name with a slash"] == nil {
@@ -246,7 +267,7 @@ func TestSharedLibrariesTakesTheFirstInterpreter(t *testing.T) {
 	}
 	got, err := SharedLibraries(two, "")
 	if err != nil || !slices.Equal(got.Files, want) {
-		t.Fatalf("SharedLibraries with a second PT_INTERP naming /etc = %q, %v; want %q", got, err, want)
+		t.Fatalf("SharedLibraries with a second PT_INTERP naming /etc = %q, %v; want %q", got.Files, err, want)
 	}
 }
 
