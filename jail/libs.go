@@ -126,7 +126,7 @@ func SharedLibraries(program, target string) (Libraries, error) {
 	if libs, ok := librariesOf.Load(key); ok {
 		return libs.(Libraries).clone(), nil
 	}
-	libs, err := hostSearch.libraries(program, target)
+	libs, err := hostSearch.libraries(program, st, target)
 	if err != nil {
 		return Libraries{}, err
 	}
@@ -178,14 +178,14 @@ const (
 	maxSearchDirs = 256 // directories a lookup searches before the system's
 )
 
-// libraries follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): a
+// libraries, for the program whose stat is st, follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): a
 // program without an interpreter loads nothing; needs are met breadth
 // first, in order; a name an object already loaded answers to (its path
 // or its DT_SONAME) is not looked up again; each lookup searches the
 // needing object's DT_RUNPATH if it has one, else the DT_RPATH of it and
 // of each object up the chain that loaded it, then the directories of s,
 // and skips a file the loader would not load.
-func (s loaderSearch) libraries(program, target string) (Libraries, error) {
+func (s loaderSearch) libraries(program string, st os.FileInfo, target string) (Libraries, error) {
 	view, err := loaderView(program)
 	if err != nil {
 		return Libraries{}, err
@@ -195,10 +195,6 @@ func (s loaderSearch) libraries(program, target string) (Libraries, error) {
 		// The kernel runs a program without PT_INTERP itself: no loader
 		// reads its dynamic segment.
 		return out, nil
-	}
-	st, err := os.Stat(program)
-	if err != nil {
-		return Libraries{}, fmt.Errorf("read ELF %s: %w", program, err)
 	}
 	// The program names its interpreter: a path that is not a file in
 	// the library directories could bind anything.

@@ -117,19 +117,6 @@ func TestSharedLibrariesMatchTheHostLoader(t *testing.T) {
 	t.Logf("compared %d programs with the host's loader, %d with their own search path", compared, withRunpath)
 }
 
-// passableTempDir is a temporary directory others can pass, as a
-// library's directories must be for the job's ids to bind it.
-func passableTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // compile builds a C source into out with cc and extra flags.
 func compile(t *testing.T, out, source string, flags ...string) {
 	t.Helper()
@@ -152,7 +139,7 @@ func compile(t *testing.T, out, source string, flags ...string) {
 // DT_RPATH serves the libraries loaded on its behalf too, a DT_RUNPATH
 // only the object's own needs, and $ORIGIN is the object's directory.
 func TestSharedLibrariesFollowSearchPaths(t *testing.T) {
-	dir := passableTempDir(t)
+	dir := openTempDir(t)
 	libs := filepath.Join(dir, "lib")
 	if err := os.Mkdir(libs, 0o755); err != nil {
 		t.Fatal(err)
@@ -244,7 +231,14 @@ func TestSharedLibrariesFromConfDirs(t *testing.T) {
 		t.Fatalf("found %s's libconf.so without its directory", program)
 	}
 	search := loaderSearch{system: defaultLibraryDirs, conf: func() []string { return []string{"/nonexistent-pmjail", dir} }}
-	got, err := search.libraries(program, program)
+	stat := func(path string) os.FileInfo {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	got, err := search.libraries(program, stat(program), program)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +246,7 @@ func TestSharedLibrariesFromConfDirs(t *testing.T) {
 		t.Errorf("libraries = %+v; want %s, from the configured directory %s", got, lib, dir)
 	}
 	// libc, found in a system directory first, names none.
-	if got, err := search.libraries("/bin/sh", "/bin/sh"); err != nil || len(got.ConfDirs) != 0 {
+	if got, err := search.libraries("/bin/sh", stat("/bin/sh"), "/bin/sh"); err != nil || len(got.ConfDirs) != 0 {
 		t.Errorf("/bin/sh's libraries = %+v, %v; want none from the configured directories", got, err)
 	}
 }
@@ -280,7 +274,7 @@ func TestLibraryPathEnv(t *testing.T) {
 // only if it is a library the loader would load, and, outside the library
 // directories, one only root or the program's owner could have put there.
 func TestSharedLibrariesRefusesCraftedSearchPaths(t *testing.T) {
-	dir := passableTempDir(t)
+	dir := openTempDir(t)
 	lib := filepath.Join(dir, "lib")
 	if err := os.Mkdir(lib, 0o755); err != nil {
 		t.Fatal(err)
