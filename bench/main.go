@@ -31,7 +31,7 @@ type Bench struct {
 	trueAdded []time.Duration
 }
 
-var sectionOrder = []string{"deno", "native", "python", "seccomp", "memory", "daemon", "soak", "gobench"}
+var sectionOrder = []string{"deno", "native", "phases", "python", "seccomp", "memory", "daemon", "soak", "gobench"}
 
 func main() {
 	os.Exit(run())
@@ -68,7 +68,7 @@ func run() int {
 
 	started := time.Now()
 	sections := map[string]func(context.Context) error{
-		"deno": b.denoHello, "native": b.nativeTrue, "python": b.pythonHello, "seccomp": b.seccompCost,
+		"deno": b.denoHello, "native": b.nativeTrue, "phases": b.phaseBreakdown, "python": b.pythonHello, "seccomp": b.seccompCost,
 		"memory": b.memory, "daemon": b.daemonThroughput, "soak": b.soak, "gobench": b.goBench,
 	}
 	needDaemon := len(want) == 0 || want["daemon"] || want["soak"] || want["memory"]

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Variant is one side of a comparison: a command run to completion and
@@ -42,29 +44,46 @@ func (v Variant) Command() string {
 
 // Once runs v one time and returns its wall time.
 func (v Variant) Once(ctx context.Context) (time.Duration, error) {
+	s, err := v.run(ctx)
+	return s.end - s.start, err
+}
+
+// span is when a run started and ended, on CLOCK_MONOTONIC: the clock the
+// kernel's trace events can be stamped with (see tracer).
+type span struct{ start, end time.Duration }
+
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime(CLOCK_MONOTONIC): %v", err)) // cannot fail on Linux
+	}
+	return time.Duration(ts.Nano())
+}
+
+func (v Variant) run(ctx context.Context) (span, error) {
 	cmd := exec.CommandContext(ctx, v.Argv[0], v.Argv[1:]...)
 	cmd.Env = append(os.Environ(), v.Env...)
 	cmd.Dir = v.Dir
 	if v.FreshDenoDir {
 		dir, err := os.MkdirTemp("", "bench-denodir-")
 		if err != nil {
-			return 0, err
+			return span{}, err
 		}
 		defer os.RemoveAll(dir)
 		cmd.Env = append(cmd.Env, "DENO_DIR="+dir)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
+	s := span{start: monotonic()}
 	err := cmd.Run()
-	elapsed := time.Since(start)
+	s.end = monotonic()
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w: %s", v.Name, err, tail(stderr.String()))
+		return span{}, fmt.Errorf("%s: %w: %s", v.Name, err, tail(stderr.String()))
 	}
 	if v.Want != "" && !strings.Contains(stdout.String(), v.Want) {
-		return 0, fmt.Errorf("%s: stdout %q lacks %q; stderr: %s", v.Name, tail(stdout.String()), v.Want, tail(stderr.String()))
+		return span{}, fmt.Errorf("%s: stdout %q lacks %q; stderr: %s", v.Name, tail(stdout.String()), v.Want, tail(stderr.String()))
 	}
-	return elapsed, nil
+	return s, nil
 }
 
 // Interleave runs the variants in turn, reps rounds after warmup discarded

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The phases section splits each run at the moments the kernel records: the
+// runtime's exec and the exit of the thread that exec'd it. What comes before
+// the exec is the wrapper's start and set-up (for pmjail, the supervisor and
+// its init stage), what comes after is the runtime's teardown, the wrapper's
+// own and its result.
+
+const tracefs = "/sys/kernel/tracing"
+
+// procEvent is one sched_process_exec or sched_process_exit event.
+type procEvent struct {
+	at   time.Duration // CLOCK_MONOTONIC
+	exec bool          // exec, else exit
+	pid  int           // the thread's id; an exec's is its process's
+	file string        // what an exec ran, as execve was given it
+}
+
+// tracer records exec and exit events in an ftrace instance of its own, so
+// it neither reads nor changes the host's own tracing.
+type tracer struct{ dir string }
+
+func startTracer() (*tracer, error) {
+	if _, err := os.Stat(filepath.Join(tracefs, "instances")); err != nil {
+		return nil, fmt.Errorf("no tracefs at %s: %w", tracefs, err)
+	}
+	t := &tracer{dir: filepath.Join(tracefs, "instances", fmt.Sprintf("pmjail-bench-%d", os.Getpid()))}
+	if err := os.Mkdir(t.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create ftrace instance: %w", err)
+	}
+	for _, w := range [][2]string{
+		{"trace_clock", "mono"},
+		{"buffer_size_kb", "2048"},
+		{"events/sched/sched_process_exec/enable", "1"},
+		{"events/sched/sched_process_exit/enable", "1"},
+		{"tracing_on", "1"},
+	} {
+		if err := os.WriteFile(filepath.Join(t.dir, w[0]), []byte(w[1]), 0); err != nil {
+			t.close()
+			return nil, fmt.Errorf("set up ftrace instance: %s: %w", w[0], err)
+		}
+	}
+	return t, nil
+}
+
+// close removes the instance; events must be off for the kernel to let it go.
+func (t *tracer) close() {
+	for _, f := range []string{"tracing_on", "events/sched/sched_process_exec/enable", "events/sched/sched_process_exit/enable"} {
+		_ = os.WriteFile(filepath.Join(t.dir, f), []byte("0"), 0)
+	}
+	if err := os.Remove(t.dir); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: remove ftrace instance: %v\n", err)
+	}
+}
+
+// take returns the events recorded since the last take and clears them.
+func (t *tracer) take() ([]procEvent, error) {
+	path := filepath.Join(t.dir, "trace")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	events, err := parseTrace(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	// Opening the buffer for writing with O_TRUNC empties it.
+	if err := os.WriteFile(path, nil, 0); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", path, err)
+	}
+	return events, nil
+}
+
+// parseTrace reads ftrace's text output, e.g.
+//
+//	deno-1942 [001] ..... 45088.596255: sched_process_exec: filename=/runtime/deno pid=1942 old_pid=1942
+//	deno-1942 [001] .N... 45088.620554: sched_process_exit: comm=deno pid=1942 prio=120 group_dead=false
+//
+// and keeps the two events it knows; a line it cannot read is an error.
+func parseTrace(r io.Reader) ([]procEvent, error) {
+	var out []procEvent
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		var ev procEvent
+		var fields string
+		switch {
+		case cutEvent(line, ": sched_process_exec: ", &ev, &fields):
+			ev.exec = true
+			i := strings.LastIndex(fields, " pid=")
+			if !strings.HasPrefix(fields, "filename=") || i < 0 {
+				return nil, fmt.Errorf("malformed exec event: %q", line)
+			}
+			ev.file = fields[len("filename="):i]
+			fields = fields[i+1:]
+		case cutEvent(line, ": sched_process_exit: ", &ev, &fields):
+		default:
+			continue
+		}
+		pid, ok := field(fields, "pid")
+		if !ok {
+			return nil, fmt.Errorf("event without a pid: %q", line)
+		}
+		var err error
+		if ev.pid, err = strconv.Atoi(pid); err != nil {
+			return nil, fmt.Errorf("event pid: %q", line)
+		}
+		if ev.at < 0 {
+			return nil, fmt.Errorf("event timestamp: %q", line)
+		}
+		out = append(out, ev)
+	}
+	return out, sc.Err()
+}
+
+// cutEvent finds the event name in line and reads the timestamp before it;
+// ev.at is -1 when the timestamp is unreadable.
+func cutEvent(line, name string, ev *procEvent, fields *string) bool {
+	head, rest, ok := strings.Cut(line, name)
+	if !ok {
+		return false
+	}
+	*fields = rest
+	ev.at = -1
+	if i := strings.LastIndexByte(head, ' '); i >= 0 {
+		if at, ok := parseStamp(head[i+1:]); ok {
+			ev.at = at
+		}
+	}
+	return true
+}
+
+// parseStamp reads ftrace's "seconds.fraction" without a float's rounding.
+func parseStamp(s string) (time.Duration, bool) {
+	sec, frac, _ := strings.Cut(s, ".")
+	if len(frac) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(sec, 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	f := uint64(0)
+	if frac != "" {
+		if f, err = strconv.ParseUint(frac, 10, 32); err != nil {
+			return 0, false
+		}
+		for range 9 - len(frac) {
+			f *= 10
+		}
+	}
+	return time.Duration(n)*time.Second + time.Duration(f), true
+}
+
+// field is the value of a space-separated key=value field.
+func field(fields, key string) (string, bool) {
+	for _, f := range strings.Fields(fields) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// phases is one run cut at its runtime's exec and exit.
+type phases struct {
+	toExec  time.Duration // the run's start to the runtime's exec
+	stage   time.Duration // the init stage's exec to the runtime's (0 without one)
+	runtime time.Duration // the runtime's exec to its exec'ing thread's exit
+	after   time.Duration // that exit to the run's end
+}
+
+// cut finds, among events, the first exec of runtime within the run s and
+// its thread's exit, and, when stage is set, the last exec of stage before
+// the runtime's. Each run's events are taken alone, so there is no other
+// run's exec to mistake for it.
+func cut(events []procEvent, s span, runtime, stage string) (phases, error) {
+	var p phases
+	execAt, exitAt, stageAt := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+	pid := 0
+	for _, ev := range events {
+		if ev.at < s.start || ev.at > s.end {
+			continue
+		}
+		switch {
+		case ev.exec && execAt < 0 && ev.file == runtime:
+			execAt, pid = ev.at, ev.pid
+		case ev.exec && execAt < 0 && stage != "" && ev.file == stage:
+			stageAt = ev.at
+		case !ev.exec && execAt >= 0 && exitAt < 0 && ev.pid == pid:
+			exitAt = ev.at
+		}
+	}
+	switch {
+	case execAt < 0:
+		return p, fmt.Errorf("no exec of %s in the run", runtime)
+	case exitAt < 0:
+		return p, fmt.Errorf("no exit of %s (pid %d) in the run", runtime, pid)
+	case stage != "" && stageAt < 0:
+		return p, fmt.Errorf("no exec of %s before %s", stage, runtime)
+	}
+	p.toExec, p.runtime, p.after = execAt-s.start, exitAt-execAt, s.end-exitAt
+	if stageAt >= 0 {
+		p.stage = execAt - stageAt
+	}
+	return p, nil
+}
+
+// phased is a variant and where its runtime appears in the trace.
+type phased struct {
+	Variant
+	runtime string // the runtime's path as it is exec'd (inside the jail for pmjail)
+	stage   string // the init stage's path, for pmjail
+}
+
+// phaseBreakdown: a traced pass over the Deno hello and /usr/bin/true
+// comparisons, which says in which part of a run pmjail's added time lies.
+func (b *Bench) phaseBreakdown(ctx context.Context) error {
+	b.Report.Section("Where the added time goes")
+	t, err := startTracer()
+	if err != nil {
+		b.Report.Para("Not measured: %v (the section needs root and tracefs).", err)
+		b.Report.Note("phases section skipped: %v", err)
+		return nil
+	}
+	defer t.close()
+	stage := filepath.Join(filepath.Dir(b.Pmjail), "pmjail-init")
+	bwDeno, err := b.bwrapArgv(b.Deno, "--ro-bind", b.work("hello.js"), "/job/hello.js", "--setenv", "DENO_DIR", "/tmp/deno")
+	if err != nil {
+		return err
+	}
+	bwTrue, err := b.bwrapArgv("/usr/bin/true")
+	if err != nil {
+		return err
+	}
+	groups := [][]phased{{
+		{Variant{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello"}, b.Deno, ""},
+		{Variant{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello"}, "/runtime/deno", stage},
+		{Variant{Name: "bwrap deno", Argv: append(bwDeno, b.Deno, "run", "/job/hello.js"), Want: "hello"}, b.Deno, ""},
+	}, {
+		{Variant{Name: "bare true", Argv: []string{"/usr/bin/true"}}, "/usr/bin/true", ""},
+		{Variant{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}}, "/usr/bin/true", stage},
+		{Variant{Name: "bwrap", Argv: append(bwTrue, "/usr/bin/true")}, "/usr/bin/true", ""},
+	}}
+	var rows [][]string
+	var lines []string
+	for _, g := range groups {
+		cuts, err := b.tracedRounds(ctx, t, g, b.Reps, 2)
+		if err != nil {
+			return err
+		}
+		med := make([]phases, len(g))
+		for i, v := range g {
+			med[i] = medianPhases(cuts[i])
+			stageCell := "—"
+			if v.stage != "" {
+				stageCell = ms(med[i].stage)
+			}
+			rows = append(rows, []string{v.Name, ms(med[i].toExec), stageCell, ms(med[i].runtime), ms(med[i].after)})
+		}
+		base, pm, bw := med[0], med[1], med[2]
+		lines = append(lines, fmt.Sprintf("- %s against %s: %s before the runtime's exec (bwrap %s), %s while it runs (bwrap %s), %s after its exit (bwrap %s).",
+			g[1].Name, g[0].Name,
+			signedMS(pm.toExec-base.toExec), signedMS(bw.toExec-base.toExec),
+			signedMS(pm.runtime-base.runtime), signedMS(bw.runtime-base.runtime),
+			signedMS(pm.after-base.after), signedMS(bw.after-base.after)))
+	}
+	b.Report.Table([]string{"variant", "start → runtime's exec", "of which pmjail-init → runtime", "runtime: exec → exit", "exit → run's end"}, rows)
+	b.Report.Para("Medians of %d traced rounds each (interleaved, after 2 warm-up), so the columns need not add up to the tables above. The cuts are the kernel's `sched_process_exec` of the runtime and `sched_process_exit` of the thread that exec'd it, recorded in an ftrace instance of the bench's own on CLOCK_MONOTONIC, the clock the bench's start and end are read on. \"Start\" is just before the bench forks, \"end\" when it has reaped the command; the runtime's own teardown (its memory, and for the jails its namespaces) falls after its exit. In the pmjail rows the runtime runs pmjail's bootstrap and channel before the guest's code, under its seccomp filter, in its cgroup.", b.Reps)
+	b.Report.Para("%s", strings.Join(lines, "\n"))
+	return nil
+}
+
+// tracedRounds runs the variants interleaved, as Interleave does, and cuts
+// each measured run at its runtime's exec and exit.
+func (b *Bench) tracedRounds(ctx context.Context, t *tracer, vs []phased, reps, warmup int) ([][]phases, error) {
+	out := make([][]phases, len(vs))
+	for round := 0; round < warmup+reps; round++ {
+		for j := range vs {
+			i := (j + round) % len(vs)
+			v := vs[i]
+			if v.Dir == "" {
+				v.Dir = b.Work
+			}
+			if _, err := t.take(); err != nil { // what came before this run
+				return nil, err
+			}
+			s, err := v.run(ctx)
+			if err != nil {
+				return nil, err
+			}
+			events, err := t.take()
+			if err != nil {
+				return nil, err
+			}
+			p, err := cut(events, s, v.runtime, v.stage)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.Name, err)
+			}
+			if round >= warmup {
+				out[i] = append(out[i], p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// medianPhases takes each phase's median on its own.
+func medianPhases(ps []phases) phases {
+	if len(ps) == 0 {
+		return phases{}
+	}
+	col := func(f func(phases) time.Duration) time.Duration {
+		v := make([]time.Duration, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
+		}
+		return Summarize(v).Median
+	}
+	return phases{
+		toExec:  col(func(p phases) time.Duration { return p.toExec }),
+		stage:   col(func(p phases) time.Duration { return p.stage }),
+		runtime: col(func(p phases) time.Duration { return p.runtime }),
+		after:   col(func(p phases) time.Duration { return p.after }),
+	}
+}
