@@ -45,7 +45,7 @@ func run() int {
 	flag.IntVar(&b.Reps, "reps", 30, "measured rounds per latency comparison (a Deno hello's median moves by a millisecond between runs of 15)")
 	flag.IntVar(&b.PyReps, "py-reps", 5, "measured rounds of the Python comparison")
 	flag.IntVar(&b.Soak, "soak", 300, "sequential `pmjail exec -- /bin/true` runs in the soak")
-	flag.IntVar(&b.SoakDeno, "soak-deno", 50, "sequential Deno hello runs in the soak")
+	flag.IntVar(&b.SoakDeno, "soak-deno", 200, "sequential Deno hello runs in the soak (the first and last hundred are compared)")
 	full := flag.Bool("full-soak", false, "the full soak: 2000 native and 200 Deno runs")
 	flag.Parse()
 	if *full {

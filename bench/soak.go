@@ -128,7 +128,7 @@ func (b *Bench) soak(ctx context.Context) error {
 			fmt.Sprintf("%s → %s", ms(first.P50), ms(last.P50)), !grown)
 	}
 	b.Report.Table([]string{"series", "runs", "window", "first p50", "first p99", "last p50", "last p99", "all p50", "all p99"}, rows)
-	b.Report.Para("Sequential runs: %d × `pmjail exec -- /usr/bin/true` (the bulk, to keep the soak fast), then %d × %s. `make bench` runs a short soak; `make soak` runs the full 2,000 + 200.", b.Soak, b.SoakDeno, denoName)
+	b.Report.Para("Sequential runs: %d × `pmjail exec -- /usr/bin/true` (the bulk, to keep the soak fast), then %d × %s. `make bench` runs a short soak (its Deno series as long as the full one's: a 25-run window moved its median by ±4 ms on this host); `make soak` runs the full 2,000 + 200.", b.Soak, b.SoakDeno, denoName)
 
 	time.Sleep(time.Second) // let the last cleanups land
 	var dEnd DaemonStats
