@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The phases section splits each run at the moments the kernel records: the
@@ -36,7 +38,8 @@ func startTracer() (*tracer, error) {
 	if _, err := os.Stat(filepath.Join(tracefs, "instances")); err != nil {
 		return nil, fmt.Errorf("no tracefs at %s: %w", tracefs, err)
 	}
-	t := &tracer{dir: filepath.Join(tracefs, "instances", fmt.Sprintf("pmjail-bench-%d", os.Getpid()))}
+	removeStaleInstances()
+	t := &tracer{dir: filepath.Join(tracefs, "instances", fmt.Sprintf("%s%d", instancePrefix, os.Getpid()))}
 	if err := os.Mkdir(t.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create ftrace instance: %w", err)
 	}
@@ -53,6 +56,21 @@ func startTracer() (*tracer, error) {
 		}
 	}
 	return t, nil
+}
+
+const instancePrefix = "pmjail-bench-"
+
+// removeStaleInstances removes the instances of benches that were killed
+// before they could: each holds a trace buffer until it is removed.
+func removeStaleInstances() {
+	dirs, _ := filepath.Glob(filepath.Join(tracefs, "instances", instancePrefix+"*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), instancePrefix))
+		if err != nil || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		(&tracer{dir: dir}).close()
+	}
 }
 
 // close removes the instance; events must be off for the kernel to let it go.

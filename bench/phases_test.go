@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +97,44 @@ func TestMedianPhases(t *testing.T) {
 	})
 	if want := (phases{toExec: 2 * ms, runtime: 20 * ms, after: 2 * ms}); got != want {
 		t.Errorf("medianPhases = %+v, want %+v (each column on its own)", got, want)
+	}
+}
+
+// TestStaleInstancesRemoved leaves an instance as a killed bench would, with
+// its events on, and checks that the next bench's tracer removes it and its
+// own on close.
+func TestStaleInstancesRemoved(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(tracefs, "instances")); err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI runs as root with tracefs, but: uid %d, %v", os.Geteuid(), err)
+		}
+		t.Skipf("needs root and tracefs at %s", tracefs)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(tracefs, "instances", fmt.Sprintf("%s%d", instancePrefix, dead.Process.Pid))
+	if err := os.Mkdir(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(stale); err == nil {
+			(&tracer{dir: stale}).close()
+		}
+	})
+	if err := os.WriteFile(filepath.Join(stale, "events/sched/sched_process_exit/enable"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := startTracer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a dead bench's instance is still there: %v", err)
+	}
+	tr.close()
+	if _, err := os.Stat(tr.dir); !os.IsNotExist(err) {
+		t.Errorf("the bench's own instance is still there after close: %v", err)
 	}
 }
