@@ -56,17 +56,12 @@ func signedMS(d time.Duration) string {
 func (b *Bench) denoHello(ctx context.Context) error {
 	b.Report.Section("Deno hello: bare vs pmjail vs bubblewrap")
 	b.Report.Para("pmjail gives every run a fresh, empty DENO_DIR on the job's tmpfs, so the fair baseline is bare Deno with a fresh empty DENO_DIR per run (\"cold\"); the warm-cache baseline shows what a shared cache would save (pmjail does not share one: it would leak storage between runs).")
-	bw, err := b.bwrapArgv(b.Deno, "--ro-bind", b.work("hello.js"), "/job/hello.js", "--setenv", "DENO_DIR", "/tmp/deno")
+	deno, err := b.denoVariants()
 	if err != nil {
 		return err
 	}
-	bw = append(bw, b.Deno, "run", "/job/hello.js")
-	variants := []Variant{
-		{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello"},
-		{Name: "bare deno (warm DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, Env: []string{"DENO_DIR=" + b.work("deno-warm")}, Want: "hello"},
-		{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello"},
-		{Name: "bwrap deno", Argv: bw, Want: "hello"},
-	}
+	warm := Variant{Name: "bare deno (warm DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, Env: []string{"DENO_DIR=" + b.work("deno-warm")}, Want: "hello"}
+	variants := []Variant{deno[0], warm, deno[1], deno[2]}
 	s, err := b.compare(ctx, variants, b.Reps, 3, 0)
 	if err != nil {
 		return err
@@ -86,15 +81,9 @@ func (b *Bench) denoHello(ctx context.Context) error {
 // bubblewrap (all namespaces, the binary and its ldd libraries only).
 func (b *Bench) nativeTrue(ctx context.Context) error {
 	b.Report.Section("Native /usr/bin/true: bare vs pmjail exec vs bubblewrap")
-	bw, err := b.bwrapArgv("/usr/bin/true")
+	variants, err := b.trueVariants()
 	if err != nil {
 		return err
-	}
-	bw = append(bw, "/usr/bin/true")
-	variants := []Variant{
-		{Name: "bare true", Argv: []string{"/usr/bin/true"}},
-		{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}},
-		{Name: "bwrap", Argv: bw},
 	}
 	s, err := b.compare(ctx, variants, b.Reps*2, 3, 0)
 	if err != nil {
@@ -106,6 +95,35 @@ func (b *Bench) nativeTrue(ctx context.Context) error {
 		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added), signedMS(bwAdded)), added <= bwAdded)
 	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. The README's \"Numbers\" section says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
 	return nil
+}
+
+// denoVariants are Deno hello bare (a fresh DENO_DIR a run), under pmjail
+// and under bubblewrap around the same Deno, as the timed and the traced
+// comparisons run them.
+func (b *Bench) denoVariants() ([]Variant, error) {
+	bw, err := b.bwrapArgv(b.Deno, "--ro-bind", b.work("hello.js"), "/job/hello.js", "--setenv", "DENO_DIR", "/tmp/deno")
+	if err != nil {
+		return nil, err
+	}
+	return []Variant{
+		{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello"},
+		{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello"},
+		{Name: "bwrap deno", Argv: append(bw, b.Deno, "run", "/job/hello.js"), Want: "hello"},
+	}, nil
+}
+
+// trueVariants are /usr/bin/true bare, under pmjail exec and under a
+// comparable bubblewrap (all namespaces, the binary and its ldd libraries).
+func (b *Bench) trueVariants() ([]Variant, error) {
+	bw, err := b.bwrapArgv("/usr/bin/true")
+	if err != nil {
+		return nil, err
+	}
+	return []Variant{
+		{Name: "bare true", Argv: []string{"/usr/bin/true"}},
+		{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}},
+		{Name: "bwrap", Argv: append(bw, "/usr/bin/true")},
+	}, nil
 }
 
 // bwrapArgv is a minimal bubblewrap jail for prog: every namespace, the

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // The phases section splits each run at the moments the kernel records: the
@@ -259,23 +262,19 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 		return nil
 	}
 	defer t.close()
-	stage := filepath.Join(filepath.Dir(b.Pmjail), "pmjail-init")
-	bwDeno, err := b.bwrapArgv(b.Deno, "--ro-bind", b.work("hello.js"), "/job/hello.js", "--setenv", "DENO_DIR", "/tmp/deno")
+	stage := filepath.Join(filepath.Dir(b.Pmjail), jail.InitBinaryName)
+	deno, err := b.denoVariants()
 	if err != nil {
 		return err
 	}
-	bwTrue, err := b.bwrapArgv("/usr/bin/true")
+	native, err := b.trueVariants()
 	if err != nil {
 		return err
 	}
 	groups := [][]phased{{
-		{Variant{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello"}, b.Deno, ""},
-		{Variant{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello"}, "/runtime/deno", stage},
-		{Variant{Name: "bwrap deno", Argv: append(bwDeno, b.Deno, "run", "/job/hello.js"), Want: "hello"}, b.Deno, ""},
+		{deno[0], b.Deno, ""}, {deno[1], runtimes.DenoTarget, stage}, {deno[2], b.Deno, ""},
 	}, {
-		{Variant{Name: "bare true", Argv: []string{"/usr/bin/true"}}, "/usr/bin/true", ""},
-		{Variant{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}}, "/usr/bin/true", stage},
-		{Variant{Name: "bwrap", Argv: append(bwTrue, "/usr/bin/true")}, "/usr/bin/true", ""},
+		{native[0], "/usr/bin/true", ""}, {native[1], "/usr/bin/true", stage}, {native[2], "/usr/bin/true", ""},
 	}}
 	var rows [][]string
 	var lines []string
@@ -310,34 +309,31 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 // each measured run at its runtime's exec and exit.
 func (b *Bench) tracedRounds(ctx context.Context, t *tracer, vs []phased, reps, warmup int) ([][]phases, error) {
 	out := make([][]phases, len(vs))
-	for round := 0; round < warmup+reps; round++ {
-		for j := range vs {
-			i := (j + round) % len(vs)
-			v := vs[i]
-			if v.Dir == "" {
-				v.Dir = b.Work
-			}
-			if _, err := t.take(); err != nil { // what came before this run
-				return nil, err
-			}
-			s, err := v.run(ctx)
-			if err != nil {
-				return nil, err
-			}
-			events, err := t.take()
-			if err != nil {
-				return nil, err
-			}
-			p, err := cut(events, s, v.runtime, v.stage)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", v.Name, err)
-			}
-			if round >= warmup {
-				out[i] = append(out[i], p)
-			}
+	err := rotate(len(vs), reps, warmup, func(i int, measured bool) error {
+		v := vs[i]
+		if v.Dir == "" {
+			v.Dir = b.Work
 		}
-	}
-	return out, nil
+		s, err := v.run(ctx)
+		if err != nil {
+			return err
+		}
+		// The buffer holds what happened since the last take; cut looks
+		// only within this run's span.
+		events, err := t.take()
+		if err != nil {
+			return err
+		}
+		p, err := cut(events, s, v.runtime, v.stage)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.Name, err)
+		}
+		if measured {
+			out[i] = append(out[i], p)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // medianPhases takes each phase's median on its own.

@@ -86,25 +86,33 @@ func (v Variant) run(ctx context.Context) (span, error) {
 	return s, nil
 }
 
-// Interleave runs the variants in turn, reps rounds after warmup discarded
-// rounds, rotating which goes first in each round so that none always runs
-// right after another; it returns each variant's timings.
+// Interleave runs the variants in turn (see rotate) and returns each
+// variant's timings.
 func Interleave(ctx context.Context, variants []Variant, reps, warmup int) ([][]time.Duration, error) {
 	out := make([][]time.Duration, len(variants))
-	n := len(variants)
+	err := rotate(len(variants), reps, warmup, func(i int, measured bool) error {
+		d, err := variants[i].Once(ctx)
+		if err == nil && measured {
+			out[i] = append(out[i], d)
+		}
+		return err
+	})
+	return out, err
+}
+
+// rotate calls one for each of n variants in warmup+reps rounds, rotating
+// which goes first in each round so that none always runs right after
+// another; measured is false in the warm-up rounds. It stops at the first
+// error.
+func rotate(n, reps, warmup int, one func(i int, measured bool) error) error {
 	for round := 0; round < warmup+reps; round++ {
 		for j := 0; j < n; j++ {
-			i := (j + round) % n
-			d, err := variants[i].Once(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if round >= warmup {
-				out[i] = append(out[i], d)
+			if err := one((j+round)%n, round >= warmup); err != nil {
+				return err
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // tail is the last few hundred bytes of s, for error messages.

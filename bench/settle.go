@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/jail"
 )
 
 // settleBinaries drops every binary the bench runs from the page cache and
@@ -17,7 +19,7 @@ import (
 // /usr/bin/true`, and by nothing once both were read back like this.
 func (b *Bench) settleBinaries() error {
 	paths := []string{b.Pmjail, b.Deno, "/usr/bin/true"}
-	for _, sibling := range []string{"pmjail-init", "pmjail-serve"} {
+	for _, sibling := range []string{jail.InitBinaryName, "pmjail-serve"} {
 		paths = append(paths, filepath.Join(filepath.Dir(b.Pmjail), sibling))
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {

@@ -68,7 +68,7 @@ func heapMiB(memoryBytes int64) int64 {
 // measured).
 func denoArgs(memoryBytes int64, v8 []string, readable []string, codeCache bool, entry string, rest ...string) []string {
 	args := []string{
-		denoTarget, "run",
+		DenoTarget, "run",
 		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--cached-only", "--no-check",
 	}
@@ -113,7 +113,7 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 	}
 	return &Launch{
 		Program: in.DenoPath,
-		Target:  denoTarget,
+		Target:  DenoTarget,
 		Args:    denoArgs(job.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
 		Env:     denoEnv(),
 		Files:   files,

@@ -129,7 +129,7 @@ func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCa
 }
 
 // warmInJail runs a Deno command line under bubblewrap at the in-jail
-// paths (Deno at denoTarget, files under GuestDir, binds read-only, the
+// paths (Deno at DenoTarget, files under GuestDir, binds read-only, the
 // run's environment) with DENO_DIR bound writable to a fresh directory,
 // then publishes that directory at dir, read-only, for the jail to copy.
 // Deno keys its caches by the modules' URLs and content, so a cache warmed
@@ -161,7 +161,7 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 		"--ro-bind", "/usr", "/usr",
 		"--ro-bind-try", "/lib", "/lib",
 		"--ro-bind-try", "/lib64", "/lib64",
-		"--ro-bind", in.DenoPath, denoTarget,
+		"--ro-bind", in.DenoPath, DenoTarget,
 		"--ro-bind", guest, GuestDir,
 		"--dev", "/dev", "--proc", "/proc", "--tmpfs", TmpDir,
 		"--bind", cache, denoDir,

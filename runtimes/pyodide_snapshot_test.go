@@ -170,7 +170,7 @@ func TestPythonLaunchShape(t *testing.T) {
 		if !slices.Contains(l.Args, "--allow-read="+GuestDir+","+JobDir+","+pyodideTarget) {
 			t.Errorf("read scope: %v", l.Args)
 		}
-		if l.Program != in.DenoPath || l.Target != denoTarget || l.Args[0] != denoTarget {
+		if l.Program != in.DenoPath || l.Target != DenoTarget || l.Args[0] != DenoTarget {
 			t.Errorf("program %s at %s, argv0 %s", l.Program, l.Target, l.Args[0])
 		}
 		paths := map[string]bool{}

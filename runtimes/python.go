@@ -76,7 +76,7 @@ func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 	}
 	return &Launch{
 		Program: in.DenoPath,
-		Target:  denoTarget,
+		Target:  DenoTarget,
 		Args:    pythonArgs(job.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
 		Env:     denoEnv(),
 		Binds:   binds,

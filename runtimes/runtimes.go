@@ -114,7 +114,8 @@ const (
 	JobDir     = layout.JobDir
 	RuntimeDir = layout.RuntimeDir
 	TmpDir     = layout.TmpDir
-	denoTarget = RuntimeDir + "/deno"
+	// DenoTarget is where Deno is bound, and what the jail execs.
+	DenoTarget = RuntimeDir + "/deno"
 
 	ChannelOut = layout.ChannelOut
 )
