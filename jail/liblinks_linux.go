@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -211,8 +210,7 @@ func changeableOnlyBy(uid uint32) func(d string, st *unix.Stat_t) error {
 // must be a regular file (no symbolic link) that only root or that owner
 // can change, in directories that only they can change (real ones, no
 // symbolic link) and others can pass (the job's ids bind it).
-func privateLibrary(lib string, program os.FileInfo) error {
-	owner := program.Sys().(*syscall.Stat_t).Uid
+func privateLibrary(lib string, owner uint32) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(lib, &st); err != nil {
 		return &os.PathError{Op: "lstat", Path: lib, Err: err}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -126,7 +127,7 @@ func SharedLibraries(program, target string) (Libraries, error) {
 	if libs, ok := librariesOf.Load(key); ok {
 		return libs.(Libraries).clone(), nil
 	}
-	libs, err := hostSearch.libraries(program, st, target)
+	libs, err := hostSearch.libraries(program, st.Sys().(*syscall.Stat_t).Uid, target)
 	if err != nil {
 		return Libraries{}, err
 	}
@@ -168,6 +169,10 @@ type loadedObject struct {
 	loader *loadedObject // the object whose need loaded it; nil for the program
 	// ownPath is its DT_RUNPATH, or its DT_RPATH, expanded (searchPath).
 	ownPath []string
+	// search is what a lookup of its needs searches before the library
+	// directories: its DT_RUNPATH alone, or the DT_RPATH of it and of each
+	// object up the chain that loaded it (searchPath).
+	search []string
 }
 
 // Bounds on what a program may make the search read: far above any real
@@ -178,14 +183,14 @@ const (
 	maxSearchDirs = 256 // directories a lookup searches before the system's
 )
 
-// libraries, for the program whose stat is st, follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): a
+// libraries, for the program owned by owner, follows glibc's loader (elf/dl-deps.c, elf/dl-load.c): a
 // program without an interpreter loads nothing; needs are met breadth
 // first, in order; a name an object already loaded answers to (its path
 // or its DT_SONAME) is not looked up again; each lookup searches the
 // needing object's DT_RUNPATH if it has one, else the DT_RPATH of it and
 // of each object up the chain that loaded it, then the directories of s,
 // and skips a file the loader would not load.
-func (s loaderSearch) libraries(program string, st os.FileInfo, target string) (Libraries, error) {
+func (s loaderSearch) libraries(program string, owner uint32, target string) (Libraries, error) {
 	view, err := loaderView(program)
 	if err != nil {
 		return Libraries{}, err
@@ -233,7 +238,7 @@ func (s loaderSearch) libraries(program string, st os.FileInfo, target string) (
 			if loaded[name] {
 				continue
 			}
-			lib, where, err := s.find(name, obj, st)
+			lib, where, err := s.find(name, obj, owner)
 			if err != nil {
 				return Libraries{}, err
 			}
@@ -249,7 +254,8 @@ func (s loaderSearch) libraries(program string, st os.FileInfo, target string) (
 				loaded[lib.soname] = true
 			}
 			out.Files = append(out.Files, lib.path)
-			switch dir := filepath.Dir(lib.path); where {
+			dir := filepath.Dir(lib.path)
+			switch where {
 			case foundInConf:
 				if !slices.Contains(out.ConfDirs, dir) {
 					out.ConfDirs = append(out.ConfDirs, dir)
@@ -257,7 +263,6 @@ func (s loaderSearch) libraries(program string, st os.FileInfo, target string) (
 			case foundPrivate:
 				out.private = true
 			}
-			dir := filepath.Dir(lib.path)
 			queue = append(queue, &loadedObject{elfDynamic: lib, origin: dir, runsIn: dir, loader: obj})
 		}
 	}
@@ -278,25 +283,8 @@ const (
 // this machine) is passed over, as the loader passes it. One that only
 // obj's own search path leads to, outside the library directories, must
 // pass privateLibrary: the program's headers chose where it is.
-func (s loaderSearch) find(name string, obj *loadedObject, program os.FileInfo) (lib elfDynamic, where foundIn, err error) {
-	var own []string
-	if obj.hasRunpath {
-		own = obj.ownPath
-	} else {
-		for o := obj; o != nil; o = o.loader {
-			if o.hasRunpath {
-				continue // its ownPath is its DT_RUNPATH, its own alone
-			}
-			for _, d := range o.ownPath {
-				if !slices.Contains(own, d) {
-					own = append(own, d)
-				}
-			}
-			if len(own) > maxSearchDirs {
-				return elfDynamic{}, 0, fmt.Errorf("%s: more than %d directories in the search paths of it and the objects that loaded it", obj.path, maxSearchDirs)
-			}
-		}
-	}
+func (s loaderSearch) find(name string, obj *loadedObject, owner uint32) (lib elfDynamic, where foundIn, err error) {
+	own := obj.search
 	var passed []string
 	for _, search := range []struct {
 		dirs  []string
@@ -312,7 +300,7 @@ func (s loaderSearch) find(name string, obj *loadedObject, program os.FileInfo) 
 			if where == foundPrivate {
 				if underDir(candidate, s.system) || underDir(candidate, s.conf()) {
 					where = foundInSystem
-				} else if err := privateLibrary(candidate, program); err != nil {
+				} else if err := privateLibrary(candidate, owner); err != nil {
 					return elfDynamic{}, 0, fmt.Errorf("%s needs %s: %w", obj.path, name, err)
 				}
 			}
@@ -334,7 +322,7 @@ func (s loaderSearch) find(name string, obj *loadedObject, program os.FileInfo) 
 }
 
 // searchPath expands the object's DT_RUNPATH, or its DT_RPATH, into the
-// directories the loader searches (ownPath), as glibc's loader expands
+// directories the loader searches (ownPath, then search), as glibc's loader expands
 // dynamic string tokens (elf/dl-load.c). $ORIGIN is the object's
 // directory; a program run at another directory than its own (through a
 // symbolic link) would find other files there, so it is refused. Relative
@@ -360,6 +348,23 @@ func (obj *loadedObject) searchPath() error {
 	}
 	if len(obj.ownPath) > maxSearchDirs {
 		return fmt.Errorf("%s: more than %d directories in its library search path", obj.path, maxSearchDirs)
+	}
+	if obj.hasRunpath {
+		obj.search = obj.ownPath
+		return nil
+	}
+	for o := obj; o != nil; o = o.loader {
+		if o.hasRunpath {
+			continue // its ownPath is its DT_RUNPATH, its own alone
+		}
+		for _, d := range o.ownPath {
+			if !slices.Contains(obj.search, d) {
+				obj.search = append(obj.search, d)
+			}
+		}
+		if len(obj.search) > maxSearchDirs {
+			return fmt.Errorf("%s: more than %d directories in the search paths of it and the objects that loaded it", obj.path, maxSearchDirs)
+		}
 	}
 	return nil
 }

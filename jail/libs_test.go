@@ -231,14 +231,14 @@ func TestSharedLibrariesFromConfDirs(t *testing.T) {
 		t.Fatalf("found %s's libconf.so without its directory", program)
 	}
 	search := loaderSearch{system: defaultLibraryDirs, conf: func() []string { return []string{"/nonexistent-pmjail", dir} }}
-	stat := func(path string) os.FileInfo {
-		st, err := os.Stat(path)
-		if err != nil {
+	owner := func(path string) uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
 			t.Fatal(err)
 		}
-		return st
+		return st.Uid
 	}
-	got, err := search.libraries(program, stat(program), program)
+	got, err := search.libraries(program, owner(program), program)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestSharedLibrariesFromConfDirs(t *testing.T) {
 		t.Errorf("libraries = %+v; want %s, from the configured directory %s", got, lib, dir)
 	}
 	// libc, found in a system directory first, names none.
-	if got, err := search.libraries("/bin/sh", stat("/bin/sh"), "/bin/sh"); err != nil || len(got.ConfDirs) != 0 {
+	if got, err := search.libraries("/bin/sh", owner("/bin/sh"), "/bin/sh"); err != nil || len(got.ConfDirs) != 0 {
 		t.Errorf("/bin/sh's libraries = %+v, %v; want none from the configured directories", got, err)
 	}
 }
