@@ -152,3 +152,19 @@ func TestE2E_BadInput(t *testing.T) {
 		})
 	}
 }
+
+// Every command answers -h and --help with its usage and flags on stdout
+// and exit 0, and runs nothing.
+func TestE2E_CommandHelp(t *testing.T) {
+	for _, c := range []struct{ cmd, flag string }{
+		{"run", "--memory"}, {"exec", "--ro-bind"}, {"submit", "--socket"},
+		{"posture", "--require"}, {"prepare", ""}, {"serve", "--config"},
+	} {
+		for _, ask := range []string{"-h", "--help"} {
+			inv := pmjailCmd(t, "", c.cmd, ask)
+			if inv.ExitCode != 0 || inv.Stderr != "" || !strings.HasPrefix(inv.Stdout, "usage: pmjail "+c.cmd) || !strings.Contains(inv.Stdout, c.flag) {
+				t.Errorf("pmjail %s %s: exit %d stdout %q stderr %q, want 0 and a usage naming %q", c.cmd, ask, inv.ExitCode, inv.Stdout, inv.Stderr, c.flag)
+			}
+		}
+	}
+}

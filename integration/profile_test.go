@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,13 +61,34 @@ console.log(JSON.stringify({ integer: Number.isInteger(t), sab: typeof SharedArr
 // The contract's 126/127: a program that cannot be found or executed.
 func TestExecProgramNotFoundOrNotExecutable(t *testing.T) {
 	inv := pmjailCmd(t, "", "exec", "--", "/nonexistent-pmjail-program")
-	if inv.ExitCode != 127 || !strings.Contains(inv.Stderr, "no such file") {
-		t.Fatalf("missing program: exit %d stderr %q, want 127", inv.ExitCode, inv.Stderr)
+	if inv.ExitCode != 127 || !strings.Contains(inv.Stderr, "no such file") || !strings.HasPrefix(inv.Stderr, "pmjail: refused:") {
+		t.Fatalf("missing program: exit %d stderr %q, want 127 and refused", inv.ExitCode, inv.Stderr)
 	}
-	text := filepath.Join(t.TempDir(), "not-a-program")
+	dir := t.TempDir()
+	text := filepath.Join(dir, "not-a-program")
 	writeFile(t, text, "plain text")
 	inv = pmjailCmd(t, "", "exec", "--", text)
-	if inv.ExitCode != 126 {
-		t.Fatalf("a text file as the program: exit %d stderr %q, want 126", inv.ExitCode, inv.Stderr)
+	if inv.ExitCode != 126 || !strings.HasPrefix(inv.Stderr, "pmjail: refused:") {
+		t.Fatalf("a text file as the program: exit %d stderr %q, want 126 and refused", inv.ExitCode, inv.Stderr)
+	}
+	// A script is refused with how to run it; its status says the job,
+	// not pmjail, is at fault.
+	script := filepath.Join(dir, "script.sh")
+	writeFile(t, script, "#!/bin/sh\necho ran\n")
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inv = pmjailCmd(t, "", "exec", "--json", "--", script)
+	var res struct {
+		Status   string `json:"status"`
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Error    struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(inv.Stdout), &res); err != nil {
+		t.Fatalf("script: %v in %q", err, inv.Stdout)
+	}
+	if inv.ExitCode != 126 || res.Status != "refused" || res.ExitCode != 126 || !strings.Contains(res.Error.Message, "--ro-bind") || res.Stdout != "" {
+		t.Fatalf("script: exit %d result %+v, want 126, refused and how to run it", inv.ExitCode, res)
 	}
 }

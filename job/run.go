@@ -177,9 +177,17 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 		return nil
 	}
+	// A native program this jail cannot run is the job's own bad input:
+	// refused, not pmjail's failure.
+	failProgram := func(code string, err error) {
+		fail(code, "%v", err)
+		if r.Request.Exec != nil {
+			res.Status = jail.StatusRefused
+		}
+	}
 	launch, err := rn.launch(r)
 	if err != nil {
-		fail("runtime", "%v", err)
+		failProgram("runtime", err)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
 			res.ExitCode = 127 // the program could not be found
@@ -205,7 +213,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	spec, err := jail.NewSpec(launch, rootLimits)
 	if err != nil {
-		fail("spec", "%v", err)
+		failProgram("spec", err)
 		if r.Request.Exec != nil {
 			res.ExitCode = 126 // not a program this jail can execute
 		}

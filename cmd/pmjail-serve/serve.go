@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
@@ -21,9 +22,13 @@ import (
 func cmdServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	sock := fs.String("socket", "", "the Unix socket to listen on (default: the config's, or "+server.DefaultSocketPath+")")
-	cfgPath := fs.String("config", "", "the daemon's config file (JSON)")
+	sock := fs.String("socket", "", "the Unix socket to listen on, `PATH` (default: the config's, or "+server.DefaultSocketPath+")")
+	cfgPath := fs.String("config", "", "the daemon's config `FILE` (JSON)")
 	if err := fs.Parse(args); err != nil {
+		if cliflag.IsHelp(err) {
+			cliflag.Usage(os.Stdout, fs, "serve [--socket PATH] [--config FILE]")
+			return 0
+		}
 		return fail("serve: %v", err)
 	}
 	if fs.NArg() != 0 {

@@ -28,7 +28,9 @@ func TestExitCode(t *testing.T) {
 		{jail.StatusInternalError, 1, 125},
 		{jail.StatusInternalError, 126, 126},
 		{jail.StatusInternalError, 127, 127},
-		{jail.StatusRefused, 127, 125},
+		{jail.StatusRefused, 127, 127}, // exec: the program was not found
+		{jail.StatusRefused, 126, 126}, // exec: not a program the jail can run
+		{jail.StatusRefused, 1, 125},
 		{jail.Status("bogus"), 0, 125},
 	} {
 		if got := exitCode(&jail.Result{Status: tc.status, ExitCode: tc.code}); got != tc.want {

@@ -4,9 +4,11 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 
+	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/posture"
 )
@@ -80,6 +82,16 @@ run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --requ
   --cap log --cap request=https://origin[,https://o2][:GET,POST]
   --input JSON|@file --json
 `)
+}
+
+// commandFailure answers a command's error: asked for help (-h, --help),
+// the command's usage on stdout and exit 0; otherwise one clear line.
+func commandFailure(fs *flag.FlagSet, synopsis string, err error) int {
+	if cliflag.IsHelp(err) {
+		cliflag.Usage(os.Stdout, fs, synopsis)
+		return 0
+	}
+	return fail("%s: %v", fs.Name(), err)
 }
 
 // fail prints one clear line and returns the failure exit code.

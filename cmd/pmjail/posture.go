@@ -21,10 +21,10 @@ func cmdPosture(args []string) int {
 	fs := flag.NewFlagSet("posture", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	jsonOut := fs.Bool("json", false, "print the posture object")
-	mode := fs.String("mode", job.ModeAuto, "auto or required")
-	require := fs.String("require", "", "comma-separated layers to require besides the core (e.g. cgroup_memory,landlock)")
+	mode := fs.String("mode", job.ModeAuto, "`MODE`: auto or required")
+	require := fs.String("require", "", "comma-separated `LAYERS` to require besides the core (e.g. cgroup_memory,landlock)")
 	if err := fs.Parse(args); err != nil {
-		return fail("posture: %v", err)
+		return commandFailure(fs, "posture [--json] [--mode auto|required] [--require LAYERS]", err)
 	}
 	if *mode != job.ModeAuto && *mode != job.ModeRequired {
 		return fail("posture: --mode %q (want auto or required)", *mode)

@@ -25,7 +25,7 @@ func cmdPrepare(args []string) int {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return fail("prepare: %v", err)
+		return commandFailure(fs, "prepare", err)
 	}
 	if fs.NArg() != 0 {
 		return fail("prepare: unexpected arguments %q", fs.Args())

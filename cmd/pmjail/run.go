@@ -48,28 +48,28 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	fs := f.fs
 	fs.SetOutput(io.Discard)
 	if !forExec {
-		fs.StringVar(&f.runtime, "runtime", "", "deno or python (default: from the file extension)")
-		fs.Func("cap", "a capability: log, or request=ORIGINS[:METHODS] (repeatable)", func(s string) error {
+		fs.StringVar(&f.runtime, "runtime", "", "`RUNTIME`: deno or python (default: from the file extension)")
+		fs.Func("cap", "a capability, `CAP`: log, or request=ORIGINS[:METHODS] (repeatable)", func(s string) error {
 			f.caps = append(f.caps, s)
 			return nil
 		})
-		fs.StringVar(&f.input, "input", "", "the job's input: JSON, or @file")
+		fs.StringVar(&f.input, "input", "", "the job's input: `JSON`, or @file")
 	} else {
-		fs.Func("ro-bind", "bind SRC[:DST] read-only (repeatable)", func(s string) error {
+		fs.Func("ro-bind", "bind `SRC[:DST]` read-only (repeatable)", func(s string) error {
 			f.roBinds = append(f.roBinds, s)
 			return nil
 		})
 	}
-	fs.StringVar(&f.profile, "profile", "", "hardening profile: a built-in name or a file")
-	fs.StringVar(&f.mode, "mode", "", "auto (default) or required")
+	fs.StringVar(&f.profile, "profile", "", "hardening profile: a built-in `NAME` or a file")
+	fs.StringVar(&f.mode, "mode", "", "`MODE`: auto (default) or required")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the result object instead of passing output through")
-	fs.Var(&f.memory, "memory", "memory limit, e.g. 128M")
-	fs.Var(&f.output, "output-limit", "output limit per stream, e.g. 1M")
-	fs.Var(&f.cpuTime, "cpu-time", "CPU-time limit, e.g. 5s")
-	fs.Var(&f.timeout, "timeout", "wall-clock limit, e.g. 30s")
-	fs.Int64Var(&f.pids, "pids", 0, "task limit (threads count)")
+	fs.Var(&f.memory, "memory", "memory limit, `SIZE` such as 128M")
+	fs.Var(&f.output, "output-limit", "output limit per stream, `SIZE` such as 1M")
+	fs.Var(&f.cpuTime, "cpu-time", "CPU-time limit, `DURATION` such as 5s")
+	fs.Var(&f.timeout, "timeout", "wall-clock limit, `DURATION` such as 30s")
+	fs.Int64Var(&f.pids, "pids", 0, "task limit, `N` (threads count)")
 	if name != "submit" { // a daemon's operator sets what its runs require
-		fs.Func("require", "layers mode required insists on besides the core, comma-separated", func(v string) error {
+		fs.Func("require", "`LAYERS` mode required insists on besides the core, comma-separated", func(v string) error {
 			for _, l := range strings.Split(v, ",") {
 				if !slices.Contains(posture.Names, l) {
 					return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
@@ -171,11 +171,18 @@ func readCapped(name string, max int64) ([]byte, error) {
 	return data, nil
 }
 
+// Synopses of the commands that take run flags, for their --help.
+const (
+	runSynopsis    = "run [flags] FILE|-"
+	execSynopsis   = "exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]"
+	submitSynopsis = "submit [--socket PATH] [flags] FILE|-"
+)
+
 func cmdRun(args []string) int {
 	f := newRunFlags("run", false)
 	req, err := f.programRequest(args)
 	if err != nil {
-		return fail("run: %v", err)
+		return commandFailure(f.fs, runSynopsis, err)
 	}
 	return execute(req, f.require, f.jsonOut)
 }
@@ -227,7 +234,7 @@ func runtimeForFile(file string) string {
 func cmdExec(args []string) int {
 	f := newRunFlags("exec", true)
 	if err := f.parse(args); err != nil {
-		return fail("exec: %v", err)
+		return commandFailure(f.fs, execSynopsis, err)
 	}
 	if f.fs.NArg() < 1 {
 		return fail("exec: want -- PROGRAM [ARGS]")
@@ -321,12 +328,13 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 
 // exitCode maps a result to the CLI's exit code: the guest's own when it
 // ended by itself, otherwise the status's (jail.Status.ExitCode), except
-// that a runtime which could not be found or executed keeps 127 or 126.
+// that a runtime or program which could not be found or executed keeps 127
+// or 126.
 func exitCode(res *jail.Result) int {
 	switch res.Status {
 	case jail.StatusOK, jail.StatusError:
 		return res.ExitCode
-	case jail.StatusInternalError:
+	case jail.StatusInternalError, jail.StatusRefused:
 		if res.ExitCode == exitNotExec || res.ExitCode == exitNotFound {
 			return res.ExitCode
 		}

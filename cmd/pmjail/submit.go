@@ -15,10 +15,10 @@ import (
 // flags] FILE`. Its output and exit code are those of `pmjail run`.
 func cmdSubmit(args []string) int {
 	f := newRunFlags("submit", false)
-	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket")
+	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket, `PATH`")
 	req, err := f.programRequest(args)
 	if err != nil {
-		return fail("submit: %v", err)
+		return commandFailure(f.fs, submitSynopsis, err)
 	}
 
 	// Interrupting submit closes the connection, which cancels the run.
