@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A profile the operator wrote is checked before anything runs, and the
@@ -90,5 +91,25 @@ func TestExecProgramNotFoundOrNotExecutable(t *testing.T) {
 	}
 	if inv.ExitCode != 126 || res.Status != "refused" || res.ExitCode != 126 || !strings.Contains(res.Error.Message, "--ro-bind") || res.Stdout != "" {
 		t.Fatalf("script: exit %d result %+v, want 126, refused and how to run it", inv.ExitCode, res)
+	}
+}
+
+// An exec's --ro-bind source the jail's unprivileged ids cannot open is the
+// job's bad input: refused, naming the path and why, without the host
+// probe and second attempt that a missing layer gets.
+func TestExecBindSourceRefused(t *testing.T) {
+	private := filepath.Join(t.TempDir(), "private") // its directory is 0700
+	writeFile(t, private, "root's own")
+	for _, c := range []struct{ source, want string }{
+		{"/nonexistent-pmjail-bind-source", "no such file"},
+		{private, "readable by others"},
+	} {
+		start := time.Now()
+		inv := pmjailCmd(t, "", "exec", "--ro-bind", c.source, "--", "/usr/bin/true")
+		took := time.Since(start)
+		if inv.ExitCode != 125 || !strings.HasPrefix(inv.Stderr, "pmjail: refused:") || !strings.Contains(inv.Stderr, c.source) || !strings.Contains(inv.Stderr, c.want) {
+			t.Errorf("--ro-bind %s: exit %d stderr %q, want 125, refused, naming the path and %q", c.source, inv.ExitCode, inv.Stderr, c.want)
+		}
+		t.Logf("--ro-bind %s: %v", c.source, took)
 	}
 }

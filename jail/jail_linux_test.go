@@ -80,7 +80,7 @@ func TestRunSetupFailureNamesTheStage(t *testing.T) {
 	job.Spec.Mounts = append(job.Spec.Mounts, job.Spec.Mounts[len(job.Spec.Mounts)-1])
 	job.Spec.Mounts[len(job.Spec.Mounts)-1].Source = "/nonexistent-pmjail-source"
 	out := Run(context.Background(), job)
-	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != "mounts" || !strings.Contains(out.Message, "nonexistent-pmjail-source") {
+	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != StageBindSource || !strings.Contains(out.Message, "nonexistent-pmjail-source") {
 		t.Fatalf("status %s exit %d stage %q message %q", out.Status, out.ExitCode, out.InitStage, out.Message)
 	}
 }

@@ -114,13 +114,18 @@ type Outcome struct {
 	LandlockReason string
 	// LimitsHit names the limits the jail itself enforced.
 	LimitsHit []string
-	// InitStage names the set-up step that failed, for internal errors.
+	// InitStage names the set-up step that failed, for internal errors
+	// (StageBindSource among them).
 	InitStage string
 	// Prestarted says the init stage came from a Pool, started before
 	// the run; RootPrepared that its root was mounted then too.
 	Prestarted   bool
 	RootPrepared bool
 }
+
+// StageBindSource is the set-up step that opens the binds' sources: a run
+// failed there named a source the jail's unprivileged ids cannot open.
+const StageBindSource = initstage.StageBindSource
 
 // killReason is why the supervisor ended a run early.
 type killReason struct {

@@ -47,6 +47,11 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 		heapOOM = heapOOM || bytes.Contains(out.Stderr, m)
 	}
 	switch {
+	case out.Status == jail.StatusInternalError && out.InitStage == jail.StageBindSource && r.Request.Exec != nil:
+		// An exec's --ro-bind path that is missing or not readable by
+		// others: the job's own bad input.
+		res.Status, res.ExitCode = jail.StatusRefused, 125
+		res.Error = &jail.ErrorInfo{Code: "bind_source", Message: out.Message}
 	case out.Status == jail.StatusInternalError:
 		res.Error = &jail.ErrorInfo{Code: "internal", Message: out.Message}
 		if out.InitStage != "" && r.Mode == ModeRequired {

@@ -32,6 +32,11 @@ type stageError struct {
 func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
 func (e *stageError) Unwrap() error { return e.err }
 
+// StageBindSource is the stage of a run whose bind source the init stage,
+// unprivileged on the host, could not open: missing, or not readable by
+// others. For pmjail exec's --ro-bind paths that is the job's mistake.
+const StageBindSource = "bind source"
+
 func stage(name string, err error) error {
 	if err == nil {
 		return nil
@@ -320,7 +325,7 @@ func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounte
 				// The init stage holds no privilege over host files.
 				hint = " (the jail's ids are unprivileged on the host: the path and its parents must be readable by others)"
 			}
-			return sources, false, stage("mounts", fmt.Errorf("bind source %s: %w%s", m.Source, os.NewSyscallError("open", err), hint))
+			return sources, false, stage(StageBindSource, fmt.Errorf("%s: %w%s", m.Source, os.NewSyscallError("open", err), hint))
 		}
 		sources[i] = fd
 	}
