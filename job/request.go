@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/pmjail/pmjail/ipc"
@@ -84,10 +85,33 @@ func jsonError(err error) string {
 	switch {
 	case errors.As(err, &syn):
 		return fmt.Sprintf("%v (at byte %d)", syn, syn.Offset)
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Sprintf("a job is a JSON object, not %s", typ.Value)
 	case errors.As(err, &typ):
-		return fmt.Sprintf("field %q: want %v, got JSON %s", typ.Field, typ.Type, typ.Value)
+		return fmt.Sprintf("%s: want %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonKind names what JSON a Go type decodes from, for a client who never
+// saw the Go type.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	}
+	return t.String()
 }
 
 // Validate checks what can be checked without a profile or ceiling.
