@@ -23,11 +23,7 @@ const reservePrefix = "prestart-"
 
 // Reserved reports whether a cgroup name is one Manager.Reserve made.
 func Reserved(name string) bool {
-	rest, ok := strings.CutPrefix(name, namePrefix)
-	if !ok {
-		return false
-	}
-	_, id, ok := strings.Cut(rest, "-")
+	_, id, ok := parseName(name)
 	return ok && strings.HasPrefix(id, reservePrefix)
 }
 
@@ -59,17 +55,24 @@ func validID(id string) error {
 
 // ownerPID returns the supervisor pid encoded in a job cgroup name.
 func ownerPID(name string) (int, bool) {
+	pid, _, ok := parseName(name)
+	return pid, ok
+}
+
+// parseName splits a job cgroup name, as jobName makes it, into its owner
+// pid and job id.
+func parseName(name string) (pid int, id string, ok bool) {
 	rest, ok := strings.CutPrefix(name, namePrefix)
 	if !ok {
-		return 0, false
+		return 0, "", false
 	}
 	num, id, ok := strings.Cut(rest, "-")
 	if !ok || id == "" || num == "" || num[0] == '0' {
-		return 0, false
+		return 0, "", false
 	}
 	pid, err := strconv.Atoi(num)
 	if err != nil || pid <= 0 {
-		return 0, false
+		return 0, "", false
 	}
-	return pid, true
+	return pid, id, true
 }

@@ -126,6 +126,8 @@ func TestReservedNames(t *testing.T) {
 		"pmjail-supervisor":     false,
 		"other-12-prestart-ab":  false,
 		"12-prestart-ab":        false,
+		"pmjail-x-prestart-ab":  false, // no owner pid
+		"pmjail-0-prestart-ab":  false,
 	} {
 		if got := Reserved(name); got != want {
 			t.Errorf("Reserved(%q) = %v, want %v", name, got, want)
