@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -165,6 +166,37 @@ func TestE2E_CommandHelp(t *testing.T) {
 			if inv.ExitCode != 0 || inv.Stderr != "" || !strings.HasPrefix(inv.Stdout, "usage: pmjail "+c.cmd) || !strings.Contains(inv.Stdout, c.flag) {
 				t.Errorf("pmjail %s %s: exit %d stdout %q stderr %q, want 0 and a usage naming %q", c.cmd, ask, inv.ExitCode, inv.Stdout, inv.Stderr, c.flag)
 			}
+		}
+	}
+}
+
+// The README's examples run as it says they do.
+func TestExamples(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		flags []string
+		want  string // in stdout, or in the handler's value
+	}{
+		{"hello.js", nil, "hello from a jailed Deno"},
+		{"hello.ts", nil, "hello from jailed TypeScript"},
+		{"hello.py", nil, "hello from a jailed Python 3."},
+		{"handler.ts", []string{"--cap", "log", "--input", `{"name":"ada"}`}, `"greeting":"hello, ada"`},
+		{"handler.py", []string{"--cap", "log", "--input", `{"name":"ada"}`}, `"greeting":"hello, ada"`},
+	} {
+		args := append([]string{"run", "--json"}, c.flags...)
+		inv := pmjailCmd(t, "", append(args, filepath.Join(repoRoot, "examples", c.file))...)
+		res := inv.Result
+		if res == nil || res.Status != "ok" {
+			t.Errorf("%s: exit %d, stdout %q stderr %q", c.file, inv.ExitCode, inv.Stdout, inv.Stderr)
+			continue
+		}
+		var value bytes.Buffer
+		_ = json.Compact(&value, res.Value)
+		if !strings.Contains(res.Stdout, c.want) && !strings.Contains(value.String(), c.want) {
+			t.Errorf("%s: stdout %q value %s, want %q", c.file, res.Stdout, res.Value, c.want)
+		}
+		if strings.HasPrefix(c.file, "handler") && (len(res.Logs) != 1 || res.Logs[0].Message != "greeting") {
+			t.Errorf("%s: logs %+v, want the one greeting", c.file, res.Logs)
 		}
 	}
 }
