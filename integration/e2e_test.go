@@ -133,6 +133,8 @@ func TestE2E_BadInput(t *testing.T) {
 		{"oversize source", []string{"run", big}, "1048576"},
 		{"memory 12Q", []string{"run", "--memory", "12Q", hello}, "12Q"},
 		{"timeout -1s", []string{"run", "--timeout", "-1s", hello}, "-1s"},
+		{"pids 0", []string{"run", "--pids", "0", hello}, "above zero"},
+		{"pids many", []string{"run", "--pids", "1e3", hello}, "1e3"},
 		{"mode sometimes", []string{"run", "--mode", "sometimes", hello}, "sometimes"},
 		{"cap ftp", []string{"run", "--cap", "request=ftp://x", hello}, "ftp://x"},
 		{"bad input JSON", []string{"run", "--input", "{bad", hello}, "JSON"},

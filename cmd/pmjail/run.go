@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -67,7 +68,14 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	fs.Var(&f.output, "output-limit", "output limit per stream, `SIZE` such as 1M")
 	fs.Var(&f.cpuTime, "cpu-time", "CPU-time limit, `DURATION` such as 5s")
 	fs.Var(&f.timeout, "timeout", "wall-clock limit, `DURATION` such as 30s")
-	fs.Int64Var(&f.pids, "pids", 0, "task limit, `N` (threads count)")
+	fs.Func("pids", "task limit, `N` (threads count)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return errors.New("want a whole number above zero")
+		}
+		f.pids = n
+		return nil
+	})
 	if name != "submit" { // a daemon's operator sets what its runs require
 		fs.Func("require", "`LAYERS` mode required insists on besides the core, comma-separated", func(v string) error {
 			for _, l := range strings.Split(v, ",") {
@@ -102,17 +110,6 @@ func (d *durationFlag) Set(v string) (err error) {
 		err = errors.New("must be above zero")
 	}
 	return err
-}
-
-// parse reads the flags; an error message is one line.
-func (f *runFlags) parse(args []string) error {
-	if err := f.fs.Parse(args); err != nil {
-		return err
-	}
-	if f.pids < 0 {
-		return errors.New("invalid value for -pids: must be above zero")
-	}
-	return nil
 }
 
 // request builds the job object the flags describe.
@@ -191,7 +188,7 @@ func cmdRun(args []string) int {
 // runtime from --runtime or the file's extension, the source from the file
 // (or stdin), capped.
 func (f *runFlags) programRequest(args []string) (*job.Request, error) {
-	if err := f.parse(args); err != nil {
+	if err := f.fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if f.fs.NArg() != 1 {
@@ -233,7 +230,7 @@ func runtimeForFile(file string) string {
 
 func cmdExec(args []string) int {
 	f := newRunFlags("exec", true)
-	if err := f.parse(args); err != nil {
+	if err := f.fs.Parse(args); err != nil {
 		return commandFailure(f.fs, execSynopsis, err)
 	}
 	if f.fs.NArg() < 1 {
