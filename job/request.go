@@ -55,6 +55,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// MalformedJSON heads Decode's message for a body that is not one job
+// object as JSON.
+const MalformedJSON = "malformed job JSON"
+
 // Decode reads one job object. Unknown fields, trailing data and oversize
 // bodies are refused with a message that names the problem. What the job
 // asks for is checked by Resolve (Validate), the one place for those checks
@@ -71,10 +75,10 @@ func Decode(r io.Reader) (*Request, error) {
 	dec.DisallowUnknownFields()
 	var req Request
 	if err := dec.Decode(&req); err != nil {
-		return nil, invalid("malformed job JSON: %s", jsonError(err))
+		return nil, invalid("%s: %s", MalformedJSON, jsonError(err))
 	}
 	if dec.More() {
-		return nil, invalid("malformed job JSON: data after the job object")
+		return nil, invalid("%s: data after the job object", MalformedJSON)
 	}
 	return &req, nil
 }

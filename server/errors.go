@@ -47,22 +47,19 @@ func jobErrorMessage(err error) (msg, field string) {
 	msg = strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": ")
 	// A JSON value of the wrong type is named after the decoder's prefix
 	// ("malformed job JSON: source: want a string, got JSON number").
-	head, _, ok := strings.Cut(strings.TrimPrefix(msg, malformedJSON+": "), ": ")
+	head, _, ok := strings.Cut(strings.TrimPrefix(msg, job.MalformedJSON+": "), ": ")
 	if ok && isFieldPath(head) {
 		field = head
 	}
 	// encoding/json names an unknown field as `unknown field "x"`.
-	if _, name, ok := strings.Cut(msg, malformedJSON+`: unknown field "`); ok {
+	if _, name, ok := strings.Cut(msg, job.MalformedJSON+`: unknown field "`); ok {
 		field, _, _ = strings.Cut(name, `"`)
 	}
 	return msg, field
 }
 
-// malformedJSON heads job.Decode's messages for JSON it could not decode.
-const malformedJSON = "malformed job JSON"
-
 func isFieldPath(s string) bool {
-	if s == "" || s == malformedJSON {
+	if s == "" || s == job.MalformedJSON {
 		return false
 	}
 	for _, r := range s {
