@@ -270,10 +270,25 @@ func compileC(t *testing.T, out, source string, flags ...string) {
 	}
 }
 
+// systemLibraryDirs are the directories pmjail searches before the ones
+// /etc/ld.so.conf.d names (the jail package's default library directories).
+var systemLibraryDirs = []string{
+	"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+	"/lib64", "/usr/lib64", "/lib", "/usr/lib",
+}
+
 // confOnlyLibrary returns a library, named by its DT_SONAME, in a
 // directory /etc/ld.so.conf.d names and the loader's system directories
 // do not hold; "" if there is none.
 func confOnlyLibrary() string {
+	inSystemLibraryDirs := func(name string) bool {
+		for _, dir := range systemLibraryDirs {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
 	confs, _ := filepath.Glob("/etc/ld.so.conf.d/*.conf")
 	for _, conf := range confs {
 		data, err := os.ReadFile(conf)
@@ -281,7 +296,7 @@ func confOnlyLibrary() string {
 			continue
 		}
 		for _, dir := range strings.Fields(string(data)) {
-			if !filepath.IsAbs(dir) || slices.Contains([]string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"}, dir) {
+			if !filepath.IsAbs(dir) || slices.Contains(systemLibraryDirs, dir) {
 				continue
 			}
 			libs, _ := filepath.Glob(filepath.Join(dir, "lib*.so*"))
@@ -292,10 +307,7 @@ func confOnlyLibrary() string {
 				}
 				soname, _ := f.DynString(elf.DT_SONAME)
 				f.Close()
-				if len(soname) == 1 && soname[0] == filepath.Base(lib) {
-					if _, err := os.Stat(filepath.Join("/usr/lib/x86_64-linux-gnu", soname[0])); err == nil {
-						continue
-					}
+				if len(soname) == 1 && soname[0] == filepath.Base(lib) && !inSystemLibraryDirs(soname[0]) {
 					return lib
 				}
 			}
