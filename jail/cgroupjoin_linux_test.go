@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -81,7 +79,7 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 			if _, err := os.Lstat(root + "/proc/1"); err != nil {
 				continue
 			}
-			if sc, err := os.ReadFile("/proc/" + pid + "/syscall"); err != nil || !strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_RECVMSG)) {
+			if !inRecvmsg(pid) {
 				continue
 			}
 			waited = true

@@ -2,12 +2,15 @@ package jail
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -22,9 +25,18 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func shellJob(t *testing.T, script string, lim RootLimits) *Job {
+// inRecvmsg reports whether the process pid (or the thread the path names)
+// sits in recvmsg: an init stage waiting for its supervisor's next message.
+func inRecvmsg(pid string) bool {
+	sc, err := os.ReadFile("/proc/" + pid + "/syscall")
+	return err == nil && strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_RECVMSG))
+}
+
+// shellJob runs script under /bin/sh in a root that holds the shell, its
+// libraries and binds.
+func shellJob(t *testing.T, script string, lim RootLimits, binds ...runtimes.Bind) *Job {
 	t.Helper()
-	launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/nonexistent"}}
+	launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/nonexistent"}, Binds: binds}
 	spec, err := NewSpec(launch, lim)
 	if err != nil {
 		t.Fatal(err)

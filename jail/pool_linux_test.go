@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -260,13 +261,7 @@ func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := func() *Job {
-		launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", `read -r m < /marker; echo "$m"`}, Env: []string{"PATH=/nonexistent"},
-			Binds: []runtimes.Bind{{Source: marker, Target: "/marker"}}}
-		spec, err := NewSpec(launch, testLimits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &Job{ID: "test", Spec: spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
+		return shellJob(t, `read -r m < /marker; echo "$m"`, testLimits, runtimes.Bind{Source: marker, Target: "/marker"})
 	}
 	run(bound(), false, "one")
 	run(bound(), true, "one")
@@ -296,7 +291,7 @@ func waitPrepared(t *testing.T, p *Pool) {
 		if err != nil || !strings.Contains(string(mounts), "pmjail-root") {
 			continue
 		}
-		if sc, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid)); err == nil && strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_RECVMSG)) {
+		if inRecvmsg(strconv.Itoa(pid)) {
 			return
 		}
 	}
