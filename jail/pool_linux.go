@@ -108,8 +108,14 @@ func (p *Pool) take(flags uintptr, plan []byte) *child {
 		p.plans[flags] = plan
 	}
 	q := p.idle[flags]
-	if i := slices.IndexFunc(q, func(c *child) bool { return plan != nil && bytes.Equal(c.plan, plan) }); i > 0 {
-		q[0], q[i] = q[i], q[0]
+	if plan != nil {
+		// A child whose root is mounted for this plan goes first; the
+		// others keep their order, oldest first.
+		if i := slices.IndexFunc(q, func(c *child) bool { return bytes.Equal(c.plan, plan) }); i > 0 {
+			c := q[i]
+			copy(q[1:i+1], q[:i])
+			q[0] = c
+		}
 	}
 	for got == nil && len(q) > 0 {
 		c := q[0]
