@@ -344,7 +344,7 @@ func TestLibraryMountsAcrossFileSystems(t *testing.T) {
 			t.Errorf("mount %+v, want %s", m, libs[i])
 		}
 	}
-	if _, err := linkLibraries(state, libs, searchDirsFor(libs)); !errors.Is(err, unix.EXDEV) {
+	if _, err := linkLibraries(state, libs, hostSearch.dirsFor(libs...)); !errors.Is(err, unix.EXDEV) {
 		t.Errorf("linkLibraries across file systems: %v, want EXDEV", err)
 	}
 	if left, _ := os.ReadDir(state); len(left) != 0 {

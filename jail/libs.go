@@ -50,8 +50,8 @@ var confLibraryDirs = sync.OnceValue(func() []string {
 // checkInterpreter accepts a program's interpreter (PT_INTERP) only as a
 // regular file under the loader's search directories, by a clean absolute
 // path.
-func checkInterpreter(interp string) error {
-	if err := inLibraryDirs(interp, searchDirsFor([]string{interp})); err != nil {
+func (s loaderSearch) checkInterpreter(interp string) error {
+	if err := inLibraryDirs(interp, s.dirsFor(interp)); err != nil {
 		return fmt.Errorf("interpreter: %w", err)
 	}
 	st, err := os.Stat(interp)
@@ -64,16 +64,21 @@ func checkInterpreter(interp string) error {
 	return nil
 }
 
-// searchDirsFor returns the loader's search directories that hold libs:
-// the default ones, and those /etc/ld.so.conf.d names only when a library
-// lies outside the defaults.
-func searchDirsFor(libs []string) []string {
+// dirsFor returns the loader's search directories that may hold libs: the
+// system ones, and those /etc/ld.so.conf.d names only when a library lies
+// outside the system ones (they are read only then).
+func (s loaderSearch) dirsFor(libs ...string) []string {
 	for _, lib := range libs {
-		if !underDir(lib, defaultLibraryDirs) {
-			return append(slices.Clone(defaultLibraryDirs), confLibraryDirs()...)
+		if !underDir(lib, s.system) {
+			return append(slices.Clone(s.system), s.conf()...)
 		}
 	}
-	return defaultLibraryDirs
+	return s.system
+}
+
+// holds reports whether path lies in the loader's search directories.
+func (s loaderSearch) holds(path string) bool {
+	return underDir(path, s.dirsFor(path))
 }
 
 // inLibraryDirs accepts a clean absolute path beneath one of dirs.
@@ -203,7 +208,7 @@ func (s loaderSearch) libraries(program string, owner uint32, target string) (Li
 	}
 	// The program names its interpreter: a path that is not a file in
 	// the library directories could bind anything.
-	if err := checkInterpreter(view.interp); err != nil {
+	if err := s.checkInterpreter(view.interp); err != nil {
 		return Libraries{}, fmt.Errorf("%s: %w", program, err)
 	}
 	interp, err := loaderView(view.interp)
@@ -298,7 +303,7 @@ func (s loaderSearch) find(name string, obj *loadedObject, owner uint32) (lib el
 			}
 			where = search.where
 			if where == foundPrivate {
-				if underDir(candidate, s.system) || underDir(candidate, s.conf()) {
+				if s.holds(candidate) {
 					where = foundInSystem
 				} else if err := privateLibrary(candidate, owner); err != nil {
 					return elfDynamic{}, 0, fmt.Errorf("%s needs %s: %w", obj.path, name, err)

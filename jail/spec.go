@@ -55,7 +55,7 @@ func libraryMounts(libs []string, linkDir string, others []string, opts []string
 	var mounts []specs.Mount
 	if linkDir != "" && len(libs) > 0 && !slices.ContainsFunc(tops, func(top string) bool { return !slices.Contains(libraryTops, top) }) &&
 		!slices.ContainsFunc(others, inTop) {
-		if tree, err := linkLibraries(linkDir, libs, searchDirsFor(libs)); err == nil {
+		if tree, err := linkLibraries(linkDir, libs, hostSearch.dirsFor(libs...)); err == nil {
 			for _, top := range tops {
 				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
 			}
@@ -133,7 +133,13 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		}
 		others = append(others, c.Target)
 	}
-	mounts = append(mounts, libraryMounts(libs.Files, lim.LibraryLinks, others, ro)...)
+	linkDir := lim.LibraryLinks
+	if libs.private {
+		// A tree links only files of the library directories (linkable):
+		// a program with its own, private, libraries binds each file.
+		linkDir = ""
+	}
+	mounts = append(mounts, libraryMounts(libs.Files, linkDir, others, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, b := range launch.Binds {
 		opts := append([]string(nil), ro...)
