@@ -11,11 +11,7 @@ import (
 // compare runs variants interleaved and adds their table, with each
 // median's ratio to the baseline variant (index base) and the difference.
 func (b *Bench) compare(ctx context.Context, variants []Variant, reps, warmup, base int) ([]Summary, error) {
-	for i := range variants {
-		if variants[i].Dir == "" {
-			variants[i].Dir = b.Work
-		}
-	}
+	b.inWork(variants)
 	times, err := Interleave(ctx, variants, reps, warmup)
 	if err != nil {
 		return nil, err
@@ -36,6 +32,16 @@ func (b *Bench) compare(ctx context.Context, variants []Variant, reps, warmup, b
 	b.Report.Para("%d measured rounds after %d warm-up, interleaved. Commands (run in a scratch directory $WORK holding the guest files, unless said otherwise; paths relative to the checkout):", reps, warmup)
 	b.Report.Commands(cmds...)
 	return sums, nil
+}
+
+// inWork gives variants without a directory of their own the scratch
+// directory, which holds the guest files.
+func (b *Bench) inWork(variants []Variant) {
+	for i := range variants {
+		if variants[i].Dir == "" {
+			variants[i].Dir = b.Work
+		}
+	}
 }
 
 // shorten writes paths in the checkout relative to it and the scratch

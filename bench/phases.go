@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,13 +47,11 @@ func startTracer() (*tracer, error) {
 	if err := os.Mkdir(t.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create ftrace instance: %w", err)
 	}
-	for _, w := range [][2]string{
-		{"trace_clock", "mono"},
-		{"buffer_size_kb", "2048"},
-		{"events/sched/sched_process_exec/enable", "1"},
-		{"events/sched/sched_process_exit/enable", "1"},
-		{"tracing_on", "1"},
-	} {
+	settings := [][2]string{{"trace_clock", "mono"}, {"buffer_size_kb", "2048"}}
+	for _, f := range traceSwitches {
+		settings = append(settings, [2]string{f, "1"})
+	}
+	for _, w := range settings {
 		if err := os.WriteFile(filepath.Join(t.dir, w[0]), []byte(w[1]), 0); err != nil {
 			t.close()
 			return nil, fmt.Errorf("set up ftrace instance: %s: %w", w[0], err)
@@ -62,6 +61,10 @@ func startTracer() (*tracer, error) {
 }
 
 const instancePrefix = "pmjail-bench-"
+
+// traceSwitches turn the instance's events and tracing on; tracing goes
+// last on and first off.
+var traceSwitches = []string{"events/sched/sched_process_exec/enable", "events/sched/sched_process_exit/enable", "tracing_on"}
 
 // removeStaleInstances removes the instances of benches that were killed
 // before they could: each holds a trace buffer until it is removed.
@@ -78,7 +81,7 @@ func removeStaleInstances() {
 
 // close removes the instance; events must be off for the kernel to let it go.
 func (t *tracer) close() {
-	for _, f := range []string{"tracing_on", "events/sched/sched_process_exec/enable", "events/sched/sched_process_exit/enable"} {
+	for _, f := range slices.Backward(traceSwitches) {
 		_ = os.WriteFile(filepath.Join(t.dir, f), []byte("0"), 0)
 	}
 	if err := os.Remove(t.dir); err != nil {
@@ -271,6 +274,8 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.inWork(deno)
+	b.inWork(native)
 	groups := [][]phased{{
 		{deno[0], b.Deno, ""}, {deno[1], runtimes.DenoTarget, stage}, {deno[2], b.Deno, ""},
 	}, {
@@ -311,9 +316,6 @@ func (b *Bench) tracedRounds(ctx context.Context, t *tracer, vs []phased, reps, 
 	out := make([][]phases, len(vs))
 	err := rotate(len(vs), reps, warmup, func(i int, measured bool) error {
 		v := vs[i]
-		if v.Dir == "" {
-			v.Dir = b.Work
-		}
 		s, err := v.run(ctx)
 		if err != nil {
 			return err

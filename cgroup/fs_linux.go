@@ -72,8 +72,9 @@ func exists(path string) bool {
 // sameFile reports whether a and b, symlinks followed, are the same file
 // (two stats, where filepath.EvalSymlinks takes one per path component).
 func sameFile(a, b string) bool {
-	var sa, sb unix.Stat_t
-	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // pidAlive reports whether pid exists (a zombie counts as alive: its

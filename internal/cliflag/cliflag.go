@@ -45,7 +45,7 @@ func isBool(f *flag.Flag) bool {
 
 func isZero(def string) bool {
 	switch def {
-	case "", "0", "false", "0s", "[]":
+	case "", "0", "false", "0s":
 		return true
 	}
 	return false

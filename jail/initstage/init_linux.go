@@ -221,15 +221,17 @@ func lastCapability() (int, error) {
 // read-only. The file systems are mounted before the join, the job's files
 // and copies written after it.
 func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *Report) error {
+	// Every mount of the namespace private: nothing propagates to the
+	// host from here, nor from it. A prepared root was mounted as a slave
+	// of the host's mounts, which kept the namespace's view of the host
+	// current until now; from here it is the job's alone, and it is
+	// checked in that view.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return stage("root", os.NewSyscallError("make mounts private", err))
+	}
 	var sources []int
 	serves := false
 	if prepared != nil {
-		// The prepared root was mounted as a slave of the host's mounts,
-		// which kept the namespace's view of the host current until now;
-		// from here it is the job's alone, and it is checked in that view.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return stage("root", os.NewSyscallError("make mounts private", err))
-		}
 		serves = prepared.serves(cfg.Mounts)
 		unix.Close(prepared.under)
 	}
@@ -241,14 +243,8 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 				return stage("root", err)
 			}
 		}
-		// Without a prepared root the mounts are made private here; with
-		// one, they were just above.
-		propagation := uintptr(unix.MS_PRIVATE)
-		if prepared != nil {
-			propagation = 0
-		}
 		var err error
-		if sources, _, err = mountRoot(cfg.Mounts, propagation); err != nil {
+		if sources, _, err = mountRoot(cfg.Mounts); err != nil {
 			closeFDs(sources)
 			return err
 		}
@@ -296,18 +292,11 @@ func buildRoot(cfg *Config, prepared *preparedRoot, join func() error, report *R
 
 // mountRoot mounts the root's tmpfs at newRootBase and every mount of it
 // but the per-run copies, whose sources it opens with the binds' and
-// returns in mounts' order (-1 for other types). It first makes every
-// mount of the namespace private, or a slave (propagation MS_SLAVE: a root
-// prepared ahead goes on receiving the host's mounts and unmounts until
-// its job comes), or leaves them as they are (0: made private already);
-// none of these propagates anything to the host. mounted says the tmpfs
-// went up. On an error the sources opened so far are returned too.
-func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounted bool, err error) {
-	if propagation != 0 {
-		if err := unix.Mount("", "/", "", unix.MS_REC|propagation, ""); err != nil {
-			return nil, false, stage("root", os.NewSyscallError("set the propagation of mounts", err))
-		}
-	}
+// returns in mounts' order (-1 for other types). The caller has made the
+// namespace's mounts private, or slaves, so that none of these reaches the
+// host. mounted says the tmpfs went up. On an error the sources opened so
+// far are returned too.
+func mountRoot(mounts []specs.Mount) (sources []int, mounted bool, err error) {
 	// Bind sources are opened before the root's tmpfs can hide any of them
 	// (a source under /tmp, say), then bound through their fds.
 	sources = make([]int, len(mounts))
@@ -339,13 +328,6 @@ func mountRoot(mounts []specs.Mount, propagation uintptr) (sources []int, mounte
 		}
 		if err := mountInRoot(root, m, sources[i]); err != nil {
 			return sources, true, stage("mounts", fmt.Errorf("%s on %s: %w", m.Type, m.Destination, err))
-		}
-	}
-	// The root itself receives nothing: a bind of a slave is a slave, and
-	// a host mount beneath a bound directory would join the job's root.
-	if propagation == unix.MS_SLAVE {
-		if err := unix.Mount("", root, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return sources, true, stage("root", os.NewSyscallError("make the root's mounts private", err))
 		}
 	}
 	return sources, true, nil
@@ -383,7 +365,19 @@ func prepareRoot(p *Prepare) *preparedRoot {
 	if err != nil {
 		return nil
 	}
-	sources, mounted, err := mountRoot(p.Mounts, unix.MS_SLAVE)
+	// The namespace's mounts become slaves: the root, prepared ahead, goes
+	// on receiving the host's mounts and unmounts until its job comes.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		unix.Close(under)
+		return nil
+	}
+	sources, mounted, err := mountRoot(p.Mounts)
+	if err == nil {
+		// The root itself receives nothing: a bind of a slave is a slave,
+		// and a host mount beneath a bound directory would join the job's
+		// root.
+		err = unix.Mount("", newRootBase, "", unix.MS_REC|unix.MS_PRIVATE, "")
+	}
 	r := &preparedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
 	for i, fd := range sources {
 		if err != nil {
