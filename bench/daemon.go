@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,14 +111,56 @@ func startDaemon(ctx context.Context, b *Bench, name, config string) (*Daemon, e
 
 // Hello runs the hello job and checks its result.
 func (d *Daemon) Hello(ctx context.Context) error {
-	res, err := d.Client.Run(ctx, helloJob())
+	return d.runDeno(ctx, helloJob(), "1\n")
+}
+
+// runDeno runs req and checks that it succeeded and printed stdout.
+func (d *Daemon) runDeno(ctx context.Context, req *job.Request, stdout string) error {
+	res, err := d.Client.Run(ctx, req)
 	if err != nil {
 		return fmt.Errorf("daemon run: %w", err)
 	}
-	if res.Status != "ok" || res.Stdout != "1\n" {
+	if res.Status != "ok" || res.Stdout != stdout {
 		return fmt.Errorf("daemon run: status %s, stdout %q, error %+v", res.Status, res.Stdout, res.Error)
 	}
 	return nil
+}
+
+// awaitPool waits until at least n init stages wait for runs again, as
+// after an idle spell; a pool that does not refill within a few seconds is
+// an error, since every later request would then measure a cold start.
+func (d *Daemon) awaitPool(ctx context.Context, n int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, err := d.Client.Health(ctx)
+		if err != nil {
+			return err
+		}
+		if h.Prestarted >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pool of init stages holds %d, not %d, 5s after a run", h.Prestarted, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// helloVariant times the Deno job of source as a request to the daemon,
+// each arriving with the daemon idle and pool init stages waiting (the
+// pool refilled off the clock).
+func (d *Daemon) helloVariant(name, source, stdout string, pool int) (Variant, error) {
+	req := &job.Request{Runtime: "deno", Source: source}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Variant{}, err
+	}
+	return Variant{
+		Name:  name,
+		Call:  func(ctx context.Context) error { return d.runDeno(ctx, req, stdout) },
+		After: func(ctx context.Context) error { return d.awaitPool(ctx, pool) },
+		Shown: fmt.Sprintf("curl --unix-socket %s -d '%s' http://pmjail/v1/runs", d.Socket, body),
+	}, nil
 }
 
 // SettledStats returns the daemon's figures once the init stages it keeps

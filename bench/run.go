@@ -13,10 +13,19 @@ import (
 )
 
 // Variant is one side of a comparison: a command run to completion and
-// timed from start to exit.
+// timed from start to exit, or a request made in-process.
 type Variant struct {
 	Name string
 	Argv []string
+	// Call, when set, is timed instead of a command: a request to a daemon,
+	// from sending it to reading its result. Shown is its command line for
+	// the report.
+	Call  func(context.Context) error
+	Shown string
+	// After runs, for a Call, once the clock has stopped and before the
+	// next variant: a daemon's pool of init stages refilling, which must
+	// not fall in another variant's time.
+	After func(context.Context) error
 	// Dir is the working directory: a scratch folder, so that no project
 	// config (package.json, deno.json) is found by Deno.
 	Dir string
@@ -31,6 +40,9 @@ type Variant struct {
 
 // Command is the variant as a shell-ready line, for the report.
 func (v Variant) Command() string {
+	if v.Call != nil {
+		return v.Shown
+	}
 	var b strings.Builder
 	if v.FreshDenoDir {
 		b.WriteString("DENO_DIR=$(mktemp -d) ")
@@ -61,6 +73,9 @@ func monotonic() time.Duration {
 }
 
 func (v Variant) run(ctx context.Context) (span, error) {
+	if v.Call != nil {
+		return v.request(ctx)
+	}
 	cmd := exec.CommandContext(ctx, v.Argv[0], v.Argv[1:]...)
 	cmd.Env = append(os.Environ(), v.Env...)
 	cmd.Dir = v.Dir
@@ -82,6 +97,19 @@ func (v Variant) run(ctx context.Context) (span, error) {
 	}
 	if v.Want != "" && !strings.Contains(stdout.String(), v.Want) {
 		return span{}, fmt.Errorf("%s: stdout %q lacks %q; stderr: %s", v.Name, tail(stdout.String()), v.Want, tail(stderr.String()))
+	}
+	return s, nil
+}
+
+func (v Variant) request(ctx context.Context) (span, error) {
+	s := span{start: monotonic()}
+	err := v.Call(ctx)
+	s.end = monotonic()
+	if err == nil && v.After != nil {
+		err = v.After(ctx)
+	}
+	if err != nil {
+		return span{}, fmt.Errorf("%s: %w", v.Name, err)
 	}
 	return s, nil
 }
