@@ -71,7 +71,7 @@ func run() int {
 		"deno": b.denoHello, "native": b.nativeTrue, "phases": b.phaseBreakdown, "python": b.pythonHello, "seccomp": b.seccompCost,
 		"memory": b.memory, "daemon": b.daemonThroughput, "soak": b.soak, "gobench": b.goBench,
 	}
-	needDaemon := len(want) == 0 || want["deno"] || want["daemon"] || want["soak"] || want["memory"]
+	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"]
 	if needDaemon {
 		d, err := StartDaemon(ctx, b)
 		if err != nil {

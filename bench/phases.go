@@ -281,6 +281,16 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	}, {
 		{native[0], "/usr/bin/true", ""}, {native[1], "/usr/bin/true", stage}, {native[2], "/usr/bin/true", ""},
 	}}
+	served, err := b.servedHello(ctx)
+	if err != nil {
+		return err
+	}
+	if served != nil {
+		defer served.stop()
+		// The pooled daemon's init stage was exec'd before the request.
+		pooled, unpooled := served.variants[0], served.variants[1]
+		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, ""}, phased{unpooled, runtimes.DenoTarget, stage})
+	}
 	var rows [][]string
 	var lines []string
 	for _, g := range groups {
@@ -297,15 +307,23 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 			}
 			rows = append(rows, []string{v.Name, ms(med[i].toExec), stageCell, ms(med[i].runtime), ms(med[i].after)})
 		}
-		base, pm, bw := med[0], med[1], med[2]
-		lines = append(lines, fmt.Sprintf("- %s against %s: %s before the runtime's exec (bwrap %s), %s while it runs (bwrap %s), %s after its exit (bwrap %s).",
-			g[1].Name, g[0].Name,
-			signedMS(pm.toExec-base.toExec), signedMS(bw.toExec-base.toExec),
-			signedMS(pm.runtime-base.runtime), signedMS(bw.runtime-base.runtime),
-			signedMS(pm.after-base.after), signedMS(bw.after-base.after)))
+		// Every pmjail row (the second, and the daemon's after bwrap's)
+		// against the bare one, with bwrap's beside it.
+		base, bw := med[0], med[2]
+		for i := 1; i < len(g); i++ {
+			if i == 2 {
+				continue
+			}
+			pm := med[i]
+			lines = append(lines, fmt.Sprintf("- %s against %s: %s before the runtime's exec (bwrap %s), %s while it runs (bwrap %s), %s after its exit (bwrap %s).",
+				g[i].Name, g[0].Name,
+				signedMS(pm.toExec-base.toExec), signedMS(bw.toExec-base.toExec),
+				signedMS(pm.runtime-base.runtime), signedMS(bw.runtime-base.runtime),
+				signedMS(pm.after-base.after), signedMS(bw.after-base.after)))
+		}
 	}
 	b.Report.Table([]string{"variant", "start → runtime's exec", "of which pmjail-init → runtime", "runtime: exec → exit", "exit → run's end"}, rows)
-	b.Report.Para("Medians of %d traced rounds each (interleaved, after 2 warm-up), so the columns need not add up to the tables above. The cuts are the kernel's `sched_process_exec` of the runtime and `sched_process_exit` of the thread that exec'd it, recorded in an ftrace instance of the bench's own on CLOCK_MONOTONIC, the clock the bench's start and end are read on. \"Start\" is just before the bench forks, \"end\" when it has reaped the command; the runtime's own teardown (its memory, and for the jails its namespaces) falls after its exit. In the pmjail rows the runtime runs pmjail's bootstrap and channel before the guest's code, under its seccomp filter, in its cgroup.", b.Reps)
+	b.Report.Para("Medians of %d traced rounds each (interleaved, after 2 warm-up), so the columns need not add up to the tables above. The cuts are the kernel's `sched_process_exec` of the runtime and `sched_process_exit` of the thread that exec'd it, recorded in an ftrace instance of the bench's own on CLOCK_MONOTONIC, the clock the bench's start and end are read on. \"Start\" is just before the bench forks (for the daemon rows, sends the request), \"end\" when it has reaped the command (has read the daemon's answer); the runtime's own teardown (its memory, and for the jails its namespaces) falls after its exit. In the pmjail rows the runtime runs pmjail's bootstrap and channel before the guest's code, under its seccomp filter, in its cgroup.", b.Reps)
 	b.Report.Para("%s", strings.Join(lines, "\n"))
 	return nil
 }
