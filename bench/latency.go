@@ -87,7 +87,8 @@ func (b *Bench) denoHello(ctx context.Context) error {
 	if served == nil {
 		return nil
 	}
-	b.helloTargets("the same hello through the daemon (pool full)", s[4].Median, s[0].Median, bwAdded)
+	pooled := s[len(s)-len(served.variants)] // the first of the daemon's rows
+	b.helloTargets("the same hello through the daemon (pool full)", pooled.Median, s[0].Median, bwAdded)
 	b.Report.Para("The daemon rows are the deployed path: the bench sends the job with the Go client (package client) over one kept-alive connection to a `pmjail serve` on a private socket and times it from the request to the result, against the bare rows' fork to exit. The first daemon (config `%s`) keeps init stages started ahead of runs, each waiting with its cgroup made and the last run's root mounted; every request arrives with that pool as full as when the daemon was idle, refilled off the clock after each run, so this is the latency of a request to an idle service, and the refill's CPU is not counted. The second (`%s`) starts nothing ahead: each run clones and starts its own init stage, as the CLI does, without the CLI's own start. The CLI rows above are what the issue's targets name; the daemon's are given beside them.", daemonConfig, coldDaemonConfig)
 	return nil
 }

@@ -101,6 +101,7 @@ func (v Variant) run(ctx context.Context) (span, error) {
 	return s, nil
 }
 
+// request times v's Call alone, then runs its After.
 func (v Variant) request(ctx context.Context) (span, error) {
 	s := span{start: monotonic()}
 	err := v.Call(ctx)
