@@ -291,11 +291,13 @@ const (
 func (s loaderSearch) find(name string, obj *loadedObject, owner uint32) (lib elfDynamic, where foundIn, err error) {
 	own := obj.search
 	var passed []string
+	// The directories are asked for in turn: the conf ones are read only
+	// when the others lack the library.
 	for _, search := range []struct {
-		dirs  []string
+		dirs  func() []string
 		where foundIn
-	}{{own, foundPrivate}, {s.system, foundInSystem}, {s.conf(), foundInConf}} {
-		for _, d := range search.dirs {
+	}{{func() []string { return own }, foundPrivate}, {func() []string { return s.system }, foundInSystem}, {s.conf, foundInConf}} {
+		for _, d := range search.dirs() {
 			candidate := filepath.Join(d, name)
 			st, err := os.Stat(candidate)
 			if err != nil || !st.Mode().IsRegular() {

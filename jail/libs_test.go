@@ -249,6 +249,13 @@ func TestSharedLibrariesFromConfDirs(t *testing.T) {
 	if got, err := search.libraries("/bin/sh", owner("/bin/sh"), "/bin/sh"); err != nil || len(got.ConfDirs) != 0 {
 		t.Errorf("/bin/sh's libraries = %+v, %v; want none from the configured directories", got, err)
 	}
+	// Nor are the configured directories read for it: every run's
+	// runtime finds its libraries in the system ones.
+	read := 0
+	counting := loaderSearch{system: defaultLibraryDirs, conf: func() []string { read++; return nil }}
+	if _, err := counting.libraries("/bin/sh", owner("/bin/sh"), "/bin/sh"); err != nil || read != 0 {
+		t.Errorf("/bin/sh's libraries: err %v, the configured directories read %d times; want none", err, read)
+	}
 }
 
 func TestLibraryPathEnv(t *testing.T) {
