@@ -132,18 +132,19 @@ func TestDaemonLoad(t *testing.T) {
 }
 
 // waitingInitStages waits until the daemon's children are exactly the
-// prestarted init stages its health reports, each asleep in pmjail-init,
-// and returns their pids.
+// prestarted init stages its health reports, each asleep in the daemon's
+// init stage binary, and returns their pids.
 func waitingInitStages(t *testing.T, d *daemon) []int {
 	t.Helper()
+	initStage := initStageBinary(t, d)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		kids := childrenOf(d.pid())
 		h, err := d.c.Health(context.Background())
 		settled := err == nil && len(kids) == h.Prestarted
 		for _, pid := range kids {
-			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-			settled = settled && strings.TrimSpace(string(comm)) == "pmjail-init" && procState(pid) == "S"
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			settled = settled && exe == initStage && procState(pid) == "S"
 		}
 		if settled {
 			return kids
@@ -151,13 +152,37 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 		if time.Now().After(deadline) {
 			var states []string
 			for _, pid := range kids {
-				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-				states = append(states, fmt.Sprintf("%d:%s:%s", pid, strings.TrimSpace(string(comm)), procState(pid)))
+				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+				states = append(states, fmt.Sprintf("%d:%s:%s", pid, exe, procState(pid)))
 			}
-			t.Fatalf("the idle daemon's children (pid:comm:state) %v are not its %+v prestarted init stages (%v)", states, h, err)
+			t.Fatalf("the idle daemon's children (pid:exe:state) %v are not its %+v prestarted init stages, each asleep in %s (%v)", states, h, initStage, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// initStageBinary is the file the daemon's init stages run, as `pmjail
+// version` reports it: the pmjail-init beside a make-built pmjail, or the
+// daemon's own binary when there is none (the harness's plain go build).
+func initStageBinary(t *testing.T, d *daemon) string {
+	t.Helper()
+	v := pmjailCmd(t, "", "version")
+	for line := range strings.Lines(v.Stdout) {
+		path, ok := strings.CutPrefix(strings.TrimSpace(line), "init stage: ")
+		switch {
+		case !ok:
+		case strings.HasPrefix(path, "this binary ("):
+			self, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.pid()))
+			if err != nil {
+				t.Fatalf("the daemon's binary: %v", err)
+			}
+			return self
+		default:
+			return path
+		}
+	}
+	t.Fatalf("pmjail version names no init stage: %q (exit %d, %s)", v.Stdout, v.ExitCode, v.Stderr)
+	return ""
 }
 
 // gone reports whether pid has ended and been reaped, waiting a little.
