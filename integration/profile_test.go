@@ -18,7 +18,7 @@ func TestBadProfilesAreRefused(t *testing.T) {
 	policy := filepath.Join(dir, "policy.json")
 	writeFile(t, policy, `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_FOO"}]}`)
 	cases := map[string]struct{ profile, want string }{
-		"unknown field": {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide","native":"native"},"landlock":true,"color":"red"}`, `unknown field "color"`},
+		"unknown field": {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide","native":"native"},"landlock":true,"color":"red"}`, "color: unknown field"},
 		"bad limit":     {`{"name":"x","limits":{"memory":"1M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide","native":"native"}}`, "limits.memory"},
 		"bad policy":    {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"` + policy + `","python":"pyodide","native":"native"}}`, `syscalls[0].action`},
 		"no policy":     {`{"name":"x","limits":{"memory":"64M","cpu_time":"1s","timeout":"1s","pids":8,"output":"1K","tmp":"1M"},"seccomp":{"deno":"deno","python":"pyodide"}}`, "seccomp.native"},

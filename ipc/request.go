@@ -1,7 +1,6 @@
 package ipc
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
 // maxRedirects is how many redirects request.send follows, each re-checked.
@@ -86,9 +87,7 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 		return nil, callErr(CodeDenied, "the job did not declare the request capability")
 	}
 	var p sendParams
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode(raw, &p); err != nil {
 		return nil, callErr(CodeInvalidRequest, "request params: %v", err)
 	}
 	method := strings.ToUpper(p.Method)

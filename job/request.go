@@ -1,14 +1,12 @@
 package job
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
-	"strings"
 
+	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/profiles"
 )
@@ -60,7 +58,8 @@ func invalid(format string, args ...any) error {
 const MalformedJSON = "malformed job JSON"
 
 // Decode reads one job object. Unknown fields, trailing data and oversize
-// bodies are refused with a message that names the problem. What the job
+// bodies are refused with a message that names the problem and, as a
+// *strictjson.Error in the chain, the field at fault. What the job
 // asks for is checked by Resolve (Validate), the one place for those checks
 // whether the job came as JSON or from the CLI's flags.
 func Decode(r io.Reader) (*Request, error) {
@@ -71,51 +70,11 @@ func Decode(r io.Reader) (*Request, error) {
 	if len(data) > MaxRequestBytes {
 		return nil, invalid("job is larger than %d bytes", MaxRequestBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var req Request
-	if err := dec.Decode(&req); err != nil {
-		return nil, invalid("%s: %s", MalformedJSON, jsonError(err))
-	}
-	if dec.More() {
-		return nil, invalid("%s: data after the job object", MalformedJSON)
+	if err := strictjson.Decode(data, &req); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, MalformedJSON, err)
 	}
 	return &req, nil
-}
-
-func jsonError(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Sprintf("%v (at byte %d)", syn, syn.Offset)
-	case errors.As(err, &typ) && typ.Field == "":
-		return fmt.Sprintf("a job is a JSON object, not %s", typ.Value)
-	case errors.As(err, &typ):
-		return fmt.Sprintf("%s: want %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
-	}
-	return strings.TrimPrefix(err.Error(), "json: ")
-}
-
-// jsonKind names what JSON a Go type decodes from, for a client who never
-// saw the Go type.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map, reflect.Pointer:
-		return "an object"
-	}
-	return t.String()
 }
 
 // Validate checks what can be checked without a profile or ceiling.

@@ -12,16 +12,18 @@ import (
 func TestDecodeRefusesBadJobs(t *testing.T) {
 	cases := map[string]struct{ body, want string }{
 		"malformed":       {`{"runtime": "deno",`, "malformed job JSON"},
-		"unknown field":   {`{"runtime":"deno","source":"1","sauce":"x"}`, `unknown field "sauce"`},
-		"trailing data":   {`{"runtime":"deno","source":"1"} {}`, "data after the job object"},
+		"unknown field":   {`{"runtime":"deno","source":"1","sauce":"x"}`, "sauce: unknown field"},
+		"nested unknown":  {`{"runtime":"deno","source":"1","limits":{"lg":1}}`, "limits.lg: unknown field"},
+		"trailing data":   {`{"runtime":"deno","source":"1"} {}`, "data after the JSON value"},
 		"wrong type":      {`{"runtime":"deno","source":1}`, "source: want a string, got JSON number"},
-		"not an object":   {`[{"runtime":"deno","source":"1"}]`, "a job is a JSON object, not array"},
+		"not an object":   {`[{"runtime":"deno","source":"1"}]`, "malformed job JSON: want an object, got JSON array"},
 		"wrong nesting":   {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":"https://a.example"}}}`, "capabilities.request.urls: want an array, got JSON string"},
 		"no runtime":      {`{"source":"1"}`, "runtime: missing"},
 		"empty source":    {`{"runtime":"deno","source":""}`, "source: empty program"},
 		"bad mode":        {`{"runtime":"deno","source":"1","mode":"sometimes"}`, `mode: "sometimes"`},
-		"bad size":        {`{"runtime":"deno","source":"1","limits":{"memory":"12Q"}}`, `invalid size "12Q"`},
-		"bad duration":    {`{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, `invalid duration "-1s"`},
+		"bad size":        {`{"runtime":"deno","source":"1","limits":{"memory":"12Q"}}`, `limits.memory: invalid size "12Q"`},
+		"bad duration":    {`{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, `limits.timeout: invalid duration "-1s"`},
+		"duration type":   {`{"runtime":"deno","source":"1","limits":{"cpu_time":true}}`, "limits.cpu_time: invalid duration true"},
 		"bad capability":  {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["ftp://x"]}}}`, "capabilities.request.urls[0]"},
 		"oversize source": {`{"runtime":"deno","source":"` + strings.Repeat("x", MaxSourceBytes+1) + `"}`, "over the"},
 	}

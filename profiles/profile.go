@@ -1,12 +1,9 @@
 package profiles
 
 import (
-	"bytes"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"io"
 	"io/fs"
 	"os"
@@ -15,6 +12,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
 // Limits bound one run. A zero field means "not set" and is filled from the
@@ -158,12 +159,11 @@ func Load(name string) (*Profile, error) {
 		name = "default"
 	}
 	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
-		f, err := os.Open(name)
+		data, err := readFile(name)
 		if err != nil {
 			return nil, fmt.Errorf("load profile: %w", err)
 		}
-		defer f.Close()
-		p, err := decodeProfile(f)
+		p, err := decodeProfile(data)
 		if err != nil {
 			return nil, fmt.Errorf("profile %s: %w", name, err)
 		}
@@ -177,7 +177,7 @@ func Load(name string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %q (built-in profiles: %s)", ErrUnknownHardeningProfile, name, strings.Join(Names(), ", "))
 	}
-	p, err := decodeProfile(bytes.NewReader(data))
+	p, err := decodeProfile(data)
 	if err != nil {
 		return nil, fmt.Errorf("built-in profile %s: %w", name, err)
 	}
@@ -186,16 +186,35 @@ func Load(name string) (*Profile, error) {
 	return &copied, nil
 }
 
+// maxFileBytes caps a profile or seccomp policy read from a file: the
+// largest built-in is a few KiB, and a path such as /dev/zero must fail,
+// not fill memory.
+const maxFileBytes = 1 << 20
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
+	}
+	return data, nil
+}
+
 // builtins holds the built-in profiles once decoded and validated: they are
 // embedded, so a daemon need not decode one per run. Load hands out
 // shallow copies: the Seccomp map is shared and never written.
 var builtins sync.Map
 
-func decodeProfile(r io.Reader) (*Profile, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
+func decodeProfile(data []byte) (*Profile, error) {
 	var p Profile
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode(data, &p); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	if err := p.Validate(); err != nil {

@@ -1,18 +1,15 @@
 package profiles
 
 import (
-	"bytes"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sort"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
+	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/seccomp"
 )
 
@@ -79,7 +76,7 @@ func builtinSeccomp(name string) (*SeccompSource, error) {
 }
 
 func seccompFile(path string) (*SeccompSource, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load seccomp profile: %w", err)
 	}
@@ -88,7 +85,7 @@ func seccompFile(path string) (*SeccompSource, error) {
 
 // Policy decodes and validates the policy: a fresh copy at each call.
 func (s *SeccompSource) Policy() (*specs.LinuxSeccomp, error) {
-	p, err := decodeSeccomp(bytes.NewReader(s.Data))
+	p, err := decodeSeccomp(s.Data)
 	if err != nil {
 		if s.builtin {
 			return nil, fmt.Errorf("built-in seccomp profile %q: %w", s.Ref, err)
@@ -98,15 +95,10 @@ func (s *SeccompSource) Policy() (*specs.LinuxSeccomp, error) {
 	return p, nil
 }
 
-func decodeSeccomp(r io.Reader) (*specs.LinuxSeccomp, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
+func decodeSeccomp(data []byte) (*specs.LinuxSeccomp, error) {
 	var p specs.LinuxSeccomp
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode(data, &p); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decode: trailing data after the profile")
 	}
 	if err := ValidateSeccomp(&p); err != nil {
 		return nil, err

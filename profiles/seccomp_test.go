@@ -80,9 +80,9 @@ func TestLoadSeccompFile(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ body, want string }{
-		{`{"defaultAction":"SCMP_ACT_ERRNO","sycalls":[]}`, `unknown field "sycalls"`},
-		{`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","comment":"x"}]}`, `unknown field "comment"`},
-		{`{"defaultAction":"SCMP_ACT_ERRNO"} {}`, "trailing data"},
+		{`{"defaultAction":"SCMP_ACT_ERRNO","sycalls":[]}`, "sycalls: unknown field"},
+		{`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","comment":"x"}]}`, "syscalls[0].comment: unknown field"},
+		{`{"defaultAction":"SCMP_ACT_ERRNO"} {}`, "data after the JSON value"},
 		{`{"defaultAction":"SCMP_ACT_ERRNO"`, "decode"},
 	} {
 		_, err := profiles.LoadSeccompFile(write("bad.json", tc.body))
@@ -92,6 +92,13 @@ func TestLoadSeccompFile(t *testing.T) {
 	}
 	if _, err := profiles.LoadSeccompFile(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
+	}
+	// A file without end is refused at the cap, not read into memory.
+	if _, err := profiles.LoadSeccompFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("/dev/zero as a seccomp policy: %v", err)
+	}
+	if _, err := profiles.Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("/dev/zero as a profile: %v", err)
 	}
 }
 

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
@@ -178,14 +177,9 @@ func ParseConfig(r io.Reader) (*Config, error) {
 	if len(data) > maxConfigBytes {
 		return nil, fmt.Errorf("larger than %d bytes", maxConfigBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var c Config
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Decode(data, &c); err != nil {
 		return nil, fmt.Errorf("malformed JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("malformed JSON: data after the config object")
 	}
 	if err := c.normalize(); err != nil {
 		return nil, err

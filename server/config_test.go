@@ -51,8 +51,10 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigRefusals(t *testing.T) {
 	for _, tc := range []struct{ cfg, want string }{
-		{`{"version": 1, "bogus": 1}`, `unknown field "bogus"`},
-		{`{"version": 1, "ceiling": {"limits": {"memory": "1G", "swap": 1}}}`, `unknown field "swap"`},
+		{`{"version": 1, "bogus": 1}`, "bogus: unknown field"},
+		{`{"version": 1, "ceiling": {"limits": {"memory": "1G", "swap": 1}}}`, "ceiling.limits.swap: unknown field"},
+		{`{"version": 1, "queue_timeout": "soon"}`, `queue_timeout: invalid duration "soon"`},
+		{`{"version": 1, "ceiling": {"limits": {"memory": "lots"}}}`, `ceiling.limits.memory: invalid size "lots"`},
 		{`{}`, "version: 0"},
 		{`{"version": 1, "socket": {"mode": "rw"}}`, "socket.mode"},
 		{`{"version": 1, "max_queue": -2}`, "max_queue"},

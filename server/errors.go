@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/job"
 )
 
@@ -41,25 +42,22 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string, retr
 }
 
 // jobErrorMessage strips the sentinel's prefix and finds the field a job
-// error names: job and ipc errors begin with the field path
-// ("limits.memory: ...", "capabilities.request.urls[0]: ...").
+// error names: a decoding error carries it (*strictjson.Error); the
+// checks' errors begin with it ("limits.memory: ...",
+// "capabilities.request.urls[0]: ...").
 func jobErrorMessage(err error) (msg, field string) {
 	msg = strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": ")
-	// A JSON value of the wrong type is named after the decoder's prefix
-	// ("malformed job JSON: source: want a string, got JSON number").
-	head, _, ok := strings.Cut(strings.TrimPrefix(msg, job.MalformedJSON+": "), ": ")
-	if ok && isFieldPath(head) {
-		field = head
+	if jsonErr, ok := errors.AsType[*strictjson.Error](err); ok {
+		return msg, jsonErr.Field
 	}
-	// encoding/json names an unknown field as `unknown field "x"`.
-	if _, name, ok := strings.Cut(msg, job.MalformedJSON+`: unknown field "`); ok {
-		field, _, _ = strings.Cut(name, `"`)
+	if head, _, ok := strings.Cut(msg, ": "); ok && isFieldPath(head) {
+		field = head
 	}
 	return msg, field
 }
 
 func isFieldPath(s string) bool {
-	if s == "" || s == job.MalformedJSON {
+	if s == "" {
 		return false
 	}
 	for _, r := range s {

@@ -1,0 +1,105 @@
+package strictjson
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// size refuses what is not a whole number, as profiles.Size does: an
+// UnmarshalJSON of its own, whose errors encoding/json reports without a
+// place.
+type size int64
+
+func (s *size) UnmarshalJSON(b []byte) error {
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("invalid size %s", b)
+	}
+	*s = size(n)
+	return nil
+}
+
+type Embedded struct {
+	Shared string `json:"shared"`
+}
+
+type limits struct {
+	Memory size `json:"memory"`
+	Pids   int  `json:"pids"`
+}
+
+type doc struct {
+	Embedded
+	Name    string            `json:"name"`
+	Limits  limits            `json:"limits"`
+	Ptr     *limits           `json:"ptr"`
+	List    []limits          `json:"list"`
+	ByName  map[string]limits `json:"by_name"`
+	Raw     json.RawMessage   `json:"raw"`
+	Skipped string            `json:"-"`
+	Plain   int
+}
+
+func TestDecodeNamesThePlace(t *testing.T) {
+	for _, tc := range []struct{ in, field, msg string }{
+		// Unknown keys, at every depth, in the input's order.
+		{`{"nmae":"x"}`, "nmae", "unknown field"},
+		{`{"limits":{"memroy":1}}`, "limits.memroy", "unknown field"},
+		{`{"list":[{},{"pids":1,"x":2}]}`, "list[1].x", "unknown field"},
+		{`{"by_name":{"a.b":{"y":1}}}`, `by_name["a.b"].y`, "unknown field"},
+		{`{"ptr":{"z":1}}`, "ptr.z", "unknown field"},
+		{`{"-":1}`, "-", "unknown field"},
+		{`{"limits":{"bad":1},"name":1}`, "limits.bad", "unknown field"},
+		// A value its own UnmarshalJSON refuses.
+		{`{"limits":{"memory":"lots"}}`, "limits.memory", `invalid size "lots"`},
+		{`{"list":[{"memory":1},{"memory":true}]}`, "list[1].memory", "invalid size true"},
+		{`{"by_name":{"k":{"memory":[]}}}`, `by_name["k"].memory`, "invalid size []"},
+		// The wrong JSON type, named by encoding/json.
+		{`{"name":1}`, "name", "want a string, got JSON number"},
+		{`{"limits":{"pids":"many"}}`, "limits.pids", "want an integer, got JSON string"},
+		{`{"list":{}}`, "list", "want an array, got JSON object"},
+		{`[]`, "", "want an object, got JSON array"},
+		// No place to name.
+		{``, "", "no JSON value"},
+		{`{"name":`, "", "unexpected end of the JSON"},
+		{`{name}`, "", "invalid character 'n' looking for beginning of object key string (at byte 2)"},
+		{`{} {}`, "", "data after the JSON value"},
+		{`{} ]`, "", "data after the JSON value"},
+	} {
+		var d doc
+		err := Decode([]byte(tc.in), &d)
+		var e *Error
+		if !errors.As(err, &e) {
+			t.Errorf("%s: error %v (%T), want an *Error", tc.in, err, err)
+			continue
+		}
+		if e.Field != tc.field || e.Msg != tc.msg {
+			t.Errorf("%s: field %q msg %q, want %q %q", tc.in, e.Field, e.Msg, tc.field, tc.msg)
+		}
+	}
+}
+
+func TestDecodeAcceptsWhatEncodingJSONDoes(t *testing.T) {
+	in := `{"shared":"s","NAME":"n","limits":{"memory":5,"pids":2},"ptr":null,
+		"list":[{"memory":1}],"by_name":{"k":{}},"raw":{"any":[1,{"x":2}]},"Plain":3}  `
+	var d doc
+	if err := Decode([]byte(in), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Shared != "s" || d.Name != "n" || d.Limits.Memory != 5 || d.Plain != 3 || len(d.List) != 1 ||
+		!strings.Contains(string(d.Raw), `"any"`) {
+		t.Fatalf("decoded %+v", d)
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	if got := (&Error{Field: "limits.memory", Msg: "m"}).Error(); got != "limits.memory: m" {
+		t.Errorf("got %q", got)
+	}
+	if got := (&Error{Msg: "m"}).Error(); got != "m" {
+		t.Errorf("got %q", got)
+	}
+}
