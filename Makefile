@@ -8,7 +8,12 @@ SERVE   := bin/pmjail-serve
 # smaller binary starts ~1 ms sooner — paid twice a run (supervisor and
 # init stage).
 LDFLAGS := -s -w
-DEB     := libseccomp-dev pkg-config bubblewrap strace
+# gcc and libc6-dev: cgo (libseccomp) and the tests' C programs;
+# bubblewrap: the bench's comparison; strace: profiles/trace-syscalls.sh,
+# which derives the seccomp policies; libfakeroot: a library only
+# /etc/ld.so.conf.d's directories hold, which the root's library tests
+# load through a jail.
+DEB     := gcc libc6-dev libseccomp-dev pkg-config bubblewrap strace libfakeroot
 export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: setup deps build run test test-host test-vm bench soak lint clean
