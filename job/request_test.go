@@ -23,6 +23,7 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 		"bad mode":        {`{"runtime":"deno","source":"1","mode":"sometimes"}`, `mode: "sometimes"`},
 		"bad size":        {`{"runtime":"deno","source":"1","limits":{"memory":"12Q"}}`, `limits.memory: invalid size "12Q"`},
 		"bad duration":    {`{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, `limits.timeout: invalid duration "-1s"`},
+		"huge size":       {`{"runtime":"deno","source":"1","limits":{"memory":1e400}}`, "limits.memory: invalid size 1e400"},
 		"duration type":   {`{"runtime":"deno","source":"1","limits":{"cpu_time":true}}`, "limits.cpu_time: invalid duration true"},
 		"bad capability":  {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["ftp://x"]}}}`, "capabilities.request.urls[0]"},
 		"oversize source": {`{"runtime":"deno","source":"` + strings.Repeat("x", MaxSourceBytes+1) + `"}`, "over the"},

@@ -4,9 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
@@ -159,7 +158,7 @@ func Load(name string) (*Profile, error) {
 		name = "default"
 	}
 	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
-		data, err := readFile(name)
+		data, err := capread.File(name, maxFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("load profile: %w", err)
 		}
@@ -187,25 +186,8 @@ func Load(name string) (*Profile, error) {
 }
 
 // maxFileBytes caps a profile or seccomp policy read from a file: the
-// largest built-in is a few KiB, and a path such as /dev/zero must fail,
-// not fill memory.
+// largest built-in is a few KiB.
 const maxFileBytes = 1 << 20
-
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
-	}
-	return data, nil
-}
 
 // builtins holds the built-in profiles once decoded and validated: they are
 // embedded, so a daemon need not decode one per run. Load hands out

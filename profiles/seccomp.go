@@ -9,6 +9,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/seccomp"
 )
@@ -76,7 +77,7 @@ func builtinSeccomp(name string) (*SeccompSource, error) {
 }
 
 func seccompFile(path string) (*SeccompSource, error) {
-	data, err := readFile(path)
+	data, err := capread.File(path, maxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("load seccomp profile: %w", err)
 	}

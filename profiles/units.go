@@ -56,7 +56,7 @@ func (s Size) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 func (s *Size) UnmarshalJSON(b []byte) error {
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		return err
+		return fmt.Errorf("invalid size %s (want bytes or a string like \"64M\")", b)
 	}
 	switch x := v.(type) {
 	case float64:
@@ -101,7 +101,7 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		return err
+		return fmt.Errorf("invalid duration %s (want milliseconds or a string like \"2s\")", b)
 	}
 	switch x := v.(type) {
 	case float64:

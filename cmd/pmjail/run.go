@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
@@ -146,26 +147,10 @@ func (f *runFlags) request() (*job.Request, error) {
 
 // readCapped reads a file (or stdin for "-") of at most max bytes.
 func readCapped(name string, max int64) ([]byte, error) {
-	var r io.Reader = os.Stdin
-	if name != "-" {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return nil, fmt.Errorf("%s is a directory", name)
-		}
-		r = f
+	if name == "-" {
+		return capread.Reader(os.Stdin, "stdin", max)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is larger than the %d-byte cap", name, max)
-	}
-	return data, nil
+	return capread.File(name, max)
 }
 
 // Synopses of the commands that take run flags, for their --help.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -31,8 +32,18 @@ type limits struct {
 	Pids   int  `json:"pids"`
 }
 
+// Deeper has a field the embedding type's own shadows.
+type Deeper struct {
+	Shadow int `json:"shadow"`
+}
+
 type doc struct {
 	Embedded
+	Deeper
+	Shadow  size              `json:"shadow"`
+	Count   uint32            `json:"count"`
+	Quoted  int               `json:"quoted,string"`
+	Addr    netip.Addr        `json:"addr"`
 	Name    string            `json:"name"`
 	Limits  limits            `json:"limits"`
 	Ptr     *limits           `json:"ptr"`
@@ -52,6 +63,8 @@ func TestDecodeNamesThePlace(t *testing.T) {
 		{`{"by_name":{"a.b":{"y":1}}}`, `by_name["a.b"].y`, "unknown field"},
 		{`{"ptr":{"z":1}}`, "ptr.z", "unknown field"},
 		{`{"-":1}`, "-", "unknown field"},
+		{`{"":1}`, `[""]`, "unknown field"},
+		{`{"limits":{"a.b: c":1}}`, `limits["a.b: c"]`, "unknown field"},
 		{`{"limits":{"bad":1},"name":1}`, "limits.bad", "unknown field"},
 		// A value its own UnmarshalJSON refuses.
 		{`{"limits":{"memory":"lots"}}`, "limits.memory", `invalid size "lots"`},
@@ -62,12 +75,20 @@ func TestDecodeNamesThePlace(t *testing.T) {
 		{`{"limits":{"pids":"many"}}`, "limits.pids", "want an integer, got JSON string"},
 		{`{"list":{}}`, "list", "want an array, got JSON object"},
 		{`[]`, "", "want an object, got JSON array"},
+		{`{"list":[{},{"pids":"many"}]}`, "list[1].pids", "want an integer, got JSON string"},
+		{`{"by_name":{"k":{"pids":[1]}}}`, `by_name["k"].pids`, "want an integer, got JSON array"},
+		{`{"list":[{}, 7]}`, "list[1]", "want an object, got JSON number"},
+		{`{"count":-1}`, "count", "want a non-negative integer, got JSON number -1"},
+		{`{"name":"ok", "shadow":"x", "quoted":"1"}`, "shadow", "invalid size \"x\""},
+		{`{"addr":"not-an-address"}`, "addr", `ParseAddr("not-an-address"): unable to parse IP`},
+		{`{"addr":{"x":1}}`, "addr", "want a string, got JSON object"},
 		// No place to name.
 		{``, "", "no JSON value"},
 		{`{"name":`, "", "unexpected end of the JSON"},
 		{`{name}`, "", "invalid character 'n' looking for beginning of object key string (at byte 2)"},
 		{`{} {}`, "", "data after the JSON value"},
 		{`{} ]`, "", "data after the JSON value"},
+		{"{}\f", "", "data after the JSON value"},
 	} {
 		var d doc
 		err := Decode([]byte(tc.in), &d)
@@ -92,6 +113,30 @@ func TestDecodeAcceptsWhatEncodingJSONDoes(t *testing.T) {
 	if d.Shared != "s" || d.Name != "n" || d.Limits.Memory != 5 || d.Plain != 3 || len(d.List) != 1 ||
 		!strings.Contains(string(d.Raw), `"any"`) {
 		t.Fatalf("decoded %+v", d)
+	}
+}
+
+// A type that embeds itself is walked without end by no one.
+type selfEmbedding struct {
+	*selfEmbedding
+	Size size `json:"size"`
+}
+
+func TestDecodeSelfEmbedding(t *testing.T) {
+	var v selfEmbedding
+	var e *Error
+	if err := Decode([]byte(`{"size":"big"}`), &v); !errors.As(err, &e) || e.Field != "size" {
+		t.Fatalf("got %v", err)
+	}
+	if err := Decode([]byte(`{"size":5}`), &v); err != nil || v.Size != 5 || v.selfEmbedding != nil {
+		t.Fatalf("got %+v, %v", v, err)
+	}
+}
+
+func TestDecodeNeedsAPointer(t *testing.T) {
+	var invalid *json.InvalidUnmarshalError
+	if err := Decode([]byte(`{}`), nil); !errors.As(err, &invalid) {
+		t.Fatalf("nil: %v", err)
 	}
 }
 
