@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -147,4 +148,38 @@ func TestErrorText(t *testing.T) {
 	if got := (&Error{Msg: "m"}).Error(); got != "m" {
 		t.Errorf("got %q", got)
 	}
+}
+
+// FuzzDecode: whatever the input, Decode neither panics nor answers with
+// anything but an *Error, and it accepts exactly what encoding/json's
+// strict decoding does.
+func FuzzDecode(f *testing.F) {
+	for _, seed := range []string{
+		`{"name":"n","limits":{"memory":"64M","pids":3},"list":[{"memory":1}],"by_name":{"k":{}}}`,
+		`{"list":[{},{"pids":"x"}]}`, `{"by_name":{"a":{"memory":[]}}}`, `{"":{"x":1}}`,
+		`{"ptr":null,"raw":{"a":[1,2]},"addr":"::1","quoted":"5"}`, `[1]`, `{} {}`, `{"shadow":"x"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d doc
+		err := Decode(data, &d)
+		if err != nil {
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Fatalf("%q: error %v is a %T, not an *Error", data, err, err)
+			}
+		}
+		var std doc
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		stdErr := dec.Decode(&std)
+		if stdErr == nil {
+			if _, after := dec.Token(); after != io.EOF {
+				stdErr = errors.New("data after the value")
+			}
+		}
+		if (err == nil) != (stdErr == nil) {
+			t.Fatalf("%q: Decode says %v, encoding/json %v", data, err, stdErr)
+		}
+	})
 }
