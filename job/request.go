@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/profiles"
@@ -63,12 +64,12 @@ const MalformedJSON = "malformed job JSON"
 // asks for is checked by Resolve (Validate), the one place for those checks
 // whether the job came as JSON or from the CLI's flags.
 func Decode(r io.Reader) (*Request, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
+	data, err := capread.Reader(r, "job", MaxRequestBytes)
+	if _, ok := errors.AsType[*capread.TooLargeError](err); ok {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
-	}
-	if len(data) > MaxRequestBytes {
-		return nil, invalid("job is larger than %d bytes", MaxRequestBytes)
 	}
 	var req Request
 	if err := strictjson.Decode(data, &req); err != nil {

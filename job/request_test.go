@@ -43,6 +43,8 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 	}
 	if _, err := Decode(strings.NewReader(strings.Repeat(" ", MaxRequestBytes+1))); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("oversize body: %v", err)
+	} else if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("oversize body: %v is not a request error", err)
 	}
 }
 

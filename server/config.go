@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
@@ -170,12 +171,9 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig decodes and validates a config, filling in the defaults.
 func ParseConfig(r io.Reader) (*Config, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxConfigBytes+1))
+	data, err := capread.Reader(r, "the config", maxConfigBytes)
 	if err != nil {
 		return nil, err
-	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("larger than %d bytes", maxConfigBytes)
 	}
 	var c Config
 	if err := strictjson.Decode(data, &c); err != nil {

@@ -24,13 +24,24 @@ func File(path string, max int64) ([]byte, error) {
 }
 
 // Reader reads r to its end, at most max bytes; name names it in errors.
+// Past the cap, the error is a *TooLargeError.
 func Reader(r io.Reader, name string, max int64) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is larger than the %d-byte cap", name, max)
+		return nil, &TooLargeError{Name: name, Max: max}
 	}
 	return data, nil
+}
+
+// TooLargeError is a file or stream that went past its cap.
+type TooLargeError struct {
+	Name string
+	Max  int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is larger than the %d-byte cap", e.Name, e.Max)
 }

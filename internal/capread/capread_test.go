@@ -1,6 +1,7 @@
 package capread
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,8 @@ func TestFile(t *testing.T) {
 func TestReader(t *testing.T) {
 	if _, err := Reader(strings.NewReader("abc"), "stdin", 2); err == nil || err.Error() != "stdin is larger than the 2-byte cap" {
 		t.Errorf("got %v", err)
+	} else if e, ok := errors.AsType[*TooLargeError](err); !ok || e.Max != 2 {
+		t.Errorf("got %#v, want a *TooLargeError", err)
 	}
 	if data, err := Reader(strings.NewReader(""), "stdin", 2); err != nil || len(data) != 0 {
 		t.Errorf("empty: %q, %v", data, err)
