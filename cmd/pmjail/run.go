@@ -126,7 +126,7 @@ func (f *runFlags) request() (*job.Request, error) {
 	}
 	for _, c := range f.caps {
 		if err := ipc.ParseCapFlag(c, &req.Capabilities); err != nil {
-			return nil, fmt.Errorf("--cap %s: %w", c, err)
+			return nil, err // it names the flag
 		}
 	}
 	if f.input != "" {
