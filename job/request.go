@@ -55,7 +55,8 @@ func invalid(format string, args ...any) error {
 }
 
 // MalformedJSON heads Decode's message for a body that is not one job
-// object as JSON.
+// object as JSON (a value at fault in a well-formed one is named by its
+// field alone).
 const MalformedJSON = "malformed job JSON"
 
 // Decode reads one job object. Unknown fields, trailing data and oversize
@@ -73,6 +74,9 @@ func Decode(r io.Reader) (*Request, error) {
 	}
 	var req Request
 	if err := strictjson.Decode(data, &req); err != nil {
+		if strictjson.Located(err) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err) // "limits.memory: …", as Validate says it
+		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, MalformedJSON, err)
 	}
 	return &req, nil

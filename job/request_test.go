@@ -28,6 +28,7 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 		"bad capability":  {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["ftp://x"]}}}`, "capabilities.request.urls[0]"},
 		"oversize source": {`{"runtime":"deno","source":"` + strings.Repeat("x", MaxSourceBytes+1) + `"}`, "over the"},
 	}
+	notOneObject := map[string]bool{"malformed": true, "trailing data": true, "not an object": true}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			// As the daemon takes a job: Decode checks the JSON, Resolve
@@ -38,6 +39,11 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 			}
 			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Decode and Resolve: %v, want an ErrInvalid containing %q", err, c.want)
+			}
+			// Only a body that is not one job object is called
+			// malformed; a value at fault is named by its field.
+			if whole := notOneObject[name]; strings.Contains(err.Error(), MalformedJSON) != whole {
+				t.Fatalf("%v: says %q: %v, want %v", err, MalformedJSON, !whole, whole)
 			}
 		})
 	}

@@ -177,6 +177,9 @@ func ParseConfig(r io.Reader) (*Config, error) {
 	}
 	var c Config
 	if err := strictjson.Decode(data, &c); err != nil {
+		if strictjson.Located(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("malformed JSON: %w", err)
 	}
 	if err := c.normalize(); err != nil {

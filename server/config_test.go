@@ -76,6 +76,17 @@ func TestConfigRefusals(t *testing.T) {
 			t.Errorf("%s: err %v, want one naming %q", tc.cfg, err, tc.want)
 		}
 	}
+	// A config that is not one JSON object is malformed; a value at fault
+	// in a well-formed one is named by its field alone.
+	for cfg, malformed := range map[string]bool{
+		`{"version": 1,`: true,
+		`{"version": 1, "ceiling": {"limits": {"memory": "lots"}}}`: false,
+		`{"version": 1, "max_queue": "4"}`:                          false,
+	} {
+		if _, err := ParseConfig(strings.NewReader(cfg)); err == nil || strings.Contains(err.Error(), "malformed") != malformed {
+			t.Errorf("%s: err %v, want malformed: %v", cfg, err, malformed)
+		}
+	}
 }
 
 func TestConfigCeilingMapping(t *testing.T) {

@@ -33,6 +33,13 @@ func (e *Error) Error() string {
 	return e.Field + ": " + e.Msg
 }
 
+// Located reports whether err is an Error at a named field: the input was
+// well-formed JSON with one value at fault, not malformed as a whole.
+func Located(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Field != ""
+}
+
 // Decode decodes data, which must hold exactly one JSON value, into v, a
 // non-nil pointer. A key that names no field of the type it decodes into
 // is refused, in every object nested in data too.

@@ -183,3 +183,24 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestLocated(t *testing.T) {
+	var v struct {
+		A struct{ B int } `json:"a"`
+	}
+	for in, want := range map[string]bool{
+		`{"a":{"B":"x"}}`: true,  // a value at fault
+		`{"a":{"C":1}}`:   true,  // an unknown key
+		`{"a":`:           false, // malformed
+		`[1]`:             false, // the whole value
+		`{} {}`:           false, // trailing data
+	} {
+		err := Decode([]byte(in), &v)
+		if err == nil || Located(err) != want {
+			t.Errorf("%s: %v: Located %v, want %v", in, err, Located(err), want)
+		}
+	}
+	if Located(errors.New("other")) || Located(nil) {
+		t.Error("Located accepted an error that is not an *Error")
+	}
+}
