@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/pmjail/pmjail/jail"
@@ -30,7 +31,8 @@ const maxBodyBytes = 512 << 20
 
 // Client talks to one daemon. It is safe for concurrent use.
 type Client struct {
-	http *http.Client
+	http   *http.Client
+	socket string
 }
 
 // New returns a client of the daemon listening on socketPath.
@@ -44,7 +46,7 @@ func New(socketPath string) *Client {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{http: &http.Client{Transport: tr}}
+	return &Client{http: &http.Client{Transport: tr}, socket: socketPath}
 }
 
 // Close drops the idle connections.
@@ -165,10 +167,34 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 	return body, nil
 }
 
+// dialFailure says why the daemon's socket could not be reached, with what
+// to check, or returns nil if err is not a failed connection. The socket is
+// the first thing a new user gets wrong (the daemon not running, another
+// --socket, not in the socket's group), and net/http's own account of it
+// names a URL that exists nowhere.
+func (c *Client) dialFailure(err error) error {
+	opErr, ok := errors.AsType[*net.OpError](err)
+	var errno syscall.Errno
+	if !ok || opErr.Op != "dial" || !errors.As(opErr.Err, &errno) {
+		return nil
+	}
+	hint := ""
+	switch errno {
+	case syscall.ENOENT, syscall.ECONNREFUSED:
+		hint = " (is pmjail serve running, and listening there? --socket names another socket)"
+	case syscall.EACCES:
+		hint = " (the socket's owner, group and mode, set in the daemon's config, say who may connect)"
+	}
+	return fmt.Errorf("no connection to the daemon at %s: %w%s", c.socket, errno, hint)
+}
+
 // do sends the request and turns a non-2xx answer into an *Error.
 func (c *Client) do(hreq *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(hreq)
 	if err != nil {
+		if err := c.dialFailure(err); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s %s: %w", hreq.Method, hreq.URL.Path, err)
 	}
 	if resp.StatusCode/100 == 2 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ func TestDecodeError(t *testing.T) {
 }
 
 func TestClientRefusesExecAndReportsDialErrors(t *testing.T) {
-	c := New(filepath.Join(t.TempDir(), "none.sock"))
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	c := New(sock)
 	defer c.Close()
 	_, err := c.Run(context.Background(), &job.Request{Exec: &job.Exec{Program: "/bin/true"}})
 	if err == nil || !strings.Contains(err.Error(), "exec") {
@@ -33,5 +35,9 @@ func TestClientRefusesExecAndReportsDialErrors(t *testing.T) {
 	var apiErr *Error
 	if err == nil || errors.As(err, &apiErr) {
 		t.Errorf("no daemon: %v, want a dial error", err)
+	}
+	want := "no connection to the daemon at " + sock + ": no such file or directory (is pmjail serve running"
+	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), want) {
+		t.Errorf("no daemon: %q, want ENOENT and %q", err, want)
 	}
 }

@@ -141,6 +141,7 @@ func TestE2E_BadInput(t *testing.T) {
 		{"bad input JSON", []string{"run", "--input", "{bad", hello}, "JSON"},
 		{"unknown profile", []string{"run", "--profile", "nosuch", hello}, "nosuch"},
 		{"unknown profile json", []string{"run", "--json", "--profile", "nosuch", hello}, "nosuch"},
+		{"submit, no daemon", []string{"submit", "--socket", filepath.Join(dir, "none.sock"), hello}, "pmjail: submit: no connection to the daemon at " + filepath.Join(dir, "none.sock") + ": no such file or directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
