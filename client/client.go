@@ -174,8 +174,11 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 // names a URL that exists nowhere.
 func (c *Client) dialFailure(err error) error {
 	opErr, ok := errors.AsType[*net.OpError](err)
-	var errno syscall.Errno
-	if !ok || opErr.Op != "dial" || !errors.As(opErr.Err, &errno) {
+	if !ok || opErr.Op != "dial" {
+		return nil
+	}
+	errno, ok := errors.AsType[syscall.Errno](opErr.Err)
+	if !ok {
 		return nil
 	}
 	hint := ""

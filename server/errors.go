@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/job"
 )
@@ -70,8 +71,11 @@ func isFieldPath(s string) bool {
 	return true
 }
 
-// isTooLarge reports a body over the cap.
+// isTooLarge reports a job body over the cap, whichever reader found it:
+// the HTTP body's (which also has the connection closed after the answer)
+// or job.Decode's own.
 func isTooLarge(err error) bool {
-	var mbe *http.MaxBytesError
-	return errors.As(err, &mbe)
+	_, body := errors.AsType[*http.MaxBytesError](err)
+	_, decoded := errors.AsType[*capread.TooLargeError](err)
+	return body || decoded
 }

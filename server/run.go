@@ -26,9 +26,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
 		return
 	}
-	if r.ContentLength > job.MaxRequestBytes {
+	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
 			fmt.Sprintf("job is larger than %d bytes", job.MaxRequestBytes), "", 0)
+	}
+	if r.ContentLength > job.MaxRequestBytes {
+		tooLarge()
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -39,8 +42,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if isTooLarge(err) {
-			reject(http.StatusRequestEntityTooLarge, codeTooLarge,
-				fmt.Sprintf("job is larger than %d bytes", job.MaxRequestBytes), "", 0)
+			tooLarge()
 			return
 		}
 		msg, field := jobErrorMessage(err)
