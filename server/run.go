@@ -28,7 +28,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
-			fmt.Sprintf("job is larger than %d bytes", job.MaxRequestBytes), "", 0)
+			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source and %d of input, with room for the rest)",
+				job.MaxRequestBytes, job.MaxSourceBytes, job.MaxInputBytes), "", 0)
 	}
 	if r.ContentLength > job.MaxRequestBytes {
 		tooLarge()

@@ -208,6 +208,10 @@ func TestServerRefusals(t *testing.T) {
 	if status != 413 || eb.Error.Code != "too_large" {
 		t.Errorf("chunked oversize body: %d %+v", status, eb)
 	}
+	// The refusal names the caps a client can act on, not only the body's.
+	if want := "job is larger than 2162688 bytes (at most 1048576 bytes of source and 1048576 of input, with room for the rest)"; eb.Error.Message != want {
+		t.Errorf("oversize message %q, want %q", eb.Error.Message, want)
+	}
 }
 
 func TestServerQueueFullAndDisconnect(t *testing.T) {
