@@ -192,6 +192,40 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 }
 
+// `pmjail submit` is `pmjail run` through a daemon: the output passes
+// through, the exit code mirrors the run, --json prints the result object,
+// and a refusal is one line that names the flag at fault.
+func TestSubmit(t *testing.T) {
+	dir := daemonDir(t)
+	d := startDaemon(t, dir, fmt.Sprintf(baseConfig, 1, 4, "0660"))
+	script := filepath.Join(dir, "exit3.js")
+	if err := os.WriteFile(script, []byte(`console.log("out"); console.error("err"); Deno.exit(3);`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv := pmjailCmd(t, "", "submit", "--socket", d.sock, script)
+	if inv.ExitCode != 3 || inv.Stdout != "out\n" || inv.Stderr != "err\n" {
+		t.Errorf("submit: exit %d stdout %q stderr %q, want 3, out and err", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	inv = pmjailCmd(t, "", "submit", "--socket", d.sock, "--json", "--cap", "log", "--input", `{"name":"ada"}`,
+		filepath.Join(repoRoot, "examples", "handler.ts"))
+	if r := inv.Result; inv.ExitCode != 0 || r == nil || r.Status != "ok" || !strings.Contains(string(r.Value), "hello, ada") {
+		t.Errorf("submit --json: exit %d stdout %q stderr %q", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory", "8M", script}, "pmjail: submit: --memory: 8M is below the 16M minimum"},
+		{[]string{"--profile", "/etc/passwd", script}, `pmjail: submit: --profile: "/etc/passwd": only built-in profile names are accepted here`},
+		{[]string{"--mode", "sometimes", script}, `pmjail: submit: --mode "sometimes": want auto or required`},
+	} {
+		inv := pmjailCmd(t, "", append([]string{"submit", "--socket", d.sock}, c.args...)...)
+		if inv.ExitCode != 125 || inv.Stdout != "" || inv.Stderr != c.want+"\n" {
+			t.Errorf("submit %q: exit %d stdout %q stderr %q, want 125 and %q", c.args, inv.ExitCode, inv.Stdout, inv.Stderr, c.want)
+		}
+	}
+}
+
 // TestDaemonPeerHelper is not a test: TestDaemonRefusals runs the test
 // binary as another uid in this mode to call the daemon as that peer.
 func TestDaemonPeerHelper(t *testing.T) {

@@ -24,7 +24,7 @@ func cmdServe(args []string) int {
 	fs.SetOutput(io.Discard)
 	sock := fs.String("socket", "", "the Unix socket to listen on, `PATH` (default: the config's, or "+server.DefaultSocketPath+")")
 	cfgPath := fs.String("config", "", "the daemon's config `FILE` (JSON)")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if cliflag.IsHelp(err) {
 			cliflag.Usage(os.Stdout, fs, "serve [--socket PATH] [--config FILE]")
 			return 0

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/posture"
 )
@@ -21,28 +23,28 @@ func cmdPosture(args []string) int {
 	fs := flag.NewFlagSet("posture", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	jsonOut := fs.Bool("json", false, "print the posture object")
-	mode := fs.String("mode", job.ModeAuto, "`MODE`: auto or required")
-	require := fs.String("require", "", "comma-separated `LAYERS` to require besides the core (e.g. cgroup_memory,landlock)")
-	if err := fs.Parse(args); err != nil {
-		return commandFailure(fs, "posture [--json] [--mode auto|required] [--require LAYERS]", err)
-	}
-	if *mode != job.ModeAuto && *mode != job.ModeRequired {
-		return fail("posture: --mode %q (want auto or required)", *mode)
-	}
-	var extra []string
-	if *require != "" {
-		for _, l := range strings.Split(*require, ",") {
-			if !slices.Contains(posture.Names, l) {
-				return fail("posture: --require %q: unknown layer (layers: %s)", l, strings.Join(posture.Names, ", "))
-			}
-			extra = append(extra, l)
+	mode := job.ModeAuto
+	fs.Func("mode", "`MODE`: auto (default) or required", func(v string) error {
+		if v != job.ModeAuto && v != job.ModeRequired {
+			return errors.New("want auto or required")
 		}
+		mode = v
+		return nil
+	})
+	var extra []string
+	fs.Func("require", "comma-separated `LAYERS` to require besides the core (e.g. cgroup_memory,landlock)", func(v string) error {
+		layers, err := parseLayers(v)
+		extra = append(extra, layers...)
+		return err
+	})
+	if err := cliflag.Parse(fs, args); err != nil {
+		return commandFailure(fs, "posture [--json] [--mode auto|required] [--require LAYERS]", err)
 	}
 	rn, err := newRunner(false, false) // the posture proves every layer
 	if err != nil {
 		return fail("posture: %v", err)
 	}
-	report := posture.Probe(context.Background(), posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason}).Report(*mode, extra)
+	report := posture.Probe(context.Background(), posture.Options{Install: rn.Install, Cgroups: rn.Cgroups, CgroupReason: rn.CgroupReason}).Report(mode, extra)
 	if *jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -93,4 +95,20 @@ func printPosture(r *posture.Report) {
 		fmt.Printf(" (missing: %s)", strings.Join(r.Missing, ", "))
 	}
 	fmt.Println()
+}
+
+// parseLayers reads a --require value: posture layer names, comma-separated
+// (none when empty, as a script's empty variable gives).
+func parseLayers(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var layers []string
+	for _, l := range strings.Split(v, ",") {
+		if !slices.Contains(posture.Names, l) {
+			return nil, fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
+		}
+		layers = append(layers, l)
+	}
+	return layers, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
@@ -24,7 +25,7 @@ import (
 func cmdPrepare(args []string) int {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return commandFailure(fs, "prepare", err)
 	}
 	if fs.NArg() != 0 {

@@ -11,17 +11,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/capread"
+	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
-	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -50,7 +49,13 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	fs := f.fs
 	fs.SetOutput(io.Discard)
 	if !forExec {
-		fs.StringVar(&f.runtime, "runtime", "", "`RUNTIME`: deno or python (default: from the file extension)")
+		fs.Func("runtime", "`RUNTIME`: deno or python (default: from the file extension)", func(v string) error {
+			if _, err := runtimes.ParseName(v); err != nil {
+				return errors.New("unknown runtime (want deno or python)")
+			}
+			f.runtime = v
+			return nil
+		})
 		fs.Func("cap", "a capability, `CAP`: log, or request=ORIGINS[:METHODS] (repeatable)", func(s string) error {
 			f.caps = append(f.caps, s)
 			return nil
@@ -63,7 +68,13 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		})
 	}
 	fs.StringVar(&f.profile, "profile", "", "hardening profile: a built-in `NAME` or a file")
-	fs.StringVar(&f.mode, "mode", "", "`MODE`: auto (default) or required")
+	fs.Func("mode", "`MODE`: auto (default) or required", func(v string) error {
+		if v != job.ModeAuto && v != job.ModeRequired {
+			return errors.New("want auto or required")
+		}
+		f.mode = v
+		return nil
+	})
 	fs.BoolVar(&f.jsonOut, "json", false, "print the result object instead of passing output through")
 	fs.Var(&f.memory, "memory", "memory limit, `SIZE` such as 128M")
 	fs.Var(&f.output, "output-limit", "output limit per stream, `SIZE` such as 1M")
@@ -79,13 +90,9 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	})
 	if name != "submit" { // a daemon's operator sets what its runs require
 		fs.Func("require", "`LAYERS` mode required insists on besides the core, comma-separated", func(v string) error {
-			for _, l := range strings.Split(v, ",") {
-				if !slices.Contains(posture.Names, l) {
-					return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
-				}
-				f.require = append(f.require, l)
-			}
-			return nil
+			layers, err := parseLayers(v)
+			f.require = append(f.require, layers...)
+			return err
 		})
 	}
 	return f
@@ -166,14 +173,14 @@ func cmdRun(args []string) int {
 	if err != nil {
 		return commandFailure(f.fs, runSynopsis, err)
 	}
-	return execute(req, f.require, f.jsonOut)
+	return f.execute(req)
 }
 
 // programRequest parses `[flags] FILE|-` into the job they describe: the
 // runtime from --runtime or the file's extension, the source from the file
 // (or stdin), capped.
 func (f *runFlags) programRequest(args []string) (*job.Request, error) {
-	if err := f.fs.Parse(args); err != nil {
+	if err := cliflag.Parse(f.fs, args); err != nil {
 		return nil, err
 	}
 	if f.fs.NArg() != 1 {
@@ -215,7 +222,7 @@ func runtimeForFile(file string) string {
 
 func cmdExec(args []string) int {
 	f := newRunFlags("exec", true)
-	if err := f.fs.Parse(args); err != nil {
+	if err := cliflag.Parse(f.fs, args); err != nil {
 		return commandFailure(f.fs, execSynopsis, err)
 	}
 	if f.fs.NArg() < 1 {
@@ -226,17 +233,17 @@ func cmdExec(args []string) int {
 		return fail("exec: %v", err)
 	}
 	req.Exec = &job.Exec{Program: f.fs.Arg(0), Args: f.fs.Args()[1:], Binds: f.roBinds}
-	return execute(req, f.require, f.jsonOut)
+	return f.execute(req)
 }
 
 // execute resolves and runs a request in this process and reports it; the
 // CLI's user is its own operator, so --require adds to the ceiling.
-func execute(req *job.Request, require []string, jsonOut bool) int {
+func (f *runFlags) execute(req *job.Request) int {
 	ceil := job.DefaultCeiling()
-	ceil.Required = require
+	ceil.Required = f.require
 	resolved, err := job.Resolve(req, ceil, true)
 	if err != nil {
-		return fail("%v", strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
+		return fail("%s: %s", f.fs.Name(), f.refusal(err))
 	}
 	runner, err := newRunner(req.Exec == nil, true)
 	if err != nil {
@@ -252,11 +259,44 @@ func execute(req *job.Request, require []string, jsonOut bool) int {
 		}
 	}
 	var opt job.Options
-	if !jsonOut {
+	if !f.jsonOut {
 		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr
 	}
 	res := runner.Run(ctx, resolved, opt)
-	return report(res, jsonOut)
+	return report(res, f.jsonOut)
+}
+
+// fieldFlags names the flag that sets each job field a command-line job can
+// be refused for.
+var fieldFlags = map[string]string{
+	"profile":         "profile",
+	"limits.memory":   "memory",
+	"limits.cpu_time": "cpu-time",
+	"limits.timeout":  "timeout",
+	"limits.pids":     "pids",
+	"limits.output":   "output-limit",
+}
+
+// refusal words job.Resolve's refusal for the command line.
+func (f *runFlags) refusal(err error) string {
+	return f.flagged(strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
+}
+
+// flagged names a refused job field by the flag the user set it with
+// ("--memory: 8M is below the 16M minimum", not "limits.memory: …"); a
+// message about a field no flag set is kept as it is.
+func (f *runFlags) flagged(msg string) string {
+	field, rest, ok := strings.Cut(msg, ": ")
+	name, known := fieldFlags[field]
+	if !ok || !known {
+		return msg
+	}
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	if !set {
+		return msg
+	}
+	return "--" + name + ": " + rest
 }
 
 // report prints a result — the object with --json; otherwise one line for a

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,58 @@ func TestIsHelp(t *testing.T) {
 	}
 	if IsHelp(errors.New("flag provided but not defined: -x")) || !IsHelp(fmt.Errorf("run: %w", flag.ErrHelp)) {
 		t.Error("IsHelp on other errors")
+	}
+}
+
+func TestParseErrorsUseDoubleDashes(t *testing.T) {
+	newSet := func() (*flag.FlagSet, *int, *bool) {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		n := fs.Int("pids", 0, "task limit")
+		j := fs.Bool("json", false, "print the object")
+		fs.Func("memory", "memory limit", func(v string) error {
+			if v == "0" {
+				return errors.New("must be above zero")
+			}
+			return nil
+		})
+		return fs, n, j
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory", "0", "x.js"}, `--memory "0": must be above zero`},
+		{[]string{"--pids=x"}, `--pids "x": not a valid int`},
+		{[]string{"--json=maybe"}, `--json "maybe": want true or false`},
+		{[]string{"--nosuch"}, "unknown flag --nosuch"},
+		{[]string{"-nosuch=1"}, "unknown flag --nosuch"},
+		{[]string{"--memory"}, "--memory needs a value"},
+		{[]string{"---x"}, "bad flag syntax: ---x"},
+		// The first refusal is the one reported.
+		{[]string{"--memory", "0", "--pids", "x"}, `--memory "0": must be above zero`},
+	} {
+		fs, _, _ := newSet()
+		err := Parse(fs, tc.args)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+
+	fs, pids, js := newSet()
+	if err := Parse(fs, []string{"--pids", "7", "--json", "a.js"}); err != nil {
+		t.Fatal(err)
+	}
+	if *pids != 7 || !*js || fs.NArg() != 1 {
+		t.Errorf("parsed pids %d json %v args %q", *pids, *js, fs.Args())
+	}
+	// The values are the flag set's own again, for the usage's types.
+	var b bytes.Buffer
+	Usage(&b, fs, "run")
+	if !strings.Contains(b.String(), "--pids int") || !strings.Contains(b.String(), "  --json\n") {
+		t.Errorf("usage after Parse:\n%s", b.String())
+	}
+	if fs, _, _ := newSet(); !IsHelp(Parse(fs, []string{"--help"})) {
+		t.Error("--help: want flag.ErrHelp")
 	}
 }
