@@ -89,7 +89,7 @@ func (b *Bench) denoHello(ctx context.Context) error {
 	}
 	pooled := s[len(s)-len(served.variants)] // the first of the daemon's rows
 	b.helloTargets("the same hello through the daemon (pool full)", pooled.Median, s[0].Median, bwAdded)
-	b.Report.Para("The daemon rows are the deployed path: the bench sends the job with the Go client (package client) over one kept-alive connection to a `pmjail serve` on a private socket and times it from the request to the result, against the bare rows' fork to exit. The first daemon (config `%s`) keeps init stages started ahead of runs, each waiting with its cgroup made and the last run's root mounted; every request arrives with that pool as full as when the daemon was idle, refilled off the clock after each run, so this is the latency of a request to an idle service, and the refill's CPU is not counted. The second (`%s`) starts nothing ahead: each run clones and starts its own init stage, as the CLI does, without the CLI's own start. The CLI rows above are what the issue's targets name; the daemon's are given beside them.", daemonConfig, coldDaemonConfig)
+	b.Report.Para("The daemon rows are the deployed path: the bench sends the job with the Go client (package client) over one kept-alive connection to a `pmjail serve` on a private socket and times it from the request to the result, against the bare rows' fork to exit. The first daemon (config `%s`) keeps init stages started ahead of runs, each waiting with its cgroup made and the last run's root mounted; every request arrives with that pool as full as when the daemon was idle, refilled off the clock after each run, so this is the latency of a request to an idle service, and the refill's CPU is not counted. The second (`%s`) starts nothing ahead: each run clones and starts its own init stage, as the CLI does, without the CLI's own start. The last row is the CLI's own client, `pmjail submit`, sending the same job to the first daemon and timed like the bare rows, from fork to exit: the request's latency plus the start of a pmjail process. The CLI rows above are what the issue's targets name; the daemon's are given beside them.", daemonConfig, coldDaemonConfig)
 	return nil
 }
 
@@ -110,8 +110,9 @@ type served struct {
 	stop     func()
 }
 
-// servedHello is Deno hello as requests to the bench's daemon and to a
-// second one that starts no init stage ahead of runs; nil without a daemon.
+// servedHello is Deno hello as requests to the bench's daemon, to a second
+// one that starts no init stage ahead of runs, and as `pmjail submit` to
+// the first; nil without a daemon.
 func (b *Bench) servedHello(ctx context.Context) (_ *served, err error) {
 	if b.Daemon == nil {
 		return nil, nil
@@ -141,7 +142,11 @@ func (b *Bench) servedHello(ctx context.Context) (_ *served, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &served{variants: []Variant{pooled, unpooled}, stop: cold.Stop}, nil
+	// The CLI's own client against the same pooled daemon: what a shell
+	// script on a host that runs the service pays.
+	submit := Variant{Name: "pmjail submit (to the daemon)", Argv: []string{b.Pmjail, "submit", "--socket", b.Daemon.Socket, "hello.js"},
+		Dir: b.Work, Want: "hello", After: pooled.After}
+	return &served{variants: []Variant{pooled, unpooled, submit}, stop: cold.Stop}, nil
 }
 
 // nativeTrue: /bin/true bare, under pmjail exec and under a comparable

@@ -288,8 +288,9 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	if served != nil {
 		defer served.stop()
 		// The pooled daemon's init stage was exec'd before the request.
-		pooled, unpooled := served.variants[0], served.variants[1]
-		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, ""}, phased{unpooled, runtimes.DenoTarget, stage})
+		pooled, unpooled, submit := served.variants[0], served.variants[1], served.variants[2]
+		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, ""}, phased{unpooled, runtimes.DenoTarget, stage},
+			phased{submit, runtimes.DenoTarget, ""})
 	}
 	var rows [][]string
 	var lines []string

@@ -22,9 +22,9 @@ type Variant struct {
 	// the report.
 	Call  func(context.Context) error
 	Shown string
-	// After runs, for a Call, once the clock has stopped and before the
-	// next variant: a daemon's pool of init stages refilling, which must
-	// not fall in another variant's time.
+	// After runs once the clock has stopped and before the next variant:
+	// a daemon's pool of init stages refilling, which must not fall in
+	// another variant's time.
 	After func(context.Context) error
 	// Dir is the working directory: a scratch folder, so that no project
 	// config (package.json, deno.json) is found by Deno.
@@ -97,6 +97,11 @@ func (v Variant) run(ctx context.Context) (span, error) {
 	}
 	if v.Want != "" && !strings.Contains(stdout.String(), v.Want) {
 		return span{}, fmt.Errorf("%s: stdout %q lacks %q; stderr: %s", v.Name, tail(stdout.String()), v.Want, tail(stderr.String()))
+	}
+	if v.After != nil {
+		if err := v.After(ctx); err != nil {
+			return span{}, fmt.Errorf("%s: %w", v.Name, err)
+		}
 	}
 	return s, nil
 }

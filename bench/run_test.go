@@ -44,3 +44,23 @@ func TestRequestVariant(t *testing.T) {
 		t.Errorf("Call's failure: got %v, want %v", err, called)
 	}
 }
+
+// A command's After runs too, once its clock has stopped, and not after a
+// failed run.
+func TestCommandVariantAfter(t *testing.T) {
+	var afterAt time.Duration
+	v := Variant{Name: "cmd", Argv: []string{"/bin/echo", "hello"}, Want: "hello",
+		After: func(context.Context) error { afterAt = monotonic(); return nil }}
+	s, err := v.run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterAt < s.end {
+		t.Errorf("After ran at %v, before the clock stopped at %v (or not at all)", afterAt, s.end)
+	}
+	v.Argv = []string{"/bin/false"}
+	v.After = func(context.Context) error { t.Error("After ran after a failed command"); return nil }
+	if _, err := v.run(context.Background()); err == nil {
+		t.Error("/bin/false: no error")
+	}
+}
