@@ -99,7 +99,7 @@ func (b *Bench) helloTargets(what string, median, bare, bwAdded time.Duration) {
 	added := median - bare
 	b.Report.Target(what+": added latency ≤ 10 ms (median, vs bare cold)", signedMS(added), added <= 10*time.Millisecond)
 	ratio := Ratio(median, bare)
-	b.Report.Target(what+": ratio ≤ 1.15 (vs bare cold)", fmt.Sprintf("%.2f×", ratio), ratio <= 1.15)
+	b.Report.Target(what+": ratio ≤ 1.15 (vs bare cold)", ratioAbove(ratio), ratio <= 1.15)
 	b.Report.Target(what+": added latency no worse than bubblewrap's (same Deno hello)",
 		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added), signedMS(bwAdded)), added <= bwAdded)
 }

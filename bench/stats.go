@@ -80,6 +80,11 @@ func ms(d time.Duration) string {
 func percentBelow(r float64) string { return fmt.Sprintf("%.1f%%", math.Floor(r*1000+1e-9)/10) }
 func percentAbove(r float64) string { return fmt.Sprintf("%.1f%%", math.Ceil(r*1000-1e-9)/10) }
 
+// ratioAbove formats a ratio held to a ceiling ("≤ 1.15×") to a hundredth,
+// rounded up for the same reason: 1.1512 reads 1.16×, never a 1.15× marked
+// not met.
+func ratioAbove(r float64) string { return fmt.Sprintf("%.2f×", math.Ceil(r*100-1e-9)/100) }
+
 // spread is "min–max" in milliseconds.
 func spread(s Summary) string {
 	return ms(s.Min) + " – " + ms(s.Max)

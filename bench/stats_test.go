@@ -82,3 +82,11 @@ func TestPercentRoundsAwayFromTheTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestRatioRoundsAwayFromTheCeiling(t *testing.T) {
+	for r, want := range map[float64]string{1.1512: "1.16×", 1.15: "1.15×", 1.149: "1.15×", 1.4: "1.40×"} {
+		if got := ratioAbove(r); got != want {
+			t.Errorf("ratioAbove(%v) = %s, want %s", r, got, want)
+		}
+	}
+}
