@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
@@ -54,6 +55,35 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// Refusal is a request error's message without ErrInvalid's head, and the
+// field it names, if any: a decoding error carries it (*strictjson.Error);
+// the checks' messages begin with it ("limits.memory: ...",
+// "capabilities.request.urls[0]: ...").
+func Refusal(err error) (msg, field string) {
+	msg = strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+	if jsonErr, ok := errors.AsType[*strictjson.Error](err); ok {
+		return msg, jsonErr.Field
+	}
+	if head, _, ok := strings.Cut(msg, ": "); ok && isFieldPath(head) {
+		field = head
+	}
+	return msg, field
+}
+
+func isFieldPath(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_.[]\"", r) ||
+			r >= 'A' && r <= 'Z' || r == ':' || r == '/' || r == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // MalformedJSON heads Decode's message for a body that is not one job
 // object as JSON (a value at fault in a well-formed one is named by its
 // field alone).
@@ -74,10 +104,8 @@ func Decode(r io.Reader) (*Request, error) {
 	}
 	var req Request
 	if err := strictjson.Decode(data, &req); err != nil {
-		if strictjson.Located(err) {
-			return nil, fmt.Errorf("%w: %w", ErrInvalid, err) // "limits.memory: …", as Validate says it
-		}
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, MalformedJSON, err)
+		// "limits.memory: …", as Validate says it, or "malformed job JSON: …"
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, strictjson.Headed(err, MalformedJSON))
 	}
 	return &req, nil
 }

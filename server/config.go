@@ -177,10 +177,7 @@ func ParseConfig(r io.Reader) (*Config, error) {
 	}
 	var c Config
 	if err := strictjson.Decode(data, &c); err != nil {
-		if strictjson.Located(err) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("malformed JSON: %w", err)
+		return nil, strictjson.Headed(err, "malformed JSON")
 	}
 	if err := c.normalize(); err != nil {
 		return nil, err

@@ -138,7 +138,7 @@ func TestConfigCeilingMapping(t *testing.T) {
 			t.Errorf("%+v: resolved, want refused", tc.req)
 			continue
 		}
-		if _, field := jobErrorMessage(err); field != tc.field {
+		if _, field := job.Refusal(err); field != tc.field {
 			t.Errorf("%+v: %v: field %q, want %q", tc.req, err, field, tc.field)
 		}
 	}

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/capread"
-	"github.com/pmjail/pmjail/internal/strictjson"
-	"github.com/pmjail/pmjail/job"
 )
 
 // The error codes of the API (client.ErrorDetail.Code).
@@ -40,35 +37,6 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string, retr
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	}
 	writeJSON(w, status, client.ErrorBody{Error: client.ErrorDetail{Code: code, Message: msg, Field: field}})
-}
-
-// jobErrorMessage strips the sentinel's prefix and finds the field a job
-// error names: a decoding error carries it (*strictjson.Error); the
-// checks' errors begin with it ("limits.memory: ...",
-// "capabilities.request.urls[0]: ...").
-func jobErrorMessage(err error) (msg, field string) {
-	msg = strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": ")
-	if jsonErr, ok := errors.AsType[*strictjson.Error](err); ok {
-		return msg, jsonErr.Field
-	}
-	if head, _, ok := strings.Cut(msg, ": "); ok && isFieldPath(head) {
-		field = head
-	}
-	return msg, field
-}
-
-func isFieldPath(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_.[]\"", r) ||
-			r >= 'A' && r <= 'Z' || r == ':' || r == '/' || r == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // isTooLarge reports a job body over the cap, whichever reader found it:

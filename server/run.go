@@ -46,14 +46,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			tooLarge()
 			return
 		}
-		msg, field := jobErrorMessage(err)
+		msg, field := job.Refusal(err)
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}
 	st := s.state.Load()
 	resolved, err := job.Resolve(req, st.ceil, false)
 	if err != nil {
-		msg, field := jobErrorMessage(err)
+		msg, field := job.Refusal(err)
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}

@@ -25,8 +25,7 @@ func cmdServe(args []string) int {
 	sock := fs.String("socket", "", "the Unix socket to listen on, `PATH` (default: the config's, or "+server.DefaultSocketPath+")")
 	cfgPath := fs.String("config", "", "the daemon's config `FILE` (JSON)")
 	if err := cliflag.Parse(fs, args); err != nil {
-		if cliflag.IsHelp(err) {
-			cliflag.Usage(os.Stdout, fs, "serve [--socket PATH] [--config FILE]")
+		if cliflag.Help(fs, "serve [--socket PATH] [--config FILE]", err) {
 			return 0
 		}
 		return fail("serve: %v", err)

@@ -87,8 +87,7 @@ run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --requ
 // commandFailure answers a command's error: asked for help (-h, --help),
 // the command's usage on stdout and exit 0; otherwise one clear line.
 func commandFailure(fs *flag.FlagSet, synopsis string, err error) int {
-	if cliflag.IsHelp(err) {
-		cliflag.Usage(os.Stdout, fs, synopsis)
+	if cliflag.Help(fs, synopsis, err) {
 		return 0
 	}
 	return fail("%s: %v", fs.Name(), err)

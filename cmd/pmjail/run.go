@@ -279,16 +279,15 @@ var fieldFlags = map[string]string{
 
 // refusal words job.Resolve's refusal for the command line.
 func (f *runFlags) refusal(err error) string {
-	return f.flagged(strings.TrimPrefix(err.Error(), job.ErrInvalid.Error()+": "))
+	return f.flagged(job.Refusal(err))
 }
 
 // flagged names a refused job field by the flag the user set it with
 // ("--memory: 8M is below the 16M minimum", not "limits.memory: …"); a
 // message about a field no flag set is kept as it is.
-func (f *runFlags) flagged(msg string) string {
-	field, rest, ok := strings.Cut(msg, ": ")
+func (f *runFlags) flagged(msg, field string) string {
 	name, known := fieldFlags[field]
-	if !ok || !known {
+	if !known {
 		return msg
 	}
 	set := false
@@ -296,7 +295,7 @@ func (f *runFlags) flagged(msg string) string {
 	if !set {
 		return msg
 	}
-	return "--" + name + ": " + rest
+	return "--" + name + ": " + strings.TrimPrefix(msg, field+": ")
 }
 
 // report prints a result — the object with --json; otherwise one line for a

@@ -42,7 +42,7 @@ func cmdSubmit(args []string) int {
 	if err != nil {
 		var apiErr *client.Error
 		if errors.As(err, &apiErr) {
-			return fail("submit: %s", f.flagged(apiErr.Message))
+			return fail("submit: %s", f.flagged(apiErr.Message, apiErr.Field))
 		}
 		return fail("submit: %v", err)
 	}

@@ -8,11 +8,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 )
 
 // IsHelp reports whether a flag set's Parse error means help was asked for.
 func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// Help answers a request for help (-h, --help) in err: fs's usage on
+// stdout, and true, for the command to exit 0. Any other err is left to
+// the caller.
+func Help(fs *flag.FlagSet, synopsis string, err error) bool {
+	if !IsHelp(err) {
+		return false
+	}
+	Usage(os.Stdout, fs, synopsis)
+	return true
+}
 
 // Parse parses args into fs, whose errors name the flag first and with two
 // dashes: `--memory "0": must be above zero`, `unknown flag --nosuch`,

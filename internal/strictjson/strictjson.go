@@ -40,6 +40,16 @@ func Located(err error) bool {
 	return ok && e.Field != ""
 }
 
+// Headed returns err as it is when it names its field, and otherwise under
+// head ("malformed job JSON: ..."): only input that is not one well-formed
+// value is called malformed, where a value at fault is named by its field.
+func Headed(err error, head string) error {
+	if Located(err) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", head, err)
+}
+
 // Decode decodes data, which must hold exactly one JSON value, into v, a
 // non-nil pointer. A key that names no field of the type it decodes into
 // is refused, in every object nested in data too.

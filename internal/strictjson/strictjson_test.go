@@ -204,3 +204,15 @@ func TestLocated(t *testing.T) {
 		t.Error("Located accepted an error that is not an *Error")
 	}
 }
+
+func TestHeaded(t *testing.T) {
+	var v struct{ A int }
+	located := Decode([]byte(`{"A":"x"}`), &v)
+	if err := Headed(located, "malformed"); err != located {
+		t.Errorf("a located error: %v, want it as it is", err)
+	}
+	whole := Decode([]byte(`[1]`), &v)
+	if err := Headed(whole, "malformed"); !errors.Is(err, whole) || err.Error() != "malformed: "+whole.Error() {
+		t.Errorf("the whole value at fault: %v, want it under the head", err)
+	}
+}
