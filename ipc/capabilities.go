@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
 // Capabilities is what a job declares it needs from the broker. The zero
@@ -36,45 +38,46 @@ var AllMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTI
 var errNotOrigin = errors.New("is not a bare origin")
 
 // Validate checks the declared set on its own, before any ceiling applies.
-// Errors name the offending field the way the job JSON spells it.
+// Errors are *strictjson.Error, naming the field at fault the way the job
+// JSON spells it.
 func (c *Capabilities) Validate() error {
 	if c == nil || c.Request == nil {
 		return nil
 	}
 	r := c.Request
 	if len(r.URLs) == 0 {
-		return errors.New("capabilities.request.urls: at least one origin is required")
+		return strictjson.Errorf("capabilities.request.urls", "at least one origin is required")
 	}
 	seen := map[string]bool{}
 	for i, u := range r.URLs {
 		o, err := NormalizeOrigin(u)
 		if err != nil {
-			return fmt.Errorf("capabilities.request.urls[%d]: %w", i, err)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.urls[%d]", i), "%w", err)
 		}
 		seen[o] = true
 	}
 	for i, m := range r.Methods {
 		if !slices.Contains(AllMethods, m) {
-			return fmt.Errorf("capabilities.request.methods[%d]: %q is not one of %s", i, m, strings.Join(AllMethods, " "))
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.methods[%d]", i), "%q is not one of %s", m, strings.Join(AllMethods, " "))
 		}
 	}
 	authKey := map[string]string{} // normalised origin → the key naming it
 	for _, origin := range sortedKeys(r.Auth) {
 		o, err := NormalizeOrigin(origin)
 		if err != nil {
-			return fmt.Errorf("capabilities.request.auth[%q]: %w", origin, err)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "%w", err)
 		}
 		if !seen[o] {
-			return fmt.Errorf("capabilities.request.auth[%q]: origin is not in capabilities.request.urls", origin)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "origin is not in capabilities.request.urls")
 		}
 		// Two keys for one origin would leave which secret goes there to
 		// map order.
 		if prev, dup := authKey[o]; dup {
-			return fmt.Errorf("capabilities.request.auth[%q]: the same origin (%s) as capabilities.request.auth[%q]; name each origin once", origin, o, prev)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "the same origin (%s) as capabilities.request.auth[%q]; name each origin once", o, prev)
 		}
 		authKey[o] = origin
 		if r.Auth[origin] == "" {
-			return fmt.Errorf("capabilities.request.auth[%q]: empty secret name", origin)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "empty secret name")
 		}
 	}
 	return nil

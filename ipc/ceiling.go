@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
 // Ceiling is the operator's limit on what any job may ask for and on what
@@ -150,17 +152,17 @@ func (s Secret) header() string {
 }
 
 // Within reports the first thing the job asks for beyond the ceiling, naming
-// the field. Call Validate on the capabilities first.
+// the field (a *strictjson.Error). Call Validate on the capabilities first.
 func (c Capabilities) Within(ceil Ceiling) error {
 	if c.Log && !ceil.AllowLog {
-		return fmt.Errorf("capabilities.log: not allowed by the operator")
+		return strictjson.Errorf("capabilities.log", "not allowed by the operator")
 	}
 	r := c.Request
 	if r == nil {
 		return nil
 	}
 	if !ceil.AllowRequest {
-		return fmt.Errorf("capabilities.request: not allowed by the operator")
+		return strictjson.Errorf("capabilities.request", "not allowed by the operator")
 	}
 	if ceil.Origins != nil {
 		allowed := ceil.originSet
@@ -170,10 +172,10 @@ func (c Capabilities) Within(ceil Ceiling) error {
 		for i, u := range r.URLs {
 			n, err := NormalizeOrigin(u)
 			if err != nil {
-				return fmt.Errorf("capabilities.request.urls[%d]: %w", i, err)
+				return strictjson.Errorf(fmt.Sprintf("capabilities.request.urls[%d]", i), "%w", err)
 			}
 			if !allowed[n] {
-				return fmt.Errorf("capabilities.request.urls[%d]: %q is not among the operator's allowed origins", i, u)
+				return strictjson.Errorf(fmt.Sprintf("capabilities.request.urls[%d]", i), "%q is not among the operator's allowed origins", u)
 			}
 		}
 	}
@@ -181,16 +183,16 @@ func (c Capabilities) Within(ceil Ceiling) error {
 		for i, m := range r.methods() {
 			if !slices.Contains(ceil.Methods, m) {
 				if len(r.Methods) == 0 {
-					return fmt.Errorf("capabilities.request.methods: the default GET is not allowed by the operator")
+					return strictjson.Errorf("capabilities.request.methods", "the default GET is not allowed by the operator")
 				}
-				return fmt.Errorf("capabilities.request.methods[%d]: %q is not allowed by the operator", i, m)
+				return strictjson.Errorf(fmt.Sprintf("capabilities.request.methods[%d]", i), "%q is not allowed by the operator", m)
 			}
 		}
 	}
 	for _, origin := range sortedKeys(r.Auth) {
 		name := r.Auth[origin]
 		if _, ok := ceil.Secrets[name]; !ok {
-			return fmt.Errorf("capabilities.request.auth[%q]: no secret %q is configured", origin, name)
+			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "no secret %q is configured", name)
 		}
 	}
 	return nil

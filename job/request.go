@@ -55,33 +55,21 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// Refusal is a request error's message without ErrInvalid's head, and the
-// field it names, if any: a decoding error carries it (*strictjson.Error);
-// the checks' messages begin with it ("limits.memory: ...",
-// "capabilities.request.urls[0]: ...").
-func Refusal(err error) (msg, field string) {
-	msg = strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
-	if jsonErr, ok := errors.AsType[*strictjson.Error](err); ok {
-		return msg, jsonErr.Field
-	}
-	if head, _, ok := strings.Cut(msg, ": "); ok && isFieldPath(head) {
-		field = head
-	}
-	return msg, field
+// invalidAt wraps a message about one field of the request as a request
+// error whose *strictjson.Error names the field.
+func invalidAt(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %w", ErrInvalid, strictjson.Errorf(field, format, args...))
 }
 
-func isFieldPath(s string) bool {
-	if s == "" {
-		return false
+// Refusal is a request error's message without ErrInvalid's head, and the
+// field at fault, if one is known: the outermost *strictjson.Error in the
+// chain names it, whether decoding or a check refused the value.
+func Refusal(err error) (msg, field string) {
+	msg = strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+	if e, ok := errors.AsType[*strictjson.Error](err); ok {
+		field = e.Field
 	}
-	for _, r := range s {
-		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_.[]\"", r) ||
-			r >= 'A' && r <= 'Z' || r == ':' || r == '/' || r == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return msg, field
 }
 
 // MalformedJSON heads Decode's message for a body that is not one job
@@ -114,28 +102,28 @@ func Decode(r io.Reader) (*Request, error) {
 func (r *Request) Validate() error {
 	if r.Exec == nil {
 		if r.Runtime == "" {
-			return invalid("runtime: missing (want deno or python)")
+			return invalidAt("runtime", "missing (want deno or python)")
 		}
 		if r.Source == "" {
-			return invalid("source: empty program")
+			return invalidAt("source", "empty program")
 		}
 	}
 	if len(r.Source) > MaxSourceBytes {
-		return invalid("source: %d bytes is over the %d-byte cap", len(r.Source), MaxSourceBytes)
+		return invalidAt("source", "%d bytes is over the %d-byte cap", len(r.Source), MaxSourceBytes)
 	}
 	if len(r.Input) > MaxInputBytes {
-		return invalid("input: %d bytes is over the %d-byte cap", len(r.Input), MaxInputBytes)
+		return invalidAt("input", "%d bytes is over the %d-byte cap", len(r.Input), MaxInputBytes)
 	}
 	if len(r.Input) > 0 && !json.Valid(r.Input) {
-		return invalid("input: not valid JSON")
+		return invalidAt("input", "not valid JSON")
 	}
 	switch r.Mode {
 	case "", ModeAuto, ModeRequired:
 	default:
-		return invalid("mode: %q (want auto or required)", r.Mode)
+		return invalidAt("mode", "%q (want auto or required)", r.Mode)
 	}
 	if err := r.Capabilities.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -1,12 +1,16 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 func TestDecodeRefusesBadJobs(t *testing.T) {
@@ -145,5 +149,56 @@ func TestJobErrorNamesTheField(t *testing.T) {
 		if msg, field := Refusal(err); field != tc.field {
 			t.Errorf("%s: %q: field %q, want %q", tc.body, msg, field, tc.field)
 		}
+	}
+}
+
+// Every refusal of a decoded job names its field as a *strictjson.Error in
+// the chain, never by the message's head alone, and keeps that head.
+func TestResolveRefusalNamesTheField(t *testing.T) {
+	ceil := DefaultCeiling()
+	ceil.Runtimes = []runtimes.Name{runtimes.Deno}
+	ceil.Profiles = []string{"default"}
+	ceil.Broker = ipc.Ceiling{AllowRequest: true, Origins: []string{"https://a.example"}, Methods: []string{"GET"}}
+	caps := func(s string) ipc.Capabilities {
+		var c ipc.Capabilities
+		if err := json.Unmarshal([]byte(s), &c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		req   Request
+		field string
+	}{
+		{Request{Source: "1"}, "runtime"},
+		{Request{Runtime: "cobol", Source: "1"}, "runtime"},
+		{Request{Runtime: "python", Source: "1"}, "runtime"},
+		{Request{Runtime: "deno"}, "source"},
+		{Request{Runtime: "deno", Source: strings.Repeat("x", MaxSourceBytes+1)}, "source"},
+		{Request{Runtime: "deno", Source: "1", Input: json.RawMessage(`{`)}, "input"},
+		{Request{Runtime: "deno", Source: "1", Mode: "sometimes"}, "mode"},
+		{Request{Runtime: "deno", Source: "1", Profile: "/etc/x.json"}, "profile"},
+		{Request{Runtime: "deno", Source: "1", Profile: "strict"}, "profile"},
+		{Request{Runtime: "deno", Source: "1", Limits: profiles.Limits{Memory: 1 << 20}}, "limits.memory"},
+		{Request{Runtime: "deno", Source: "1", Limits: profiles.Limits{Pids: 1 << 20}}, "limits.pids"},
+		{Request{Runtime: "deno", Source: "1", Capabilities: caps(`{"log": true}`)}, "capabilities.log"},
+		{Request{Runtime: "deno", Source: "1", Capabilities: caps(`{"request": {"urls": []}}`)}, "capabilities.request.urls"},
+		{Request{Runtime: "deno", Source: "1", Capabilities: caps(`{"request": {"urls": ["https://b.example"]}}`)}, "capabilities.request.urls[0]"},
+		{Request{Runtime: "deno", Source: "1", Capabilities: caps(`{"request": {"urls": ["https://a.example"], "methods": ["GET", "PUT"]}}`)}, "capabilities.request.methods[1]"},
+		{Request{Runtime: "deno", Source: "1", Capabilities: caps(`{"request": {"urls": ["https://a.example"], "auth": {"https://a.example": "k"}}}`)}, `capabilities.request.auth["https://a.example"]`},
+	} {
+		_, err := Resolve(&tc.req, ceil, false)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want a request error", tc.req.Limits, err)
+			continue
+		}
+		msg, field := Refusal(err)
+		if field != tc.field || !strings.HasPrefix(msg, tc.field+": ") {
+			t.Errorf("%q: field %q, want %q heading the message", msg, field, tc.field)
+		}
+	}
+	// A message that only looks like it starts with a field names none.
+	if _, field := Refusal(fmt.Errorf("%w: source: made up", ErrInvalid)); field != "" {
+		t.Errorf("field %q read from a message", field)
 	}
 }

@@ -66,36 +66,36 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	if req.Exec == nil {
 		rt, err := runtimes.ParseName(req.Runtime)
 		if err != nil {
-			return nil, invalid("runtime: %v", err)
+			return nil, invalidAt("runtime", "%w", err)
 		}
 		if ceil.Runtimes != nil && !slices.Contains(ceil.Runtimes, rt) {
-			return nil, invalid("runtime: %s is not enabled on this server", rt)
+			return nil, invalidAt("runtime", "%s is not enabled on this server", rt)
 		}
 		r.Runtime = rt
 		r.Kind = string(rt)
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
-		return nil, invalid("profile: %q: only built-in profile names are accepted here", req.Profile)
+		return nil, invalidAt("profile", "%q: only built-in profile names are accepted here", req.Profile)
 	}
 	if ceil.Profiles != nil && req.Profile != "" && !slices.Contains(ceil.Profiles, req.Profile) {
-		return nil, invalid("profile: %q is not allowed on this server", req.Profile)
+		return nil, invalidAt("profile", "%q is not allowed on this server", req.Profile)
 	}
 	prof, err := profiles.Load(req.Profile)
 	if err != nil {
-		return nil, invalid("profile: %v", err)
+		return nil, invalidAt("profile", "%w", err)
 	}
 	r.Profile = prof
 	// A limit the job leaves out takes the profile's default, lowered to
 	// the operator's ceiling; one the job asks for must fit under it.
 	r.Limits = req.Limits.Merge(prof.Limits.Clamp(ceil.Limits))
 	if err := r.Limits.Validate(); err != nil {
-		return nil, invalid("%v", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := r.Limits.Within(ceil.Limits); err != nil {
-		return nil, invalid("%v", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := req.Capabilities.Within(ceil.Broker); err != nil {
-		return nil, invalid("%v", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	r.Mode = req.Mode
 	if r.Mode == "" {

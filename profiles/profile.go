@@ -76,10 +76,12 @@ func (l Limits) Clamp(ceil Limits) Limits {
 	return l
 }
 
-// Within checks l against a ceiling; the error names the first field over.
+// Within checks l against a ceiling; the error (a *strictjson.Error) names
+// the first field over. The ceiling is the daemon's config's or the CLI's
+// built-in one, so the message names neither.
 func (l Limits) Within(ceil Limits) error {
 	over := func(field string, v, max any) error {
-		return fmt.Errorf("limits.%s: %v is above the operator's ceiling of %v", field, v, max)
+		return strictjson.Errorf("limits."+field, "%v is above the ceiling of %v", v, max)
 	}
 	switch {
 	case ceil.Memory > 0 && l.Memory > ceil.Memory:
@@ -98,21 +100,22 @@ func (l Limits) Within(ceil Limits) error {
 	return nil
 }
 
-// Validate checks that every limit is set and sane.
+// Validate checks that every limit is set and sane; the error is a
+// *strictjson.Error naming the field.
 func (l Limits) Validate() error {
 	switch {
 	case l.Memory < 16<<20:
-		return fmt.Errorf("limits.memory: %v is below the 16M minimum", l.Memory)
+		return strictjson.Errorf("limits.memory", "%v is below the 16M minimum", l.Memory)
 	case time.Duration(l.Timeout) < 10*time.Millisecond:
-		return fmt.Errorf("limits.timeout: %v is below the 10ms minimum", l.Timeout)
+		return strictjson.Errorf("limits.timeout", "%v is below the 10ms minimum", l.Timeout)
 	case time.Duration(l.CPUTime) < 10*time.Millisecond:
-		return fmt.Errorf("limits.cpu_time: %v is below the 10ms minimum", l.CPUTime)
+		return strictjson.Errorf("limits.cpu_time", "%v is below the 10ms minimum", l.CPUTime)
 	case l.Pids < 1:
-		return fmt.Errorf("limits.pids: %d is below 1", l.Pids)
+		return strictjson.Errorf("limits.pids", "%d is below 1", l.Pids)
 	case l.Output < 1:
-		return fmt.Errorf("limits.output: %v is below 1 byte", l.Output)
+		return strictjson.Errorf("limits.output", "%v is below 1 byte", l.Output)
 	case l.Tmp < 1<<20:
-		return fmt.Errorf("limits.tmp: %v is below the 1M minimum", l.Tmp)
+		return strictjson.Errorf("limits.tmp", "%v is below the 1M minimum", l.Tmp)
 	}
 	return nil
 }
@@ -158,13 +161,14 @@ func Load(name string) (*Profile, error) {
 		name = "default"
 	}
 	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
+		// The caller says it is a profile; capread's errors name the file.
 		data, err := capread.File(name, maxFileBytes)
 		if err != nil {
-			return nil, fmt.Errorf("load profile: %w", err)
+			return nil, err
 		}
 		p, err := decodeProfile(data)
 		if err != nil {
-			return nil, fmt.Errorf("profile %s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return p, nil
 	}
@@ -197,7 +201,7 @@ var builtins sync.Map
 func decodeProfile(data []byte) (*Profile, error) {
 	var p Profile
 	if err := strictjson.Decode(data, &p); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

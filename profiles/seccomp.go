@@ -99,7 +99,7 @@ func (s *SeccompSource) Policy() (*specs.LinuxSeccomp, error) {
 func decodeSeccomp(data []byte) (*specs.LinuxSeccomp, error) {
 	var p specs.LinuxSeccomp
 	if err := strictjson.Decode(data, &p); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		return nil, err
 	}
 	if err := ValidateSeccomp(&p); err != nil {
 		return nil, err

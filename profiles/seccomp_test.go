@@ -83,7 +83,7 @@ func TestLoadSeccompFile(t *testing.T) {
 		{`{"defaultAction":"SCMP_ACT_ERRNO","sycalls":[]}`, "sycalls: unknown field"},
 		{`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","comment":"x"}]}`, "syscalls[0].comment: unknown field"},
 		{`{"defaultAction":"SCMP_ACT_ERRNO"} {}`, "data after the JSON value"},
-		{`{"defaultAction":"SCMP_ACT_ERRNO"`, "decode"},
+		{`{"defaultAction":"SCMP_ACT_ERRNO"`, "bad.json: unexpected end of the JSON"},
 	} {
 		_, err := profiles.LoadSeccompFile(write("bad.json", tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

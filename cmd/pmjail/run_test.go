@@ -18,6 +18,11 @@ func TestRefusalNamesTheFlagSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	small := filepath.Join(filepath.Dir(profile), "small.json")
+	if err := os.WriteFile(small, []byte(`{"name": "small", "limits": {"memory": "8M"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(filepath.Dir(profile), "missing.json")
 	for _, tc := range []struct {
 		args []string
 		// memory is set in the job, not by a flag (a daemon's client can)
@@ -25,11 +30,14 @@ func TestRefusalNamesTheFlagSet(t *testing.T) {
 		want   string
 	}{
 		{[]string{"--memory", "8M", "a.js"}, 0, "--memory: 8M is below the 16M minimum"},
-		{[]string{"--timeout", "2h", "a.js"}, 0, "--timeout: 2h0m0s is above the operator's ceiling of 1h0m0s"},
-		{[]string{"--pids", "5000", "a.js"}, 0, "--pids: 5000 is above the operator's ceiling of 4096"},
-		{[]string{"--output-limit", "1G", "a.js"}, 0, "--output-limit: 1G is above the operator's ceiling of 256M"},
+		{[]string{"--timeout", "2h", "a.js"}, 0, "--timeout: 2h0m0s is above the ceiling of 1h0m0s"},
+		{[]string{"--pids", "5000", "a.js"}, 0, "--pids: 5000 is above the ceiling of 4096"},
+		{[]string{"--output-limit", "1G", "a.js"}, 0, "--output-limit: 1G is above the ceiling of 256M"},
 		{[]string{"--profile", "nosuch", "a.js"}, 0, `--profile: unknown profile "nosuch" (built-in profiles: default, strict)`},
-		{[]string{"--profile", profile, "--cpu-time", "2h", "a.js"}, 0, "--cpu-time: 2h0m0s is above the operator's ceiling of 10m0s"},
+		{[]string{"--profile", profile, "--cpu-time", "2h", "a.js"}, 0, "--cpu-time: 2h0m0s is above the ceiling of 10m0s"},
+		// A profile file is named once, by the flag and its path.
+		{[]string{"--profile", small, "a.js"}, 0, "--profile: " + small + ": limits.memory: 8M is below the 16M minimum"},
+		{[]string{"--profile", missing, "a.js"}, 0, "--profile: open " + missing + ": no such file or directory"},
 		// No flag set the memory: the field is named.
 		{[]string{"--cpu-time", "2s", "a.js"}, 8 << 20, "limits.memory: 8M is below the 16M minimum"},
 	} {

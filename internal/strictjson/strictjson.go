@@ -17,21 +17,31 @@ import (
 	"strings"
 )
 
-// Error is a problem at one place in the input.
+// Error is a problem at one place in the input: a value Decode refused,
+// or one a check refused after decoding (Errorf). Callers find the field
+// at fault with errors.As, however the error was wrapped since.
 type Error struct {
 	// Field is the path to the value at fault, its fields named as the
 	// decoded type names them; empty for the value as a whole or where no
 	// place is known (a syntax error).
 	Field string
-	Msg   string
+	Err   error
+}
+
+// Errorf returns a problem at field, its message formatted as by
+// fmt.Errorf (%w wraps).
+func Errorf(field, format string, args ...any) error {
+	return &Error{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 func (e *Error) Error() string {
 	if e.Field == "" {
-		return e.Msg
+		return e.Err.Error()
 	}
-	return e.Field + ": " + e.Msg
+	return e.Field + ": " + e.Err.Error()
 }
+
+func (e *Error) Unwrap() error { return e.Err }
 
 // Located reports whether err is an Error at a named field: the input was
 // well-formed JSON with one value at fault, not malformed as a whole.
@@ -60,7 +70,7 @@ func Decode(data []byte, v any) error {
 		return describe(err, data, reflect.TypeOf(v))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &Error{Msg: "data after the JSON value"}
+		return &Error{Err: errors.New("data after the JSON value")}
 	}
 	return nil
 }
@@ -75,25 +85,25 @@ func describe(err error, data []byte, t reflect.Type) error {
 		return err // the caller's mistake, not the input's
 	}
 	if syntax, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return &Error{Msg: fmt.Sprintf("%v (at byte %d)", syntax, syntax.Offset)}
+		return &Error{Err: fmt.Errorf("%v (at byte %d)", syntax, syntax.Offset)}
 	}
 	switch {
 	case errors.Is(err, io.EOF):
-		return &Error{Msg: "no JSON value"}
+		return &Error{Err: errors.New("no JSON value")}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &Error{Msg: "unexpected end of the JSON"}
+		return &Error{Err: errors.New("unexpected end of the JSON")}
 	}
 	if typ, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		field := typ.Field
 		if at := valueAt(data, t, typ.Offset); at != nil {
 			field = at.String()
 		}
-		return &Error{Field: field, Msg: fmt.Sprintf("want %s, got JSON %s", kind(typ.Type), typ.Value)}
+		return &Error{Field: field, Err: fmt.Errorf("want %s, got JSON %s", kind(typ.Type), typ.Value)}
 	}
 	if e := firstRefused(data, t); e != nil {
 		return e
 	}
-	return &Error{Msg: strings.TrimPrefix(err.Error(), "json: ")}
+	return &Error{Err: errors.New(strings.TrimPrefix(err.Error(), "json: "))}
 }
 
 // kind names the JSON a Go type decodes from, for a reader who never saw
@@ -139,11 +149,11 @@ func firstRefused(data []byte, t reflect.Type) *Error {
 		}
 		switch {
 		case n.typ == nil:
-			found = &Error{Field: n.path.String(), Msg: "unknown field"}
+			found = &Error{Field: n.path.String(), Err: errors.New("unknown field")}
 		case reflect.PointerTo(n.typ).Implements(jsonUnmarshaler):
 			u := reflect.New(n.typ).Interface().(json.Unmarshaler)
 			if err := u.UnmarshalJSON(n.data); err != nil {
-				found = &Error{Field: n.path.String(), Msg: err.Error()}
+				found = &Error{Field: n.path.String(), Err: err}
 			}
 		case reflect.PointerTo(n.typ).Implements(textUnmarshaler):
 			var s string
@@ -152,7 +162,7 @@ func firstRefused(data []byte, t reflect.Type) *Error {
 			}
 			u := reflect.New(n.typ).Interface().(encoding.TextUnmarshaler)
 			if err := u.UnmarshalText([]byte(s)); err != nil {
-				found = &Error{Field: n.path.String(), Msg: err.Error()}
+				found = &Error{Field: n.path.String(), Err: err}
 			}
 		default:
 			return true

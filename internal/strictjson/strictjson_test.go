@@ -98,8 +98,8 @@ func TestDecodeNamesThePlace(t *testing.T) {
 			t.Errorf("%s: error %v (%T), want an *Error", tc.in, err, err)
 			continue
 		}
-		if e.Field != tc.field || e.Msg != tc.msg {
-			t.Errorf("%s: field %q msg %q, want %q %q", tc.in, e.Field, e.Msg, tc.field, tc.msg)
+		if e.Field != tc.field || e.Err.Error() != tc.msg {
+			t.Errorf("%s: field %q msg %q, want %q %q", tc.in, e.Field, e.Err, tc.field, tc.msg)
 		}
 	}
 }
@@ -142,11 +142,15 @@ func TestDecodeNeedsAPointer(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
-	if got := (&Error{Field: "limits.memory", Msg: "m"}).Error(); got != "limits.memory: m" {
+	if got := Errorf("limits.memory", "m %d", 1).Error(); got != "limits.memory: m 1" {
 		t.Errorf("got %q", got)
 	}
-	if got := (&Error{Msg: "m"}).Error(); got != "m" {
+	if got := (&Error{Err: errors.New("m")}).Error(); got != "m" {
 		t.Errorf("got %q", got)
+	}
+	wrapped := fmt.Errorf("invalid job: %w", Errorf("runtime", "%w", io.EOF))
+	if e, ok := errors.AsType[*Error](wrapped); !ok || e.Field != "runtime" || !errors.Is(wrapped, io.EOF) {
+		t.Errorf("%v: the field and the wrapped error are not both found", wrapped)
 	}
 }
 
