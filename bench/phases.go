@@ -252,7 +252,18 @@ type phased struct {
 	Variant
 	runtime string // the runtime's path as it is exec'd (inside the jail for pmjail)
 	stage   string // the init stage's path, for pmjail
+	role    role
 }
+
+// role is what a traced row is to the others: the bare runtime they are
+// measured against, a pmjail row, or bubblewrap's, quoted beside each.
+type role int
+
+const (
+	roleBare role = iota
+	rolePmjail
+	roleBwrap
+)
 
 // phaseBreakdown: a traced pass over the Deno hello and /usr/bin/true
 // comparisons, which says in which part of a run pmjail's added time lies.
@@ -277,9 +288,9 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	b.inWork(deno)
 	b.inWork(native)
 	groups := [][]phased{{
-		{deno[0], b.Deno, ""}, {deno[1], runtimes.DenoTarget, stage}, {deno[2], b.Deno, ""},
+		{deno[0], b.Deno, "", roleBare}, {deno[1], runtimes.DenoTarget, stage, rolePmjail}, {deno[2], b.Deno, "", roleBwrap},
 	}, {
-		{native[0], "/usr/bin/true", ""}, {native[1], "/usr/bin/true", stage}, {native[2], "/usr/bin/true", ""},
+		{native[0], "/usr/bin/true", "", roleBare}, {native[1], "/usr/bin/true", stage, rolePmjail}, {native[2], "/usr/bin/true", "", roleBwrap},
 	}}
 	served, err := b.servedHello(ctx)
 	if err != nil {
@@ -289,8 +300,8 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 		defer served.stop()
 		// The pooled daemon's init stage was exec'd before the request.
 		pooled, unpooled, submit := served.variants[0], served.variants[1], served.variants[2]
-		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, ""}, phased{unpooled, runtimes.DenoTarget, stage},
-			phased{submit, runtimes.DenoTarget, ""})
+		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, "", rolePmjail},
+			phased{unpooled, runtimes.DenoTarget, stage, rolePmjail}, phased{submit, runtimes.DenoTarget, "", rolePmjail})
 	}
 	var rows [][]string
 	var lines []string
@@ -300,24 +311,29 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 			return err
 		}
 		med := make([]phases, len(g))
+		var base, bw phases
+		var bare string
 		for i, v := range g {
 			med[i] = medianPhases(cuts[i])
+			switch v.role {
+			case roleBare:
+				base, bare = med[i], v.Name
+			case roleBwrap:
+				bw = med[i]
+			}
 			stageCell := "—"
 			if v.stage != "" {
 				stageCell = ms(med[i].stage)
 			}
 			rows = append(rows, []string{v.Name, ms(med[i].toExec), stageCell, ms(med[i].runtime), ms(med[i].after)})
 		}
-		// Every pmjail row (the second, and the daemon's after bwrap's)
-		// against the bare one, with bwrap's beside it.
-		base, bw := med[0], med[2]
-		for i := 1; i < len(g); i++ {
-			if i == 2 {
+		// Every pmjail row against the bare one, with bwrap's beside it.
+		for i, pm := range med {
+			if g[i].role != rolePmjail {
 				continue
 			}
-			pm := med[i]
 			lines = append(lines, fmt.Sprintf("- %s against %s: %s before the runtime's exec (bwrap %s), %s while it runs (bwrap %s), %s after its exit (bwrap %s).",
-				g[i].Name, g[0].Name,
+				g[i].Name, bare,
 				signedMS(pm.toExec-base.toExec), signedMS(bw.toExec-base.toExec),
 				signedMS(pm.runtime-base.runtime), signedMS(bw.runtime-base.runtime),
 				signedMS(pm.after-base.after), signedMS(bw.after-base.after)))

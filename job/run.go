@@ -178,22 +178,24 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		return nil
 	}
 	// A native program this jail cannot run is the job's own bad input:
-	// refused, not pmjail's failure.
-	failProgram := func(code string, err error) {
+	// refused with a shell's exit code, not pmjail's failure. A runtime's
+	// launch failing is pmjail's own (an incomplete install).
+	failProgram := func(code string, err error, exit int) {
 		fail(code, "%v", err)
 		if r.Request.Exec != nil {
-			res.Status = jail.StatusRefused
+			res.Status, res.ExitCode = jail.StatusRefused, exit
 		}
 	}
 	launch, err := rn.launch(r)
 	if err != nil {
-		failProgram("runtime", err)
+		exit := 125 // a bad --ro-bind
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
-			res.ExitCode = 127 // the program could not be found
+			exit = 127 // the program could not be found
 		case errors.Is(err, fs.ErrPermission):
-			res.ExitCode = 126 // found, but not executable
+			exit = 126 // found, but not executable
 		}
+		failProgram("runtime", err, exit)
 		return nil
 	}
 	lim := r.Limits
@@ -213,10 +215,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	spec, err := jail.NewSpec(launch, rootLimits)
 	if err != nil {
-		failProgram("spec", err)
-		if r.Request.Exec != nil {
-			res.ExitCode = 126 // not a program this jail can execute
-		}
+		failProgram("spec", err, 126) // not a program this jail can execute
 		return nil
 	}
 	var flt filter
