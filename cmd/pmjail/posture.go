@@ -24,19 +24,9 @@ func cmdPosture(args []string) int {
 	fs.SetOutput(io.Discard)
 	jsonOut := fs.Bool("json", false, "print the posture object")
 	mode := job.ModeAuto
-	fs.Func("mode", "`MODE`: auto (default) or required", func(v string) error {
-		if v != job.ModeAuto && v != job.ModeRequired {
-			return errors.New("want auto or required")
-		}
-		mode = v
-		return nil
-	})
+	modeFlag(fs, &mode)
 	var extra []string
-	fs.Func("require", "comma-separated `LAYERS` to require besides the core (e.g. cgroup_memory,landlock)", func(v string) error {
-		layers, err := parseLayers(v)
-		extra = append(extra, layers...)
-		return err
-	})
+	requireFlag(fs, &extra, "comma-separated `LAYERS` to require besides the core (e.g. cgroup_memory,landlock)")
 	if err := cliflag.Parse(fs, args); err != nil {
 		return commandFailure(fs, "posture [--json] [--mode auto|required] [--require LAYERS]", err)
 	}
@@ -97,18 +87,31 @@ func printPosture(r *posture.Report) {
 	fmt.Println()
 }
 
-// parseLayers reads a --require value: posture layer names, comma-separated
-// (none when empty, as a script's empty variable gives).
-func parseLayers(v string) ([]string, error) {
-	if v == "" {
-		return nil, nil
-	}
-	var layers []string
-	for _, l := range strings.Split(v, ",") {
-		if !slices.Contains(posture.Names, l) {
-			return nil, fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
+// modeFlag defines --mode, checked as it is parsed, into dst.
+func modeFlag(fs *flag.FlagSet, dst *string) {
+	fs.Func("mode", "`MODE`: auto (default) or required", func(v string) error {
+		if v != job.ModeAuto && v != job.ModeRequired {
+			return errors.New("want auto or required")
 		}
-		layers = append(layers, l)
-	}
-	return layers, nil
+		*dst = v
+		return nil
+	})
+}
+
+// requireFlag defines --require: posture layer names, comma-separated,
+// added to dst (none for an empty value, as a script's empty variable
+// gives). The flag may be repeated.
+func requireFlag(fs *flag.FlagSet, dst *[]string, usage string) {
+	fs.Func("require", usage, func(v string) error {
+		if v == "" {
+			return nil
+		}
+		for _, l := range strings.Split(v, ",") {
+			if !slices.Contains(posture.Names, l) {
+				return fmt.Errorf("unknown layer %q (layers: %s)", l, strings.Join(posture.Names, ", "))
+			}
+			*dst = append(*dst, l)
+		}
+		return nil
+	})
 }

@@ -68,13 +68,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		})
 	}
 	fs.StringVar(&f.profile, "profile", "", "hardening profile: a built-in `NAME` or a file")
-	fs.Func("mode", "`MODE`: auto (default) or required", func(v string) error {
-		if v != job.ModeAuto && v != job.ModeRequired {
-			return errors.New("want auto or required")
-		}
-		f.mode = v
-		return nil
-	})
+	modeFlag(fs, &f.mode)
 	fs.BoolVar(&f.jsonOut, "json", false, "print the result object instead of passing output through")
 	fs.Var(&f.memory, "memory", "memory limit, `SIZE` such as 128M")
 	fs.Var(&f.output, "output-limit", "output limit per stream, `SIZE` such as 1M")
@@ -89,11 +83,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		return nil
 	})
 	if name != "submit" { // a daemon's operator sets what its runs require
-		fs.Func("require", "`LAYERS` mode required insists on besides the core, comma-separated", func(v string) error {
-			layers, err := parseLayers(v)
-			f.require = append(f.require, layers...)
-			return err
-		})
+		requireFlag(fs, &f.require, "`LAYERS` mode required insists on besides the core, comma-separated")
 	}
 	return f
 }

@@ -12,14 +12,14 @@ import (
 	"strings"
 )
 
-// IsHelp reports whether a flag set's Parse error means help was asked for.
-func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+// isHelp reports whether a flag set's Parse error means help was asked for.
+func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
 
 // Help answers a request for help (-h, --help) in err: fs's usage on
 // stdout, and true, for the command to exit 0. Any other err is left to
 // the caller.
 func Help(fs *flag.FlagSet, synopsis string, err error) bool {
-	if !IsHelp(err) {
+	if !isHelp(err) {
 		return false
 	}
 	Usage(os.Stdout, fs, synopsis)
@@ -35,7 +35,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	fs.VisitAll(func(f *flag.Flag) { f.Value = &naming{Value: f.Value, name: f.Name, err: &setErr} })
 	defer fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(*naming).Value })
 	err := fs.Parse(args)
-	if err == nil || IsHelp(err) {
+	if err == nil || isHelp(err) {
 		return err
 	}
 	if setErr != nil {
@@ -80,10 +80,7 @@ func (n *naming) Set(v string) error {
 
 // IsBoolFlag passes the wrapped value's answer on: package flag asks it to
 // know whether the flag takes a value.
-func (n *naming) IsBoolFlag() bool {
-	b, ok := n.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
+func (n *naming) IsBoolFlag() bool { return isBool(n.Value) }
 
 // Usage writes "usage: pmjail SYNOPSIS" and one entry per flag of fs, in
 // name order, with its default where that is not the zero value.
@@ -99,7 +96,7 @@ func Usage(w io.Writer, fs *flag.FlagSet, synopsis string) {
 		if arg != "" {
 			arg = " " + arg
 		}
-		if isBool(f) {
+		if isBool(f.Value) {
 			arg = ""
 		}
 		fmt.Fprintf(w, "  --%s%s\n      %s", f.Name, arg, help)
@@ -110,8 +107,8 @@ func Usage(w io.Writer, fs *flag.FlagSet, synopsis string) {
 	})
 }
 
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+func isBool(v flag.Value) bool {
+	b, ok := v.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
 }
 

@@ -42,12 +42,12 @@ func TestIsHelp(t *testing.T) {
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}} {
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		if err := fs.Parse(args); !IsHelp(err) {
+		if err := fs.Parse(args); !isHelp(err) {
 			t.Errorf("%v: %v, want help", args, err)
 		}
 	}
-	if IsHelp(errors.New("flag provided but not defined: -x")) || !IsHelp(fmt.Errorf("run: %w", flag.ErrHelp)) {
-		t.Error("IsHelp on other errors")
+	if isHelp(errors.New("flag provided but not defined: -x")) || !isHelp(fmt.Errorf("run: %w", flag.ErrHelp)) {
+		t.Error("isHelp on other errors")
 	}
 }
 
@@ -99,7 +99,7 @@ func TestParseErrorsUseDoubleDashes(t *testing.T) {
 	if !strings.Contains(b.String(), "--pids int") || !strings.Contains(b.String(), "  --json\n") {
 		t.Errorf("usage after Parse:\n%s", b.String())
 	}
-	if fs, _, _ := newSet(); !IsHelp(Parse(fs, []string{"--help"})) {
+	if fs, _, _ := newSet(); !isHelp(Parse(fs, []string{"--help"})) {
 		t.Error("--help: want flag.ErrHelp")
 	}
 }
