@@ -68,27 +68,29 @@ func (b *Bench) denoHello(ctx context.Context) error {
 		return err
 	}
 	warm := Variant{Name: "bare deno (warm DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, Env: []string{"DENO_DIR=" + b.work("deno-warm")}, Want: "hello"}
-	variants := []Variant{deno[0], warm, deno[1], deno[2]}
+	// The rows' order: the first is every ratio's base, and the daemon's
+	// rows, when there is a daemon, come last.
+	variants := []Variant{deno.bare, warm, deno.pmjail, deno.bwrap}
+	const bare, pmjail, bwrap, daemon = 0, 2, 3, 4
 	served, err := b.servedHello(ctx)
 	if err != nil {
 		return err
 	}
 	if served != nil {
 		defer served.stop()
-		variants = append(variants, served.variants...)
+		variants = append(variants, served.all()...)
 	}
-	s, err := b.compare(ctx, variants, b.Reps, 3, 0)
+	s, err := b.compare(ctx, variants, b.Reps, 3, bare)
 	if err != nil {
 		return err
 	}
-	bwAdded := s[3].Median - s[0].Median
-	b.helloTargets("pmjail hello", s[2].Median, s[0].Median, bwAdded)
+	bwAdded := s[bwrap].Median - s[bare].Median
+	b.helloTargets("pmjail hello", s[pmjail].Median, s[bare].Median, bwAdded)
 	b.Report.Para("The bwrap row runs the same Deno with all namespaces, the binary and the libraries it loads bound read-only, a tmpfs /tmp and DENO_DIR=/tmp/deno, but no cgroup, seccomp, Landlock, guest channel or result: it is the floor for a namespace jail on this host, not an equal.")
 	if served == nil {
 		return nil
 	}
-	pooled := s[len(s)-len(served.variants)] // the first of the daemon's rows
-	b.helloTargets("the same hello through the daemon (pool full)", pooled.Median, s[0].Median, bwAdded)
+	b.helloTargets("the same hello through the daemon (pool full)", s[daemon].Median, s[bare].Median, bwAdded) // served.pooled's row
 	b.Report.Para("The daemon rows are the deployed path: the bench sends the job with the Go client (package client) over one kept-alive connection to a `pmjail serve` on a private socket and times it from the request to the result, against the bare rows' fork to exit. The first daemon (config `%s`) keeps init stages started ahead of runs, each waiting with its cgroup made and the last run's root mounted; every request arrives with that pool as full as when the daemon was idle, refilled off the clock after each run, so this is the latency of a request to an idle service, and the refill's CPU is not counted. The second (`%s`) starts nothing ahead: each run clones and starts its own init stage, as the CLI does, without the CLI's own start. The last row is the CLI's own client, `pmjail submit`, sending the same job to the first daemon and timed like the bare rows, from fork to exit: the request's latency plus the start of a pmjail process. The CLI rows above are what the issue's targets name; the daemon's are given beside them.", daemonConfig, coldDaemonConfig)
 	return nil
 }
@@ -106,9 +108,14 @@ func (b *Bench) helloTargets(what string, median, bare, bwAdded time.Duration) {
 
 // served are Deno hello's daemon variants and what ends their daemons.
 type served struct {
-	variants []Variant
+	pooled   Variant // a request to the bench's daemon, its pool full
+	unpooled Variant // a request to a daemon that starts nothing ahead
+	submit   Variant // `pmjail submit` to the bench's daemon
 	stop     func()
 }
+
+// all is the variants in the order their rows are reported.
+func (s *served) all() []Variant { return []Variant{s.pooled, s.unpooled, s.submit} }
 
 // servedHello is Deno hello as requests to the bench's daemon, to a second
 // one that starts no init stage ahead of runs, and as `pmjail submit` to
@@ -146,57 +153,66 @@ func (b *Bench) servedHello(ctx context.Context) (_ *served, err error) {
 	// script on a host that runs the service pays.
 	submit := Variant{Name: "pmjail submit (to the daemon)", Argv: []string{b.Pmjail, "submit", "--socket", b.Daemon.Socket, "hello.js"},
 		Dir: b.Work, Want: "hello", After: pooled.After}
-	return &served{variants: []Variant{pooled, unpooled, submit}, stop: cold.Stop}, nil
+	return &served{pooled: pooled, unpooled: unpooled, submit: submit, stop: cold.Stop}, nil
 }
 
 // nativeTrue: /bin/true bare, under pmjail exec and under a comparable
 // bubblewrap (all namespaces, the binary and its ldd libraries only).
 func (b *Bench) nativeTrue(ctx context.Context) error {
 	b.Report.Section("Native /usr/bin/true: bare vs pmjail exec vs bubblewrap")
-	variants, err := b.trueVariants()
+	native, err := b.trueVariants()
 	if err != nil {
 		return err
 	}
-	s, err := b.compare(ctx, variants, b.Reps*2, 3, 0)
+	s, err := b.compare(ctx, native.list(), b.Reps*2, 3, 0)
 	if err != nil {
 		return err
 	}
-	added, bwAdded := s[1].Median-s[0].Median, s[2].Median-s[0].Median
-	b.trueAdded = []time.Duration{added, bwAdded}
+	added := startCost{pmjail: s[1].Median - s[0].Median, bwrap: s[2].Median - s[0].Median}
+	b.trueAdded = &added
 	b.Report.Target("pmjail exec /bin/true: added latency no worse than bubblewrap's",
-		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added), signedMS(bwAdded)), added <= bwAdded)
+		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added.pmjail), signedMS(added.bwrap)), added.pmjail <= added.bwrap)
 	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. The README's \"Numbers\" section says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
 	return nil
 }
 
 // denoVariants are Deno hello bare (a fresh DENO_DIR a run), under pmjail
-// and under bubblewrap around the same Deno, as the timed and the traced
-// comparisons run them.
-func (b *Bench) denoVariants() ([]Variant, error) {
+// and under bubblewrap around the same Deno, in the scratch directory, as
+// the timed and the traced comparisons run them.
+func (b *Bench) denoVariants() (trio, error) {
 	bw, err := b.bwrapArgv(b.Deno, "--ro-bind", b.work("hello.js"), "/job/hello.js", "--setenv", "DENO_DIR", "/tmp/deno")
 	if err != nil {
-		return nil, err
+		return trio{}, err
 	}
-	return []Variant{
-		{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello"},
-		{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello"},
-		{Name: "bwrap deno", Argv: append(bw, b.Deno, "run", "/job/hello.js"), Want: "hello"},
+	return trio{
+		bare:   Variant{Name: "bare deno (cold DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello", Dir: b.Work},
+		pmjail: Variant{Name: "pmjail run", Argv: []string{b.Pmjail, "run", "hello.js"}, Want: "hello", Dir: b.Work},
+		bwrap:  Variant{Name: "bwrap deno", Argv: append(bw, b.Deno, "run", "/job/hello.js"), Want: "hello", Dir: b.Work},
 	}, nil
 }
 
 // trueVariants are /usr/bin/true bare, under pmjail exec and under a
 // comparable bubblewrap (all namespaces, the binary and its ldd libraries).
-func (b *Bench) trueVariants() ([]Variant, error) {
+func (b *Bench) trueVariants() (trio, error) {
 	bw, err := b.bwrapArgv("/usr/bin/true")
 	if err != nil {
-		return nil, err
+		return trio{}, err
 	}
-	return []Variant{
-		{Name: "bare true", Argv: []string{"/usr/bin/true"}},
-		{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}},
-		{Name: "bwrap", Argv: append(bw, "/usr/bin/true")},
+	return trio{
+		bare:   Variant{Name: "bare true", Argv: []string{"/usr/bin/true"}, Dir: b.Work},
+		pmjail: Variant{Name: "pmjail exec", Argv: []string{b.Pmjail, "exec", "--", "/usr/bin/true"}, Dir: b.Work},
+		bwrap:  Variant{Name: "bwrap", Argv: append(bw, "/usr/bin/true"), Dir: b.Work},
 	}, nil
 }
+
+// trio is one program bare, under pmjail and under bubblewrap.
+type trio struct{ bare, pmjail, bwrap Variant }
+
+// list is the three in the order their rows are reported, bare first.
+func (t trio) list() []Variant { return []Variant{t.bare, t.pmjail, t.bwrap} }
+
+// startCost is what each jail adds to a program that does nothing.
+type startCost struct{ pmjail, bwrap time.Duration }
 
 // bwrapArgv is a minimal bubblewrap jail for prog: every namespace, the
 // program and exactly the libraries ldd lists bound read-only, a fresh
@@ -266,14 +282,12 @@ func (b *Bench) seccompCost(ctx context.Context) error {
 	prof := "bench/profile-allow-all.json"
 	b.Report.Para("These rows run from the repository root (the profile names its policy by a relative path). `%s` is the default profile with every seccomp policy replaced by `bench/seccomp-allow-all.json` (defaultAction SCMP_ACT_ALLOW, no rules): still a filter, so the difference below is the cost of the real policy's rules.", prof)
 	b.Report.Para("Deno hello:")
-	s, err := b.compare(ctx, []Variant{
+	if _, err := b.compare(ctx, []Variant{
 		{Name: "pmjail run (deno policy)", Argv: []string{b.Pmjail, "run", b.work("hello.js")}, Dir: b.Root, Want: "hello"},
 		{Name: "pmjail run (allow-all)", Argv: []string{b.Pmjail, "run", "--profile", prof, b.work("hello.js")}, Dir: b.Root, Want: "hello"},
-	}, b.Reps, 2, 1)
-	if err != nil {
+	}, b.Reps, 2, 1); err != nil {
 		return err
 	}
-	_ = s
 	const n = 500000
 	dd := []string{"/usr/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=1", fmt.Sprintf("count=%d", n), "status=none"}
 	bw, err := b.bwrapArgv("/usr/bin/dd")
@@ -281,7 +295,7 @@ func (b *Bench) seccompCost(ctx context.Context) error {
 		return err
 	}
 	b.Report.Para("A syscall-heavy loop: dd copying %d single bytes (%d read and write syscalls):", n, 2*n)
-	s, err = b.compare(ctx, []Variant{
+	s, err := b.compare(ctx, []Variant{
 		{Name: "bare dd", Argv: dd},
 		{Name: "bwrap dd (no filter)", Argv: append(bw, dd...)},
 		{Name: "pmjail exec dd (native policy)", Argv: append([]string{b.Pmjail, "exec", "--"}, dd...), Dir: b.Root},
@@ -297,7 +311,7 @@ func (b *Bench) seccompCost(ctx context.Context) error {
 		return nil
 	}
 	// Take out each jail's fixed start-up cost, measured on /usr/bin/true.
-	pm, bwf := b.trueAdded[0], b.trueAdded[1]
+	pm, bwf := b.trueAdded.pmjail, b.trueAdded.bwrap
 	b.Report.Para("Per syscall, against bare dd, less each jail's start-up cost from the /usr/bin/true table (pmjail %s, bwrap %s): bwrap %s, pmjail native policy %s, pmjail allow-all %s; the policy's rules themselves (native − allow-all): %s. Any filter at all costs more than its rules: the kernel also turns on speculative-store-bypass mitigation for a task under seccomp unless the filter is installed with SECCOMP_FILTER_FLAG_SPEC_ALLOW, and bwrap here installs none. With min – max this wide, read differences under ~50 ns per syscall as noise.",
 		ms(pm), ms(bwf), per(s[1].Median-s[0].Median-bwf), per(s[2].Median-s[0].Median-pm), per(s[3].Median-s[0].Median-pm), per(s[2].Median-s[3].Median))
 	return nil

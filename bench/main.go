@@ -28,7 +28,7 @@ type Bench struct {
 	Daemon     *Daemon // nil when the daemon could not be started
 	// trueAdded is the start-up cost pmjail and bwrap add to /usr/bin/true
 	// (set by the native section, used to isolate per-syscall costs).
-	trueAdded []time.Duration
+	trueAdded *startCost
 }
 
 var sectionOrder = []string{"deno", "native", "phases", "python", "seccomp", "memory", "daemon", "soak", "gobench"}

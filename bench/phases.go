@@ -285,12 +285,10 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.inWork(deno)
-	b.inWork(native)
 	groups := [][]phased{{
-		{deno[0], b.Deno, "", roleBare}, {deno[1], runtimes.DenoTarget, stage, rolePmjail}, {deno[2], b.Deno, "", roleBwrap},
+		{deno.bare, b.Deno, "", roleBare}, {deno.pmjail, runtimes.DenoTarget, stage, rolePmjail}, {deno.bwrap, b.Deno, "", roleBwrap},
 	}, {
-		{native[0], "/usr/bin/true", "", roleBare}, {native[1], "/usr/bin/true", stage, rolePmjail}, {native[2], "/usr/bin/true", "", roleBwrap},
+		{native.bare, "/usr/bin/true", "", roleBare}, {native.pmjail, "/usr/bin/true", stage, rolePmjail}, {native.bwrap, "/usr/bin/true", "", roleBwrap},
 	}}
 	served, err := b.servedHello(ctx)
 	if err != nil {
@@ -299,9 +297,8 @@ func (b *Bench) phaseBreakdown(ctx context.Context) error {
 	if served != nil {
 		defer served.stop()
 		// The pooled daemon's init stage was exec'd before the request.
-		pooled, unpooled, submit := served.variants[0], served.variants[1], served.variants[2]
-		groups[0] = append(groups[0], phased{pooled, runtimes.DenoTarget, "", rolePmjail},
-			phased{unpooled, runtimes.DenoTarget, stage, rolePmjail}, phased{submit, runtimes.DenoTarget, "", rolePmjail})
+		groups[0] = append(groups[0], phased{served.pooled, runtimes.DenoTarget, "", rolePmjail},
+			phased{served.unpooled, runtimes.DenoTarget, stage, rolePmjail}, phased{served.submit, runtimes.DenoTarget, "", rolePmjail})
 	}
 	var rows [][]string
 	var lines []string
