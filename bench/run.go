@@ -36,6 +36,8 @@ type Variant struct {
 	FreshDenoDir bool
 	// Want must appear in the command's stdout for a run to count.
 	Want string
+	// Stdin, when set, is a file the command reads as its standard input.
+	Stdin string
 }
 
 // Command is the variant as a shell-ready line, for the report.
@@ -51,6 +53,9 @@ func (v Variant) Command() string {
 		b.WriteString(e + " ")
 	}
 	b.WriteString(strings.Join(v.Argv, " "))
+	if v.Stdin != "" {
+		b.WriteString(" < " + v.Stdin)
+	}
 	return b.String()
 }
 
@@ -86,6 +91,14 @@ func (v Variant) run(ctx context.Context) (span, error) {
 		}
 		defer os.RemoveAll(dir)
 		cmd.Env = append(cmd.Env, "DENO_DIR="+dir)
+	}
+	if v.Stdin != "" {
+		f, err := os.Open(v.Stdin)
+		if err != nil {
+			return span{}, fmt.Errorf("%s: %w", v.Name, err)
+		}
+		defer f.Close()
+		cmd.Stdin = f
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
