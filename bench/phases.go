@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +26,55 @@ import (
 // its init stage), what comes after is the runtime's teardown, the wrapper's
 // own and its result.
 
-const tracefs = "/sys/kernel/tracing"
+// hostTracefs is where the host mounts tracefs, if it does.
+const hostTracefs = "/sys/kernel/tracing"
+
+// tracefsDir returns a path to tracefs: the host's mount when it has one,
+// else a mount of the bench's own, made on a thread in a mount namespace
+// of its own and reached through an open descriptor (/proc/self/fd/N), so
+// nothing is mounted on the host and nothing is left after a kill. Every
+// tracefs mount shows the same instances.
+var tracefsDir = sync.OnceValues(func() (string, error) {
+	if _, err := os.Stat(filepath.Join(hostTracefs, "instances")); err == nil {
+		return hostTracefs, nil
+	}
+	type opened struct {
+		fd  int
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, and its
+		// mount namespace with it; the mount lives on through the fd.
+		runtime.LockOSThread()
+		fd, err := mountPrivateTracefs()
+		done <- opened{fd, err}
+	}()
+	o := <-done
+	if o.err != nil {
+		return "", fmt.Errorf("no tracefs at %s, and none of the bench's own: %w", hostTracefs, o.err)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", o.fd), nil
+})
+
+// mountPrivateTracefs mounts tracefs in a new mount namespace of the calling
+// thread, which must be locked to it, and opens the mount's root.
+func mountPrivateTracefs() (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, os.NewSyscallError("unshare mount namespace", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("tracefs", hostTracefs, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return -1, fmt.Errorf("mount tracefs: %w", err)
+	}
+	fd, err := unix.Open(hostTracefs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: hostTracefs, Err: err}
+	}
+	return fd, nil
+}
 
 // procEvent is one sched_process_exec or sched_process_exit event.
 type procEvent struct {
@@ -39,10 +89,11 @@ type procEvent struct {
 type tracer struct{ dir string }
 
 func startTracer() (*tracer, error) {
-	if _, err := os.Stat(filepath.Join(tracefs, "instances")); err != nil {
-		return nil, fmt.Errorf("no tracefs at %s: %w", tracefs, err)
+	tracefs, err := tracefsDir()
+	if err != nil {
+		return nil, err
 	}
-	removeStaleInstances()
+	removeStaleInstances(tracefs)
 	t := &tracer{dir: filepath.Join(tracefs, "instances", fmt.Sprintf("%s%d", instancePrefix, os.Getpid()))}
 	if err := os.Mkdir(t.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create ftrace instance: %w", err)
@@ -68,7 +119,7 @@ var traceSwitches = []string{"events/sched/sched_process_exec/enable", "events/s
 
 // removeStaleInstances removes the instances of benches that were killed
 // before they could: each holds a trace buffer until it is removed.
-func removeStaleInstances() {
+func removeStaleInstances(tracefs string) {
 	dirs, _ := filepath.Glob(filepath.Join(tracefs, "instances", instancePrefix+"*"))
 	for _, dir := range dirs {
 		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), instancePrefix))
