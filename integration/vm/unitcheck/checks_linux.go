@@ -103,7 +103,7 @@ func (e *env) activate() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := e.serving(o.Health.PID); err != nil {
+	if err := poll(time.Minute, func() error { return e.serving(o.Health.PID) }); err != nil {
 		return "", err
 	}
 	log, _ := os.ReadFile(serviceLog)
@@ -116,13 +116,19 @@ func (e *env) activate() (string, error) {
 // serving checks that systemd has the service running with daemonPID (the
 // pid the daemon's health reports) as its main process, the process that
 // pmjail serve became, in the leaf of the delegated cgroup it moves to.
+// Its error wraps errNotYet while systemd has yet to see the daemon ready.
 func (e *env) serving(daemonPID int) error {
 	props, err := properties(serviceUnit, "ActiveState", "SubState", "MainPID", "ControlGroup")
 	if err != nil {
 		return err
 	}
-	if props["ActiveState"] != "active" || props["SubState"] != "running" {
-		return fmt.Errorf("%s is %s/%s, want active/running", serviceUnit, props["ActiveState"], props["SubState"])
+	switch state := props["ActiveState"] + "/" + props["SubState"]; state {
+	case "active/running":
+	case "activating/start", "reloading/reload":
+		// The daemon answers before systemd has read its READY=1.
+		return fmt.Errorf("%w: %s is %s", errNotYet, serviceUnit, state)
+	default:
+		return fmt.Errorf("%s is %s, want active/running", serviceUnit, state)
 	}
 	pid, _ := strconv.Atoi(props["MainPID"])
 	if pid == 0 || pid != daemonPID {
@@ -353,19 +359,22 @@ func (e *env) stopDrains() (string, error) {
 }
 
 // gone checks that the service is stopped and left nothing: no cgroup, no
-// process of a daemon or job.
+// process of a daemon or job. What systemd tears down after the stop
+// returns is given a while to go.
 func (e *env) gone() error {
 	if err := wantState(serviceUnit, "inactive"); err != nil {
 		return err
 	}
-	if _, err := os.Stat(e.cgroup); !os.IsNotExist(err) {
-		left, _ := jobCgroups(e.cgroup, true)
-		return fmt.Errorf("%s is still there (job cgroups %v): %v", e.cgroup, left, err)
-	}
-	if left := processesNamed(jailProcesses...); len(left) > 0 {
-		return fmt.Errorf("processes left: %v", left)
-	}
-	return nil
+	return poll(30*time.Second, func() error {
+		if _, err := os.Stat(e.cgroup); !os.IsNotExist(err) {
+			left, _ := jobCgroups(e.cgroup, true)
+			return fmt.Errorf("%w: %s is still there (job cgroups %v): %v", errNotYet, e.cgroup, left, err)
+		}
+		if left := processesNamed(jailProcesses...); len(left) > 0 {
+			return fmt.Errorf("%w: processes left: %v", errNotYet, left)
+		}
+		return nil
+	})
 }
 
 func (e *env) reactivate() (string, error) {
@@ -374,7 +383,7 @@ func (e *env) reactivate() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := e.serving(o.Health.PID); err != nil {
+	if err := poll(time.Minute, func() error { return e.serving(o.Health.PID) }); err != nil {
 		return "", err
 	}
 	if e.pid == before {
@@ -388,9 +397,24 @@ func (e *env) killRestart() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	jobs, err := jobCgroups(e.cgroup, false)
-	if err != nil || len(jobs) != 1 {
-		return "", fmt.Errorf("want the one job's cgroup in %s: %v %v", e.cgroup, jobs, err)
+	// In flight is counted from the request: wait for the job's cgroup and
+	// its processes.
+	var jobs []string
+	err = poll(startupTime, func() error {
+		if jobs, err = jobCgroups(e.cgroup, false); err != nil {
+			return err
+		}
+		if len(jobs) != 1 {
+			return fmt.Errorf("%w: job cgroups %v, want one", errNotYet, jobs)
+		}
+		procs, err := os.ReadFile(filepath.Join(e.cgroup, jobs[0], "cgroup.procs"))
+		if err != nil || len(procs) == 0 {
+			return fmt.Errorf("%w: no process in %s yet (%v)", errNotYet, jobs[0], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	killed := e.pid
 	if err := syscall.Kill(killed, syscall.SIGKILL); err != nil {
