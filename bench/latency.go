@@ -72,10 +72,12 @@ func (b *Bench) denoHello(ctx context.Context) error {
 		return err
 	}
 	warm := Variant{Name: "bare deno (warm DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, Env: []string{"DENO_DIR=" + b.work("deno-warm")}, Want: "hello"}
+	floor := Variant{Name: "Go launcher, namespaces only (nslaunch)", Argv: []string{b.NSLaunch, b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello", Dir: b.Work}
 	// The rows' order: the first is every ratio's base, and the daemon's
 	// rows, when there is a daemon, come last.
-	variants := []Variant{deno.bare, warm, deno.pmjail, deno.bwrap}
-	const bare, pmjail, bwrap, daemon = 0, 2, 3, 4
+	variants := []Variant{deno.bare, warm, deno.pmjail, deno.bwrap, floor}
+	const bare, pmjail, bwrap, nslaunch = 0, 2, 3, 4
+	daemon := len(variants) // served.pooled's row
 	served, err := b.servedHello(ctx)
 	if err != nil {
 		return err
@@ -91,6 +93,8 @@ func (b *Bench) denoHello(ctx context.Context) error {
 	bwAdded := s[bwrap].Median - s[bare].Median
 	b.helloTargets("pmjail hello", s[pmjail].Median, s[bare].Median, bwAdded)
 	b.Report.Para("The bwrap row runs the same Deno with all namespaces, the binary and the libraries it loads bound read-only, a tmpfs /tmp and DENO_DIR=/tmp/deno, but no cgroup, seccomp, Landlock, guest channel or result: it is the floor for a namespace jail on this host, not an equal.")
+	b.Report.Para("The nslaunch row is a Go program (bench/nslaunch, static, pure Go, built as pmjail-init is) that only clones a child into the same seven namespaces and has it exec Deno, on the host's file system with a fresh DENO_DIR as the bare row: no root, no init stage, no cgroup, seccomp or result. It is the floor of any jail whose front end is a Go process, as pmjail's CLI is: %s over bare Deno here, against bubblewrap's %s.",
+		signedMS(s[nslaunch].Median-s[bare].Median), signedMS(bwAdded))
 	if served == nil {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 type Bench struct {
 	Root       string // the repository root (the working directory)
 	Pmjail     string // the pmjail binary under test
+	NSLaunch   string // bench/nslaunch, built into Work: a Go front end's floor
 	Deno       string // the pinned Deno
 	PyodideDir string
 	Work       string // scratch files, outside any project folder
@@ -171,7 +172,14 @@ func (b *Bench) setup() error {
 			return err
 		}
 	}
-	return nil
+	// Built as pmjail-init is: static, pure Go, no symbol table.
+	b.NSLaunch = b.work("nslaunch")
+	build := exec.Command("go", "build", "-ldflags=-s -w", "-o", b.NSLaunch, "./bench/nslaunch")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build bench/nslaunch: %w: %s", err, out)
+	}
+	return settle(b.NSLaunch)
 }
 
 // ensureTool installs the Debian package that provides bin when it is
