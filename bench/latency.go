@@ -72,7 +72,11 @@ func (b *Bench) denoHello(ctx context.Context) error {
 		return err
 	}
 	warm := Variant{Name: "bare deno (warm DENO_DIR)", Argv: []string{b.Deno, "run", "hello.js"}, Env: []string{"DENO_DIR=" + b.work("deno-warm")}, Want: "hello"}
-	floor := Variant{Name: "Go launcher, namespaces only (nslaunch)", Argv: []string{b.NSLaunch, b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello", Dir: b.Work}
+	nsLaunch, err := b.buildNSLaunch()
+	if err != nil {
+		return err
+	}
+	floor := Variant{Name: "Go launcher, namespaces only (nslaunch)", Argv: []string{nsLaunch, b.Deno, "run", "hello.js"}, FreshDenoDir: true, Want: "hello", Dir: b.Work}
 	// The rows' order: the first is every ratio's base, and the daemon's
 	// rows, when there is a daemon, come last.
 	variants := []Variant{deno.bare, warm, deno.pmjail, deno.bwrap, floor}

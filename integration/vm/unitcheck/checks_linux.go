@@ -65,7 +65,7 @@ func (e *env) install() (string, error) {
 	// The VM runs no journald: the daemon's log goes to a file instead,
 	// printed if a check fails. Nothing else of the unit is changed.
 	dropIn := "[Service]\nStandardOutput=append:" + serviceLog + "\nStandardError=inherit\n"
-	if err := os.MkdirAll(filepath.Dir(serviceLog), 0o755); err != nil {
+	if err := writeFile(serviceLog, "", 0o640); err != nil {
 		return "", err
 	}
 	if err := writeFile(filepath.Join(unitDir, serviceUnit+".d", "vm-log.conf"), dropIn, 0o644); err != nil {
