@@ -184,7 +184,7 @@ func (b *Bench) nativeTrue(ctx context.Context) error {
 	b.trueAdded = &added
 	b.Report.Target("pmjail exec /bin/true: added latency no worse than bubblewrap's",
 		fmt.Sprintf("pmjail %s, bwrap %s", signedMS(added.pmjail), signedMS(added.bwrap)), added.pmjail <= added.bwrap)
-	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. The README's \"Numbers\" section says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
+	b.Report.Para("What pmjail does that bwrap does not, on this path: a per-job cgroup (memory, pids, cpu), a seccomp filter with a user-notification listener, Landlock, rlimits, a second Go binary as the init stage (pmjail-init, static, pure Go), the result and posture. docs/numbers.md says where pmjail's time goes on this host (the supervisor's own start and preparation, the clone into new namespaces and the init stage's start; joining the cgroup costs nothing on the critical path: CLONE_INTO_CGROUP on v2, a self-join of the init stage's exec'ing thread on v1).")
 	return nil
 }
 
