@@ -20,7 +20,8 @@ type Ceiling struct {
 	// Runtimes lists the enabled runtimes; nil enables all.
 	Runtimes []runtimes.Name
 	// Profiles lists the profiles a job may name; nil allows all built-in
-	// ones (a job may never name a file: only the operator may).
+	// ones (a job may never name a file: only the operator may). A job that
+	// names none runs under "default" if it is listed, else the first.
 	Profiles []string
 	// Mode is the least strict mode a job may run in: "required" forces it.
 	Mode string
@@ -80,7 +81,13 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	if ceil.Profiles != nil && req.Profile != "" && !slices.Contains(ceil.Profiles, req.Profile) {
 		return nil, invalidAt("profile", "%q is not allowed on this server", req.Profile)
 	}
-	prof, err := profiles.Load(req.Profile)
+	name := req.Profile
+	if name == "" && ceil.Profiles != nil && !slices.Contains(ceil.Profiles, "default") && len(ceil.Profiles) > 0 {
+		// An operator who allows only stricter profiles means every job,
+		// also one that names none, to run under one of them.
+		name = ceil.Profiles[0]
+	}
+	prof, err := profiles.Load(name)
 	if err != nil {
 		return nil, invalidAt("profile", "%w", err)
 	}

@@ -91,7 +91,8 @@ type CeilingConfig struct {
 	Limits profiles.Limits `json:"limits"`
 	// Runtimes enabled (default: deno and python).
 	Runtimes []string `json:"runtimes"`
-	// Profiles a job may name (default: every built-in one).
+	// Profiles a job may name (default: every built-in one); a job that
+	// names none runs under "default" if listed, else the first.
 	Profiles []string `json:"profiles"`
 	// Mode "required" forces every run into mode required; "auto" (the
 	// default) lets the job choose.

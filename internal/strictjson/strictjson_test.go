@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -155,8 +156,10 @@ func TestErrorText(t *testing.T) {
 }
 
 // FuzzDecode: whatever the input, Decode neither panics nor answers with
-// anything but an *Error, and it accepts exactly what encoding/json's
-// strict decoding does.
+// anything but an *Error, it accepts exactly what encoding/json's strict
+// decoding does, and what it accepts decodes to the same value: a decoder
+// that agreed on the verdict but filled a field differently would let a
+// job mean one thing to a proxy and another to the jail.
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"n","limits":{"memory":"64M","pids":3},"list":[{"memory":1}],"by_name":{"k":{}}}`,
@@ -184,6 +187,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if (err == nil) != (stdErr == nil) {
 			t.Fatalf("%q: Decode says %v, encoding/json %v", data, err, stdErr)
+		}
+		if err == nil && !reflect.DeepEqual(d, std) {
+			t.Fatalf("%q: Decode gave %+v, encoding/json %+v", data, d, std)
 		}
 	})
 }
