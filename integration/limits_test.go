@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -100,18 +99,23 @@ func TestLimits_CPUTime(t *testing.T) {
 }
 
 func TestLimits_ConcurrentJobsIsolated(t *testing.T) {
-	var wg sync.WaitGroup
 	var bomb, normal *Result
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		bomb = runScript(t, "bomb.js", `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`, "--memory", "64M")
-	}()
-	go func() {
-		defer wg.Done()
-		normal = runScript(t, "normal.js", `const a = new Uint8Array(100 << 20).fill(1); let s = 0; for (let i = 0; i < a.length; i += 4096) s += a[i]; console.log(s);`)
-	}()
-	wg.Wait()
+	// Parallel subtests, not bare goroutines: runScript may t.Fatal, which
+	// must run on its own test's goroutine. The group returns when both
+	// runs have ended.
+	t.Run("together", func(t *testing.T) {
+		t.Run("bomb", func(t *testing.T) {
+			t.Parallel()
+			bomb = runScript(t, "bomb.js", `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`, "--memory", "64M")
+		})
+		t.Run("normal", func(t *testing.T) {
+			t.Parallel()
+			normal = runScript(t, "normal.js", `const a = new Uint8Array(100 << 20).fill(1); let s = 0; for (let i = 0; i < a.length; i += 4096) s += a[i]; console.log(s);`)
+		})
+	})
+	if t.Failed() {
+		return
+	}
 	if bomb.Status != "memory_limit" {
 		t.Errorf("bomb: %s, want memory_limit", bomb.Status)
 	}

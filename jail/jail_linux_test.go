@@ -67,13 +67,39 @@ func TestRunContainsAShell(t *testing.T) {
 
 func TestRunTimeoutKillsTheTree(t *testing.T) {
 	needRoot(t)
-	job := shellJob(t, `while :; do :; done & while :; do :; done`, testLimits)
+	// The forked loops keep the shell's command line, marker and all: a
+	// process left anywhere on the host after Run carries it.
+	marker := fmt.Sprintf("pmjail-tree-%d-%d", os.Getpid(), time.Now().UnixNano())
+	job := shellJob(t, `while :; do :; done & while :; do :; done # `+marker, testLimits)
 	job.Timeout = 500 * time.Millisecond
 	start := time.Now()
 	out := Run(context.Background(), job)
 	if out.Status != StatusTimeout || out.ExitCode != 124 || time.Since(start) > 5*time.Second {
 		t.Fatalf("status %s exit %d after %v", out.Status, out.ExitCode, time.Since(start))
 	}
+	if left := processesWith(t, marker); len(left) > 0 {
+		t.Fatalf("processes of the timed-out job still running after Run: %v", left)
+	}
+}
+
+// processesWith lists the pids whose command line holds marker.
+func processesWith(t *testing.T, marker string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }
 
 func TestRunOutputLimit(t *testing.T) {

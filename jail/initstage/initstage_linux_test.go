@@ -11,10 +11,24 @@ import (
 	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
+// TestMountOptions: an OCI mount's options become exactly the flags they
+// name and the file system's own data; bind and rbind are how the mount is
+// made, not flags of the remount that follows.
 func TestMountOptions(t *testing.T) {
-	flags, data := mountOptions([]string{"ro", "nosuid", "size=1m", "mode=1777", "rbind"})
-	if flags == 0 || data != "size=1m,mode=1777" {
-		t.Fatalf("flags %x data %q", flags, data)
+	for _, c := range []struct {
+		opts  []string
+		flags uintptr
+		data  string
+	}{
+		{[]string{"ro", "nosuid", "size=1m", "mode=1777", "rbind"}, unix.MS_RDONLY | unix.MS_NOSUID, "size=1m,mode=1777"},
+		{[]string{"bind", "ro", "nodev", "noexec"}, unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{[]string{"size=16m"}, 0, "size=16m"},
+		{nil, 0, ""},
+	} {
+		flags, data := mountOptions(c.opts)
+		if flags != c.flags || data != c.data {
+			t.Errorf("mountOptions(%q) = %#x, %q; want %#x, %q", c.opts, flags, data, c.flags, c.data)
+		}
 	}
 }
 
