@@ -2,7 +2,10 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,19 +42,35 @@ func TestCleanup_AfterRuns(t *testing.T) {
 	assertNothingLeft(t, before)
 }
 
-// waitForChild waits until the supervisor pid has a jailed descendant.
+// waitForChild waits until the supervisor pid has a job cgroup and a
+// descendant that is the guest itself: one that has exec'd the runtime
+// (its comm is no longer one of pmjail's own binaries).
 func waitForChild(t *testing.T, pid int) []int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if d := descendants(pid); len(d) > 0 && len(jobCgroups(pid)) > 0 {
-			time.Sleep(300 * time.Millisecond) // let the runtime start
-			return descendants(pid)
+		d := descendants(pid)
+		if len(jobCgroups(pid)) > 0 && slices.ContainsFunc(d, execdGuest) {
+			return d
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("supervisor %d started no child", pid)
+	t.Fatalf("supervisor %d started no guest", pid)
 	return nil
+}
+
+// execdGuest reports whether pid runs something other than pmjail's own
+// binaries (the supervisor, the daemon, the init stage).
+func execdGuest(pid int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return false
+	}
+	switch strings.TrimSpace(string(comm)) {
+	case "pmjail", "pmjail-init", "pmjail-serve", "":
+		return false
+	}
+	return true
 }
 
 func TestCleanup_SupervisorSIGKILL(t *testing.T) {

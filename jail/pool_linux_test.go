@@ -159,14 +159,23 @@ func TestPoolResize(t *testing.T) {
 func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 	needRoot(t)
 	var spare atomic.Bool
-	p := NewPool(1, PoolOptions{Spare: spare.Load})
+	// The pool asks Spare when a run offers it a refill; what it decides
+	// then is final for that run, so the test waits for the question, not
+	// for time to pass.
+	asked := make(chan bool, 4)
+	p := NewPool(1, PoolOptions{Spare: func() bool { v := spare.Load(); asked <- v; return v }})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
 	job.Warm = p
 	if out := Run(context.Background(), job); out.Status != StatusOK {
 		t.Fatalf("run: %s %q", out.Status, out.Message)
 	}
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run never offered the pool a refill")
+	}
+	p.fills.Wait()
 	if n := p.Idle(); n != 0 {
 		t.Fatalf("with no spare core the pool started %d", n)
 	}
