@@ -3,9 +3,11 @@ package runtimes
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,7 +199,7 @@ func TestChannelStartFrameComesLate(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitReading(t, cmd.Process.Pid, filepath.Join(dir, "in"))
 	body := `{"type":"start","input":"late"}`
 	if _, err := ends["in"].Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)); err != nil {
 		t.Fatal(err)
@@ -208,4 +210,29 @@ func TestChannelStartFrameComesLate(t *testing.T) {
 	if !strings.Contains(out.String(), `"ok":true,"start":{"type":"start","input":"late"}`) {
 		t.Errorf("start resolved to %.300s", out.String())
 	}
+}
+
+// waitReading waits until a thread of pid sits in read(2) on its
+// descriptor for path: the guest is waiting for what the test will write.
+func waitReading(t *testing.T, pid int, path string) {
+	t.Helper()
+	tasks := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		threads, _ := os.ReadDir(tasks)
+		for _, th := range threads {
+			sc, err := os.ReadFile(filepath.Join(tasks, th.Name(), "syscall"))
+			fields := strings.Fields(string(sc))
+			if err != nil || len(fields) < 2 || fields[0] != strconv.Itoa(unix.SYS_READ) {
+				continue
+			}
+			fd, err := strconv.ParseUint(strings.TrimPrefix(fields[1], "0x"), 16, 32)
+			if err != nil {
+				continue
+			}
+			if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); target == path {
+				return
+			}
+		}
+	}
+	t.Fatalf("pid %d never read from %s", pid, path)
 }
