@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,14 +128,51 @@ func TestCPUQuotaThrottles(t *testing.T) {
 	// 10 ms per 100 ms period: a busy loop gets about a tenth of a CPU.
 	j := create(t, m, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: i64(10000), Period: u64(100000)}})
 	start(t, j, "while :; do :; done")
-	time.Sleep(time.Second)
+	// The kernel counts the quota's periods and those in which it
+	// throttled the group (cpu.stat): wait for ten periods, a second of
+	// the loop's life, then the loop must have been throttled and have
+	// had about a tenth of that second.
+	dir := j.Paths()["cpu"]
+	if dir == "" {
+		dir = j.Paths()[UnifiedKey]
+	}
+	var periods, throttled int64
+	for deadline := time.Now().Add(15 * time.Second); periods < 10; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d quota periods counted in 15 s", periods)
+		}
+		periods, throttled = cpuStat(t, dir, "nr_periods"), cpuStat(t, dir, "nr_throttled")
+	}
 	u, err := j.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.CPUTime > 400*time.Millisecond || u.CPUTime == 0 {
-		t.Errorf("CPU time %v in 1 s under a 10%% quota: want (0, 400ms]", u.CPUTime)
+	if throttled == 0 {
+		t.Errorf("a busy loop under a 10%% quota was never throttled in %d periods", periods)
 	}
+	if limit := time.Duration(periods+1) * 10 * time.Millisecond * 4; u.CPUTime > limit || u.CPUTime == 0 {
+		t.Errorf("CPU time %v in %d periods of 100 ms under a 10%% quota: want (0, %v]", u.CPUTime, periods, limit)
+	}
+}
+
+// cpuStat reads one counter of the cpu.stat file in dir.
+func cpuStat(t *testing.T, dir, key string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("cpu.stat %s: %v", key, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("%s/cpu.stat has no %s", dir, key)
+	return 0
 }
 
 func TestKillEndsWholeTree(t *testing.T) {
