@@ -162,7 +162,11 @@ func (pr *Prober) run(ctx context.Context, f *flight) {
 	pr.mu.Unlock()
 	close(f.done)
 
-	pr.log.Info("posture probe finished", "ms", time.Since(start).Milliseconds(), "incomplete", fresh.Incomplete)
+	if fresh.Incomplete != "" {
+		pr.log.Warn("posture probe finished", "ms", time.Since(start).Milliseconds(), "incomplete", fresh.Incomplete)
+	} else {
+		pr.log.Info("posture probe finished", "ms", time.Since(start).Milliseconds())
+	}
 	for _, n := range merged.Notes {
 		pr.log.Warn("posture probe", "note", n)
 	}
