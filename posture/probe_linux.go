@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -35,12 +34,20 @@ type Probed struct {
 	Cgroup Cgroup
 	Host   Host
 	At     time.Time
+	// Incomplete says why the probe could not finish (its jail failed, it
+	// timed out or was cancelled): the layers it left unproven say nothing
+	// of the host. Empty for a probe that ran to its end.
+	Incomplete string
+	// Notes are what a Prober kept from merging this probe with what was
+	// proven before (a layer a later probe failed to prove again).
+	Notes []string
 }
 
 // Report is the host's posture in a mode; extra adds layers to what
 // required insists on.
 func (p *Probed) Report(mode string, extra []string) *Report {
-	r := &Report{Layers: append([]Layer(nil), p.Layers...), Cgroup: p.Cgroup, Host: &p.Host, ProbedAt: p.At}
+	r := &Report{Layers: append([]Layer(nil), p.Layers...), Cgroup: p.Cgroup, Host: &p.Host, ProbedAt: p.At,
+		Notes: append([]string(nil), p.Notes...)}
 	r.decide(mode, extra)
 	return r
 }
@@ -90,7 +97,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 
 	var namespaces []specs.LinuxNamespaceType
 	for _, ns := range namespaceProbes {
-		if err := tryNamespace(ns.flag); err != nil {
+		if err := tryNamespace(ctx, ns.flag); err != nil {
 			set(ns.name, Missing, err.Error())
 			continue
 		}
@@ -115,6 +122,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 			inside, out, err = probeJail(ctx, namespaces, nil)
 		}
 		if err != nil {
+			p.Incomplete = "the probe jail failed: " + err.Error()
 			for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
 				if _, done := layers[l]; !done {
 					set(l, Missing, "the probe jail failed: "+err.Error())
@@ -147,42 +155,18 @@ func Probe(ctx context.Context, opt Options) *Probed {
 			p.Layers = append(p.Layers, l)
 		}
 	}
-	return p
-}
-
-// Prober caches the host's posture for a daemon's life.
-type Prober struct {
-	opt    Options
-	mu     sync.Mutex
-	probed *Probed
-}
-
-// NewProber returns a prober whose first Get probes the host.
-func NewProber(opt Options) *Prober { return &Prober{opt: opt} }
-
-// Get returns the cached posture, probing once.
-func (pr *Prober) Get(ctx context.Context) *Probed {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if pr.probed == nil {
-		pr.probed = Probe(ctx, pr.opt)
+	// A probe cut short may have failed any of its steps for that reason
+	// alone, not for the host's.
+	if ctx.Err() != nil && p.Incomplete == "" {
+		p.Incomplete = "the probe was cut short: " + context.Cause(ctx).Error()
 	}
-	return pr.probed
-}
-
-// Refresh probes again.
-func (pr *Prober) Refresh(ctx context.Context) *Probed {
-	p := Probe(ctx, pr.opt)
-	pr.mu.Lock()
-	pr.probed = p
-	pr.mu.Unlock()
 	return p
 }
 
 // tryNamespace starts pmjail's probe role in a new user namespace plus
 // flag, and reports whether the kernel allowed it.
-func tryNamespace(flag uintptr) error {
-	cmd := exec.Command("/proc/self/exe", ProbeRole)
+func tryNamespace(ctx context.Context, flag uintptr) error {
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", ProbeRole)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER | flag,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},

@@ -72,6 +72,9 @@ type Report struct {
 	// Observed is the run's process state as read back from /proc.
 	Observed *jail.Observed `json:"observed,omitempty"`
 	ProbedAt time.Time      `json:"probed_at,omitzero"`
+	// Notes are the host probe's caveats: a probe that could not finish,
+	// a layer proven before that a later probe failed to prove again.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // RunRuntime names a run's runtime and, for Python, how it started:

@@ -13,9 +13,12 @@ import (
 
 // The error codes of the API (client.ErrorDetail.Code).
 const (
-	codeInvalid          = "invalid_job"
-	codeTooLarge         = "too_large"
-	codeForbidden        = "forbidden"
+	codeInvalid   = "invalid_job"
+	codeTooLarge  = "too_large"
+	codeForbidden = "forbidden"
+	// codeRefreshForbidden: a peer allowed to use the API, but not the
+	// daemon's own uid, asked for the host to be probed again.
+	codeRefreshForbidden = "refresh_forbidden"
 	codeQueueFull        = "queue_full"
 	codeQueueTimeout     = "queue_timeout"
 	codeDraining         = "draining"

@@ -53,7 +53,7 @@ func newMetrics(lim *limiter, warm *jail.Pool) *metrics {
 	for _, s := range jail.Statuses() {
 		m.runs.WithLabelValues(string(s))
 	}
-	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
+	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
 		m.rejected.WithLabelValues(r)
 	}
 	return m

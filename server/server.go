@@ -45,9 +45,9 @@ type Options struct {
 	CgroupReason string
 	// Logger receives the daemon's structured log; nil discards it.
 	Logger *slog.Logger
-	// Prober holds the host's posture, probed once for the daemon's life:
-	// every run decides with it and GET /v1/posture serves it
-	// (?refresh=1 probes again).
+	// Prober holds the host's posture, probed at start: every run decides
+	// with it and GET /v1/posture serves it (?refresh=1, from the daemon's
+	// own uid, probes again; a layer once proven stays proven).
 	Prober *posture.Prober
 	// Version is reported by GET /v1/health.
 	Version string
@@ -127,7 +127,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.state.Store(st)
 	if s.opt.Prober == nil {
-		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason})
+		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason}, s.log)
 		st.runner.Prober = s.opt.Prober
 	}
 	// Probe before accepting work, and say what protects the runs.
@@ -142,7 +142,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		}
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
-		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing)
+		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
 	s.metrics = newMetrics(s.lim, s.warm)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
@@ -190,7 +190,11 @@ func (s *Server) Reload(cfg *Config) error {
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
 	s.warm.Resize(cfg.prestartLen())
 	// A reload is also the operator's way to have the host probed again.
-	report := s.postureReport(s.opt.Prober.Refresh(context.Background()))
+	probed, err := s.opt.Prober.Refresh(context.Background(), time.Now())
+	if err != nil {
+		return fmt.Errorf("config reload: %w", err)
+	}
+	report := s.postureReport(probed)
 	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.prestartLen(),
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
@@ -228,6 +232,7 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	// The runs are over or cancelled when this runs: nothing takes from
 	// the pool any more.
 	defer s.warm.Close()
+	defer s.opt.Prober.Close()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)
@@ -305,10 +310,61 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePosture(w http.ResponseWriter, r *http.Request) {
-	probed := s.opt.Prober.Get(r.Context())
 	if r.URL.Query().Get("refresh") != "" {
-		probed = s.opt.Prober.Refresh(r.Context())
+		s.refreshPosture(w, r)
+		return
 	}
+	writeJSON(w, http.StatusOK, s.postureReport(s.opt.Prober.Get(r.Context())))
+}
+
+// refreshPosture probes the host again for GET /v1/posture?refresh=1. A
+// probe starts a jail and a few throwaway children, so only the daemon's
+// own uid may ask for one, and it takes a run slot as a run does. The
+// probe itself is the Prober's, detached from this request: a client that
+// hangs up stops waiting, not the probe, and its slot is held until the
+// probe ends.
+func (s *Server) refreshPosture(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	peer := peerFrom(r.Context())
+	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
+	reject := func(status int, code, msg string, retry time.Duration) {
+		s.metrics.rejected.WithLabelValues(code).Inc()
+		log.Info("posture refresh rejected", "code", code, "msg", msg)
+		writeError(w, status, code, msg, "refresh", retry)
+	}
+	if self := uint32(os.Geteuid()); peer.UID != self {
+		reject(http.StatusForbidden, codeRefreshForbidden,
+			fmt.Sprintf("only the daemon's own uid (%d) may have the host probed again; uid %d may read the posture without refresh", self, peer.UID), 0)
+		return
+	}
+	if s.draining.Load() {
+		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", 5*time.Second)
+		return
+	}
+	st := s.state.Load()
+	qctx, cancelQueue := context.WithTimeout(r.Context(), time.Duration(st.cfg.QueueTimeout))
+	release, err := s.lim.acquire(qctx)
+	cancelQueue()
+	switch {
+	case errors.Is(err, errQueueFull):
+		reject(http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", time.Second)
+		return
+	case err != nil && r.Context().Err() != nil:
+		log.Info("client gone while a posture refresh was queued")
+		return
+	case err != nil:
+		reject(http.StatusServiceUnavailable, codeQueueTimeout,
+			fmt.Sprintf("no run slot freed within %v", time.Duration(st.cfg.QueueTimeout)), 5*time.Second)
+		return
+	}
+	probed, err := s.opt.Prober.Refresh(r.Context(), arrived)
+	if err != nil {
+		idle := s.opt.Prober.Idle()
+		go func() { <-idle; release() }()
+		log.Info("client gone during a posture refresh; the probe goes on", "err", err)
+		return
+	}
+	release()
 	writeJSON(w, http.StatusOK, s.postureReport(probed))
 }
 
