@@ -118,7 +118,12 @@ func ForRun(f RunFacts) *Report {
 		add(DenoPermissions, Off, "a native program: no runtime permission layer")
 	}
 	if f.CoarseTime {
-		add(Timing, Applied, "performance.now() at 1 ms, no SharedArrayBuffer")
+		// The mitigation lives in the guest's bootstrap, on the main
+		// thread: nothing reaches a Worker's clock or the shared memory
+		// WebAssembly makes, so it cannot be called applied.
+		add(Timing, Degraded, "main thread only: performance.now() at 1 ms, no SharedArrayBuffer constructor; "+
+			"a Worker keeps the precise clock, shared WebAssembly memory is still a SharedArrayBuffer, "+
+			"process.hrtime() and performance marks read the precise clock")
 	} else {
 		add(Timing, Off, "precise clocks (opt-in via the profile's coarse_time)")
 	}
