@@ -105,6 +105,8 @@ func ForRun(f RunFacts) *Report {
 	r.Cgroup, r.Layers = runCgroup(f, r.Layers)
 
 	switch {
+	case out != nil && out.Landlock >= 9:
+		add(Landlock, Applied, fmt.Sprintf("ABI %d: read-only root, writable /tmp only, no TCP, scoped signals and abstract sockets, no connecting to Unix sockets made outside the job", out.Landlock))
 	case out != nil && out.Landlock > 0:
 		add(Landlock, Applied, fmt.Sprintf("ABI %d: read-only root, writable /tmp only, no TCP, scoped signals and abstract sockets", out.Landlock))
 	case out != nil && out.LandlockReason != "":
