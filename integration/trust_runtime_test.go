@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // listenUnix starts a host service's stand-in at path: a pathname Unix
@@ -34,10 +36,11 @@ func listenUnix(t *testing.T, path string) {
 	}()
 }
 
-// guest → host: a host service's Unix socket under an exec's --ro-bind is
-// refused at set-up, wherever in the bound tree it lies. A read-only bind
-// does not stop connect(), and the job's empty network namespace holds only
-// abstract sockets: a pathname socket is reached through the file system.
+// guest → host: a host service's Unix socket (or a named pipe) under an
+// exec's --ro-bind is refused at set-up, wherever in the bound tree it
+// lies. A read-only bind does not stop connect(), and the job's empty
+// network namespace holds only abstract sockets: a pathname socket is
+// reached through the file system.
 func TestTrust_ExecBindRefusesUnixSockets(t *testing.T) {
 	prober := buildProber(t)
 	dir := outsideTmpDir(t, "itest-bindsock-")
@@ -48,10 +51,22 @@ func TestTrust_ExecBindRefusesUnixSockets(t *testing.T) {
 	sock := filepath.Join(svc, "svc.sock")
 	listenUnix(t, sock)
 
-	for _, c := range []struct{ bind, target string }{
-		{dir + ":/host", "/host/run/svc/svc.sock"}, // the socket deep in a bound tree
-		{svc, sock},                        // its own directory, at the same path
-		{sock + ":/svc.sock", "/svc.sock"}, // the socket itself
+	// A named pipe is the same channel to a host process, and a read-only
+	// mount does not stop writing to it (only Landlock, where applied).
+	pipes := outsideTmpDir(t, "itest-bindfifo-")
+	fifo := filepath.Join(pipes, "feed")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct{ bind, target, found, what string }{
+		{dir + ":/host", "/host/run/svc/svc.sock", sock, "a socket"}, // deep in a bound tree
+		{svc, sock, sock, "a socket"},                                // its own directory, at the same path
+		{sock + ":/svc.sock", "/svc.sock", sock, "a socket"},         // the socket itself
+		{pipes + ":/pipes", "/pipes/feed", fifo, "a named pipe"},
 	} {
 		inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", c.bind, "--", prober, "unix_connect="+c.target)
 		r := inv.Result
@@ -59,13 +74,13 @@ func TestTrust_ExecBindRefusesUnixSockets(t *testing.T) {
 			t.Fatalf("--ro-bind %s: no result (exit %d)\nstdout: %s\nstderr: %s", c.bind, inv.ExitCode, inv.Stdout, inv.Stderr)
 		}
 		if inv.ExitCode != 125 || r.Status != "refused" || r.Error == nil ||
-			!strings.Contains(r.Error.Message, "--ro-bind") || !strings.Contains(r.Error.Message, sock+" is a socket") {
-			t.Errorf("--ro-bind %s: exit %d status %s error %+v stdout %q, want 125, refused, naming the flag and %s as a socket",
-				c.bind, inv.ExitCode, r.Status, r.Error, r.Stdout, sock)
+			!strings.Contains(r.Error.Message, "--ro-bind") || !strings.Contains(r.Error.Message, c.found+" is "+c.what) {
+			t.Errorf("--ro-bind %s: exit %d status %s error %+v stdout %q, want 125, refused, naming the flag and %s as %s",
+				c.bind, inv.ExitCode, r.Status, r.Error, r.Stdout, c.found, c.what)
 		}
 	}
 
-	// A tree without a socket still binds: the check refuses sockets only.
+	// A tree without a socket or pipe still binds.
 	data := outsideTmpDir(t, "itest-bindplain-")
 	if err := os.Mkdir(filepath.Join(data, "sub"), 0o755); err != nil {
 		t.Fatal(err)
