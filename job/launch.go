@@ -66,6 +66,9 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 		if !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
 			return nil, invalid("--ro-bind %q: paths must be absolute", b)
 		}
+		if err := refuseChannels("--ro-bind", b, src); err != nil {
+			return nil, err
+		}
 		l.Binds = append(l.Binds, runtimes.Bind{Source: filepath.Clean(src), Target: filepath.Clean(dst), Exec: true})
 	}
 	return l, nil

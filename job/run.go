@@ -352,7 +352,7 @@ func degrade(spec *specs.Spec, probed *posture.Probed) {
 func denoFlags(l *runtimes.Launch) []string {
 	var flags []string
 	for _, a := range l.Args {
-		if strings.HasPrefix(a, "--no-") || strings.HasPrefix(a, "--allow-") || strings.HasPrefix(a, "--cached-only") {
+		if strings.HasPrefix(a, "--no-") || strings.HasPrefix(a, "--allow-") || strings.HasPrefix(a, "--deny-") || strings.HasPrefix(a, "--cached-only") {
 			flags = append(flags, a)
 		}
 	}

@@ -105,6 +105,8 @@ func ForRun(f RunFacts) *Report {
 	r.Cgroup, r.Layers = runCgroup(f, r.Layers)
 
 	switch {
+	case out != nil && out.Landlock >= 9:
+		add(Landlock, Applied, fmt.Sprintf("ABI %d: read-only root, writable /tmp only, no TCP, scoped signals and abstract sockets, no connecting to Unix sockets made outside the job", out.Landlock))
 	case out != nil && out.Landlock > 0:
 		add(Landlock, Applied, fmt.Sprintf("ABI %d: read-only root, writable /tmp only, no TCP, scoped signals and abstract sockets", out.Landlock))
 	case out != nil && out.LandlockReason != "":
@@ -118,7 +120,12 @@ func ForRun(f RunFacts) *Report {
 		add(DenoPermissions, Off, "a native program: no runtime permission layer")
 	}
 	if f.CoarseTime {
-		add(Timing, Applied, "performance.now() at 1 ms, no SharedArrayBuffer")
+		// The mitigation lives in the guest's bootstrap, on the main
+		// thread: nothing reaches a Worker's clock or the shared memory
+		// WebAssembly makes, so it cannot be called applied.
+		add(Timing, Degraded, "main thread only: performance.now() at 1 ms, no SharedArrayBuffer constructor; "+
+			"a Worker keeps the precise clock, shared WebAssembly memory is still a SharedArrayBuffer, "+
+			"process.hrtime() and performance marks read the precise clock")
 	} else {
 		add(Timing, Off, "precise clocks (opt-in via the profile's coarse_time)")
 	}

@@ -59,9 +59,10 @@ func heapMiB(memoryBytes int64) int64 {
 }
 
 // denoArgs is Deno's locked-down command line: no prompt, no config or lock
-// discovery, no remote or npm imports, read access only to the given paths,
-// write access only to the channel's outgoing FIFO, and no env, net, run,
-// ffi or sys permission at all. v8 are extra V8 flags after the heap cap.
+// discovery, no remote or npm imports, the import permission denied (not
+// merely unusable for want of --no-remote's opposite and of a network),
+// read access only to the given paths, write access only to the channel's
+// outgoing FIFO, and no env, net, run, ffi or sys permission at all. v8 are extra V8 flags after the heap cap.
 // Without codeCache, V8's code cache is neither read nor written: it is
 // written for a later run, and a run whose DENO_DIR starts empty dies with
 // it, so creating and filling its database is wasted work (−1 ms a hello,
@@ -70,7 +71,7 @@ func denoArgs(memoryBytes int64, v8 []string, readable []string, codeCache bool,
 	args := []string{
 		DenoTarget, "run",
 		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
-		"--cached-only", "--no-check",
+		"--cached-only", "--no-check", "--deny-import",
 	}
 	if !codeCache {
 		args = append(args, "--no-code-cache")

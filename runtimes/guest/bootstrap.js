@@ -56,13 +56,17 @@ try {
   await fail(err);
 }
 
-// coarsenTime is the opt-in timing mitigation: clocks at 1 ms resolution and
-// no SharedArrayBuffer for building a finer one.
+// coarsenTime is the opt-in timing mitigation: the main thread's clocks at
+// 1 ms resolution and no SharedArrayBuffer constructor for building a finer
+// one. It reaches no further, and the posture says it is degraded: a Worker
+// has the precise clock, shared WebAssembly memory is a SharedArrayBuffer,
+// and process.hrtime() and performance marks read the runtime's own clock.
+// Atomics stays: Deno's node: modules (node:timers behind setTimeout among
+// them) need it, and without shared memory it times nothing.
 function coarsenTime() {
   const now = performance.now.bind(performance);
   const dateNow = Date.now;
   Object.defineProperty(performance, "now", { value: () => Math.floor(now()), configurable: false });
   Object.defineProperty(Date, "now", { value: () => dateNow(), configurable: false });
   delete globalThis.SharedArrayBuffer;
-  delete globalThis.Atomics;
 }

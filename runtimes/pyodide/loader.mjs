@@ -214,11 +214,11 @@ async function finish(frame) {
   }
 }
 
-// coarsenTime is the opt-in timing mitigation (as in bootstrap.js): clocks
-// at 1 ms resolution and no SharedArrayBuffer for building a finer one.
+// coarsenTime is the opt-in timing mitigation, as far as it reaches (see
+// bootstrap.js): the main thread's clock at 1 ms resolution and no
+// SharedArrayBuffer constructor. Atomics stays: node: modules need it.
 function coarsenTime() {
   const now = performance.now.bind(performance);
   Object.defineProperty(performance, "now", { value: () => Math.floor(now()), configurable: false });
   delete globalThis.SharedArrayBuffer;
-  delete globalThis.Atomics;
 }
