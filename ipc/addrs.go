@@ -21,8 +21,10 @@ const (
 
 var (
 	metadataAddrs = []netip.Addr{
-		netip.MustParseAddr("168.63.129.16"),   // Azure's wire server
-		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
+		netip.MustParseAddr("168.63.129.16"),      // Azure's wire server
+		netip.MustParseAddr("100.100.100.200"),    // Alibaba Cloud
+		netip.MustParseAddr("fd20:ce::254"),       // GCP over IPv6
+		netip.MustParseAddr("fd00:c1::a9fe:a9fe"), // Oracle Cloud over IPv6
 	}
 	privatePrefixes = []netip.Prefix{
 		netip.MustParsePrefix("10.0.0.0/8"),

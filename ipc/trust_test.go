@@ -68,6 +68,9 @@ func TestClassifyEveryForm(t *testing.T) {
 		{"fd00:ec2::254", addrForbidden},
 		{"fd00:ec2::23", addrForbidden}, // ECS task credentials over IPv6
 		{"100.100.100.200", addrForbidden},
+		{"fd20:ce::254", addrForbidden},
+		{"fd00:c1::a9fe:a9fe", addrForbidden},
+		{"fd20:ce::253", addrPrivate},
 		{"192.0.0.192", addrForbidden}, // Oracle Cloud
 		{"0.0.0.0", addrForbidden},
 		{"::", addrForbidden},
