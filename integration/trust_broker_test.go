@@ -122,6 +122,32 @@ await host.log.info(r.ok ? r.value.body : r.error.message, r.ok ? r.value.header
 			t.Errorf("the attacker's origin got %d requests", len(got))
 		}
 	})
+	t.Run("redirected away", func(t *testing.T) {
+		// Mapped to both, a redirect from the secret's origin would carry it
+		// to the attacker's: refused at resolve. Mapped only to its own, the
+		// redirect goes without it.
+		hop := `const r = await host.request.send({ url: ` + jsString(allowed.origin+"/hop?to="+attacker.origin+"/echo") + `, auth: "api" });
+console.log(r.ok ? r.value.status : r.error.code);`
+		_, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: hop, Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{
+			URLs: []string{allowed.origin, attacker.origin}, Auth: map[string]string{allowed.origin: "api", attacker.origin: "api"}}}})
+		if apiErr == nil || apiErr.StatusCode != 400 || apiErr.Field != `capabilities.request.auth["`+attacker.origin+`"]` {
+			t.Errorf("a secret mapped to the redirect's target: %+v, want a 400 naming the auth entry", apiErr)
+		}
+		res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: hop, Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{
+			URLs: []string{allowed.origin, attacker.origin}, Auth: map[string]string{allowed.origin: "api"}}}})
+		if apiErr != nil || strings.TrimSpace(res.Stdout) != "200" {
+			t.Fatalf("a redirect away from the secret's origin: %+v %+v", res, apiErr)
+		}
+		got, paths := attacker.requests()
+		for i, h := range got {
+			if h.Get("Authorization") != "" {
+				t.Errorf("the attacker's origin got Authorization on %s", paths[i])
+			}
+		}
+		if len(got) != 1 {
+			t.Errorf("the attacker's origin got %v, want the one redirected request", paths)
+		}
+	})
 	t.Run("echoed back", func(t *testing.T) {
 		res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: send(allowed.origin), Capabilities: ipc.Capabilities{Log: true,
 			Request: &ipc.RequestCapability{URLs: []string{allowed.origin}, Auth: map[string]string{allowed.origin: "api"}}}})
@@ -129,8 +155,8 @@ await host.log.info(r.ok ? r.value.body : r.error.message, r.ok ? r.value.header
 			t.Fatalf("the secret's own origin: %+v", apiErr)
 		}
 		got, _ := allowed.requests()
-		if len(got) != 1 || got[0].Get("Authorization") != secret {
-			t.Fatalf("the allowed origin got %v, want one request with the secret", got)
+		if len(got) == 0 || got[len(got)-1].Get("Authorization") != secret {
+			t.Fatalf("the allowed origin got %v, want the secret", got)
 		}
 		if res.Status != jail.StatusOK || !strings.Contains(res.Stdout, `"status":200`) {
 			t.Fatalf("run %s stdout %q error %+v", res.Status, res.Stdout, res.Error)
