@@ -348,13 +348,10 @@ func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*htt
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "err", b.scrubber.scrub(err.Error()))
-	} else {
-		b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "status", resp.StatusCode)
-	}
-	if err != nil {
 		tr.CloseIdleConnections()
 		return nil, b.netErr(ctx, err)
 	}
+	b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "status", resp.StatusCode)
 	resp.Body = &closeTransport{ReadCloser: resp.Body, tr: tr}
 	return resp, nil
 }
