@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -238,4 +239,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// originAddr returns the address of an origin whose host is a literal IP.
+func originAddr(origin string) (netip.Addr, error) {
+	u, err := url.Parse(origin)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(u.Hostname())
 }

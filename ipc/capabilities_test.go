@@ -110,7 +110,7 @@ func TestWithin(t *testing.T) {
 	job := Capabilities{Log: true, Request: &RequestCapability{
 		URLs: []string{"https://a.example", "https://b.example"}, Methods: []string{"GET", "POST"},
 		Auth: map[string]string{"https://a.example": "a-key"}}}
-	full := Ceiling{AllowLog: true, AllowRequest: true, Secrets: map[string]Secret{"a-key": {Value: "v"}}}
+	full := Ceiling{AllowLog: true, AllowRequest: true, Secrets: map[string]Secret{"a-key": {Value: "v", Origins: []string{"https://a.example"}}}}
 	if err := job.Within(full); err != nil {
 		t.Fatalf("within the full ceiling: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestClassify(t *testing.T) {
 		"100.64.0.1":             addrPrivate,
 		"fd12::1":                addrPrivate,
 		"fe80::1":                addrPrivate,
-		"169.254.1.1":            addrPrivate,
+		"169.254.1.1":            addrForbidden,
 		"::ffff:127.0.0.1":       addrPrivate,
 		"64:ff9b::10.0.0.1":      addrPrivate,
 		"2002:c0a8:0101::1":      addrPrivate,

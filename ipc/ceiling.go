@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -19,11 +20,21 @@ type Ceiling struct {
 	Origins []string
 	// Methods a job may declare; nil means any of AllMethods.
 	Methods []string
-	// AllowPrivateAddresses lets requests reach loopback, private, link-local,
-	// CGNAT and metadata addresses through host names too. Without it only a
-	// declared literal IP origin reaches such an address (never a metadata
-	// or multicast one).
+	// AllowPrivateAddresses lets requests reach loopback, private,
+	// link-local, CGNAT and metadata addresses, by name or literal.
 	AllowPrivateAddresses bool
+	// PrivateOrigins are origins the operator lets reach a private address
+	// (loopback, RFC 1918, ULA, IPv6 link-local, CGNAT; never a metadata,
+	// IPv4 link-local or reserved one) without AllowPrivateAddresses: a
+	// literal such as "http://127.0.0.1:8080", or a name, whose addresses
+	// are then trusted. A job may declare them even when Origins does not
+	// list them.
+	PrivateOrigins []string
+	// TrustDeclaredLiterals makes a private literal IP origin that the job
+	// declares count as if it were in PrivateOrigins. Only for the CLI,
+	// whose user writes the capabilities and is their own operator; a
+	// daemon's clients never get it.
+	TrustDeclaredLiterals bool
 	MaxResponseBytes      int64         // default 2 MiB
 	RequestTimeout        time.Duration // per call cap, default 10s
 	MaxCalls              int           // broker calls per run, default 1000
@@ -41,12 +52,19 @@ type Ceiling struct {
 	// does not normalise the operator's origins again for every job. Set
 	// Origins before Prepare, not after.
 	originSet map[string]bool
+	// privateSet is PrivateOrigins normalised, filled in by Prepare.
+	privateSet map[string]bool
 }
 
 // Secret is a credential the broker adds to a request as a header.
 type Secret struct {
 	Header string // default "Authorization"
 	Value  string
+	// Origins the secret may be sent to, and no other: a job may map it to
+	// one of these only, and the broker sends it to no other (redirects
+	// included). Required: a secret that could go anywhere could be sent
+	// to a server that echoes it back.
+	Origins []string
 }
 
 // Defaults for Ceiling's zero fields.
@@ -65,7 +83,7 @@ const (
 // PermissiveCeiling is the CLI's ceiling: every capability, any origin and
 // method, no private addresses except declared literal IPs, default limits.
 func PermissiveCeiling() Ceiling {
-	return Ceiling{AllowLog: true, AllowRequest: true}.WithDefaults()
+	return Ceiling{AllowLog: true, AllowRequest: true, TrustDeclaredLiterals: true}.WithDefaults()
 }
 
 // WithDefaults returns c with every zero limit set to its default.
@@ -100,6 +118,7 @@ func (c Ceiling) Prepare() (Ceiling, error) {
 	if c.Origins != nil {
 		c.originSet = normalizeOrigins(c.Origins)
 	}
+	c.privateSet = normalizeOrigins(c.PrivateOrigins)
 	return c, nil
 }
 
@@ -123,6 +142,11 @@ func (c Ceiling) Validate() error {
 			return fmt.Errorf("ceiling.origins[%d]: %w", i, err)
 		}
 	}
+	for i, o := range c.PrivateOrigins {
+		if _, err := NormalizeOrigin(o); err != nil {
+			return fmt.Errorf("ceiling.private_origins[%d]: %w", i, err)
+		}
+	}
 	for i, m := range c.Methods {
 		if !slices.Contains(AllMethods, m) {
 			return fmt.Errorf("ceiling.methods[%d]: %q is not one of %s", i, m, strings.Join(AllMethods, " "))
@@ -139,8 +163,47 @@ func (c Ceiling) Validate() error {
 		if !validHeaderValue(s.Value) {
 			return fmt.Errorf("ceiling.secrets[%q]: the value holds characters a header cannot carry", name)
 		}
+		if len(s.Origins) == 0 {
+			return fmt.Errorf("ceiling.secrets[%q].origins: required: the origins the secret may be sent to", name)
+		}
+		for i, o := range s.Origins {
+			if _, err := NormalizeOrigin(o); err != nil {
+				return fmt.Errorf("ceiling.secrets[%q].origins[%d]: %w", name, i, err)
+			}
+		}
 	}
 	return nil
+}
+
+// sendsTo reports whether the secret may go to origin (normalised).
+func (s Secret) sendsTo(origin string) bool {
+	for _, o := range s.Origins {
+		if n, err := NormalizeOrigin(o); err == nil && n == origin {
+			return true
+		}
+	}
+	return false
+}
+
+// privateOrigins is PrivateOrigins normalised.
+func (c Ceiling) privateOrigins() map[string]bool {
+	if c.privateSet != nil || c.PrivateOrigins == nil {
+		return c.privateSet
+	}
+	return normalizeOrigins(c.PrivateOrigins) // a Ceiling built in code
+}
+
+// literalAllowed reports whether the ceiling lets a job declare the literal
+// IP origin n (normalised) whose address is a, or what refuses it.
+func (c Ceiling) literalAllowed(n string, a netip.Addr) error {
+	named := c.privateOrigins()[n] || c.TrustDeclaredLiterals
+	if addrAllowed(a, named, c.AllowPrivateAddresses) {
+		return nil
+	}
+	if classify(a) == addrPrivate {
+		return fmt.Errorf("%s is a private address: the operator must list the origin in private_origins", a)
+	}
+	return fmt.Errorf("%s is a metadata, link-local or reserved address", a)
 }
 
 // header returns the header name the secret goes in.
@@ -164,18 +227,24 @@ func (c Capabilities) Within(ceil Ceiling) error {
 	if !ceil.AllowRequest {
 		return strictjson.Errorf("capabilities.request", "not allowed by the operator")
 	}
-	if ceil.Origins != nil {
-		allowed := ceil.originSet
-		if allowed == nil { // a Ceiling built in code, not by Prepare
-			allowed = normalizeOrigins(ceil.Origins)
+	allowed := ceil.originSet
+	if allowed == nil && ceil.Origins != nil { // a Ceiling built in code, not by Prepare
+		allowed = normalizeOrigins(ceil.Origins)
+	}
+	private := ceil.privateOrigins()
+	for i, u := range r.URLs {
+		field := fmt.Sprintf("capabilities.request.urls[%d]", i)
+		n, err := NormalizeOrigin(u)
+		if err != nil {
+			return strictjson.Errorf(field, "%w", err)
 		}
-		for i, u := range r.URLs {
-			n, err := NormalizeOrigin(u)
-			if err != nil {
-				return strictjson.Errorf(fmt.Sprintf("capabilities.request.urls[%d]", i), "%w", err)
-			}
-			if !allowed[n] {
-				return strictjson.Errorf(fmt.Sprintf("capabilities.request.urls[%d]", i), "%q is not among the operator's allowed origins", u)
+		if ceil.Origins != nil && !allowed[n] && !private[n] {
+			return strictjson.Errorf(field, "%q is not among the operator's allowed origins", u)
+		}
+		// A literal address is judged now; a name when it is resolved.
+		if a, err := originAddr(n); err == nil {
+			if err := ceil.literalAllowed(n, a); err != nil {
+				return strictjson.Errorf(field, "%q: %w", u, err)
 			}
 		}
 	}
@@ -191,8 +260,13 @@ func (c Capabilities) Within(ceil Ceiling) error {
 	}
 	for _, origin := range sortedKeys(r.Auth) {
 		name := r.Auth[origin]
-		if _, ok := ceil.Secrets[name]; !ok {
-			return strictjson.Errorf(fmt.Sprintf("capabilities.request.auth[%q]", origin), "no secret %q is configured", name)
+		field := fmt.Sprintf("capabilities.request.auth[%q]", origin)
+		s, ok := ceil.Secrets[name]
+		if !ok {
+			return strictjson.Errorf(field, "no secret %q is configured", name)
+		}
+		if n, err := NormalizeOrigin(origin); err != nil || !s.sendsTo(n) {
+			return strictjson.Errorf(field, "secret %q may not be sent to %s (not among its origins)", name, origin)
 		}
 	}
 	return nil

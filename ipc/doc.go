@@ -18,10 +18,14 @@
 // host. request.send reaches only declared origins (exact scheme, host and
 // port) with declared methods; the host name is resolved once and the
 // connection pinned to an address that is not loopback, private, link-local,
-// CGNAT, metadata, multicast or unspecified (a declared literal IP origin may
-// be private; Ceiling.AllowPrivateAddresses lifts the rule); no proxy from
-// the environment is used; redirects are followed manually and re-checked;
-// bodies are capped; operator secrets are injected as headers by name and
-// never shown to the guest. A failing call is a reply with an error code,
+// CGNAT, metadata, multicast or unspecified, in whatever IPv6 form it comes
+// (a literal IP origin is judged the same; an origin in
+// Ceiling.PrivateOrigins may reach a private address, and
+// Ceiling.AllowPrivateAddresses lifts the rule); no proxy from the
+// environment is used; redirects are followed manually and re-checked;
+// a method override must name a declared method; bodies and the guest's
+// headers are capped; operator secrets are injected as headers by name, only
+// on the origins each secret names, and scrubbed from what comes back. A
+// failing call is a reply with an error code,
 // never a crash: each call runs under recover.
 package ipc

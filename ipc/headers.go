@@ -19,7 +19,25 @@ var droppedHeaders = map[string]bool{
 	"Proxy-Connection":    true,
 	"Proxy-Authenticate":  true,
 	"Proxy-Authorization": true,
+	// Headers that tell the origin (or a proxy before it) which client or
+	// host the request came through: an origin that trusts them would take
+	// the guest for an internal caller.
+	"Forwarded":           true,
+	"X-Real-Ip":           true,
+	"X-Client-Ip":         true,
+	"True-Client-Ip":      true,
+	"X-Originating-Ip":    true,
+	"X-Cluster-Client-Ip": true,
+	"Cf-Connecting-Ip":    true,
+	"Via":                 true,
 }
+
+// Caps on the headers a guest may ask for, in count and in bytes of names
+// and values: beyond them the call is too_large.
+const (
+	MaxGuestHeaders     = 64
+	MaxGuestHeaderBytes = 16 << 10
+)
 
 // credentialHeaders may not come from the guest on an origin where the
 // broker injects a secret, so a guest cannot mix its own credentials with
@@ -27,7 +45,7 @@ var droppedHeaders = map[string]bool{
 var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
 
 func dropHeader(canonical string) bool {
-	return droppedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-")
+	return droppedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-") || strings.HasPrefix(canonical, "X-Forwarded-")
 }
 
 // validHeaderName: an RFC 9110 token.

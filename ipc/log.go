@@ -40,6 +40,17 @@ func (s *session) handleLog(level string, raw json.RawMessage) (json.RawMessage,
 	if len(meta) > s.ceil.MaxLogMessage {
 		return nil, callErr(CodeTooLarge, "log meta over %d bytes", s.ceil.MaxLogMessage)
 	}
+	// A guest that pieced a secret together from what origins sent it must
+	// not pass it on through the run's logs (the result, the daemon's log).
+	msg = s.broker.scrubber.scrub(msg)
+	if len(meta) > 0 {
+		if scrubbed := s.broker.scrubber.scrub(string(meta)); scrubbed != string(meta) {
+			meta = json.RawMessage(scrubbed)
+			if !json.Valid(meta) {
+				meta, _ = json.Marshal(redacted)
+			}
+		}
+	}
 	entry := Log{Level: level, Message: msg, Meta: meta}
 
 	s.mu.Lock()

@@ -33,7 +33,8 @@ type broker struct {
 	resolver Resolver
 	rootCAs  *x509.CertPool
 	log      *slog.Logger
-	secrets  []string // every secret value, to scrub from messages
+	private  map[string]bool // the ceiling's PrivateOrigins, normalised
+	scrubber *scrubber       // every secret value, to scrub from what leaves
 }
 
 func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
@@ -48,11 +49,8 @@ func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
 		b.origins = b.req.origins()
 		b.auth = b.req.auth()
 	}
-	for _, s := range ceil.Secrets {
-		if s.Value != "" {
-			b.secrets = append(b.secrets, s.Value)
-		}
-	}
+	b.private = ceil.privateOrigins()
+	b.scrubber = newScrubber(ceil.Secrets)
 	return b
 }
 
@@ -115,6 +113,9 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 		if !ok {
 			return nil, callErr(CodeDenied, "no secret %.80q is configured", p.Auth)
 		}
+		if !s.sendsTo(origin) {
+			return nil, callErr(CodeDenied, "secret %.80q may not be sent to %s", p.Auth, origin)
+		}
 		secret = &s
 	}
 	header, cerr := b.guestHeaders(p.Headers, origin)
@@ -136,6 +137,9 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 	defer cancel()
 
 	h := hop{method: method, url: u, origin: origin, header: header, body: p.Body}
+	if cerr := b.checkOverride(h); cerr != nil {
+		return nil, cerr
+	}
 	res, cerr := b.follow(ctx, h, p.Auth, secret)
 	if cerr != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && cerr.Code == CodeInternal {
@@ -189,6 +193,16 @@ func (b *broker) checkTarget(origin, method string) *CallError {
 
 // guestHeaders validates and filters the headers the guest asked for.
 func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header, *CallError) {
+	if len(in) > MaxGuestHeaders {
+		return nil, callErr(CodeTooLarge, "%d headers: at most %d", len(in), MaxGuestHeaders)
+	}
+	size := 0
+	for k, v := range in {
+		size += len(k) + len(v)
+	}
+	if size > MaxGuestHeaderBytes {
+		return nil, callErr(CodeTooLarge, "the headers hold %d bytes: at most %d", size, MaxGuestHeaderBytes)
+	}
 	h := make(http.Header, len(in))
 	var reserved []string
 	if name := b.auth[origin]; name != "" {
@@ -223,6 +237,11 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 	for redirects := 0; ; redirects++ {
 		header := h.header.Clone()
 		if secret != nil && b.auth[h.origin] == authName {
+			// Checked on every hop: a redirect must not carry the secret
+			// to an origin the operator did not name for it.
+			if !secret.sendsTo(h.origin) {
+				return nil, callErr(CodeDenied, "redirect to %.200s: secret %.80q may not be sent there", h.origin, authName)
+			}
 			header.Set(secret.header(), secret.Value)
 		}
 		resp, cerr := b.roundTrip(ctx, h, header)
@@ -281,7 +300,11 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 			next.header.Del(k)
 		}
 	}
-	if cerr := b.checkTarget(origin, next.method); cerr != nil {
+	cerr = b.checkTarget(origin, next.method)
+	if cerr == nil {
+		cerr = b.checkOverride(next)
+	}
+	if cerr != nil {
 		cerr.Message = "redirect to " + u.Redacted() + ": " + cerr.Message
 		return hop{}, true, cerr
 	}
@@ -293,7 +316,7 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 // rebinding DNS server could answer differently, and no proxy from the
 // environment.
 func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*http.Response, *CallError) {
-	addr, cerr := b.pickAddr(ctx, h.url)
+	addr, cerr := b.pickAddr(ctx, h.url, h.origin)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -323,11 +346,12 @@ func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*htt
 	}
 	req.Header = header
 	resp, err := tr.RoundTrip(req)
-	b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "err", err)
 	if err != nil {
+		b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "err", b.scrubber.scrub(err.Error()))
 		tr.CloseIdleConnections()
 		return nil, b.netErr(ctx, err)
 	}
+	b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "status", resp.StatusCode)
 	resp.Body = &closeTransport{ReadCloser: resp.Body, tr: tr}
 	return resp, nil
 }
@@ -344,14 +368,17 @@ func (c *closeTransport) Close() error {
 }
 
 // pickAddr resolves the URL's host and returns the first address the rules
-// allow; a literal IP host is its own (declared) address.
-func (b *broker) pickAddr(ctx context.Context, u *url.URL) (netip.Addr, *CallError) {
+// allow; a literal IP host is its own address, judged like a resolved one
+// unless the operator named its origin (PrivateOrigins, or the CLI's
+// TrustDeclaredLiterals).
+func (b *broker) pickAddr(ctx context.Context, u *url.URL, origin string) (netip.Addr, *CallError) {
 	host := u.Hostname()
+	named := b.private[origin]
 	if a, err := netip.ParseAddr(host); err == nil {
-		if !addrAllowed(a, true, b.ceil.AllowPrivateAddresses) {
-			return netip.Addr{}, callErr(CodeDenied, "address %s is reserved (metadata, multicast or unspecified)", a)
+		if err := b.ceil.literalAllowed(origin, a); err != nil {
+			return netip.Addr{}, callErr(CodeDenied, "address %v", err)
 		}
-		return a, nil
+		return a.Unmap(), nil
 	}
 	addrs, err := b.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
@@ -362,7 +389,7 @@ func (b *broker) pickAddr(ctx context.Context, u *url.URL) (netip.Addr, *CallErr
 		return netip.Addr{}, b.netErr(ctx, fmt.Errorf("resolve %s: %w", host, err))
 	}
 	for _, a := range addrs {
-		if addrAllowed(a, false, b.ceil.AllowPrivateAddresses) {
+		if addrAllowed(a, named, b.ceil.AllowPrivateAddresses) {
 			return a.Unmap(), nil
 		}
 	}
@@ -386,7 +413,8 @@ func (b *broker) readResponse(resp *http.Response) (*sendResult, *CallError) {
 	if int64(len(body)) > limit {
 		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
 	}
-	return &sendResult{Status: resp.StatusCode, Headers: responseHeaders(resp.Header), Body: string(body)}, nil
+	// An origin that echoes what it got must not hand the guest a secret.
+	return &sendResult{Status: resp.StatusCode, Headers: b.scrubber.headers(responseHeaders(resp.Header)), Body: b.scrubber.scrub(string(body))}, nil
 }
 
 // netErr maps a transport failure to a reply error.
@@ -402,12 +430,7 @@ func (b *broker) netErr(ctx context.Context, err error) *CallError {
 }
 
 // scrub removes secret values from a message bound for the guest.
-func (b *broker) scrub(msg string) string {
-	for _, s := range b.secrets {
-		msg = strings.ReplaceAll(msg, s, "[redacted]")
-	}
-	return msg
-}
+func (b *broker) scrub(msg string) string { return b.scrubber.scrub(msg) }
 
 // drainClose reads a little of an unwanted body so the close is clean.
 func drainClose(resp *http.Response) {

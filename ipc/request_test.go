@@ -213,9 +213,13 @@ func TestRequestPrivateNameDenied(t *testing.T) {
 
 func TestRequestMetadataLiteralDenied(t *testing.T) {
 	noLeak(t)
-	// Declared as a literal, a metadata address is still refused, before any
-	// connection is tried.
-	r := requestSession(t, &RequestCapability{URLs: []string{"http://169.254.169.254", "http://[fd00:ec2::254]", "http://0.0.0.0:1"}}, PermissiveCeiling(), nil)
+	// Declared as a literal, a metadata address is refused at resolve and,
+	// were it let through, by the broker before any connection is tried.
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{"http://169.254.169.254", "http://[fd00:ec2::254]", "http://0.0.0.0:1"}}}
+	if err := caps.Within(PermissiveCeiling()); err == nil {
+		t.Error("Within accepted a metadata literal")
+	}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: PermissiveCeiling()})
 	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://0.0.0.0:1/"} {
 		wantCode(t, r.g.call("request.send", map[string]any{"url": u, "timeout_ms": 200}), CodeDenied)
 	}
@@ -246,7 +250,7 @@ func TestRequestSecretInjection(t *testing.T) {
 	t.Cleanup(other.Close)
 
 	ceil := PermissiveCeiling()
-	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: secret}, "unused": {Value: "other-secret"}}
+	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: secret, Origins: []string{srv.URL}}, "unused": {Value: "other-secret", Origins: []string{srv.URL}}}
 	req := &RequestCapability{URLs: []string{srv.URL, other.URL}, Auth: map[string]string{srv.URL: "api"}}
 	r := requestSession(t, req, ceil, nil)
 

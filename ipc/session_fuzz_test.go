@@ -132,7 +132,7 @@ func FuzzSession(f *testing.F) {
 		Auth:    map[string]string{authed: "api"},
 	}}
 	ceil := PermissiveCeiling()
-	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: fuzzSecret}}
+	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: fuzzSecret, Origins: []string{authed}}}
 	ceil.MaxResponseBytes = 4096
 	ceil.RequestTimeout = time.Second
 	ceil.FrameTimeout = time.Second

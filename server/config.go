@@ -117,12 +117,18 @@ type RequestCeiling struct {
 	// Origins a job may declare; ["*"] allows any. Required.
 	Origins []string `json:"origins"`
 	// Methods a job may declare (default: any).
-	Methods               []string          `json:"methods"`
-	AllowPrivateAddresses bool              `json:"allow_private_addresses"`
-	MaxResponseBytes      profiles.Size     `json:"max_response_bytes"`
-	Timeout               profiles.Duration `json:"timeout"`
-	MaxCalls              int               `json:"max_calls"`
-	MaxInFlight           int               `json:"max_in_flight"`
+	Methods []string `json:"methods"`
+	// AllowPrivateAddresses lets every origin reach private, link-local and
+	// metadata addresses.
+	AllowPrivateAddresses bool `json:"allow_private_addresses"`
+	// PrivateOrigins are the origins that may reach a private (loopback,
+	// RFC 1918, ULA, IPv6 link-local, CGNAT) address without
+	// AllowPrivateAddresses, each named exactly; a job may declare them.
+	PrivateOrigins   []string          `json:"private_origins"`
+	MaxResponseBytes profiles.Size     `json:"max_response_bytes"`
+	Timeout          profiles.Duration `json:"timeout"`
+	MaxCalls         int               `json:"max_calls"`
+	MaxInFlight      int               `json:"max_in_flight"`
 }
 
 // SecretConfig is one named secret: its value inline or in a file.
@@ -130,6 +136,8 @@ type SecretConfig struct {
 	Header    string `json:"header"` // default Authorization
 	Value     string `json:"value"`
 	ValueFile string `json:"value_file"`
+	// Origins the secret may be sent to (required).
+	Origins []string `json:"origins"`
 }
 
 // Defaults for the config.
@@ -408,6 +416,12 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 		}
 		b.Methods = r.Methods
 		b.AllowPrivateAddresses = r.AllowPrivateAddresses
+		for i, o := range r.PrivateOrigins {
+			if _, err := ipc.NormalizeOrigin(o); err != nil {
+				return ceil, fmt.Errorf("ceiling.capabilities.request.private_origins[%d]: %w", i, err)
+			}
+		}
+		b.PrivateOrigins = r.PrivateOrigins
 		b.MaxResponseBytes = int64(r.MaxResponseBytes)
 		b.RequestTimeout = time.Duration(r.Timeout)
 		b.MaxCalls = r.MaxCalls
@@ -428,7 +442,7 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 			}
 			v = strings.TrimRight(string(data), "\r\n")
 		}
-		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v}
+		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v, Origins: s.Origins}
 	}
 	b, err := b.Prepare()
 	if err != nil {

@@ -67,6 +67,10 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {}}}}`, "ceiling.capabilities.request.origins"},
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["ftp://x"]}}}}`, "ceiling.origins[0]"},
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "value_file": "/x"}}}}`, `ceiling.secrets["k"]`},
+		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a"}}}}`, `ceiling.secrets["k"].origins: required`},
+		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "origins": []}}}}`, `ceiling.secrets["k"].origins: required`},
+		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "origins": ["https://a.example/path"]}}}}`, `ceiling.secrets["k"].origins[0]`},
+		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["*"], "private_origins": ["127.0.0.1"]}}}}`, "ceiling.capabilities.request.private_origins[0]"},
 		{`{"version": 1, "ceiling": {"limits": {"memory": "1M"}}}`, "ceiling.limits.memory"},
 		{`{"version": 1, "allow": {"users": ["no-such-user-pmjail"]}}`, "allow.users[0]"},
 		{`{"version": 1} {}`, "data after"},
@@ -103,7 +107,7 @@ func TestConfigCeilingMapping(t *testing.T) {
 			"runtimes": ["deno"],
 			"mode": "required",
 			"capabilities": {"log": false, "request": {"origins": ["https://api.example.com"], "methods": ["GET", "POST"], "max_calls": 5}},
-			"secrets": {"api": {"value_file": "` + secret + `"}}
+			"secrets": {"api": {"value_file": "` + secret + `", "origins": ["https://api.example.com"]}}
 		}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +194,7 @@ func TestConfigSecretReadOnce(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("Bearer first\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig(strings.NewReader(`{"version": 1, "ceiling": {"secrets": {"api": {"value_file": "` + secret + `"}}}}`))
+	c, err := ParseConfig(strings.NewReader(`{"version": 1, "ceiling": {"secrets": {"api": {"value_file": "` + secret + `", "origins": ["https://api.example.com"]}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

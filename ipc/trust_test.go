@@ -1,0 +1,310 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pmjail/pmjail/internal/strictjson"
+)
+
+// TestClassifyEveryForm: an address is judged by where the packet ends up,
+// whatever IPv6 form wraps the IPv4 address it carries.
+func TestClassifyEveryForm(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want addrClass
+	}{
+		{"93.184.216.34", addrPublic},
+		{"2606:2800:220:1::", addrPublic},
+		{"::ffff:93.184.216.34", addrPublic},
+		{"64:ff9b::93.184.216.34", addrPublic},
+		{"2002:5db8:d822::1", addrPublic},
+		{"127.0.0.1", addrPrivate},
+		{"127.1.2.3", addrPrivate},
+		{"::1", addrPrivate},
+		{"10.1.2.3", addrPrivate},
+		{"172.20.0.1", addrPrivate},
+		{"192.168.1.1", addrPrivate},
+		{"100.64.0.1", addrPrivate},
+		{"fd12::1", addrPrivate},
+		{"fe80::1", addrPrivate},
+		{"fe80::1%eth0", addrPrivate},
+		{"fec0::1", addrPrivate},            // site-local, deprecated but routed by some
+		{"::127.0.0.1", addrPrivate},        // IPv4-compatible
+		{"::10.0.0.1", addrPrivate},         // IPv4-compatible
+		{"::ffff:127.0.0.1", addrPrivate},   // IPv4-mapped
+		{"::ffff:0:127.0.0.1", addrPrivate}, // IPv4-translated
+		{"::ffff:0:10.1.1.1", addrPrivate},
+		{"64:ff9b::127.0.0.1", addrPrivate},                      // NAT64
+		{"64:ff9b::10.0.0.1", addrPrivate},                       // NAT64
+		{"64:ff9b:1::a00:1", addrPrivate},                        // local-use NAT64 is never public
+		{"64:ff9b:1::5db8:d822", addrPrivate},                    // local-use NAT64 is never public
+		{"2002:7f00:1::1", addrPrivate},                          // 6to4 of 127.0.0.1
+		{"2002:c0a8:0101::1", addrPrivate},                       // 6to4 of 192.168.1.1
+		{"2001:0:5db8:d822::" + xorV4("127.0.0.1"), addrPrivate}, // Teredo, client 127.0.0.1
+		{"2001:0:a00:1::" + xorV4("93.184.216.34"), addrPrivate}, // Teredo, server 10.0.0.1
+		{"2001:0:5db8:d822::" + xorV4("93.184.216.34"), addrPublic},
+		{"169.254.169.254", addrForbidden},
+		{"169.254.170.2", addrForbidden}, // ECS task credentials
+		{"169.254.1.1", addrForbidden},   // all of IPv4 link-local
+		{"::ffff:169.254.169.254", addrForbidden},
+		{"::169.254.169.254", addrForbidden},
+		{"::ffff:0:169.254.169.254", addrForbidden},
+		{"64:ff9b::169.254.169.254", addrForbidden},
+		{"2002:a9fe:a9fe::1", addrForbidden},
+		{"2001:0:5db8:d822::" + xorV4("169.254.169.254"), addrForbidden},
+		{"168.63.129.16", addrForbidden}, // Azure's wire server
+		{"fd00:ec2::254", addrForbidden},
+		{"fd00:ec2::23", addrForbidden}, // ECS task credentials over IPv6
+		{"100.100.100.200", addrForbidden},
+		{"fd20:ce::254", addrForbidden},
+		{"fd00:c1::a9fe:a9fe", addrForbidden},
+		{"fd20:ce::253", addrPrivate},
+		{"192.0.0.192", addrForbidden}, // Oracle Cloud
+		{"0.0.0.0", addrForbidden},
+		{"::", addrForbidden},
+		{"::ffff:0.0.0.0", addrForbidden},
+		{"224.0.0.1", addrForbidden},
+		{"ff02::1", addrForbidden},
+		{"255.255.255.255", addrForbidden},
+	} {
+		if got := classify(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("classify(%s) = %d, want %d", c.addr, got, c.want)
+		}
+	}
+}
+
+// xorV4 is the last 32 bits of a Teredo address whose client is v4 (stored
+// inverted, as RFC 4380 does).
+func xorV4(v4 string) string {
+	b := netip.MustParseAddr(v4).As4()
+	return fmt.Sprintf("%02x%02x:%02x%02x", b[0]^0xff, b[1]^0xff, b[2]^0xff, b[3]^0xff)
+}
+
+// strictCeiling is a daemon's: no literal exemption.
+func strictCeiling() Ceiling {
+	return Ceiling{AllowLog: true, AllowRequest: true}.WithDefaults()
+}
+
+// TestPrivateLiteralNeedsEntry: under AllowPrivateAddresses false a
+// loopback literal is refused at resolve and, were it let through, at the
+// call; naming it in PrivateOrigins lets it through.
+func TestPrivateLiteralNeedsEntry(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
+	err := caps.Within(strictCeiling())
+	var se *strictjson.Error
+	if !errors.As(err, &se) || se.Field != "capabilities.request.urls[0]" {
+		t.Errorf("Within: %v, want a refusal of capabilities.request.urls[0]", err)
+	}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: strictCeiling()})
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/hello"}), CodeDenied)
+	r.finish(t)
+
+	ceil := strictCeiling()
+	ceil.PrivateOrigins = []string{srv.URL}
+	ceil, err = ceil.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = requestSession(t, caps.Request, ceil, nil)
+	if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/hello"})); res.Status != 200 {
+		t.Errorf("an origin in PrivateOrigins: %+v", res)
+	}
+	r.finish(t)
+
+	bad := strictCeiling()
+	bad.PrivateOrigins = []string{"http://127.0.0.1/path"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "ceiling.private_origins[0]") {
+		t.Errorf("a private origin that is not an origin: %v", err)
+	}
+}
+
+// secretEcho is an origin that echoes the secret's header back in every
+// form a scrubber might miss, and redirects /hop to ?to.
+func secretEcho(t *testing.T, seen *[]string, mu *sync.Mutex) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get("Authorization")
+		mu.Lock()
+		*seen = append(*seen, r.Host+" "+v)
+		mu.Unlock()
+		if r.URL.Path == "/hop" {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+			return
+		}
+		token := strings.TrimPrefix(v, "Bearer ")
+		w.Header().Set("X-Echo", v)
+		w.Header().Set("X-Token-"+token, "1")
+		q, _ := json.Marshal(v)
+		fmt.Fprintf(w, "%s|%s|%s|%s|%s", v, token, q, base64.StdEncoding.EncodeToString([]byte(v)), strconv.QuoteToASCII(token))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestSecretBoundToOrigins: a secret goes only to the origins it names,
+// checked at resolve, at the first request and at every redirect hop, and
+// an origin that echoes it does not get it back to the guest.
+func TestSecretBoundToOrigins(t *testing.T) {
+	noLeak(t)
+	const value = "Bearer tok_<9f8e7d&6c5b4a>/z"
+	var mu sync.Mutex
+	var seen []string
+	home := secretEcho(t, &seen, &mu)
+	away := secretEcho(t, &seen, &mu)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Value: value, Origins: []string{home.URL}}}
+	ceil, err := ceil.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Resolve: mapped to an origin the secret does not name.
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{home.URL, away.URL}, Auth: map[string]string{home.URL: "api", away.URL: "api"}}}
+	if err := caps.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var se *strictjson.Error
+	if err := caps.Within(ceil); !errors.As(err, &se) || se.Field != fmt.Sprintf("capabilities.request.auth[%q]", away.URL) {
+		t.Errorf("Within: %v, want a refusal naming the auth entry", err)
+	}
+
+	// The broker checks again (capabilities that skipped Within): at the
+	// first request, and at a redirect from the secret's origin.
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	wantCode(t, r.g.call("request.send", map[string]any{"url": away.URL + "/", "auth": "api"}), CodeDenied)
+	f := r.g.call("request.send", map[string]any{"url": home.URL + "/hop?to=" + away.URL + "/", "auth": "api"})
+	wantCode(t, f, CodeDenied)
+	if !strings.Contains(f.Error.Message, "redirect") {
+		t.Errorf("the refusal %q does not say it was the redirect", f.Error.Message)
+	}
+	// On its own origin the secret is sent; what comes back is scrubbed.
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": home.URL + "/", "auth": "api"}))
+	if res.Status != 200 || !strings.Contains(res.Body, "[redacted]") {
+		t.Errorf("result %+v", res)
+	}
+	r.finish(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if strings.Contains(s, value) && !strings.HasPrefix(s, strings.TrimPrefix(home.URL, "http://")) {
+			t.Errorf("the secret reached %s", s)
+		}
+	}
+	saw := r.g.sawBytes()
+	token := strings.TrimPrefix(value, "Bearer ")
+	q, _ := json.Marshal(value)
+	for _, form := range []string{value, token, string(q[1 : len(q)-1]), base64.StdEncoding.EncodeToString([]byte(value)),
+		strings.Trim(strconv.QuoteToASCII(token), `"`)} {
+		if bytes.Contains(saw, []byte(form)) {
+			t.Errorf("the guest got the secret as %q", form)
+		}
+	}
+}
+
+// TestMethodOverrideDenied: an override header or _method naming a method
+// the job did not declare is denied; one naming a declared method passes.
+func TestMethodOverrideDenied(t *testing.T) {
+	noLeak(t)
+	var hits sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Store(r.URL.Path, true)
+		if r.URL.Path == "/hop" {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"GET", "POST"}}, PermissiveCeiling(), nil)
+	for name, params := range map[string]map[string]any{
+		"X-HTTP-Method-Override": {"url": srv.URL + "/1", "headers": map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+		"X-Method-Override":      {"url": srv.URL + "/2", "headers": map[string]string{"x-method-override": "put"}},
+		"X-HTTP-Method":          {"url": srv.URL + "/3", "headers": map[string]string{"X-Http-Method": "PATCH"}},
+		"_method":                {"url": srv.URL + "/4?_method=DELETE"},
+		"_method upper":          {"url": srv.URL + "/5?_METHOD=delete"},
+		"_method in a form":      {"url": srv.URL + "/6", "method": "POST", "body": "a=1&_method=DELETE", "headers": map[string]string{"Content-Type": "application/x-www-form-urlencoded"}},
+		"_method after redirect": {"url": srv.URL + "/hop?to=" + srv.URL + "/7%3F_method%3DDELETE"},
+		"_method in a multipart form": {"url": srv.URL + "/8", "method": "POST", "body": "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--\r\n",
+			"headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}},
+	} {
+		f := r.g.call("request.send", params)
+		if f.OK || f.Error.Code != CodeDenied {
+			t.Errorf("%s: want denied, got ok=%v %+v", name, f.OK, f.Error)
+		}
+	}
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/ok?_method=post", "headers": map[string]string{"X-HTTP-Method-Override": "GET"}}))
+	r.finish(t)
+	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8"} {
+		if _, ok := hits.Load(p); ok {
+			t.Errorf("the origin got %s", p)
+		}
+	}
+	if _, ok := hits.Load("/ok"); !ok {
+		t.Error("the declared override did not reach the origin")
+	}
+}
+
+// TestGuestHeaderRules: forwarding headers are dropped and the guest's
+// headers are capped in count and bytes.
+func TestGuestHeaderRules(t *testing.T) {
+	noLeak(t)
+	var got http.Header
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}}, PermissiveCeiling(), nil)
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": map[string]string{
+		"X-Forwarded-For": "10.0.0.1", "x-forwarded-host": "admin", "X-Forwarded-Proto": "https", "X-Real-IP": "10.0.0.1",
+		"Forwarded": "for=10.0.0.1", "True-Client-IP": "10.0.0.1", "Authorization": "Bearer mine", "X-Kept": "1"}}))
+	mu.Lock()
+	for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Forwarded", "True-Client-Ip"} {
+		if got.Get(k) != "" {
+			t.Errorf("%s reached the origin", k)
+		}
+	}
+	if got.Get("Authorization") != "Bearer mine" || got.Get("X-Kept") != "1" {
+		t.Errorf("the origin got %v", got)
+	}
+	mu.Unlock()
+
+	many := map[string]string{}
+	for i := range MaxGuestHeaders + 1 {
+		many["X-H"+strconv.Itoa(i)] = "v"
+	}
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": many}), CodeTooLarge)
+	delete(many, "X-H0")
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": many}))
+	big := map[string]string{"X-Big": strings.Repeat("b", MaxGuestHeaderBytes)}
+	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": big}), CodeTooLarge)
+	r.finish(t)
+}
+
+// TestLogScrubbed: a secret the guest pieced together does not reach the
+// run's logs.
+func TestLogScrubbed(t *testing.T) {
+	noLeak(t)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Value: `Bearer tok"en-123456`, Origins: []string{"https://api.example.com"}}}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: Capabilities{Log: true}, Ceiling: ceil})
+	wantOK(t, r.g.call("log.info", map[string]any{"message": `got Bearer tok"en-123456`, "meta": map[string]string{"v": `tok"en-123456`, "w": `Bearer tok"en-123456`}}))
+	out := r.finish(t)
+	if len(out.Logs) != 1 || strings.Contains(out.Logs[0].Message, "en-123456") || strings.Contains(string(out.Logs[0].Meta), "en-123456") || !json.Valid(out.Logs[0].Meta) {
+		t.Errorf("logs %+v", out.Logs)
+	}
+}
