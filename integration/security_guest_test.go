@@ -223,9 +223,13 @@ func TestSecurityBroker_Requests(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			src := `const r = await host.request.send({ url: ` + jsString(c.url) + `, method: "` + c.method + `" });
 console.log(JSON.stringify(r.ok ? { status: r.value.status, body: r.value.body } : r.error));`
+			caps := c.caps
+			if weakenedLayer() == layerCapabilities {
+				caps = capsFor(t, c.url, c.method)
+			}
 			var flags []string
-			if c.caps != "" {
-				flags = []string{"--cap", c.caps}
+			if caps != "" {
+				flags = []string{"--cap", caps}
 			}
 			r := runScript(t, "req.js", src, flags...)
 			if r.Status != "ok" {
