@@ -69,7 +69,9 @@ func TestMutation_SecurityLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := exec.Command(self, "-test.list", "^TestSecurity").Output()
+	lister := exec.Command(self, "-test.list", "^TestSecurity")
+	lister.Env = append(os.Environ(), "PMJAIL_BIN="+pmjail) // no second build of pmjail to list tests
+	list, err := lister.Output()
 	if err != nil {
 		t.Fatalf("list the security tests: %v", err)
 	}

@@ -269,39 +269,50 @@ func TestSecurityLeaks_OtherJobs(t *testing.T) {
 	}
 	a := exec.Command(pmjail, "exec", "--ro-bind", gate+":/gate", "--", "/bin/sh", "-c",
 		`echo secret > /tmp/job-a-secret && echo ready && { read x < /gate/release; true; }`)
-	stdout, err := a.StdoutPipe()
+	// A pipe of our own, so that waiting for A need not wait for its reader.
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Stderr = os.Stderr
-	if err := a.Start(); err != nil {
+	defer pr.Close()
+	a.Stdout, a.Stderr = pw, os.Stderr
+	err = a.Start()
+	pw.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	released := false
-	open := func() {
-		if released {
-			return
-		}
-		released = true
-		// The writer's open fails with ENXIO until A has the reading end.
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	ended := make(chan error, 1)
+	go func() { ended <- a.Wait() }()
+	var aErr error
+	aDone := false
+	// releaseA opens the gate's writing end and closes it: A's read ends.
+	// The open fails with ENXIO until A holds the reading end.
+	releaseA := func() {
+		for !aDone {
 			if fd, err := unix.Open(release, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
 				unix.Close(fd)
-				return
+				break
+			}
+			select {
+			case aErr = <-ended:
+				aDone = true
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
-		t.Errorf("job A never waited at its gate")
-	}
-	t.Cleanup(func() {
-		open()
-		if a.ProcessState == nil {
-			_ = a.Process.Kill()
-			_ = a.Wait()
+		if !aDone {
+			select {
+			case aErr = <-ended:
+			case <-time.After(time.Minute):
+				_ = a.Process.Kill()
+				aErr = <-ended
+			}
+			aDone = true
 		}
-	})
+	}
+	defer releaseA()
 	ready := make(chan bool, 1)
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			if sc.Text() == "ready" {
 				ready <- true
@@ -334,8 +345,8 @@ func TestSecurityLeaks_OtherJobs(t *testing.T) {
 		t.Errorf("job B sees pids %v", pids)
 	}
 
-	open()
-	if err := a.Wait(); err != nil {
-		t.Errorf("job A: %v", err)
+	releaseA()
+	if aErr != nil {
+		t.Errorf("job A: %v", aErr)
 	}
 }
