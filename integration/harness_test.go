@@ -113,7 +113,11 @@ func pmjailCmd(t *testing.T, stdin string, args ...string) Invocation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, pmjail, args...)
+	// Under TestMutation_SecurityLayers, the harness removes one layer
+	// (mutation_test.go); otherwise this is pmjail with args.
+	path, argv, env := weakened(t, args)
+	cmd := exec.CommandContext(ctx, path, argv...)
+	cmd.Env = env
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

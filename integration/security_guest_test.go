@@ -1,13 +1,19 @@
 package integration
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // hostTargets starts what the hostile guest aims at on the host: a TCP
@@ -73,15 +79,42 @@ func TestSecurityFilesystem_JSRun(t *testing.T) {
 	}
 }
 
-// A static import is not checked by --allow-read: only the root keeps the
-// file out.
+// A host file that is valid JSON, so that only its absence can fail the
+// import (/etc/passwd fails as JSON even unjailed).
+const staticImportSecret = `{"secret": "host-only"}`
+
+// A static import of the main module is not checked by --allow-read:
+// under `deno run` in the jail, only the root keeps a host file out. Under
+// `pmjail run` the bootstrap imports the job, so Deno's permissions refuse
+// first; the file must stay out either way.
 func TestSecurityFilesystem_StaticImport(t *testing.T) {
-	for _, typ := range []string{"text", "json"} {
-		r := runScript(t, "imp.js", `import x from "/etc/passwd" with {type: "`+typ+`"};
-console.log(String(x).slice(0, 40));`)
-		if r.Status != "error" || r.Error == nil || strings.Contains(r.Stdout, "root:") ||
-			!(strings.Contains(r.Error.Message, "/etc/passwd")) {
-			t.Errorf("type %s: status %s stdout %q error %+v, want an error naming /etc/passwd", typ, r.Status, r.Stdout, r.Error)
+	dir := outsideTmpDir(t, "itest-import-")
+	secret := filepath.Join(dir, "secret.json")
+	writeFile(t, secret, staticImportSecret)
+	scripts := outsideTmpDir(t, "itest-script-")
+	src := `import x from ` + jsString(secret) + ` with {type: "json"};
+console.log(JSON.stringify(x));`
+	writeFile(t, filepath.Join(scripts, "imp.js"), src)
+
+	// Unjailed, the import loads: the file is one the attack would get.
+	cmd := exec.Command(denoBin(t), "run", "--no-config", filepath.Join(scripts, "imp.js"))
+	cmd.Env = append(os.Environ(), "DENO_DIR="+t.TempDir(), "NO_COLOR=1")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "host-only") {
+		t.Fatalf("unjailed, deno run does not load %s (%v): %s", secret, err, out)
+	}
+
+	inv := pmjailCmd(t, "", "exec", "--json", "--ro-bind", scripts+":/script", "--", denoBin(t), "run", "--no-config", "/script/imp.js")
+	if r := inv.Result; r == nil || r.Status == "ok" || strings.Contains(r.Stdout, "host-only") ||
+		!strings.Contains(r.Stderr, "Module not found") || !strings.Contains(r.Stderr, secret) {
+		t.Errorf("deno run in the jail imports %s: %+v, want it not found (stdout must not hold host-only)", secret, r)
+	}
+
+	for _, c := range []struct{ path, typ string }{{secret, "json"}, {"/etc/passwd", "text"}} {
+		r := runScript(t, "imp.js", `import x from `+jsString(c.path)+` with {type: "`+c.typ+`"};
+console.log(JSON.stringify(x).slice(0, 40));`)
+		if r.Status != "error" || r.Error == nil || strings.Contains(r.Stdout, "host-only") || strings.Contains(r.Stdout, "root:") ||
+			!strings.Contains(r.Error.Message, c.path) {
+			t.Errorf("pmjail run imports %s as %s: status %s stdout %q error %+v, want an error naming it", c.path, c.typ, r.Status, r.Stdout, r.Error)
 		}
 	}
 }
@@ -126,12 +159,48 @@ func TestSecurityFilesystem_JSAllowAll(t *testing.T) {
 	_ = os.Getpid
 }
 
+// workerAsksMore starts a worker (inheriting its parent's permissions, the
+// stable default) that asks Deno for read and run access in general and
+// reads a host file; it reports each answer.
+const workerAsksMore = `async function inWorker() {
+  const out = {};
+  for (const name of ["read", "run"]) {
+    try { out[name] = (await Deno.permissions.request({ name })).state; } catch (e) { out[name] = e.name; }
+  }
+  try { Deno.readTextFileSync("/etc/hostname"); out.read_file = "read"; } catch (e) { out.read_file = e.name; }
+  postMessage(out);
+}
+const w = new Worker("data:text/javascript," + encodeURIComponent("(" + inWorker + ")()"), { type: "module" });
+const got = await new Promise((res, rej) => { w.onmessage = (e) => res(e.data); w.onerror = (e) => { e.preventDefault(); rej(new Error(e.message)); }; });
+w.terminate();
+console.log(JSON.stringify(got));`
+
+// A worker holds no more than its parent: asking for more is refused by
+// Deno's permission layer, and so is the host file. A worker that declares
+// more permissions at its creation is an unstable API (pmjail passes no
+// --unstable-worker-options): the whole run ends, and the result says why.
 func TestSecurityProcess_WorkerMorePermissions(t *testing.T) {
-	r := runScript(t, "worker.js", `new Worker("data:text/javascript,postMessage(1)", { type: "module", deno: { permissions: "inherit" } });
-await new Promise((r) => setTimeout(r, 1000));
+	r := runScript(t, "worker.js", workerAsksMore)
+	if r.Status != "ok" {
+		t.Fatalf("status %s error %+v stderr %q", r.Status, r.Error, r.Stderr)
+	}
+	var got map[string]string
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if err := jsonUnmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("worker report %q: %v", r.Stdout, err)
+	}
+	for name, want := range map[string]string{"read": "denied", "run": "denied", "read_file": "NotCapable"} {
+		if got[name] != want {
+			t.Errorf("the worker asking for %s got %q, want %q (the permission layer's refusal)", name, got[name], want)
+		}
+	}
+
+	r = runScript(t, "worker.js", `const w = new Worker("data:text/javascript,postMessage(1)", { type: "module", deno: { permissions: { read: true, run: true } } });
+await new Promise((r) => { w.onmessage = r; });
 console.log("survived");`)
-	if r.Status == "ok" || r.Error == nil || r.Error.Message == "" {
-		t.Errorf("status %s error %+v stdout %q, want an explained error", r.Status, r.Error, r.Stdout)
+	explained := strings.Contains(r.Stderr, "--unstable-worker-options") || (r.Error != nil && strings.Contains(r.Error.Message, "escalate"))
+	if r.Status == "ok" || strings.Contains(r.Stdout, "survived") || r.Error == nil || !explained {
+		t.Errorf("a worker declaring more permissions: status %s error %+v stdout %q stderr %q, want the run refused and why", r.Status, r.Error, r.Stdout, r.Stderr)
 	}
 }
 
@@ -154,9 +223,13 @@ func TestSecurityBroker_Requests(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			src := `const r = await host.request.send({ url: ` + jsString(c.url) + `, method: "` + c.method + `" });
 console.log(JSON.stringify(r.ok ? { status: r.value.status, body: r.value.body } : r.error));`
+			caps := c.caps
+			if weakenedLayer() == layerCapabilities {
+				caps = capsFor(t, c.url, c.method)
+			}
 			var flags []string
-			if c.caps != "" {
-				flags = []string{"--cap", c.caps}
+			if caps != "" {
+				flags = []string{"--cap", caps}
 			}
 			r := runScript(t, "req.js", src, flags...)
 			if r.Status != "ok" {
@@ -181,30 +254,99 @@ console.log(JSON.stringify(r.ok ? { status: r.value.status, body: r.value.body }
 	}
 }
 
+// Job A writes a secret in its /tmp and holds until the test releases it;
+// job B, run meanwhile, looks for it and for A's processes.
 func TestSecurityLeaks_OtherJobs(t *testing.T) {
 	bin := buildProber(t)
-	// Job A writes a secret in its /tmp and stays alive; job B looks for it.
-	inv := make(chan Invocation, 1)
-	dir := t.TempDir()
-	_ = dir
+	gate := outsideTmpDir(t, "itest-gate-")
+	release := filepath.Join(gate, "release")
+	if err := unix.Mkfifo(release, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The jail's ids are unprivileged on the host.
+	if err := os.Chmod(release, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	a := exec.Command(pmjail, "exec", "--ro-bind", gate+":/gate", "--", "/bin/sh", "-c",
+		`echo secret > /tmp/job-a-secret && echo ready && { read x < /gate/release; true; }`)
+	// A pipe of our own, so that waiting for A need not wait for its reader.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	a.Stdout, a.Stderr = pw, os.Stderr
+	err = a.Start()
+	pw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- a.Wait() }()
+	var aErr error
+	aDone := false
+	// releaseA opens the gate's writing end and closes it: A's read ends.
+	// The open fails with ENXIO until A holds the reading end.
+	releaseA := func() {
+		for !aDone {
+			if fd, err := unix.Open(release, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				unix.Close(fd)
+				break
+			}
+			select {
+			case aErr = <-ended:
+				aDone = true
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if !aDone {
+			select {
+			case aErr = <-ended:
+			case <-time.After(time.Minute):
+				_ = a.Process.Kill()
+				aErr = <-ended
+			}
+			aDone = true
+		}
+	}
+	defer releaseA()
+	ready := make(chan bool, 1)
 	go func() {
-		inv <- pmjailCmd(t, "", "exec", "--json", "--", "/bin/sh", "-c", `echo secret > /tmp/job-a-secret; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+		}
+		close(ready)
 	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("job A ended without writing its secret")
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("job A did not write its secret within a minute")
+	}
+
 	_, rep := runProber(t, bin, nil, "list=/tmp", "proc_pids", "list=/job")
 	var tmp []string
-	if p := rep["list=/tmp"]; p.OK {
-		_ = jsonUnmarshal(p.Detail, &tmp)
+	if detail(t, rep, "list=/tmp", &tmp) && slices.ContainsFunc(tmp, func(n string) bool { return strings.Contains(n, "job-a") }) {
+		t.Errorf("job B sees job A's /tmp: %v", tmp)
 	}
-	for _, n := range tmp {
-		if strings.Contains(n, "job-a") {
-			t.Errorf("job B sees job A's /tmp: %v", tmp)
-		}
+	// exec's root has no /job; a run's holds only its own files.
+	if p := rep["list=/job"]; p.OK && strings.Contains(string(p.Detail), "job-a") {
+		t.Errorf("job B's /job holds job A's files: %s", p.Detail)
+	} else if !p.OK && p.Errno != "ENOENT" {
+		t.Errorf("list=/job: %+v, want a listing or ENOENT", p)
 	}
 	var pids []int
 	if detail(t, rep, "proc_pids", &pids) && len(pids) > 3 {
 		t.Errorf("job B sees pids %v", pids)
 	}
-	if a := <-inv; a.Result == nil || a.Result.Status != "ok" {
-		t.Errorf("job A: exit %d", a.ExitCode)
+
+	releaseA()
+	if aErr != nil {
+		t.Errorf("job A: %v", aErr)
 	}
 }

@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// securityMutations pairs each security test with the layer it guards.
+// TestMutation_SecurityLayers runs the test again with that layer removed
+// (weakened says how) and requires it to fail, saying fails: a test that
+// still passes without its layer proves nothing about it. (The suite's
+// own run of the test, with every layer, is the control.) A test whose
+// layer no job data or outer restriction can remove says why instead.
+var securityMutations = []struct {
+	test, layer, fails, why string
+}{
+	{test: "TestSecurityKernel_ProberSyscalls", layer: layerSeccomp, fails: "does not name ptrace"},
+	{test: "TestSecurityKernel_ProberSyscalls", layer: layerSeccompPolicy, fails: "does not name acct"},
+	{test: "TestSecurityKernel_CloneNamespaces", layer: layerSeccomp, fails: "clone_newuser"},
+	{test: "TestSecurityKernel_Landlock", layer: layerLandlock, fails: "not applied in the run"},
+	{test: "TestSecurityKernel_Posture", layer: layerNetworkNamespace, fails: "want only lo"},
+	{test: "TestSecurityFilesystem_JSAllowAll", layer: layerRoot, fails: "probe read_passwd"},
+	{test: "TestSecurityFilesystem_StaticImport", layer: layerRoot, fails: "host-only"},
+	{test: "TestSecurityFilesystem_JSRun", layer: layerDenoPermissions, fails: "probe read_passwd"},
+	{test: "TestSecurityProcess_WorkerMorePermissions", layer: layerDenoPermissions, fails: "granted"},
+	{test: "TestSecurityProcess_Signals", why: "pmjail refuses to build a jail without a pid namespace (fail closed), so no run lacks it"},
+	{test: "TestSecurityLeaks_OtherJobs", why: "no run lacks a pid namespace (see Signals), and no job data shares a /tmp: " +
+		"binding another job's /proc/PID/root/tmp is refused as a bind source the jail's unprivileged ids cannot open"},
+	{test: "TestSecurityFilesystem_Python", why: "the Pyodide loader's Deno permissions are fixed by runtimes/, not by a profile or " +
+		"job, and `pmjail run` binds nothing a job names"},
+	{test: "TestSecurityBroker_Requests", layer: layerCapabilities, fails: "want code denied"},
+}
+
+// The layers weakened can remove, by the name of their posture layer
+// where there is one.
+const (
+	layerSeccomp          = "seccomp"           // an outer filter fails every filter's installation
+	layerSeccompPolicy    = "seccomp_policy"    // a profile whose policy allows everything (pmjail's dangerous set stays)
+	layerNetworkNamespace = "network_namespace" // an outer filter refuses CLONE_NEWNET
+	layerLandlock         = "landlock"          // a profile with "landlock": false
+	layerRoot             = "root"              // exec binds the host's /etc and /var/tmp
+	layerDenoPermissions  = "deno_permissions"  // `run` becomes exec of `deno run -A` in the same jail
+	layerCapabilities     = "capabilities"      // the job declares what the guest asks the broker for
+)
+
+// weakenEnv names the layer a mutant run of the suite removes.
+const weakenEnv = "PMJAIL_TEST_WEAKEN"
+
+func weakenedLayer() string { return os.Getenv(weakenEnv) }
+
+func TestMutation_SecurityLayers(t *testing.T) {
+	if weakenedLayer() != "" {
+		t.Skipf("a mutant run (%s=%s) does not mutate again", weakenEnv, weakenedLayer())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister := exec.Command(self, "-test.list", "^TestSecurity")
+	lister.Env = append(os.Environ(), "PMJAIL_BIN="+pmjail) // no second build of pmjail to list tests
+	list, err := lister.Output()
+	if err != nil {
+		t.Fatalf("list the security tests: %v", err)
+	}
+	var listed []string
+	for _, m := range securityMutations {
+		listed = append(listed, m.test)
+	}
+	for _, name := range strings.Fields(string(list)) {
+		if !slices.Contains(listed, name) {
+			t.Errorf("%s has no row in securityMutations: name the layer it guards", name)
+		}
+	}
+	prober := buildProber(t)
+	for _, m := range securityMutations {
+		if m.layer == "" {
+			t.Logf("%s: not mutated: %s", m.test, m.why)
+			continue
+		}
+		t.Run(m.test+"_without_"+m.layer, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, self, "-test.run", "^"+m.test+"$", "-test.count=1")
+			cmd.Env = append(os.Environ(), weakenEnv+"="+m.layer, "PMJAIL_BIN="+pmjail, "PMJAIL_PROBER="+prober)
+			out, err := cmd.CombinedOutput()
+			if _, failed := errors.AsType[*exec.ExitError](err); !failed {
+				t.Fatalf("%s passed with %s removed (err %v):\n%s", m.test, m.layer, err, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: "+m.test) || !strings.Contains(string(out), m.fails) {
+				t.Fatalf("%s without %s: want it to fail saying %q:\n%s", m.test, m.layer, m.fails, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, m.fails) {
+					t.Logf("seen failing without %s: %s", m.layer, strings.TrimSpace(line))
+					break
+				}
+			}
+		})
+	}
+}
+
+// weakened is the command pmjailCmd runs for pmjail args: pmjail itself,
+// unless this is a mutant run (weakenEnv) of a run or exec, which it
+// changes to remove the layer through data the jail reads or a real outer
+// restriction, never a switch in pmjail. env nil means the test's own.
+func weakened(t *testing.T, args []string) (path string, argv, env []string) {
+	t.Helper()
+	layer := weakenedLayer()
+	if layer == "" || len(args) == 0 || (args[0] != "run" && args[0] != "exec") {
+		return pmjail, args, nil
+	}
+	// A guest freed of a layer may wedge itself (PTRACE_TRACEME with no
+	// tracer stops it at its next signal): a mutant run need not wait out
+	// the profile's timeout to fail. A --timeout of the test's own wins.
+	args = slices.Insert(slices.Clone(args), 1, "--timeout", "3s")
+	switch layer {
+	case layerSeccomp, layerNetworkNamespace:
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return self, nil, append(os.Environ(), outerDenyEnv+"="+layer,
+			"PMJAIL_BIN_UNDER_TEST="+pmjail, "PMJAIL_TEST_ARGS="+strings.Join(args, "\x1f"))
+	case layerSeccompPolicy:
+		dir := t.TempDir()
+		policy := filepath.Join(dir, "allow-all.json")
+		writeFile(t, policy, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],"syscalls":[]}`)
+		return pmjail, withProfile(t, args, `{"deno":`+jsString(policy)+`,"python":`+jsString(policy)+`,"native":`+jsString(policy)+`}`, true), nil
+	case layerLandlock:
+		return pmjail, withProfile(t, args, `{"deno":"deno","python":"pyodide","native":"native"}`, false), nil
+	case layerRoot:
+		if args[0] == "exec" {
+			return pmjail, slices.Insert(args, 1, "--ro-bind", "/etc", "--ro-bind", "/var/tmp"), nil
+		}
+	case layerDenoPermissions:
+		if args[0] == "run" {
+			return pmjail, denoAllowAll(t, args), nil
+		}
+	case layerCapabilities:
+		// The test declares the capabilities itself (capsFor).
+	default:
+		t.Fatalf("%s=%q: no such layer", weakenEnv, layer)
+	}
+	return pmjail, args, nil
+}
+
+// withProfile inserts into args a --profile of the default limits with
+// the given seccomp policies and Landlock setting, right after the
+// command, so that a --profile of the test's own wins.
+func withProfile(t *testing.T, args []string, seccomp string, landlock bool) []string {
+	t.Helper()
+	profile := filepath.Join(t.TempDir(), "weakened.json")
+	writeFile(t, profile, `{"name":"weakened","limits":{"memory":"256M","cpu_time":"10s","timeout":"30s","pids":32,"output":"1M","tmp":"16M"},`+
+		`"seccomp":`+seccomp+`,"landlock":`+strconv.FormatBool(landlock)+`}`)
+	return slices.Insert(args, 1, "--profile", profile)
+}
+
+// capsFor is the capability that lets the guest send method to rawURL:
+// the broker's check removed by declaring what is asked.
+func capsFor(t *testing.T, rawURL, method string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "request=" + u.Scheme + "://" + u.Host + ":" + method
+}
+
+// denoAllowAll turns `run [flags] FILE` into the same program run by
+// `deno run -A` under `pmjail exec`: the same jail without Deno's
+// permission layer. Flags only `run` takes (capabilities, input, runtime)
+// have no place there.
+func denoAllowAll(t *testing.T, args []string) []string {
+	t.Helper()
+	file := args[len(args)-1]
+	out := []string{"exec"}
+	for i := 1; i < len(args)-1; i++ {
+		name, _, inline := strings.Cut(args[i], "=")
+		switch name {
+		case "--cap", "--input", "--runtime":
+			if !inline {
+				i++
+			}
+		default:
+			out = append(out, args[i])
+		}
+	}
+	dir := outsideTmpDir(t, "itest-weak-")
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, filepath.Base(file)), string(src))
+	return append(out, "--ro-bind", dir+":/job", "--", denoBin(t), "run", "-A", "--no-config", "/job/"+filepath.Base(file))
+}
+
+// outerDenyEnv makes this test binary, re-executed, install a seccomp
+// filter that takes one layer away from the host and then exec pmjail
+// (PMJAIL_BIN_UNDER_TEST with PMJAIL_TEST_ARGS): the layer is then truly
+// missing, as on a host without it, and pmjail's own probes find so.
+const outerDenyEnv = "PMJAIL_TEST_OUTER_DENY"
+
+func init() {
+	layer := os.Getenv(outerDenyEnv)
+	if layer == "" {
+		return
+	}
+	if err := denyLayer(layer); err != nil {
+		os.Stderr.WriteString("outer filter: " + err.Error() + "\n")
+		os.Exit(99)
+	}
+	args := strings.Split(os.Getenv("PMJAIL_TEST_ARGS"), "\x1f")
+	err := syscall.Exec(os.Getenv("PMJAIL_BIN_UNDER_TEST"), append([]string{"pmjail"}, args...), os.Environ())
+	os.Stderr.WriteString("exec pmjail: " + err.Error() + "\n")
+	os.Exit(98)
+}
+
+// denyLayer installs the outer filter that removes layer.
+func denyLayer(layer string) error {
+	f, err := libseccomp.NewFilter(libseccomp.ActAllow)
+	if err != nil {
+		return err
+	}
+	defer f.Release()
+	rule := func(name string, act libseccomp.ScmpAction, conds ...libseccomp.ScmpCondition) error {
+		sc, err := libseccomp.GetSyscallFromName(name)
+		if err != nil {
+			return err
+		}
+		if len(conds) == 0 {
+			return f.AddRule(sc, act)
+		}
+		return f.AddRuleConditional(sc, act, conds)
+	}
+	errno := func(e unix.Errno) libseccomp.ScmpAction { return libseccomp.ActErrno.SetReturnCode(int16(e)) }
+	switch layer {
+	case "seccomp":
+		// Installing a filter fails, both ways, as on a kernel without
+		// seccomp filters; the queries libseccomp compiles with still
+		// answer.
+		setFilter, err := libseccomp.MakeCondition(0, libseccomp.CompareEqual, unix.SECCOMP_SET_MODE_FILTER)
+		if err != nil {
+			return err
+		}
+		if err := rule("seccomp", errno(unix.EINVAL), setFilter); err != nil {
+			return err
+		}
+		setSeccomp, err := libseccomp.MakeCondition(0, libseccomp.CompareEqual, unix.PR_SET_SECCOMP)
+		if err != nil {
+			return err
+		}
+		if err := rule("prctl", errno(unix.EINVAL), setSeccomp); err != nil {
+			return err
+		}
+	case "pid_namespace", "network_namespace":
+		flag := uint64(unix.CLONE_NEWPID)
+		if layer == "network_namespace" {
+			flag = unix.CLONE_NEWNET
+		}
+		cond, err := libseccomp.MakeCondition(0, libseccomp.CompareMaskedEqual, flag, flag)
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{"clone", "unshare"} {
+			if err := rule(name, errno(unix.EPERM), cond); err != nil {
+				return err
+			}
+		}
+		// clone3 hides its flags from a filter: make it unavailable, so
+		// that callers fall back to clone.
+		if err := rule("clone3", errno(unix.ENOSYS)); err != nil {
+			return err
+		}
+	default:
+		return errUnknownLayer(layer)
+	}
+	return f.Load()
+}
+
+type errUnknownLayer string
+
+func (e errUnknownLayer) Error() string { return "no outer filter removes layer " + string(e) }
