@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -244,7 +245,23 @@ func setUp(cfg *Config, prepared *preparedRoot, join func() error) (Report, erro
 	if err := stage("privileges", dropPrivileges(proc.User, lastCap)); err != nil {
 		return report, err
 	}
+	dropOtherThreads()
 	return report, nil
+}
+
+// dropOtherThreads empties the capabilities of the process's other
+// threads too: the init stage outlives the set-up as the runtime's parent
+// (runRuntime), and its Go runtime's threads, which never run guest code,
+// need none. They keep the namespace's root ids, unprivileged on the host
+// and no task of the guest's uid (RLIMIT_NPROC counts by uid). Best effort,
+// before the seccomp filter (which refuses capset): AllThreadsSyscall
+// needs a program built without cgo, as pmjail-init is; a cgo binary
+// serving as its own init stage leaves them as they are. On the locked
+// thread, whose sets are empty already, the call changes nothing.
+func dropOtherThreads() {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	_, _, _ = syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0)
 }
 
 // checkPrivateMountNS refuses to go on in the host's mount namespace: a
