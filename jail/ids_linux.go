@@ -165,6 +165,10 @@ func leaseDir() (int, error) {
 	if leaseDirFD.opened {
 		return leaseDirFD.fd, nil
 	}
+	// A system without /run (a bare initramfs) gets one, root's as usual.
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(LeaseDir)), 0o755); err != nil {
+		return -1, fmt.Errorf("job id leases: %w", err)
+	}
 	for _, d := range []struct {
 		path string
 		mode uint32
