@@ -138,11 +138,11 @@ func TestSecurityProcess_Signals(t *testing.T) {
 	wantErrno(t, rep, "kill="+itoa(victim)+",9", "ESRCH")
 	wantErrno(t, rep, "kill="+itoa(self)+",0", "ESRCH")
 	if p := rep["kill=1,0"]; !p.OK {
-		t.Errorf("kill(1, 0) in the job's own pid namespace: %+v, want success (pid 1 is the job)", p)
+		t.Errorf("kill(1, 0) in the job's own pid namespace: %+v, want success (pid 1 is the job's init)", p)
 	}
 	var ppid int
-	if detail(t, rep, "getppid", &ppid) && ppid != 0 {
-		t.Errorf("getppid %d, want 0 (the parent is outside the pid namespace)", ppid)
+	if detail(t, rep, "getppid", &ppid) && ppid != 1 {
+		t.Errorf("getppid %d, want 1 (the jail's init stage, pid 1 of the job's namespace)", ppid)
 	}
 	if !alive(victim) {
 		t.Errorf("the host process %d died", victim)

@@ -101,6 +101,13 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 		errR.Close()
 		return fail("start", err)
 	}
+	if err = lease.hold(c.proc.Pid); err != nil {
+		_ = c.proc.Signal(syscall.SIGKILL)
+		_, _ = c.proc.Wait()
+		outR.Close()
+		errR.Close()
+		return fail("ids", err)
+	}
 	return c, "", nil
 }
 

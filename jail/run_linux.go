@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -123,6 +125,14 @@ type Outcome struct {
 	RootPrepared bool
 }
 
+// InitTasks is the room a job's bound on tasks must leave for the jail's
+// own pid 1 (the init stage, the runtime's parent for the whole run) on
+// cgroup v1 and under RLIMIT_NPROC: one task, the thread that joined the
+// job's cgroups through their per-thread task files and took the guest's
+// ids. On cgroup v2 the init stage is born in the job's cgroup, and each
+// of its Go runtime's threads counts, a number the jail does not fix.
+const InitTasks = 1
+
 // StageBindSource is the set-up step that opens the binds' sources: a run
 // failed there named a source the jail's unprivileged ids cannot open.
 const StageBindSource = initstage.StageBindSource
@@ -139,7 +149,7 @@ type killReason struct {
 // what it created; the caller owns the cgroup.
 func Run(ctx context.Context, job *Job) *Outcome {
 	start := time.Now()
-	s := &supervision{job: job, out: &Outcome{}}
+	s := &supervision{job: job, out: &Outcome{}, runtime: -1}
 	s.run(ctx)
 	s.out.Wall = time.Since(start)
 	return s.out
@@ -163,6 +173,9 @@ type supervision struct {
 	// cgroup is the job's cgroup once it exists (under mu: a stop may
 	// come while it is being made).
 	cgroup CgroupJob
+	// runtime is a pidfd of the runtime, the init stage's child, once it
+	// runs (-1 before, and after it was read back).
+	runtime int
 	// making delivers the job's cgroup while MakeCgroup runs; handOver
 	// takes it, and run waits for it if nothing did.
 	making chan madeCgroup
@@ -206,8 +219,8 @@ func (s *supervision) stop(r killReason) {
 }
 
 func (s *supervision) killTree() {
-	// The child is pid 1 of its pid namespace: killing it kills every
-	// process in the namespace.
+	// The child is pid 1 of its pid namespace, the runtime's parent:
+	// killing it kills every process in the namespace.
 	_ = s.child.proc.Signal(syscall.SIGKILL)
 	if cg := s.cg(); cg != nil {
 		_ = cg.Kill()
@@ -333,7 +346,7 @@ func (s *supervision) run(ctx context.Context) {
 	// The runtime is running. Its state is read back while the session
 	// sends the guest its start (the guest waits for nothing of this), and
 	// before anything reaps it: a reaped pid can be another process's.
-	s.out.Observed = observe(proc.Pid)
+	s.out.Observed = s.observeRuntime()
 	// Holding the job's mount namespace moves its teardown (every mount,
 	// the tmpfs's pages, an RCU grace period) out of the runtime's exit,
 	// which the result waits for, to after the result.
@@ -478,20 +491,84 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 			}
 		}
 	}
-	// The control socket is close-on-exec: EOF means the runtime is running,
-	// a second report means exec failed.
-	after, _, err := initstage.ReadReport(int(ctl.Fd()))
-	if err == nil && after.Error != "" {
+	// The init stage starts the runtime as its child and reports it
+	// running (with a pidfd of it) or not executable.
+	after, afterFDs, err := initstage.ReadReport(int(ctl.Fd()))
+	if err == nil && !after.Started && after.Error == "" {
+		err = errors.New("neither a started runtime nor an exec error in the init stage's report")
+	}
+	if err != nil || after.Error != "" {
+		closeFDs(afterFDs)
+		if conn != nil {
+			conn.Close()
+		}
+		if err != nil {
+			s.fail("exec", s.initFailure(err))
+			return nil, err
+		}
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = after.ExitCode
 		s.out.InitStage = after.Stage
 		s.out.Message = after.Error
-		if conn != nil {
-			conn.Close()
-		}
 		return nil, errors.New(after.Error)
 	}
+	s.runtime = -1
+	for i, fd := range afterFDs {
+		if i < len(after.FDs) && after.FDs[i] == initstage.FDRuntime && s.runtime < 0 {
+			s.runtime = fd
+		} else {
+			unix.Close(fd)
+		}
+	}
 	return conn, nil
+}
+
+// observeRuntime reads the runtime's state back, through the pidfd of it
+// the init stage sent: its pid as this process sees it, and after the read
+// whether that is still its (a runtime reaped meanwhile leaves its pid to
+// any process). Without a pidfd it reads nothing.
+func (s *supervision) observeRuntime() *Observed {
+	if s.runtime < 0 {
+		return &Observed{Error: "the init stage sent no pidfd of the runtime"}
+	}
+	defer unix.Close(s.runtime)
+	pid := pidfdPid(s.runtime)
+	if pid <= 0 {
+		return &Observed{Error: "the runtime exited before it was read back"}
+	}
+	o := observe(pid)
+	if pidfdPid(s.runtime) != pid {
+		return &Observed{PID: pid, Error: "the runtime exited while it was read back"}
+	}
+	return o
+}
+
+// pidfdPid is the pid of pidfd's process in this process's pid namespace,
+// from its fdinfo: -1 once it has been reaped, 0 if unknown.
+func pidfdPid(pidfd int) int {
+	data, err := kfile.Read("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0
+			}
+			return pid
+		}
+	}
+	return 0
+}
+
+// exitReport is how the runtime ended as the init stage reported it
+// before it exited itself; ok is false when there is none (the init stage
+// was killed, or ended otherwise).
+func (s *supervision) exitReport() (initstage.Report, bool) {
+	rep, fds, err := initstage.ReadReport(int(s.child.ctl.Fd()))
+	closeFDs(fds)
+	return rep, err == nil && rep.Exited
 }
 
 // sendConfig sends the init stage its configuration, one message.
@@ -563,7 +640,15 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr 
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
 			switch {
 			case ws.Exited():
+				// The init stage exits with the runtime's code, and says
+				// which signal ended it, if one did.
 				out.ExitCode = ws.ExitStatus()
+				if rep, ok := s.exitReport(); ok {
+					out.ExitCode = rep.ExitCode
+					if rep.Signal != 0 {
+						out.Signal = unix.SignalName(syscall.Signal(rep.Signal))
+					}
+				}
 			case ws.Signaled():
 				out.Signal = unix.SignalName(ws.Signal())
 				out.ExitCode = 128 + int(ws.Signal())
@@ -672,5 +757,11 @@ func cgroupFD(cg CgroupJob) (int, bool) {
 func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
 	}
 }

@@ -211,7 +211,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	if cgs.mgr == nil || !cgs.mgr.Host().Has(cgroup.Pids) {
 		// Every job has its own host uid, so RLIMIT_NPROC counts its own
 		// tasks: the pids bound of last resort.
-		rootLimits.Tasks = uint64(lim.Pids)
+		rootLimits.Tasks = uint64(lim.Pids) + jail.InitTasks
 	}
 	spec, err := jail.NewSpec(launch, rootLimits)
 	if err != nil {
@@ -319,6 +319,10 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		if usage, err = cg.Stats(); err != nil {
 			logger.Warn("read job cgroup usage", "err", err)
 		}
+		// The jail's pid 1 is no task of the guest's (see resources).
+		if cgs.mgr.Host().Mode == cgroup.V1 && usage.PidsPeak >= jail.InitTasks {
+			usage.PidsPeak -= jail.InitTasks
+		}
 	}
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
@@ -370,7 +374,8 @@ func (rn *Runner) logger() *slog.Logger {
 // one core's worth of CPU, each where the host has its controller. A limit
 // left out is a layer the run's posture reports missing (mode auto runs
 // without it; mode required refuses first if it is required), and the
-// tasks bound falls back to RLIMIT_NPROC.
+// tasks bound falls back to RLIMIT_NPROC. Both tasks bounds leave room for
+// the jail's own pid 1 where its share is known (jail.InitTasks).
 func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
 	if h.Has(cgroup.Memory) {
@@ -379,6 +384,9 @@ func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
 	}
 	if h.Has(cgroup.Pids) {
 		pids := lim.Pids
+		if h.Mode == cgroup.V1 {
+			pids += jail.InitTasks
+		}
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
 	if h.Has(cgroup.CPU) {

@@ -45,6 +45,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		os.Exit(child(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "outlive" {
+		os.Exit(outlive())
+	}
+	if len(os.Args) == 4 && os.Args[1] == "squat-leases" {
+		slots, _ := strconv.Atoi(os.Args[3])
+		os.Exit(squatLeases(os.Args[2], slots))
+	}
 	host, err := os.Hostname()
 	if err != nil || host != "pmjail" {
 		fmt.Fprintf(os.Stderr, "prober: hostname %q: not jailed, refusing to run\n", host)

@@ -99,9 +99,10 @@ func (c *Config) HasNamespace(t specs.LinuxNamespaceType) bool {
 	return slices.Contains(c.Namespaces, t)
 }
 
-// Report is what the init stage sends back before exec: either the layers
-// it applied, or the error that stopped it. A second report, after the
-// first, means exec itself failed.
+// Report is what the init stage sends back: first the layers it applied,
+// or the error that stopped it; then, once it has started the runtime, a
+// report that it runs (Started, with a pidfd of it) or that it could not
+// be executed (Error); last, when the runtime has ended, how (Exited).
 type Report struct {
 	Error    string
 	Stage    string
@@ -115,6 +116,13 @@ type Report struct {
 	fds []int
 	// Prepared says the root was the one mounted ahead (Prepare).
 	Prepared bool
+	// Started says the runtime runs, as the init stage's child; the report
+	// carries a pidfd of it (FDRuntime).
+	Started bool
+	// Exited says the runtime has ended: with ExitCode, or killed by
+	// Signal (ExitCode is then 128 + Signal).
+	Exited bool
+	Signal int
 }
 
 // Names of the descriptors a report may carry.
@@ -122,4 +130,5 @@ const (
 	FDChannelIn  = "channel_in"
 	FDChannelOut = "channel_out"
 	FDSeccomp    = "seccomp"
+	FDRuntime    = "runtime"
 )

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -45,7 +47,8 @@ func stage(name string, err error) error {
 }
 
 // Main is the init stage: it runs in the job's new namespaces, builds the
-// root, drops everything and execs the runtime. It never returns.
+// root, drops everything, starts the runtime and stays as its parent (see
+// runRuntime). It never returns.
 func Main() {
 	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
 	// filter) must be set on the thread that calls execve. So must the
@@ -92,14 +95,71 @@ func Main() {
 	if err := sendReport(control, report); err != nil {
 		os.Exit(125)
 	}
-	p := cfg.Process
-	err = unix.Exec(p.Args[0], p.Args, p.Env)
-	code := 126
-	if errors.Is(err, unix.ENOENT) {
-		code = 127
+	os.Exit(runRuntime(control, cfg.Process, cfg.Channel))
+}
+
+// runRuntime starts the runtime as this process's child and stays, as pid
+// 1 of the job's pid namespace, until the runtime ends; it returns the
+// runtime's exit code, having reported how it ended. Staying is what ties
+// the job's life to the supervisor's: this process holds the parent-death
+// signal (set by dropPrivileges), which the guest cannot clear as it could
+// its own, and its death, whatever causes it, makes the kernel kill every
+// process of the namespace. It runs nothing of the guest's: the guest's
+// ids, capabilities and seccomp filter are already its own (the runtime
+// inherits them from this thread, and TSYNC gave the filter to every
+// thread), so the policies allow what it does from here: the start (pipe2,
+// a vfork-style clone, execve in the child), sendmsg, wait4 and exit.
+func runRuntime(control *os.File, p *specs.Process, channel bool) int {
+	files := []uintptr{0, 1, 2}
+	if channel {
+		files = append(files, ChannelFD)
 	}
-	_ = sendReport(control, Report{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
-	os.Exit(code)
+	pidfd := -1
+	pid, err := syscall.ForkExec(p.Args[0], p.Args, &syscall.ProcAttr{
+		Env: p.Env, Files: files, Sys: &syscall.SysProcAttr{PidFD: &pidfd},
+	})
+	if err != nil {
+		code := 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		_ = sendReport(control, Report{Error: fmt.Sprintf("exec %s: %v", p.Args[0], err), Stage: "exec", ExitCode: code})
+		return code
+	}
+	// The guest's output pipes and channel are the guest's alone: the
+	// supervisor reads their EOF when every guest process has gone.
+	for _, fd := range files {
+		unix.Close(int(fd))
+	}
+	// The pidfd lets the supervisor read the runtime's own state back.
+	if err := sendReport(control, Report{Started: true, FDs: []string{FDRuntime}, fds: []int{pidfd}}); err != nil {
+		// The supervisor is gone, and so, by the parent-death signal, is
+		// this job.
+		return 125
+	}
+	for {
+		var ws unix.WaitStatus
+		// Orphans of the guest are this process's to reap too.
+		reaped, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 125
+		}
+		if reaped != pid {
+			continue
+		}
+		exit := Report{Exited: true, ExitCode: ws.ExitStatus()}
+		if ws.Signaled() {
+			// pid 1 of a pid namespace cannot die of a signal it sends
+			// itself: the signal goes in the report.
+			exit.Signal = int(ws.Signal())
+			exit.ExitCode = 128 + exit.Signal
+		}
+		_ = sendReport(control, exit)
+		return exit.ExitCode
+	}
 }
 
 func failInit(control *os.File, name string, err error) {
@@ -185,7 +245,23 @@ func setUp(cfg *Config, prepared *preparedRoot, join func() error) (Report, erro
 	if err := stage("privileges", dropPrivileges(proc.User, lastCap)); err != nil {
 		return report, err
 	}
+	dropOtherThreads()
 	return report, nil
+}
+
+// dropOtherThreads empties the capabilities of the process's other
+// threads too: the init stage outlives the set-up as the runtime's parent
+// (runRuntime), and its Go runtime's threads, which never run guest code,
+// need none. They keep the namespace's root ids, unprivileged on the host
+// and no task of the guest's uid (RLIMIT_NPROC counts by uid). Best effort,
+// before the seccomp filter (which refuses capset): AllThreadsSyscall
+// needs a program built without cgo, as pmjail-init is; a cgo binary
+// serving as its own init stage leaves them as they are. On the locked
+// thread, whose sets are empty already, the call changes nothing.
+func dropOtherThreads() {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	_, _, _ = syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0)
 }
 
 // checkPrivateMountNS refuses to go on in the host's mount namespace: a
@@ -680,10 +756,10 @@ const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 // syscall package (and so unix.Setresuid) turns into a signal round trip
 // through every runtime thread to keep a Go program's ids uniform. Here one
 // thread is enough, and the right one: Main runs the set-up on its locked
-// thread and execs the runtime from it, execve ends every other thread of
-// the process (they never run guest code: none runs before the exec), and
-// the runtime starts with this thread's credentials alone. The checks at the
-// end are on this thread too.
+// thread and starts the runtime from it (runRuntime), which begins with
+// this thread's credentials alone. The process's other threads keep the
+// namespace's root ids but never run guest code, nor anything but the Go
+// runtime's own work. The checks at the end are on this thread too.
 func dropPrivileges(user specs.User, lastCap int) error {
 	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {

@@ -209,6 +209,9 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	e.string(r.LandlockReason)
 	e.strings(r.FDs)
 	e.bool(r.Prepared)
+	e.bool(r.Started)
+	e.bool(r.Exited)
+	e.int(r.Signal)
 	return e.end(maxReportSize)
 }
 
@@ -217,7 +220,8 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
 	d.magic(reportMagic)
 	rep := Report{Error: d.string(), Stage: d.string(), ExitCode: d.int(), Landlock: d.int(),
-		LandlockReason: d.string(), FDs: d.strings(), Prepared: d.bool()}
+		LandlockReason: d.string(), FDs: d.strings(), Prepared: d.bool(), Started: d.bool(), Exited: d.bool(),
+		Signal: d.int()}
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode init report: %w", err)
 	}

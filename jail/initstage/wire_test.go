@@ -187,6 +187,8 @@ func TestReportRoundTrip(t *testing.T) {
 		{Error: "mount /proc: permission denied", Stage: "root", ExitCode: 125},
 		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}, Prepared: true},
 		{Landlock: 0, LandlockReason: "not supported", ExitCode: -1},
+		{Started: true, FDs: []string{FDRuntime}},
+		{Exited: true, ExitCode: 137, Signal: 9},
 	} {
 		data, err := sent.MarshalBinary()
 		if err != nil {

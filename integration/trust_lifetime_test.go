@@ -1,0 +1,272 @@
+package integration
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The trust boundary between a job and its supervisor's lifetime: a guest
+// must not outlive the supervisor that limits it (whatever it does to its
+// own parent-death signal), and the host ids it runs as must stay leased
+// to it until it is gone; no local user may hold those leases.
+
+// Job id slots as the jail leases them (jail/ids_linux.go): a job's guest
+// runs as host uid idBase+2*slot+1.
+const (
+	leaseIDBase = 1 << 30
+	leaseSlots  = 1 << 14
+	leaseDir    = "/run/pmjail/leases"
+)
+
+// TestTrust_LifetimeExecGuestDiesWithCLI: a native guest that clears its
+// parent-death signal still ends with a SIGKILLed `pmjail exec`, its lease
+// is free once it is gone, and the next run sweeps its cgroup.
+func TestTrust_LifetimeExecGuestDiesWithCLI(t *testing.T) {
+	prober := buildProber(t)
+	before := snapshotHost(t)
+	cli := exec.Command(pmjail, "exec", "--timeout", "60s", "--", prober, "outlive")
+	out, err := cli.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cli.Stderr = &stderr
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cli.ProcessState == nil {
+			_ = cli.Process.Kill()
+			_ = cli.Wait()
+		}
+	})
+	sup := cli.Process.Pid
+	if line := readyLine(t, out, &stderr); line == "" {
+		t.Fatalf("the guest never said it was ready: %s", stderr.String())
+	}
+	guest := onlyOne(t, named(descendants(sup), "prober"), "prober guest")
+	pidfd := openPidfd(t, guest)
+	slot := leaseSlot(t, guest)
+	_ = cli.Process.Kill()
+	_ = cli.Wait()
+	waitGone(t, pidfd, guest, "a guest that cleared its parent-death signal outlived the SIGKILLed pmjail exec")
+	wantLeaseFree(t, slot)
+	// Nothing but the next run removes the dead CLI's cgroup.
+	if inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/true"); inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("next run: exit %d %s", inv.ExitCode, inv.Stderr)
+	}
+	if n := jobCgroups(sup); len(n) > 0 {
+		t.Errorf("the next run did not sweep the dead CLI's cgroups %v", n)
+	}
+	assertNothingLeft(t, before)
+}
+
+// TestTrust_LifetimeDaemonGuestDiesWithDaemon: the same for a run of a
+// SIGKILLed `pmjail serve`: its guest is gone, its lease free, and the
+// next daemon sweeps its cgroups (prestarted init stages' included).
+func TestTrust_LifetimeDaemonGuestDiesWithDaemon(t *testing.T) {
+	before := snapshotHost(t)
+	dir := daemonDir(t)
+	d := startDaemon(t, dir, fmt.Sprintf(baseConfig, 2, 4, "0660"))
+	loop := filepath.Join(t.TempDir(), "loop.js")
+	writeFile(t, loop, `for (;;) {}`)
+	submit, _ := startPmjail(t, "submit", "--socket", d.sock, loop)
+	var guest int
+	deadline := time.Now().Add(60 * time.Second)
+	for guest == 0 {
+		if g := named(descendants(d.pid()), "deno"); len(g) > 0 {
+			guest = onlyOne(t, g, "deno guest")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon started no deno guest: %s", d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pidfd := openPidfd(t, guest)
+	slot := leaseSlot(t, guest)
+	jail := descendants(d.pid())
+	dead := d.pid()
+	d.kill()
+	_ = submit.Wait()
+	waitGone(t, pidfd, guest, "the guest outlived the SIGKILLed daemon")
+	if living := outliving(jail, 5*time.Second); len(living) > 0 {
+		t.Fatalf("processes of the SIGKILLed daemon's jobs outlived it: %v", describePids(living))
+	}
+	wantLeaseFree(t, slot)
+	if len(jobCgroups(dead)) == 0 {
+		t.Errorf("no cgroup of the SIGKILLed daemon %d found: the sweep proves nothing", dead)
+	}
+	next := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 2, 4, "0660"))
+	if n := jobCgroups(dead); len(n) > 0 {
+		t.Errorf("the next daemon did not sweep the dead one's cgroups %v", n)
+	}
+	next.stop(t)
+	assertNothingLeft(t, before)
+}
+
+// TestTrust_LeaseUnprivilegedCannotBlock: an unprivileged host user who
+// takes every name and file it can of the job id leases blocks no run.
+// The user and the run share a network namespace of the test's own (the
+// leases were once abstract sockets, which live in one), so that the
+// attack, should it work, blocks no one else's runs.
+func TestTrust_LeaseUnprivilegedCannotBlock(t *testing.T) {
+	prober := buildProber(t)
+	// Never unlocked: the thread, in its own network namespace, ends with
+	// the test.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Fatalf("private network namespace: %v", err)
+	}
+	nobody := uint32(65534)
+	squat := exec.Command(prober, "squat-leases", leaseDir, strconv.Itoa(leaseSlots))
+	squat.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	hold, err := squat.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := squat.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	squat.Stderr = &stderr
+	if err := squat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hold.Close()
+		_ = squat.Wait()
+	})
+	line := readyLine(t, out, &stderr)
+	var bound, files int
+	if _, err := fmt.Sscanf(line, "ready %d %d", &bound, &files); err != nil {
+		t.Fatalf("squatter: %q: %v (%s)", line, err, stderr.String())
+	}
+	if files > 0 {
+		t.Errorf("an unprivileged user locked %d lease files in %s", files, leaseDir)
+	}
+	inv := pmjailCmd(t, "", "exec", "--json", "--", "/bin/true")
+	if inv.Result == nil || inv.Result.Status != "ok" {
+		t.Fatalf("a run beside a user holding %d lease names and %d lease files: exit %d: %s",
+			bound, files, inv.ExitCode, strings.TrimSpace(inv.Stderr))
+	}
+}
+
+// readyLine reads lines from r until one starts with "ready" and returns
+// it ("" at EOF or after 60s).
+func readyLine(t *testing.T, r io.Reader, stderr *lockedBuffer) string {
+	t.Helper()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "ready") {
+				lines <- sc.Text()
+				// Keep draining, so that the writer never blocks.
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+		}
+		lines <- ""
+	}()
+	select {
+	case l := <-lines:
+		return l
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no ready line within 60s: %s", stderr.String())
+		return ""
+	}
+}
+
+func onlyOne(t *testing.T, pids []int, what string) int {
+	t.Helper()
+	if len(pids) != 1 {
+		t.Fatalf("want one %s, found %v", what, describePids(pids))
+	}
+	return pids[0]
+}
+
+// openPidfd opens a pidfd of pid, closed at the end of the test: it waits
+// for exactly that process, whatever pid is reused for later.
+func openPidfd(t *testing.T, pid int) int {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd_open %d: %v", pid, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// waitGone waits up to 2s for the process of pidfd to exit, and fails
+// with msg if it does not. The supervisor's death kills its jobs at once;
+// later, any other supervisor's sweep of the dead one's cgroups would.
+func waitGone(t *testing.T, pidfd, pid int, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds()))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n == 1 {
+			return
+		}
+		if err != nil {
+			t.Fatalf("poll pidfd of %d: %v", pid, err)
+		}
+		t.Fatalf("%s: %v still runs 2s later (state %s, parent %d)", msg, describePids([]int{pid}), procState(pid), parentOf(pid))
+	}
+}
+
+// leaseSlot is the job id slot whose guest uid pid runs as.
+func leaseSlot(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, _ := strconv.Atoi(f[1])
+			if uid < leaseIDBase || uid >= leaseIDBase+2*leaseSlots || uid%2 == 0 {
+				t.Fatalf("guest %d runs as uid %d, no job's guest id", pid, uid)
+			}
+			return (uid - leaseIDBase - 1) / 2
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return -1
+}
+
+// wantLeaseFree checks that nothing holds slot's lease file locked (a
+// slot never leased has none).
+func wantLeaseFree(t *testing.T, slot int) {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(leaseDir, strconv.Itoa(slot)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("lease of slot %d: %v", slot, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Errorf("the lease of slot %d is still held once its job is gone: %v", slot, err)
+	}
+}
