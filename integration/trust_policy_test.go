@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Address families a native guest may not open: each reaches past the
+// empty network namespace (vsock to the hypervisor, packet and netlink
+// families to the kernel's devices, TIPC and XDP to other hosts) or opens
+// kernel surface no runtime needs (AF_ALG's crypto API). Numbers as in
+// <sys/socket.h>; types a family accepts, so that only the filter can be
+// what refuses them.
+var deniedFamilies = []string{
+	"socket=40,1,0",  // AF_VSOCK, SOCK_STREAM
+	"socket=38,5,0",  // AF_ALG, SOCK_SEQPACKET
+	"socket=17,2,0",  // AF_PACKET, SOCK_DGRAM
+	"socket=16,3,15", // AF_NETLINK, NETLINK_KOBJECT_UEVENT
+	"socket=30,5,0",  // AF_TIPC, SOCK_SEQPACKET
+	"socket=44,3,0",  // AF_XDP, SOCK_RAW
+	"socketpair=40,1",
+	"socketpair=38,5",
+	"socketpair=17,2",
+	"socketpair=2,1", // AF_INET has no socketpair: the filter answers first
+}
+
+// allowedFamilies still work inside the empty network namespace.
+var allowedFamilies = []string{
+	"socket=1,1,0",  // AF_UNIX, SOCK_STREAM
+	"socket=2,1,0",  // AF_INET, SOCK_STREAM
+	"socket=2,2,17", // AF_INET, SOCK_DGRAM, IPPROTO_UDP
+	"socket=10,1,0", // AF_INET6, SOCK_STREAM
+	"socket=16,3,0", // AF_NETLINK, NETLINK_ROUTE (glibc's getifaddrs)
+	"socketpair=1,1",
+	"socketpair=1,5",
+}
+
+// TestTrust_SocketFamilies: guest → host. A native guest opens only
+// AF_UNIX, AF_INET, AF_INET6 and route netlink sockets; every other
+// family is refused by the filter, counted in denied_syscalls.
+func TestTrust_SocketFamilies(t *testing.T) {
+	bin := buildProber(t)
+	r, rep := runProber(t, bin, nil, slices.Concat(deniedFamilies, allowedFamilies)...)
+	for _, p := range deniedFamilies {
+		wantErrno(t, rep, p, "EPERM")
+	}
+	for _, p := range allowedFamilies {
+		if got := rep[p]; !got.OK {
+			t.Errorf("probe %s: errno %s, want success", p, got.Errno)
+		}
+	}
+	var sockets, pairs uint64
+	for _, p := range deniedFamilies {
+		if strings.HasPrefix(p, "socketpair=") {
+			pairs++
+		} else {
+			sockets++
+		}
+	}
+	if r.Denied["socket"] != sockets || r.Denied["socketpair"] != pairs {
+		t.Errorf("denied_syscalls %v, want socket: %d, socketpair: %d", r.Denied, sockets, pairs)
+	}
+}
+
+// TestTrust_PrctlOptions: guest → host. prctl is filtered by its option:
+// the guest cannot clear (or change, which clears it as well) the
+// parent-death signal that ends it with its supervisor, nor use options
+// no runtime needs, while naming a thread still works.
+func TestTrust_PrctlOptions(t *testing.T) {
+	bin := buildProber(t)
+	denied := []string{
+		"prctl_pdeathsig_clear",
+		"prctl=1,15",         // PR_SET_PDEATHSIG, SIGTERM
+		"prctl=36,1",         // PR_SET_CHILD_SUBREAPER
+		"prctl=4,1",          // PR_SET_DUMPABLE
+		"prctl=59,1",         // PR_SET_SYSCALL_USER_DISPATCH
+		"prctl=0x59616d61,0", // PR_SET_PTRACER
+	}
+	r, rep := runProber(t, bin, nil, slices.Concat(denied, []string{"prctl_set_name", "prctl_get_name", "prctl=2,0"})...)
+	for _, p := range denied {
+		wantErrno(t, rep, p, "EPERM")
+	}
+	for _, p := range []string{"prctl_set_name", "prctl_get_name"} {
+		if got := rep[p]; !got.OK {
+			t.Errorf("probe %s: errno %s, want success", p, got.Errno)
+		}
+	}
+	// PR_GET_PDEATHSIG with a null pointer: let through, the kernel's EFAULT.
+	wantErrno(t, rep, "prctl=2,0", "EFAULT")
+	if r.Denied["prctl"] != uint64(len(denied)) {
+		t.Errorf("denied_syscalls %v, want prctl: %d", r.Denied, len(denied))
+	}
+}
+
+// TestTrust_InotifyFloodSparesHostRoot: guest → host. The kernel charges
+// inotify instances to the user namespace's owner at every level above the
+// guest's: a guest making as many as it can must not leave host root
+// without one while it holds them.
+func TestTrust_InotifyFloodSparesHostRoot(t *testing.T) {
+	bin := buildProber(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pmjail, "exec", "--", bin, "inotify_flood", "hold")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Wait()
+		t.Fatalf("no report from the prober (exit %d): %s", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+	var flood probeReport
+	if err := json.Unmarshal(sc.Bytes(), &flood); err != nil || flood.Probe != "inotify_flood" {
+		t.Fatalf("first line %q: %v", sc.Text(), err)
+	}
+
+	// The guest holds its instances until it is told to let go.
+	fd, hostErr := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if hostErr == nil {
+		unix.Close(fd)
+	}
+
+	for _, pid := range named(descendants(cmd.Process.Pid), "prober") {
+		_ = unix.Kill(pid, unix.SIGUSR1)
+	}
+	var hold probeReport
+	if sc.Scan() {
+		_ = json.Unmarshal(sc.Bytes(), &hold)
+	}
+	_, _ = bufio.NewReader(stdout).WriteTo(&bytes.Buffer{})
+	if err := cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitNotJailed {
+			t.Fatalf("the prober found itself outside the jail: %s", stderr.String())
+		}
+		t.Errorf("pmjail exec: %v\n%s", err, stderr.String())
+	}
+	if !hold.OK {
+		t.Errorf("hold: %+v, want the test's signal", hold)
+	}
+	if hostErr != nil {
+		t.Errorf("host root's inotify_init1 while the guest held %s instances: %v", flood.Detail, hostErr)
+	}
+	// The native policy refuses inotify: its budget is host root's.
+	if flood.OK || flood.Errno != "EPERM" || string(flood.Detail) != "0" {
+		t.Errorf("inotify_flood: %+v, want EPERM at the first instance", flood)
+	}
+}
+
+// TestTrust_RuntimesUnderFilteredPolicies: the prctl and socketpair
+// argument filters leave Deno and Pyodide what they use: a hello runs and
+// the filter refuses nothing.
+func TestTrust_RuntimesUnderFilteredPolicies(t *testing.T) {
+	for _, c := range []struct{ name, source, want string }{
+		{"hello.js", `console.log("hello " + [1, 2].map((x) => x * 2).join(","));`, "hello 2,4"},
+		{"hello.py", "import json\nprint('hello', json.dumps([1, 2]))\n", "hello [1, 2]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runScript(t, c.name, c.source)
+			if r.Status != "ok" || strings.TrimSpace(r.Stdout) != c.want {
+				t.Errorf("status %s exit %d stdout %q stderr %q", r.Status, r.ExitCode, r.Stdout, r.Stderr)
+			}
+			if len(r.Denied) != 0 {
+				t.Errorf("denied_syscalls %v, want none", r.Denied)
+			}
+		})
+	}
+}
