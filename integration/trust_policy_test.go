@@ -6,9 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,6 +171,99 @@ func TestTrust_InotifyFloodSparesHostRoot(t *testing.T) {
 	if flood.OK || flood.Errno != "EPERM" || string(flood.Detail) != "0" {
 		t.Errorf("inotify_flood: %+v, want EPERM at the first instance", flood)
 	}
+}
+
+// TestTrust_DenialFloodSupervisorCPU: guest → daemon. Each denied call is
+// a notification the supervisor answers, on its own CPU, outside the job's
+// cgroup: a guest calling a denied syscall in a loop must not cost the
+// supervisor more than a quarter of the CPU it spends itself.
+func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
+	bin := buildProber(t)
+	const floodMS = 1000
+	cmd := exec.Command(pmjail, "exec", "--json", "--timeout", "60s", "--cpu-time", "30s", "--", bin, "deny_flood="+itoa(floodMS))
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read the supervisor's own CPU time once it has exited but before it
+	// is reaped: /proc/PID/stat splits what it spent itself from what its
+	// reaped children (the jailed guest) spent.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			if err != nil {
+				t.Fatalf("waitid: %v", err)
+			}
+			break
+		}
+	}
+	self, children, err := cpuTicks(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	var r Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("result: %v\n%s\n%s", err, out.String(), stderr.String())
+	}
+	if r.ExitCode == exitNotJailed {
+		t.Fatalf("the prober found itself outside the jail: %s", r.Stderr)
+	}
+	var flood probeReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &flood); err != nil {
+		t.Fatalf("prober output %q: %v", r.Stdout, err)
+	}
+	supervisorMS := self * 1000 / clockTicks
+	guestMS := r.Usage.CPUMS
+	if guestMS == 0 {
+		guestMS = children * 1000 / clockTicks // no cgroup CPU accounting
+	}
+	t.Logf("%s denied sysfs calls in %d ms of the guest's CPU: supervisor %d ms CPU, guest %d ms CPU (cgroup %d ms, reaped children %d ms); denied_syscalls %v, limits_hit %v",
+		flood.Detail, floodMS, supervisorMS, guestMS, r.Usage.CPUMS, children*1000/clockTicks, r.Denied, r.LimitsHit)
+	if flood.OK {
+		t.Fatalf("deny_flood: sysfs succeeded: %+v", flood)
+	}
+	if guestMS < floodMS/2 {
+		t.Fatalf("the guest spent %d ms of CPU in a %d ms flood: too little to compare", guestMS, floodMS)
+	}
+	if supervisorMS*4 > guestMS {
+		t.Errorf("the supervisor spent %d ms of CPU on a denial flood whose guest spent %d ms: over a quarter", supervisorMS, guestMS)
+	}
+	if r.Denied["sysfs"] == 0 || !slices.Contains(r.LimitsHit, "denied_syscalls") {
+		t.Errorf("denied_syscalls %v, limits_hit %v: want sysfs counted and the denial budget named", r.Denied, r.LimitsHit)
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (fixed by the
+// kernel's ABI, whatever its tick rate).
+const clockTicks = 100
+
+// cpuTicks reads a process's own user+system time and its reaped
+// children's, in clock ticks.
+func cpuTicks(pid int) (self, children int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	// Fields from the state on (field 3): utime, stime, cutime, cstime
+	// are fields 14 to 17.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var v [4]int64
+	for j := range v {
+		if v[j], err = strconv.ParseInt(f[11+j], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+	}
+	return v[0] + v[1], v[2] + v[3], nil
 }
 
 // TestTrust_RuntimesUnderFilteredPolicies: the prctl and socketpair
