@@ -462,9 +462,15 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	}
 	if f := named[initstage.FDSeccomp]; f != nil {
 		if job.Denials != nil {
-			// The server owns the fd from here.
-			fd, _ := unix.Dup(int(f.Fd()))
-			go job.Denials(ctx, fd)
+			// The server owns the fd from here. Close-on-exec, as every fd
+			// of the supervisor's: a child started meanwhile (the daemon's
+			// next init stage) must not hold a copy, which would keep the
+			// listener open once the server closes it (seccomp.NotifyBudget)
+			// and leave the guest's calls waiting for an answer.
+			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err == nil {
+				go job.Denials(ctx, fd)
+			}
 		}
 		f.Close()
 	}
