@@ -21,6 +21,9 @@ import (
 // So the thread that clones a job's user namespace takes the job's own host
 // id as its effective uid for the clone, keeping its capabilities: the
 // namespace is then owned, and its budgets charged, by the job's lease.
+// An owner's processes outside the namespace hold every capability in it;
+// none runs as that id (it is the namespace root's; a guest without a user
+// namespace runs as the lease's other id), and the lease is the job's alone.
 
 // namespaceOwner is the host uid that owns the user namespace attr creates:
 // the host id its root maps to. ok is false when attr makes no user
