@@ -475,9 +475,15 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	}
 	if f := named[initstage.FDSeccomp]; f != nil {
 		if job.Denials != nil {
-			// The server owns the fd from here.
-			fd, _ := unix.Dup(int(f.Fd()))
-			go job.Denials(ctx, fd)
+			// The server owns the fd from here. Close-on-exec, as every fd
+			// of the supervisor's: a child started meanwhile (the daemon's
+			// next init stage) must not hold a copy, which would keep the
+			// listener open once the server closes it (seccomp.NotifyBudget)
+			// and leave the guest's calls waiting for an answer.
+			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err == nil {
+				go job.Denials(ctx, fd)
+			}
 		}
 		f.Close()
 	}
@@ -698,11 +704,32 @@ func (s *supervision) applyStopReason() bool {
 
 // startLocked starts cmd from a locked OS thread: the parent-death signal
 // fires when the thread that started the child exits, so that thread must
-// be one the Go runtime keeps.
+// be one the Go runtime keeps. A new user namespace is owned by the job's
+// host id (see ownNamespacesAs).
 func startLocked(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	return cmd.Start()
+	owner, ok := namespaceOwner(cmd.SysProcAttr)
+	if !ok {
+		defer runtime.UnlockOSThread()
+		return cmd.Start()
+	}
+	restore, err := ownNamespacesAs(owner)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	err = cmd.Start()
+	if rerr := restore(); rerr != nil {
+		// The thread keeps the job's uid: it stays locked, and ends with
+		// this goroutine. The child, if started, goes with it.
+		if err == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		return errors.Join(err, rerr)
+	}
+	runtime.UnlockOSThread()
+	return err
 }
 
 func socketPair() (*os.File, *os.File, error) {

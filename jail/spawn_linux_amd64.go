@@ -212,7 +212,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"unsafe"
 
@@ -236,13 +235,6 @@ const spawnFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | u
 // spawnSteps names the child's steps (STEP_* in the C code) for errors.
 var spawnSteps = [...]string{1: "reset signal handlers", 2: "wait for id mappings", 3: "setsid",
 	4: "setgroups", 5: "setresgid", 6: "setresuid", 7: "place fds", 8: "chdir", 9: "parent-death signal", 10: "exec"}
-
-// wasDumpable is whether this process could dump core when it started (see
-// spawnShared).
-var wasDumpable = sync.OnceValue(func() bool {
-	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
-	return err == nil && d == 1
-})
 
 // testHookSpawn, when set by a test, runs after a start has made its pipes
 // ("pipes") and after its clone ("cloned").
@@ -352,16 +344,28 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 
 	wasDumpable()
 	runtime.LockOSThread()
+	restore := func() error { return nil }
+	if owner, ok := namespaceOwner(attr); ok {
+		if restore, err = ownNamespacesAs(owner); err != nil {
+			runtime.UnlockOSThread()
+			unix.Close(syncPipe[0])
+			unix.Close(errPipe[1])
+			return nil, err
+		}
+	}
 	// As in Go's own start: no fd may be half-made (not yet close-on-exec)
 	// while a child copies the fd table.
 	syscall.ForkLock.Lock()
 	pid := int(C.pmjail_spawn_clone(s))
 	syscall.ForkLock.Unlock()
-	runtime.UnlockOSThread()
+	restoreErr := restore()
+	if restoreErr == nil {
+		runtime.UnlockOSThread()
+	}
 	unix.Close(syncPipe[0])
 	unix.Close(errPipe[1])
 	if pid < 0 {
-		return nil, os.NewSyscallError("clone3", syscall.Errno(-pid))
+		return nil, errors.Join(os.NewSyscallError("clone3", syscall.Errno(-pid)), restoreErr)
 	}
 	if testHookSpawn != nil {
 		testHookSpawn("cloned")
@@ -376,6 +380,9 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 			}
 		}
 		return nil, err
+	}
+	if restoreErr != nil {
+		return reap(restoreErr)
 	}
 	if attr.Cloneflags&unix.CLONE_NEWUSER != 0 {
 		if err := writeIDMaps(pid, attr); err != nil {

@@ -326,6 +326,11 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	rn.assemble(res, r, out, &outcome, cg != nil, usage)
 	res.Denied = denials.Counts()
+	if denials.Saturated() {
+		// The supervisor stopped answering the filter's notifications:
+		// the counts are lower bounds, later denials went unnamed.
+		res.LimitsHit = appendOnce(res.LimitsHit, "denied_syscalls")
+	}
 	facts := rn.facts(r, out, cgs, cg, flt.program != nil)
 	facts.DenoFlags = denoFlags(launch)
 	facts.Start = launch.Start

@@ -11,7 +11,11 @@
 #   OUTDIR/deno.txt     union over the Deno workloads
 #   OUTDIR/pyodide.txt  the Pyodide workload (plus the Deno union)
 #   OUTDIR/native.txt   a shell and coreutils
-# one sorted name per line. Compare them with the "names" in
+# one sorted name per line, and
+#   OUTDIR/*.args.txt   the first argument of every prctl, socket and
+#                       socketpair call (the option, the address family),
+#                       which the policies filter on
+# Compare them with the "names" in
 # profiles/seccomp/*.json; SECCOMP.md explains what is added by hand (the Go
 # init stage's calls between installing the filter and execve) and what is
 # deliberately left out.
@@ -122,11 +126,18 @@ names() { # strace log -> syscall names
   sed -nE 's/^[0-9]+ +(<\.\.\. )?([a-z_0-9]+)[( ].*/\2/p' "$1" | grep -v '^exited$\|^killed$\|^resumed$' | sort -u
 }
 
+# The calls whose first argument the policies filter on: "prctl PR_SET_NAME",
+# "socket AF_UNIX". strace names the constant; an unknown one stays a number.
+firstargs() { # strace log -> "call FIRSTARG" lines
+  sed -nE 's/^[0-9]+ +(prctl|socket|socketpair)\(([A-Za-z0-9_]+).*/\1 \2/p' "$1" | sort -u
+}
+
 run() { # name cmd...
   local name=$1; shift
   strace -f -qq -e trace=all -o "$work/$name.strace" "$@" >"$work/$name.out" 2>&1 ||
     { echo "workload $name failed:" >&2; cat "$work/$name.out" >&2; exit 1; }
   names "$work/$name.strace" >"$work/$name.names"
+  firstargs "$work/$name.strace" >"$work/$name.args"
   printf '%-10s %3d calls  %s\n' "$name" "$(wc -l <"$work/$name.names")" "$(head -c 60 "$work/$name.out" | tr '\n' ' ')"
 }
 
@@ -142,22 +153,26 @@ if command -v python3 >/dev/null; then
     "${deno_run[@]}" "$work/socket.js" >"$work/socket.out" 2>&1 ||
     { echo "workload socket failed:" >&2; cat "$work/socket.out" >&2; exit 1; }
   names "$work/socket.strace" >"$work/socket.names"
+  firstargs "$work/socket.strace" >"$work/socket.args"
   printf '%-10s %3d calls  %s\n' socket "$(wc -l <"$work/socket.names")" "$(head -c 60 "$work/socket.out")"
 else
   echo "python3 missing: socket workload skipped" >&2
 fi
 cat "$work"/*.names | sort -u >"$out/deno.txt"
+cat "$work"/*.args | sort -u >"$out/deno.args.txt"
 
 if [ -d "$PYODIDE" ]; then
   run pyodide "${deno_run[@]}" --allow-read="$PYODIDE" "$work/pyodide.mjs" "$PYODIDE"
   sort -u "$out/deno.txt" "$work/pyodide.names" >"$out/pyodide.txt"
+  sort -u "$out/deno.args.txt" "$work/pyodide.args" >"$out/pyodide.args.txt"
 else
   echo "no Pyodide at $PYODIDE: pyodide.txt skipped" >&2
 fi
 
-rm -f "$work"/*.names
+rm -f "$work"/*.names "$work"/*.args
 run sh sh -c 'ls -la / >/dev/null; cat /etc/hostname | tr a-z A-Z | sort | uniq | wc -c; echo hi >"$0/f"; cp "$0/f" "$0/g"; mv "$0/g" "$0/h"; rm "$0/f" "$0/h"; mkdir "$0/d"; rmdir "$0/d"; date; id; env | head -1; sleep 0.01; find "$0" -maxdepth 1 | head -1; grep -c . /etc/passwd; sed -n 1p /etc/passwd; awk "{print 1}" /etc/hostname; head -c 10 /dev/urandom | od -An | wc -l; stat / >/dev/null; readlink -f /proc/self/exe; uname -a' "$work"
 run bash bash -c 'x=$(echo sub); for i in 1 2; do :; done; echo "$x" | cat; (exit 3) || true; trap "" INT; wait; ulimit -n; touch "$0/t"; test -f "$0/t" && rm "$0/t"; printf "%s\n" ok' "$work"
 cat "$work"/*.names | sort -u >"$out/native.txt"
+cat "$work"/*.args | sort -u >"$out/native.args.txt"
 
 echo "wrote $out/deno.txt $out/pyodide.txt $out/native.txt"

@@ -31,10 +31,22 @@ type notifResp struct {
 	flags uint32
 }
 
+// NotifyBudget is how many notifications Serve answers for one listener.
+// Each one costs the supervisor a wake-up and two ioctls on its own CPU,
+// outside the job's cgroup, for a call that costs the guest next to
+// nothing: a guest calling a denied syscall in a loop would make the
+// supervisor work as hard as itself. Past the budget Serve closes the
+// listener; the kernel then fails every call the filter would have
+// notified with ENOSYS on its own (still denied, at no cost to the
+// supervisor), and Denials reports itself Saturated. A run that is not
+// attacking the jail meets a handful of denials, far below it.
+const NotifyBudget = 1024
+
 // Serve answers the notifications on listenerFD with EPERM and counts them
-// by syscall name, until ctx ends or every filtered task is gone. It closes
-// listenerFD. Use (*Denials).Serve to answer with another errno (a
-// Program's Errno) or to read the counts while it runs.
+// by syscall name, until ctx ends, every filtered task is gone or
+// NotifyBudget is spent. It closes listenerFD. Use (*Denials).Serve to
+// answer with another errno (a Program's Errno) or to read the counts
+// while it runs.
 func Serve(ctx context.Context, listenerFD int) *Denials {
 	d := &Denials{}
 	_ = d.Serve(ctx, listenerFD, unix.EPERM)
@@ -42,8 +54,11 @@ func Serve(ctx context.Context, listenerFD int) *Denials {
 }
 
 // Serve is the notification loop behind the package's Serve. It returns nil
-// when ctx ends or the listener hangs up (all filtered tasks exited), and
-// an error if the listener itself fails; it always closes listenerFD.
+// when ctx ends, the listener hangs up (all filtered tasks exited) or the
+// budget is spent (then Saturated reports true), and an error if the
+// listener itself fails; it always closes listenerFD. listenerFD must be
+// the supervisor's only copy of the listener: closing it is what stops the
+// notifications once the budget is spent.
 func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) error {
 	defer unix.Close(listenerFD)
 	if errno == 0 {
@@ -74,6 +89,8 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 	}()
 
 	arch, archErr := libseccomp.GetNativeArch()
+	// Naming a number goes through libseccomp (cgo): once per syscall.
+	names := map[int32]string{}
 	fds := []unix.PollFd{{Fd: int32(listenerFD), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
@@ -100,11 +117,20 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 			}
 			return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("ioctl SECCOMP_IOCTL_NOTIF_RECV", err))
 		}
-		d.add(syscallName(req.nr, arch, archErr))
+		name, ok := names[req.nr]
+		if !ok {
+			name = syscallName(req.nr, arch, archErr)
+			names[req.nr] = name
+		}
+		spent := d.add(name) >= NotifyBudget
 		resp := notifResp{id: req.id, error: -int32(errno)}
 		if err := ioctl(listenerFD, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil &&
 			!errors.Is(err, unix.ENOENT) { // the task is gone: nothing to answer
 			return fmt.Errorf("serve seccomp notifications: %w", os.NewSyscallError("ioctl SECCOMP_IOCTL_NOTIF_SEND", err))
+		}
+		if spent {
+			d.saturate()
+			return nil // the deferred close hands the rest to the kernel
 		}
 	}
 }

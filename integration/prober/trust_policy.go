@@ -1,0 +1,126 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// held keeps the inotify instances inotify_flood made open until the
+// prober exits, so that the test can look at the host meanwhile.
+var held []int
+
+// release receives the test's SIGUSR1 for hold. It is registered at start:
+// a signal that came before hold began would otherwise be lost.
+var release = make(chan os.Signal, 1)
+
+// numbers parses a probe's numeric arguments; a bad one is 0.
+func numbers(a []string) []uintptr {
+	out := make([]uintptr, len(a))
+	for i, s := range a {
+		n, _ := strconv.ParseUint(s, 0, 64)
+		out[i] = uintptr(n)
+	}
+	return out
+}
+
+func init() {
+	signal.Notify(release, syscall.SIGUSR1)
+
+	// --- address families: socket=FAMILY,TYPE,PROTOCOL and
+	// socketpair=FAMILY,TYPE, numbers as in <sys/socket.h> ---
+	probes["socket"] = func(a []string) report {
+		n := append(numbers(a), 0, 0, 0)
+		r := sys(unix.SYS_SOCKET, n[0], n[1], n[2])
+		if r.OK {
+			unix.Close(int(r.Detail.(uintptr)))
+		}
+		return r
+	}
+	probes["socketpair"] = func(a []string) report {
+		n := append(numbers(a), 0, 0)
+		var fds [2]int32
+		r := sys(unix.SYS_SOCKETPAIR, n[0], n[1], 0, ptr(&fds))
+		if r.OK {
+			unix.Close(int(fds[0]))
+			unix.Close(int(fds[1]))
+		}
+		return r
+	}
+
+	// --- prctl options ---
+	// Clearing the parent-death signal would let the guest outlive a
+	// supervisor that dies; setting another signal clears it as well.
+	probes["prctl_pdeathsig_clear"] = func([]string) report { return sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0) }
+	probes["prctl_set_name"] = func([]string) report { return sys(unix.SYS_PRCTL, unix.PR_SET_NAME, cstr("prober")) }
+	probes["prctl_get_name"] = func([]string) report {
+		var name [16]byte
+		return sys(unix.SYS_PRCTL, unix.PR_GET_NAME, ptr(&name))
+	}
+	// prctl=OPTION,ARG2: any other option, numbers as in <linux/prctl.h>.
+	probes["prctl"] = func(a []string) report {
+		n := append(numbers(a), 0, 0)
+		return sys(unix.SYS_PRCTL, n[0], n[1])
+	}
+
+	// --- per-user kernel budgets ---
+	// inotify_flood makes inotify instances until the kernel refuses one
+	// (at most 1024) and keeps them open; detail is how many it got.
+	probes["inotify_flood"] = func([]string) report {
+		for len(held) < 1024 {
+			fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+			if err != nil {
+				r := result(err)
+				r.Detail = len(held)
+				return r
+			}
+			held = append(held, fd)
+		}
+		return report{OK: true, Detail: len(held)}
+	}
+	// hold waits for SIGUSR1 from the test (a minute at most), keeping
+	// whatever earlier probes hold; its report says whether the signal came.
+	probes["hold"] = func([]string) report {
+		select {
+		case <-release:
+			return report{OK: true}
+		case <-time.After(time.Minute):
+			return report{Errno: "timeout"}
+		}
+	}
+
+	// --- the supervisor's share of a denial flood ---
+	// deny_flood=MILLIS calls sysfs(2), which every policy refuses, in a
+	// loop until the prober has spent MILLIS milliseconds of CPU (a minute
+	// of wall time at most, on a busy host); detail is the number of calls
+	// and the errno is the last one's.
+	probes["deny_flood"] = func(a []string) report {
+		ms, _ := strconv.Atoi(a[0])
+		budget := time.Duration(ms) * time.Millisecond
+		fsname := cstr("proc")
+		deadline := time.Now().Add(time.Minute)
+		var calls int
+		var last syscall.Errno
+		for cpuTime() < budget && time.Now().Before(deadline) {
+			for range 100 {
+				_, _, last = unix.Syscall(unix.SYS_SYSFS, 1, fsname, 0)
+				calls++
+			}
+		}
+		if last == 0 {
+			return report{OK: true, Detail: calls}
+		}
+		return report{Errno: unix.ErrnoName(last), Detail: calls}
+	}
+}
+
+// cpuTime is the CPU time the prober has spent, all threads.
+func cpuTime() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}

@@ -1,0 +1,388 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+)
+
+// Address families a native guest may not open: each reaches past the
+// empty network namespace (vsock to the hypervisor, packet and netlink
+// families to the kernel's devices, TIPC and XDP to other hosts) or opens
+// kernel surface no runtime needs (AF_ALG's crypto API). Numbers as in
+// <sys/socket.h>; types a family accepts, so that only the filter can be
+// what refuses them.
+var deniedFamilies = []string{
+	"socket=40,1,0",  // AF_VSOCK, SOCK_STREAM
+	"socket=38,5,0",  // AF_ALG, SOCK_SEQPACKET
+	"socket=17,2,0",  // AF_PACKET, SOCK_DGRAM
+	"socket=16,3,15", // AF_NETLINK, NETLINK_KOBJECT_UEVENT
+	"socket=30,5,0",  // AF_TIPC, SOCK_SEQPACKET
+	"socket=44,3,0",  // AF_XDP, SOCK_RAW
+	"socketpair=40,1",
+	"socketpair=38,5",
+	"socketpair=17,2",
+	"socketpair=2,1", // AF_INET has no socketpair: the filter answers first
+}
+
+// allowedFamilies still work inside the empty network namespace.
+var allowedFamilies = []string{
+	"socket=1,1,0",  // AF_UNIX, SOCK_STREAM
+	"socket=2,1,0",  // AF_INET, SOCK_STREAM
+	"socket=2,2,17", // AF_INET, SOCK_DGRAM, IPPROTO_UDP
+	"socket=10,1,0", // AF_INET6, SOCK_STREAM
+	"socket=16,3,0", // AF_NETLINK, NETLINK_ROUTE (glibc's getifaddrs)
+	"socketpair=1,1",
+	"socketpair=1,5",
+}
+
+// TestTrust_SocketFamilies: guest → host. A native guest opens only
+// AF_UNIX, AF_INET, AF_INET6 and route netlink sockets; every other
+// family is refused by the filter, counted in denied_syscalls.
+func TestTrust_SocketFamilies(t *testing.T) {
+	bin := buildProber(t)
+	r, rep := runProber(t, bin, nil, slices.Concat(deniedFamilies, allowedFamilies)...)
+	for _, p := range deniedFamilies {
+		wantErrno(t, rep, p, "EPERM")
+	}
+	for _, p := range allowedFamilies {
+		if got := rep[p]; !got.OK {
+			t.Errorf("probe %s: errno %s, want success", p, got.Errno)
+		}
+	}
+	var sockets, pairs uint64
+	for _, p := range deniedFamilies {
+		if strings.HasPrefix(p, "socketpair=") {
+			pairs++
+		} else {
+			sockets++
+		}
+	}
+	if r.Denied["socket"] != sockets || r.Denied["socketpair"] != pairs {
+		t.Errorf("denied_syscalls %v, want socket: %d, socketpair: %d", r.Denied, sockets, pairs)
+	}
+}
+
+// TestTrust_PrctlOptions: guest → host. prctl is filtered by its option:
+// the guest cannot clear (or change, which clears it as well) the
+// parent-death signal that ends it with its supervisor, nor use options
+// no runtime needs, while naming a thread still works.
+func TestTrust_PrctlOptions(t *testing.T) {
+	bin := buildProber(t)
+	denied := []string{
+		"prctl_pdeathsig_clear",
+		"prctl=1,15",         // PR_SET_PDEATHSIG, SIGTERM
+		"prctl=36,1",         // PR_SET_CHILD_SUBREAPER
+		"prctl=4,1",          // PR_SET_DUMPABLE
+		"prctl=59,1",         // PR_SET_SYSCALL_USER_DISPATCH
+		"prctl=0x59616d61,0", // PR_SET_PTRACER
+	}
+	r, rep := runProber(t, bin, nil, slices.Concat(denied, []string{"prctl_set_name", "prctl_get_name", "prctl=2,0"})...)
+	for _, p := range denied {
+		wantErrno(t, rep, p, "EPERM")
+	}
+	for _, p := range []string{"prctl_set_name", "prctl_get_name"} {
+		if got := rep[p]; !got.OK {
+			t.Errorf("probe %s: errno %s, want success", p, got.Errno)
+		}
+	}
+	// PR_GET_PDEATHSIG with a null pointer: let through, the kernel's EFAULT.
+	wantErrno(t, rep, "prctl=2,0", "EFAULT")
+	if r.Denied["prctl"] != uint64(len(denied)) {
+		t.Errorf("denied_syscalls %v, want prctl: %d", r.Denied, len(denied))
+	}
+}
+
+// TestTrust_InotifyFloodSparesHostRoot: guest → host. The kernel charges
+// inotify instances, like every per-user budget it keeps by user
+// namespace, to the namespace's owner at each level above the guest's: a
+// guest making as many as it can must spend its own job's budget, never
+// host root's. The test takes an instance itself while the guest holds
+// all it could get, and checks who owns the guest's user namespace.
+func TestTrust_InotifyFloodSparesHostRoot(t *testing.T) {
+	bin := buildProber(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pmjail, "exec", "--", bin, "inotify_flood", "hold")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Wait()
+		t.Fatalf("no report from the prober (exit %d): %s", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+	var flood probeReport
+	if err := json.Unmarshal(sc.Bytes(), &flood); err != nil || flood.Probe != "inotify_flood" {
+		t.Fatalf("first line %q: %v", sc.Text(), err)
+	}
+
+	// The guest holds its instances until it is told to let go.
+	fd, hostErr := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if hostErr == nil {
+		unix.Close(fd)
+	}
+	guests := named(descendants(cmd.Process.Pid), "prober")
+	owner, ownerErr := userNamespaceOwner(guests)
+	for _, pid := range guests {
+		_ = unix.Kill(pid, unix.SIGUSR1)
+	}
+	var hold probeReport
+	if sc.Scan() {
+		_ = json.Unmarshal(sc.Bytes(), &hold)
+	}
+	_, _ = bufio.NewReader(stdout).WriteTo(&bytes.Buffer{})
+	if err := cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitNotJailed {
+			t.Fatalf("the prober found itself outside the jail: %s", stderr.String())
+		}
+		t.Errorf("pmjail exec: %v\n%s", err, stderr.String())
+	}
+	if !hold.OK {
+		t.Errorf("hold: %+v, want the test's signal", hold)
+	}
+	if hostErr != nil {
+		t.Errorf("host root's inotify_init1 while the guest held %s instances: %v", flood.Detail, hostErr)
+	}
+	if n, _ := strconv.Atoi(string(flood.Detail)); n == 0 {
+		t.Errorf("inotify_flood: %+v, want the guest to get instances of its own budget", flood)
+	}
+	switch {
+	case ownerErr != nil:
+		t.Errorf("the guest's user namespace: %v", ownerErr)
+	case owner < 1<<30:
+		t.Errorf("the guest's user namespace is owned by host uid %d, want the job's own id (from 2^30)", owner)
+	}
+}
+
+// userNamespaceOwner is the host uid that owns the user namespace of the
+// first of pids.
+func userNamespaceOwner(pids []int) (int, error) {
+	if len(pids) == 0 {
+		return 0, errors.New("no guest process found")
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pids[0]))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var uid uint32
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&uid))); errno != 0 {
+		return 0, os.NewSyscallError("ioctl NS_GET_OWNER_UID", errno)
+	}
+	return int(uid), nil
+}
+
+// TestTrust_DenialFloodSupervisorCPU: guest → daemon. Each denied call is
+// a notification the supervisor answers, on its own CPU, outside the job's
+// cgroup: a guest calling a denied syscall in a loop must not cost the
+// supervisor more than a quarter of the CPU the guest spends itself. Two
+// guests: the native prober calling sysfs(2) until it has spent a second
+// of CPU, and plain JavaScript listing a directory it may read, whose
+// getdents64 the Deno policy refuses, for a second and a half.
+func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
+	t.Run("native", func(t *testing.T) {
+		bin := buildProber(t)
+		r, supervisorMS, guestMS := superviseFlood(t, "exec", "--", bin, "deny_flood=1000")
+		var flood probeReport
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &flood); err != nil || flood.OK {
+			t.Fatalf("deny_flood: %q (%v), want sysfs refused", r.Stdout, err)
+		}
+		t.Logf("%s sysfs calls", flood.Detail)
+		checkFloodShare(t, r, "sysfs", supervisorMS, guestMS, 500)
+	})
+	t.Run("deno", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "flood.js")
+		writeFile(t, path, jsDenialFlood)
+		r, supervisorMS, guestMS := superviseFlood(t, "run", path)
+		t.Logf("%s directory listings", strings.TrimSpace(r.Stdout))
+		checkFloodShare(t, r, "getdents64", supervisorMS, guestMS, 300)
+	})
+	// The daemon serves every job's notifications from one process, which
+	// starts the next jobs' init stages meanwhile.
+	t.Run("daemon", func(t *testing.T) {
+		d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 1, 4, "0660"))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		run := func() *jail.Result {
+			res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: jsDenialFlood})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		run() // a first run starts the daemon's pool
+		before, _, err := cpuTicks(d.pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := run()
+		after, _, err := cpuTicks(d.pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		supervisorMS := (after - before) * 1000 / clockTicks
+		t.Logf("daemon %d ms of CPU, guest %d ms; denied_syscalls %v, limits_hit %v; %s directory listings",
+			supervisorMS, res.Usage.CPUMS, res.Denied, res.LimitsHit, strings.TrimSpace(res.Stdout))
+		checkFloodShare(t, Result{Status: string(res.Status), ExitCode: res.ExitCode, Stderr: res.Stderr,
+			Denied: res.Denied, LimitsHit: res.LimitsHit}, "getdents64", supervisorMS, res.Usage.CPUMS, 300)
+	})
+}
+
+// jsDenialFlood is plain JavaScript listing a directory it may read, whose
+// getdents64 the Deno policy refuses, for a second and a half.
+const jsDenialFlood = `
+{ let h = null; try { h = Deno.hostname(); } catch (e) { if (e?.name !== "NotCapable") throw e; }
+  if (h !== null && h !== "pmjail") { console.error("not jailed"); Deno.exit(93); } }
+let calls = 0;
+const end = performance.now() + 1500;
+while (performance.now() < end) {
+  try { for (const _ of Deno.readDirSync("/job")) { /* nothing */ } } catch { /* refused */ }
+  calls++;
+}
+console.log(calls);
+`
+
+// superviseFlood runs `pmjail ARGS --json` and returns the result, the CPU
+// the supervisor (the CLI) spent itself and the CPU the guest spent, in ms.
+func superviseFlood(t *testing.T, args ...string) (r Result, supervisorMS, guestMS int64) {
+	t.Helper()
+	args = append([]string{args[0], "--json", "--timeout", "60s", "--cpu-time", "30s"}, args[1:]...)
+	cmd := exec.Command(pmjail, args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read the supervisor's own CPU time once it has exited but before it
+	// is reaped: /proc/PID/stat splits what it spent itself from what its
+	// reaped children (the jailed guest) spent.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			if err != nil {
+				t.Fatalf("waitid: %v", err)
+			}
+			break
+		}
+	}
+	self, children, err := cpuTicks(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("result: %v\n%s\n%s", err, out.String(), stderr.String())
+	}
+	if r.ExitCode == exitNotJailed {
+		t.Fatalf("the guest found itself outside the jail: %s", r.Stderr)
+	}
+	supervisorMS, guestMS = self*1000/clockTicks, r.Usage.CPUMS
+	if guestMS == 0 {
+		guestMS = children * 1000 / clockTicks // no cgroup CPU accounting
+	}
+	t.Logf("supervisor %d ms of CPU, guest %d ms (cgroup %d ms, reaped children %d ms); denied_syscalls %v, limits_hit %v",
+		supervisorMS, guestMS, r.Usage.CPUMS, children*1000/clockTicks, r.Denied, r.LimitsHit)
+	return r, supervisorMS, guestMS
+}
+
+// checkFloodShare checks a denial flood's result: the guest spent enough
+// CPU to compare (minMS), the supervisor at most a quarter of it, and the
+// result names the call and the spent budget.
+func checkFloodShare(t *testing.T, r Result, call string, supervisorMS, guestMS, minMS int64) {
+	t.Helper()
+	if r.Status != "ok" {
+		t.Fatalf("status %s exit %d stderr %q: a guest past the budget must run on, its calls refused", r.Status, r.ExitCode, r.Stderr)
+	}
+	if guestMS < minMS {
+		t.Fatalf("the guest spent %d ms of CPU: too little to compare (a host too busy?)", guestMS)
+	}
+	if supervisorMS*4 > guestMS {
+		t.Errorf("the supervisor spent %d ms of CPU on a denial flood whose guest spent %d ms: over a quarter", supervisorMS, guestMS)
+	}
+	if r.Denied[call] == 0 || !slices.Contains(r.LimitsHit, "denied_syscalls") {
+		t.Errorf("denied_syscalls %v, limits_hit %v: want %s counted and the denial budget named", r.Denied, r.LimitsHit, call)
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (fixed by the
+// kernel's ABI, whatever its tick rate).
+const clockTicks = 100
+
+// cpuTicks reads a process's own user+system time and its reaped
+// children's, in clock ticks.
+func cpuTicks(pid int) (self, children int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	// Fields from the state on (field 3): utime, stime, cutime, cstime
+	// are fields 14 to 17.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var v [4]int64
+	for j := range v {
+		if v[j], err = strconv.ParseInt(f[11+j], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+	}
+	return v[0] + v[1], v[2] + v[3], nil
+}
+
+// TestTrust_RuntimesUnderFilteredPolicies: the prctl and socketpair
+// argument filters leave Deno and Pyodide what they use: a hello runs and
+// the filter refuses nothing.
+func TestTrust_RuntimesUnderFilteredPolicies(t *testing.T) {
+	for _, c := range []struct{ name, source, want string }{
+		{"hello.js", `console.log("hello " + [1, 2].map((x) => x * 2).join(","));`, "hello 2,4"},
+		{"hello.py", "import json\nprint('hello', json.dumps([1, 2]))\n", "hello [1, 2]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runScript(t, c.name, c.source)
+			if r.Status != "ok" || strings.TrimSpace(r.Stdout) != c.want {
+				t.Errorf("status %s exit %d stdout %q stderr %q", r.Status, r.ExitCode, r.Stdout, r.Stderr)
+			}
+			if len(r.Denied) != 0 {
+				t.Errorf("denied_syscalls %v, want none", r.Denied)
+			}
+		})
+	}
+}
