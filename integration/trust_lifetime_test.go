@@ -33,11 +33,30 @@ const (
 
 // TestTrust_LifetimeExecGuestDiesWithCLI: a native guest that clears its
 // parent-death signal still ends with a SIGKILLed `pmjail exec`, its lease
-// is free once it is gone, and the next run sweeps its cgroup.
+// is free once it is gone, and the next run sweeps its cgroup. Two layers
+// hold this, each tried alone: the policies refuse to clear the signal
+// (prctl filtered by option), and where a policy lets it through, the
+// job's pid 1 (pmjail's init stage, whose signal the guest cannot touch)
+// still takes the guest down with it.
 func TestTrust_LifetimeExecGuestDiesWithCLI(t *testing.T) {
+	t.Run("default policy", func(t *testing.T) {
+		guestDiesWithCLI(t, "refused", "exec", "--timeout", "60s")
+	})
+	t.Run("policy allowing prctl", func(t *testing.T) {
+		policy := filepath.Join(t.TempDir(), "allow-all.json")
+		writeFile(t, policy, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],"syscalls":[]}`)
+		args := withProfile(t, []string{"exec", "--timeout", "60s"}, `{"deno":`+jsString(policy)+`,"python":`+jsString(policy)+`,"native":`+jsString(policy)+`}`, true)
+		guestDiesWithCLI(t, "cleared", args...)
+	})
+}
+
+// guestDiesWithCLI runs the outliving prober under `pmjail args...`,
+// requires its ready line to say want about its parent-death signal, and
+// SIGKILLs the CLI.
+func guestDiesWithCLI(t *testing.T, want string, args ...string) {
 	prober := buildProber(t)
 	before := snapshotHost(t)
-	cli := exec.Command(pmjail, "exec", "--timeout", "60s", "--", prober, "outlive")
+	cli := exec.Command(pmjail, append(args, "--", prober, "outlive")...)
 	out, err := cli.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -53,10 +72,14 @@ func TestTrust_LifetimeExecGuestDiesWithCLI(t *testing.T) {
 			_ = cli.Wait()
 		}
 	})
-	sup := cli.Process.Pid
-	if line := readyLine(t, out, &stderr); line == "" {
+	line := readyLine(t, out, &stderr)
+	if line == "" {
 		t.Fatalf("the guest never said it was ready: %s", stderr.String())
 	}
+	if !strings.HasSuffix(line, " "+want) {
+		t.Fatalf("guest: %q, want its parent-death signal %s", line, want)
+	}
+	sup := cli.Process.Pid
 	guest := onlyOne(t, named(descendants(sup), "prober"), "prober guest")
 	pidfd := openPidfd(t, guest)
 	slot := leaseSlot(t, guest)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -26,8 +27,8 @@ func init() {
 	}
 }
 
-// outlive clears its parent-death signal, says so with "ready <pid>" and
-// then only sleeps. It refuses to run anywhere but near the top
+// outlive clears its parent-death signal, says so with "ready <pid>
+// cleared" ("refused" where the policy refused it) and then only sleeps. It refuses to run anywhere but near the top
 // of a fresh pid namespace (a low pid, its parent outside the namespace or
 // its pid 1) in the jail (hostname "pmjail"), so that outside a jail it
 // does nothing at all.
@@ -38,16 +39,22 @@ func outlive() int {
 		fmt.Fprintf(os.Stderr, "prober outlive: pid %d, parent %d, hostname %q: not jailed, refusing to run\n", pid, ppid, host)
 		return exitNotJailed
 	}
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+	// A policy that filters prctl refuses this (EPERM): the guest then
+	// stays all the same, and says which it was.
+	cleared := "cleared"
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); errors.Is(err, unix.EPERM) {
+		cleared = "refused"
+	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "prober outlive: clear the parent-death signal: %v\n", err)
 		return 1
+	} else {
+		var sig int32
+		if err := unix.Prctl(unix.PR_GET_PDEATHSIG, ptr(&sig), 0, 0, 0); err != nil || sig != 0 {
+			fmt.Fprintf(os.Stderr, "prober outlive: parent-death signal %d after clearing it (%v)\n", sig, err)
+			return 1
+		}
 	}
-	var sig int32
-	if err := unix.Prctl(unix.PR_GET_PDEATHSIG, ptr(&sig), 0, 0, 0); err != nil || sig != 0 {
-		fmt.Fprintf(os.Stderr, "prober outlive: parent-death signal %d after clearing it (%v)\n", sig, err)
-		return 1
-	}
-	fmt.Printf("ready %d\n", pid)
+	fmt.Printf("ready %d %s\n", pid, cleared)
 	for {
 		time.Sleep(50 * time.Millisecond)
 	}
