@@ -155,7 +155,7 @@ func TestSecurityKernel_Landlock(t *testing.T) {
 		}
 	}
 	if abi == 0 {
-		t.Skipf("Landlock not applied on this host: %q", p.state("landlock"))
+		skipWithoutLandlock(t, p.state("landlock"))
 	}
 	wantErrno(t, rep, "write=/proc/self/comm", "EACCES")
 	if abi >= 4 {
