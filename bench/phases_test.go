@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // A pmjail run as ftrace printed it (trimmed), with threads of the runtime
@@ -105,12 +107,7 @@ func TestMedianPhases(t *testing.T) {
 // its events on, and checks that the next bench's tracer removes it and its
 // own on close.
 func TestStaleInstancesRemoved(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI runs as root, but uid %d", os.Geteuid())
-		}
-		t.Skip("needs root (tracefs)")
-	}
+	testenv.RequireRoot(t) // tracefs
 	mountsBefore := tracefsMounts(t)
 	tracefs, err := tracefsDir()
 	if err != nil {

@@ -14,18 +14,9 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-)
 
-// skipOrFail skips a test whose host lacks a feature, except under CI=true,
-// where a missing feature is a failure.
-func skipOrFail(t *testing.T, format string, a ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, a...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and the host lacks a feature: %s", msg)
-	}
-	t.Skip(msg)
-}
+	"github.com/pmjail/pmjail/internal/testenv"
+)
 
 // requireMode returns a Manager on a host of mode want. A host of the other
 // cgroup mode is a legitimate skip even under CI=true: this project's
@@ -48,12 +39,10 @@ func requireMode(t *testing.T, want Mode) *Manager {
 // requireManager returns a Manager for whatever mode the host has.
 func requireManager(t *testing.T) *Manager {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "cgroup tests need root")
-	}
+	testenv.RequireRoot(t)
 	m, err := NewManager()
 	if errors.Is(err, ErrNotSupported) {
-		skipOrFail(t, "cgroups unusable: %v", err)
+		testenv.SkipOrFail(t, "cgroups unusable: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("NewManager: %v", err)

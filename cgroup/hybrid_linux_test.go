@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 const hybridUnified = "/sys/fs/cgroup/unified"
@@ -27,7 +29,7 @@ func hybridV2(t *testing.T) *Manager {
 		if h, _ := Probe(); h.Mode == V2 {
 			t.Skip("no hybrid cgroup2 mount; the v2 tests run on the unified hierarchy itself")
 		}
-		skipOrFail(t, "no cgroup2 mounted at %s", hybridUnified)
+		testenv.SkipOrFail(t, "no cgroup2 mounted at %s", hybridUnified)
 	}
 	ms, err := os.Open(procMountinfo)
 	if err != nil {
@@ -55,7 +57,7 @@ func hybridV2(t *testing.T) *Manager {
 		}
 	})
 	if err != nil {
-		skipOrFail(t, "cgroup2 at %s not writable: %v", hybridUnified, err)
+		testenv.SkipOrFail(t, "cgroup2 at %s not writable: %v", hybridUnified, err)
 	}
 	return &Manager{host: h, pid: os.Getpid()}
 }
@@ -69,7 +71,7 @@ func TestV2PathsOnHybridTree(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := hybridV2(t)
 			if kill && !m.host.Kill {
-				skipOrFail(t, "no cgroup.kill (Linux < 5.14)")
+				testenv.SkipOrFail(t, "no cgroup.kill (Linux < 5.14)")
 			}
 			m.host.Kill = kill
 			j := create(t, m, nil)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 func TestOOMKillUnderMemoryLimit(t *testing.T) {
@@ -123,7 +125,7 @@ func TestCPUTimeAccumulates(t *testing.T) {
 func TestCPUQuotaThrottles(t *testing.T) {
 	m := requireManager(t)
 	if !m.Host().Has(CPU) {
-		skipOrFail(t, "cpu controller not usable: %s", m.Host().Reason)
+		testenv.SkipOrFail(t, "cpu controller not usable: %s", m.Host().Reason)
 	}
 	// 10 ms per 100 ms period: a busy loop gets about a tenth of a CPU.
 	j := create(t, m, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: i64(10000), Period: u64(100000)}})

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // ownPaths reads /proc/self/cgroup independently of the package.
@@ -41,7 +43,7 @@ func TestProbeV1(t *testing.T) {
 	}
 	for _, c := range []string{Memory, Pids, CPU, CPUAcct} {
 		if !h.Has(c) {
-			skipOrFail(t, "v1 controller %s not usable: %s", c, h.Reason)
+			testenv.SkipOrFail(t, "v1 controller %s not usable: %s", c, h.Reason)
 		}
 	}
 	own, _ := ownPaths(t)
@@ -70,7 +72,7 @@ func TestProbeMatchesMountedMode(t *testing.T) {
 	const cgroup2Magic = 0x63677270
 	switch {
 	case err != nil:
-		skipOrFail(t, "cgroups unusable: %v", err)
+		testenv.SkipOrFail(t, "cgroups unusable: %v", err)
 	case st.Type == cgroup2Magic && h.Mode != V2:
 		t.Errorf("cgroup2 at /sys/fs/cgroup but mode %v", h.Mode)
 	case st.Type != cgroup2Magic && h.Mode != V1:
@@ -91,7 +93,7 @@ func TestV2ControllersEnabledForJobs(t *testing.T) {
 	}
 	for _, c := range []string{Memory, Pids} {
 		if !h.Has(c) {
-			skipOrFail(t, "v2 controller %s not delegated: %s", c, h.Reason)
+			testenv.SkipOrFail(t, "v2 controller %s not delegated: %s", c, h.Reason)
 		}
 		if !on[c] {
 			t.Errorf("%s not enabled in %s/cgroup.subtree_control", c, parent)

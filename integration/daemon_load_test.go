@@ -73,10 +73,7 @@ func rssKB(t testing.TB, pid int) int64 {
 }
 
 func TestDaemonLoad(t *testing.T) {
-	total := 500
-	if testing.Short() {
-		total = 150
-	}
+	const total = 500
 	const conc = 8
 	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, conc, 2*conc, "0660"))
 	t0 := time.Now()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // pmjail is the path of the binary under test.
@@ -58,7 +60,7 @@ func run(m *testing.M) int {
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "integration: these tests need root (they create namespaces and cgroups)")
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			return 1
 		}
 	}

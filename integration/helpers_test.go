@@ -179,10 +179,11 @@ func fill(src string, kv ...string) string {
 	return src
 }
 
-// testdata reads a file of integration/testdata.
+// testdata reads a file of integration/testdata, wherever the test binary
+// runs (the VM runs it in /tmp).
 func testdata(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "integration", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

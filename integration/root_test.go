@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail"
 )
 
@@ -94,6 +95,11 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 		t.Errorf("a bind at %s: exit %d %s %s", under, inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 
+	// The mounts looked for are cat's own libraries: a static cat (a
+	// busybox's) has none to show.
+	if catLibs, err := jail.SharedLibraries("/bin/cat", ""); err != nil || len(catLibs.Files) == 0 {
+		t.Fatalf("/bin/cat loads no library (%v): its mount table cannot show one", err)
+	}
 	inv = pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/mountinfo")
 	if inv.Result == nil || inv.Result.Status != "ok" {
 		t.Fatalf("cat mountinfo: exit %d %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
@@ -197,26 +203,11 @@ func TestRootLibraries_ProgramCannotNameAHostPath(t *testing.T) {
 // host's. A search path leading to a host file that is not a library is
 // refused, and $ORIGIN where the program is reached by a link elsewhere.
 func TestRootLibraries_SearchPaths(t *testing.T) {
-	dir := outsideTmpDir(t, "itest-searchpaths-")
-	lib := filepath.Join(dir, "lib")
-	if err := os.Mkdir(lib, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	compileC(t, filepath.Join(lib, "libgreet.so"), `#include <stdio.h>
-void greet(const char *how) { printf("greeted by %s\n", how); }
-`, "-shared", "-fPIC", "-Wl,-soname,libgreet.so")
-	const main = `void greet(const char *);
-int main(int argc, char **argv) { greet(argv[1]); return 0; }
-`
-	for _, c := range []struct{ name, rpath string }{
-		{"runpath", "-Wl,--enable-new-dtags,-rpath," + lib},
-		{"rpath-origin", "-Wl,--disable-new-dtags,-rpath,$ORIGIN/lib"},
-	} {
-		program := filepath.Join(dir, c.name)
-		compileC(t, program, main, "-L"+lib, "-lgreet", c.rpath)
-		inv := pmjailCmd(t, "", "exec", "--json", "--", program, c.name)
-		if inv.Result == nil || inv.Result.Status != "ok" || inv.Result.Stdout != "greeted by "+c.name+"\n" {
-			t.Errorf("%s: exit %d, %s %s", c.name, inv.ExitCode, inv.Stdout, inv.Stderr)
+	dir := cPrograms(t)
+	for _, name := range []string{"runpath", "rpath-origin"} {
+		inv := pmjailCmd(t, "", "exec", "--json", "--", filepath.Join(dir, name), name)
+		if inv.Result == nil || inv.Result.Status != "ok" || inv.Result.Stdout != "greeted by "+name+"\n" {
+			t.Errorf("%s: exit %d, %s %s", name, inv.ExitCode, inv.Stdout, inv.Stderr)
 		}
 	}
 
@@ -232,90 +223,38 @@ int main(int argc, char **argv) { greet(argv[1]); return 0; }
 
 	// A DT_RUNPATH of /etc and a needed "passwd": /etc/passwd is not a
 	// library, and is not bound.
-	build := filepath.Join(dir, "build")
-	if err := os.Mkdir(build, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	compileC(t, filepath.Join(build, "passwd"), "int pw(void) { return 0; }\n", "-shared", "-fPIC", "-Wl,-soname,passwd")
-	etc := filepath.Join(dir, "etc-runpath")
-	compileC(t, etc, "int pw(void);\nint main(void) { return pw(); }\n", "-L"+build, "-l:passwd", "-Wl,--enable-new-dtags,-rpath,/etc")
-	if inv := pmjailCmd(t, "", "exec", "--json", "--", etc); inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "/etc/passwd: not an ELF file") {
+	if inv := pmjailCmd(t, "", "exec", "--json", "--", filepath.Join(dir, "etc-runpath")); inv.ExitCode != 126 || !strings.Contains(inv.Stderr+inv.Stdout, "/etc/passwd: not an ELF file") {
 		t.Errorf("a DT_RUNPATH leading to /etc/passwd: exit %d, %s %s; want refused (126), /etc/passwd not an ELF file", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 
 	// A library of the host's that only /etc/ld.so.conf.d's directories
 	// hold: the job's root has no /etc/ld.so.cache, and its loader is
 	// told the directory.
-	confLib := confOnlyLibrary()
-	if confLib == "" {
-		const why = "the host's /etc/ld.so.conf.d names no directory outside the system's that holds a library"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(why + " (make deps installs libfakeroot, which does)")
-		}
-		t.Skip(why)
-	}
 	program := filepath.Join(dir, "conf")
-	compileC(t, program, "#include <stdio.h>\nint main(void) { puts(\"loaded\"); return 0; }\n",
-		"-L"+filepath.Dir(confLib), "-Wl,--no-as-needed", "-l:"+filepath.Base(confLib))
+	if _, err := os.Stat(program); err != nil {
+		testenv.SkipOrFail(t, "the host's /etc/ld.so.conf.d names no directory outside the system's that holds a library (make deps installs libfakeroot, which does)")
+	}
 	inv := pmjailCmd(t, "", "exec", "--json", "--", program)
 	if inv.Result == nil || inv.Result.Status != "ok" || inv.Result.Stdout != "loaded\n" {
-		t.Errorf("a program needing %s: exit %d, %s %s", confLib, inv.ExitCode, inv.Stdout, inv.Stderr)
+		t.Errorf("a program needing an ld.so.conf.d-only library: exit %d, %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 }
 
-// compileC builds a C source into out with the host's cc.
-func compileC(t *testing.T, out, source string, flags ...string) {
+// cPrograms returns the directory of integration/cprograms' C programs:
+// prebuilt where the suite runs without a C compiler (the VM), else
+// compiled now with the host's cc.
+func cPrograms(t *testing.T) string {
 	t.Helper()
-	src := out + ".c"
-	writeFile(t, src, source)
-	args := append([]string{"-o", out, src}, flags...)
-	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("cc %v: %v\n%s", args, err, b)
+	if dir := os.Getenv("PMJAIL_CPROGRAMS"); dir != "" {
+		return dir
 	}
-}
-
-// systemLibraryDirs are the directories pmjail searches before the ones
-// /etc/ld.so.conf.d names (the jail package's default library directories).
-var systemLibraryDirs = []string{
-	"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-	"/lib64", "/usr/lib64", "/lib", "/usr/lib",
-}
-
-// confOnlyLibrary returns a library, named by its DT_SONAME, in a
-// directory /etc/ld.so.conf.d names and the loader's system directories
-// do not hold; "" if there is none.
-func confOnlyLibrary() string {
-	inSystemLibraryDirs := func(name string) bool {
-		for _, dir := range systemLibraryDirs {
-			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-				return true
-			}
-		}
-		return false
+	_, err := exec.LookPath("cc")
+	testenv.Need(t, err == nil, "a C compiler (cc)")
+	dir := outsideTmpDir(t, "itest-cprograms-")
+	cmd := exec.Command("go", "run", "./integration/cprograms", "-out", dir)
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the C programs: %v\n%s", err, out)
 	}
-	confs, _ := filepath.Glob("/etc/ld.so.conf.d/*.conf")
-	for _, conf := range confs {
-		data, err := os.ReadFile(conf)
-		if err != nil {
-			continue
-		}
-		for _, dir := range strings.Fields(string(data)) {
-			if !filepath.IsAbs(dir) || slices.Contains(systemLibraryDirs, dir) {
-				continue
-			}
-			libs, _ := filepath.Glob(filepath.Join(dir, "lib*.so*"))
-			for _, lib := range libs {
-				f, err := elf.Open(lib)
-				if err != nil {
-					continue
-				}
-				soname, _ := f.DynString(elf.DT_SONAME)
-				f.Close()
-				if len(soname) == 1 && soname[0] == filepath.Base(lib) && !inSystemLibraryDirs(soname[0]) {
-					return lib
-				}
-			}
-		}
-	}
-	return ""
+	return dir
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -33,7 +34,7 @@ func (fakeCgroup) Kill() error                     { return nil }
 // (here a task file that is no cgroup file), the run ends before the
 // program starts, naming the cgroup stage.
 func TestRunCgroupJoinFailsClosed(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `echo started`, testLimits)
 	job.Cgroup = fakeCgroup{t}
 	out := Run(context.Background(), job)
@@ -58,7 +59,7 @@ func newChild(t *testing.T, before []string) (string, bool) {
 // root's file systems, and nothing of the job's is written into the root
 // before the join (so the job's own memory is charged to it).
 func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `read m < /job/marker; printf %s "$m"`, testLimits)
 	job.Files = []runtimes.File{{Path: "/job/marker", Data: []byte("marked"), Mode: 0o444}}
 	before := children(t)
@@ -102,7 +103,7 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 // the init stage joins (here task files that are no cgroup files, which
 // fail the join closed).
 func TestRunJoinsTheCgroupItMade(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `echo started`, testLimits)
 	job.MakeCgroup = func() (CgroupJob, error) { return fakeCgroup{t}, nil }
 	out := Run(context.Background(), job)
@@ -114,7 +115,7 @@ func TestRunJoinsTheCgroupItMade(t *testing.T) {
 // TestRunTimeoutWhileTheCgroupIsMade: a wall limit that passes while the
 // cgroup is being made ends the run as a timeout, with nothing left.
 func TestRunTimeoutWhileTheCgroupIsMade(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `echo started`, testLimits)
 	job.Timeout = 50 * time.Millisecond
 	before := children(t)
@@ -135,7 +136,7 @@ func TestRunTimeoutWhileTheCgroupIsMade(t *testing.T) {
 // at stage "cgroup" before the program starts, with nothing left; Run
 // returns only after MakeCgroup has.
 func TestRunCgroupNotMadeEndsTheRun(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	for _, atBirth := range []bool{false, true} {
 		t.Run(fmt.Sprintf("at birth %t", atBirth), func(t *testing.T) {
 			job := shellJob(t, `echo started`, testLimits)

@@ -12,18 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/runtimes"
 )
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the jail needs root (namespaces, mounts) and CI=true forbids skipping")
-		}
-		t.Skip("needs root")
-	}
-}
 
 // inRecvmsg reports whether the process pid (or the thread the path names)
 // sits in recvmsg: an init stage waiting for its supervisor's next message.
@@ -47,7 +38,7 @@ func shellJob(t *testing.T, script string, lim RootLimits, binds ...runtimes.Bin
 var testLimits = RootLimits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20}
 
 func TestRunContainsAShell(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	// Only shell builtins: the root holds nothing but /bin/sh and its libraries.
 	out := Run(context.Background(), shellJob(t, `echo "$(cat /etc/hostname 2>&1 || echo none)"; read h < /proc/sys/kernel/hostname 2>/dev/null; echo ok > /tmp/x && echo tmp-writable; (echo x > /x) 2>/dev/null || echo root-readonly; exit 7`, testLimits))
 	if out.Status != StatusError || out.ExitCode != 7 {
@@ -66,7 +57,7 @@ func TestRunContainsAShell(t *testing.T) {
 }
 
 func TestRunTimeoutKillsTheTree(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	// The forked loops keep the shell's command line, marker and all: a
 	// process left anywhere on the host after Run carries it.
 	marker := fmt.Sprintf("pmjail-tree-%d-%d", os.Getpid(), time.Now().UnixNano())
@@ -103,7 +94,7 @@ func processesWith(t *testing.T, marker string) []string {
 }
 
 func TestRunOutputLimit(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; done`, testLimits)
 	job.OutputLimit = 1000
 	out := Run(context.Background(), job)
@@ -113,7 +104,7 @@ func TestRunOutputLimit(t *testing.T) {
 }
 
 func TestRunSetupFailureNamesTheStage(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	job := shellJob(t, `true`, testLimits)
 	job.Spec.Mounts = append(job.Spec.Mounts, job.Spec.Mounts[len(job.Spec.Mounts)-1])
 	job.Spec.Mounts[len(job.Spec.Mounts)-1].Source = "/nonexistent-pmjail-source"
@@ -127,7 +118,7 @@ func TestRunSetupFailureNamesTheStage(t *testing.T) {
 // the runtime's exit so that its teardown is not on the result's path, is
 // let go soon after Run returns.
 func TestRunReleasesTheMountNamespace(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	out := Run(context.Background(), shellJob(t, `echo ok`, testLimits))
 	if out.Status != StatusOK {
 		t.Fatalf("status %s %q stderr %q", out.Status, out.Message, out.Stderr)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -33,9 +34,7 @@ func openTempDir(t *testing.T) string {
 // as the state directories the tests make.
 func fakeLibraries(t *testing.T, n int) (libs []string, allowed []string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: only root-owned libraries are linked")
-	}
+	testenv.RequireRoot(t) // only root-owned libraries are linked
 	dir := filepath.Join(openTempDir(t), "lib")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -259,9 +258,7 @@ func TestLinkLibrariesOnlyWhatOthersCanRead(t *testing.T) {
 }
 
 func TestLibraryMountsBindTopDirectories(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: only root-owned libraries are linked")
-	}
+	testenv.RequireRoot(t) // only root-owned libraries are linked
 	libs := libraryFiles(t, "/bin/sh")
 	state := openTempDir(t)
 	if !sameDevice(t, state, libs[0]) {
@@ -368,9 +365,7 @@ func sameDevice(t *testing.T, a, b string) bool {
 // symlink, or in a state directory someone else owns, is left alone, and
 // so is what it points to.
 func TestPruneLibraryTreesStaysInItsDirectory(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a foreign owner is made with chown")
-	}
+	testenv.RequireRoot(t) // a foreign owner is made with chown
 	victim := openTempDir(t)
 	looksStale := filepath.Join(victim, treePrefix+strings.Repeat("ef", treeNameLen/2))
 	if err := os.MkdirAll(filepath.Join(looksStale, "no-such-host-dir"), 0o755); err != nil {

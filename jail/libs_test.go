@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // hostLoader is the dynamic loader this host's programs name.
@@ -122,7 +124,7 @@ func compile(t *testing.T, out, source string, flags ...string) {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
-		t.Skipf("no C compiler: %v", err)
+		testenv.SkipOrFail(t, "no C compiler: %v", err)
 	}
 	src := out + ".c"
 	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {

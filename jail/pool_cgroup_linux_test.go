@@ -17,19 +17,17 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // cgroupManager returns a real cgroup manager, skipping (or failing under
 // CI=true) where the host has none usable.
 func cgroupManager(t *testing.T) *cgroup.Manager {
 	t.Helper()
-	needRoot(t)
+	testenv.RequireRoot(t)
 	m, err := cgroup.NewManager()
 	if errors.Is(err, cgroup.ErrNotSupported) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and the host has no usable cgroups: %v", err)
-		}
-		t.Skipf("no usable cgroups: %v", err)
+		testenv.SkipOrFail(t, "no usable cgroups: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

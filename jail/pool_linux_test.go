@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -73,7 +74,7 @@ func gone(pid int) bool {
 }
 
 func TestPoolRunTakesAPrestartedChild(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	p := NewPool(1, PoolOptions{})
 	first := shellJob(t, `echo one`, testLimits)
 	first.Warm = p
@@ -117,7 +118,7 @@ func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 // TestPoolSkipsADeadChild: a pooled child that died while it waited is
 // reaped and passed over; the run starts its own.
 func TestPoolSkipsADeadChild(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	p := filledPool(t, 1)
 	dead := idlePids(p)[0]
 	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
@@ -140,7 +141,7 @@ func TestPoolSkipsADeadChild(t *testing.T) {
 }
 
 func TestPoolResize(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	p := filledPool(t, 2)
 	pids := idlePids(p)
 	p.Resize(0)
@@ -157,7 +158,7 @@ func TestPoolResize(t *testing.T) {
 // TestPoolRefillsOnlyWithASpareCore: while spare says every core is busy,
 // a run leaves the pool as it found it.
 func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	var spare atomic.Bool
 	// The pool asks Spare when a run offers it a refill; what it decides
 	// then is final for that run, so the test waits for the question, not
@@ -192,7 +193,7 @@ func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 // going (the rest of a burst finishing) is used when that run ends, so an
 // idle daemon does not wait for its next run to refill.
 func TestPoolRefillsWhenARunEnds(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	// No core at the run's hand-over; one by the time it ends.
 	var asked atomic.Int32
 	p := NewPool(1, PoolOptions{Spare: func() bool { return asked.Add(1) > 1 }})
@@ -211,7 +212,7 @@ func TestPoolRefillsWhenARunEnds(t *testing.T) {
 // TestPoolReportsAFailedRefill: a child that cannot be started is reported,
 // and the pool stays empty.
 func TestPoolReportsAFailedRefill(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	failed := make(chan error, 1)
 	p := NewPool(1, PoolOptions{OnError: func(err error) { failed <- err }})
 	t.Cleanup(p.Close)
@@ -237,7 +238,7 @@ func TestPoolReportsAFailedRefill(t *testing.T) {
 // the runs after it. The bind source lies under /tmp, which the prepared
 // root's tmpfs covers in the child's mount namespace.
 func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	p := filledPool(t, 1)
 	// The /tmp line of the job's own mountinfo, with builtins only.
 	const tmpLine = `while read -r l; do case "$l" in *" /tmp "*) echo "$l";; esac; done < /proc/self/mountinfo`

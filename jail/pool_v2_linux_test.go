@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // unifiedCgroup is a job cgroup of the host's cgroup2 hierarchy: a hybrid
@@ -101,7 +103,7 @@ func cgroup2Mount(t *testing.T) string {
 			}
 		}
 	}
-	t.Skip("this host mounts no cgroup2 hierarchy (cgroup v1 only)")
+	testenv.SkipOrFail(t, "this host mounts no cgroup2 hierarchy (cgroup v1 only)")
 	return ""
 }
 
@@ -117,7 +119,7 @@ func ownUnifiedPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("this process has no cgroup2 cgroup")
+	testenv.SkipOrFail(t, "this process has no cgroup2 cgroup")
 	return ""
 }
 
@@ -126,7 +128,7 @@ func ownUnifiedPath(t *testing.T) string {
 // started outside, and starts none for later runs. The cgroup2 hierarchy of
 // this hybrid host stands in for a unified host's.
 func TestPoolUnusedOnCgroupV2(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	// Long enough a loop for the run's state to be read back.
 	script := `echo v2; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`
 

@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // The test binary's roles for spawnShared's tests: the child it starts
@@ -221,7 +223,7 @@ func readProbe(t *testing.T, out *os.File) probeReport {
 // the supervisor's memory gets everything childAttr asks for, as Go's
 // start would give it.
 func TestSpawnSharedStartsAsChildAttrSays(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	lease := testLease(t)
 	cmd, out, extra := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID|unix.CLONE_NEWNS, lease)
 	before := fdTargets(t)
@@ -291,7 +293,7 @@ func fdIdentityOf(t *testing.T, path string) string {
 // TestSpawnSharedCrossedFds: fds whose numbers are other slots' targets
 // land where they were asked to (spawnParent crosses 3 and 4 over).
 func TestSpawnSharedCrossedFds(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	a, err := os.Create(filepath.Join(dir, "a"))
 	if err != nil {
@@ -324,7 +326,7 @@ func TestSpawnSharedCrossedFds(t *testing.T) {
 // TestSpawnSharedStatusPipeAmongSlots: a status pipe that got one of the
 // child's fd numbers still reports the child's failure (spawnLowFDs).
 func TestSpawnSharedStatusPipeAmongSlots(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +341,7 @@ func TestSpawnSharedStatusPipeAmongSlots(t *testing.T) {
 // ends), and whose maps both fail, end; so do a good start and a bad one
 // side by side. No child is left.
 func TestSpawnSharedConcurrent(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	for _, tc := range []struct {
 		name string
 		bad  [2]bool
@@ -406,7 +408,7 @@ func spawnOutcome(cmd *exec.Cmd, bad bool) error {
 // TestSpawnSharedFailures: a child that cannot start is reaped, its error
 // says which step failed, and nothing of it stays open.
 func TestSpawnSharedFailures(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	lease := testLease(t)
 	for _, tc := range []struct {
 		name    string
@@ -449,9 +451,7 @@ func TestSpawnSharedFailures(t *testing.T) {
 // mount namespaces from a process holding a daemon-sized heap, through
 // spawnShared and through Go's start.
 func BenchmarkStartInitStage(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireRoot(b)
 	// A resident heap the size of an idle daemon's (~15 MiB): what a fork
 	// copies.
 	ballast := make([]byte, 16<<20)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -23,10 +24,7 @@ func benchInstall(b *testing.B) *runtimes.Install {
 	}
 	in, err := runtimes.Locate()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			b.Fatalf("CI=true: the runtimes must be installed: %v", err)
-		}
-		b.Skipf("runtimes not installed (run `make setup`): %v", err)
+		testenv.SkipOrFail(b, "runtimes not installed (run `make setup`): %v", err)
 	}
 	return in
 }

@@ -1,7 +1,6 @@
 package netns_test
 
 import (
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -9,19 +8,9 @@ import (
 	"github.com/pmjail/pmjail/netns"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
-)
 
-// needFeature skips when the host lacks something, but fails under CI=true.
-func needFeature(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("host lacks %s (CI=true: not skipping)", what)
-	}
-	t.Skipf("host lacks %s", what)
-}
+	"github.com/pmjail/pmjail/internal/testenv"
+)
 
 // startSleeper starts a child that just waits, with extra clone flags, and
 // kills and reaps it when the test ends.
@@ -30,7 +19,7 @@ func startSleeper(t *testing.T, cloneflags uintptr) int {
 	cmd := exec.Command("sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		needFeature(t, cloneflags == 0, "network namespaces ("+err.Error()+")")
+		testenv.Need(t, cloneflags == 0, "network namespaces ("+err.Error()+")")
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -41,7 +30,7 @@ func startSleeper(t *testing.T, cloneflags uintptr) int {
 }
 
 func TestInspectIsolatedChild(t *testing.T) {
-	needFeature(t, os.Geteuid() == 0, "root")
+	testenv.RequireRoot(t)
 	pid := startSleeper(t, syscall.CLONE_NEWNET)
 	r, err := netns.Inspect(pid)
 	if err != nil {
@@ -70,7 +59,7 @@ func TestInspectSharedNamespace(t *testing.T) {
 }
 
 func TestInspectExtraInterface(t *testing.T) {
-	needFeature(t, os.Geteuid() == 0, "root")
+	testenv.RequireRoot(t)
 	pid := startSleeper(t, syscall.CLONE_NEWNET)
 	// A bridge inside the throwaway namespace (dummy and veth may be
 	// modules a host lacks; bridge is common): it vanishes with it.
@@ -85,7 +74,7 @@ func TestInspectExtraInterface(t *testing.T) {
 	}
 	defer h.Close()
 	err = h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "pmjbr0"}})
-	needFeature(t, err == nil, "bridge network links")
+	testenv.Need(t, err == nil, "bridge network links")
 	r, err := netns.Inspect(pid)
 	if err != nil {
 		t.Fatal(err)

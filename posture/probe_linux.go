@@ -112,7 +112,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 	}
 	switch {
 	case !slices.Contains(namespaces, specs.MountNamespace) || !slices.Contains(namespaces, specs.PIDNamespace):
-		for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
+		for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits, Landlock} {
 			set(l, Missing, "no jail can be built without mount and pid namespaces")
 		}
 	default:
@@ -123,7 +123,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 		}
 		if err != nil {
 			p.Incomplete = "the probe jail failed: " + err.Error()
-			for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits} {
+			for _, l := range []string{Rootfs, Seccomp, NoNewPrivs, Capabilities, Rlimits, Landlock} {
 				if _, done := layers[l]; !done {
 					set(l, Missing, "the probe jail failed: "+err.Error())
 				}
@@ -138,13 +138,9 @@ func Probe(ctx context.Context, opt Options) *Probed {
 	for _, l := range cg.layers {
 		layers[l.Name] = l
 	}
-	if p.Host.LandlockABI > 0 {
-		set(Landlock, Applied, fmt.Sprintf("ABI %d", p.Host.LandlockABI))
-	} else {
-		set(Landlock, Missing, "the kernel offers no Landlock ABI")
-	}
 	if opt.Install != nil {
-		set(DenoPermissions, Applied, "Deno runs with --no-prompt and reads only its bootstrap, the job and its assets")
+		// Not probed: a Deno run per probe would cost more than the probe.
+		set(DenoPermissions, Applied, "not probed: rests on Deno's own checks of the flags pmjail passes (--no-prompt; reads only its bootstrap, the job and its assets), which each run's posture lists")
 	} else {
 		set(DenoPermissions, Missing, "no runtime installed")
 	}
@@ -206,6 +202,12 @@ type insideReport struct {
 	CapBnd       string `json:"cap_bnd"`
 	RegainRoot   string `json:"regain_root"`
 	CoreLimitMax uint64 `json:"core_limit_max"`
+	// LandlockWrite is opening the probe's own /proc/self/comm for
+	// writing: the root's /proc is read-write, so only Landlock refuses it.
+	LandlockWrite string `json:"landlock_write"`
+	// LandlockBind is binding a TCP socket, which only Landlock's network
+	// rules (ABI 4) refuse.
+	LandlockBind string `json:"landlock_bind"`
 }
 
 // probeJail runs the probe role in a jail with the given namespaces.
@@ -268,6 +270,29 @@ func judge(set func(string, State, string), in *insideReport, out *jail.Outcome,
 	} else {
 		set(Rlimits, Missing, fmt.Sprintf("RLIMIT_CORE max %d", in.CoreLimitMax))
 	}
+	judgeLandlock(set, in, out)
+}
+
+// judgeLandlock takes the Landlock layer from what the probe jail's init
+// stage enforced and what the probe role saw of it from inside, never
+// from the kernel's ABI alone: a ruleset can fail to apply where the
+// kernel offers one (too many stacked domains, a refused rule).
+func judgeLandlock(set func(string, State, string), in *insideReport, out *jail.Outcome) {
+	abi := out.Landlock
+	switch {
+	case abi == 0 && out.LandlockReason != "":
+		set(Landlock, Missing, "the probe jail's ruleset did not apply: "+out.LandlockReason)
+	case abi == 0:
+		set(Landlock, Missing, "the probe jail's init stage reported no ruleset")
+	case in.LandlockWrite != "EACCES":
+		set(Landlock, Missing, fmt.Sprintf("ABI %d enforced, yet inside the probe jail opening /proc/self/comm for writing gave %s, want EACCES", abi, in.LandlockWrite))
+	case abi >= 4 && in.LandlockBind != "EACCES":
+		set(Landlock, Missing, fmt.Sprintf("ABI %d enforced, yet inside the probe jail a TCP bind gave %s, want EACCES", abi, in.LandlockBind))
+	case abi >= 4:
+		set(Landlock, Applied, fmt.Sprintf("ABI %d: inside the probe jail, opening /proc/self/comm for writing and a TCP bind gave EACCES", abi))
+	default:
+		set(Landlock, Applied, fmt.Sprintf("ABI %d: inside the probe jail, opening /proc/self/comm for writing gave EACCES", abi))
+	}
 }
 
 // ProbeChild is the probe role. Without arguments it only proves that a
@@ -291,8 +316,27 @@ func ProbeChild() {
 	if unix.Getrlimit(unix.RLIMIT_CORE, &rl) == nil {
 		r.CoreLimitMax = rl.Max
 	}
+	r.LandlockWrite, r.LandlockBind = landlockAttempts()
 	_ = json.NewEncoder(os.Stdout).Encode(&r)
 	os.Exit(0)
+}
+
+// landlockAttempts tries, from inside the probe jail, what only Landlock
+// refuses there: opening the process's own /proc/self/comm for writing
+// (nothing is written) and binding a TCP socket to an ephemeral port in
+// the jail's empty network namespace.
+func landlockAttempts() (write, bind string) {
+	fd, err := unix.Open("/proc/self/comm", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	write = errnoName(err)
+	sock, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return write, errnoName(err)
+	}
+	defer unix.Close(sock)
+	return write, errnoName(unix.Bind(sock, &unix.SockaddrInet4{}))
 }
 
 func errnoName(err error) string {

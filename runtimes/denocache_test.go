@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // TestDenoCache builds the warm cache for a snapshot install and checks
@@ -16,7 +18,7 @@ import (
 // when the snapshot changes.
 func TestDenoCache(t *testing.T) {
 	_, err := exec.LookPath("bwrap")
-	requireHost(t, err == nil, "bubblewrap (bwrap), which warms the cache")
+	testenv.Need(t, err == nil, "bubblewrap (bwrap), which warms the cache")
 	in := snapshotInstall(t)
 	snap, err := in.PyodideSnapshot()
 	if err != nil {
@@ -85,7 +87,7 @@ func TestDenoCache(t *testing.T) {
 // stale key.
 func TestGuestCache(t *testing.T) {
 	_, err := exec.LookPath("bwrap")
-	requireHost(t, err == nil, "bubblewrap (bwrap), which warms the cache")
+	testenv.Need(t, err == nil, "bubblewrap (bwrap), which warms the cache")
 	in := testInstall(t, t.TempDir())
 	if _, err := in.GuestCache(); err == nil {
 		t.Fatal("a fresh state directory has a guest cache")

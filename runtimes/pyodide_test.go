@@ -6,20 +6,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-)
 
-// requireHost skips a test whose host lacks a feature, and fails it instead
-// when CI=true: CI hosts must have every feature the suite needs.
-func requireHost(t testing.TB, ok bool, feature string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("host lacks %s (CI=true: a skip is a failure)", feature)
-	}
-	t.Skipf("host lacks %s", feature)
-}
+	"github.com/pmjail/pmjail/internal/testenv"
+)
 
 // testInstall is the repository's own runtime install with its state in a
 // temporary directory, so tests never touch the real snapshot.
@@ -31,7 +20,7 @@ func testInstall(t testing.TB, stateDir string) *Install {
 	}
 	deno := filepath.Join(modules, "@deno", "linux-x64-glibc", "deno")
 	_, err = os.Stat(deno)
-	requireHost(t, err == nil, "the pinned deno and pyodide (run `make setup`)")
+	testenv.Need(t, err == nil, "the pinned deno and pyodide (run `make setup`)")
 	return &Install{
 		ModulesDir: modules,
 		DenoPath:   deno,

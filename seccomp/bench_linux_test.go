@@ -2,12 +2,12 @@ package seccomp_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/seccomp"
 )
@@ -31,9 +31,7 @@ func BenchmarkCompileDeno(b *testing.B) {
 // timed in a throwaway child around bpf.Install (install-ns/op; ns/op is
 // the child's whole start).
 func BenchmarkInstallDeno(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: the child installs a filter with a notification listener")
-	}
+	testenv.RequireRoot(b) // the child installs a filter with a notification listener
 	p, err := profiles.Seccomp("deno")
 	if err != nil {
 		b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
@@ -100,9 +101,7 @@ func TestCacheRoundTrip(t *testing.T) {
 // An entry anyone but this uid could have written is never trusted, and
 // nothing is written into a directory that is not trusted either.
 func TestCacheIgnoresUntrusted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give files away")
-	}
+	testenv.RequireRoot(t) // to give files away
 	opt := Options{Notify: true}
 	for _, tc := range []struct {
 		name   string

@@ -31,24 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// needFeature skips when the host lacks something, but fails under CI=true:
-// CI hosts are set up to have everything.
-func needFeature(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("host lacks %s (CI=true: not skipping)", what)
-	}
-	t.Skipf("host lacks %s", what)
-}
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	needFeature(t, os.Geteuid() == 0, "root")
-}
-
 // childMain runs in the re-exec'd child: lock the thread, no_new_privs,
 // read and install the program, then run the role.
 func childMain(role string) int {

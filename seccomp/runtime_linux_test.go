@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/seccomp"
 	"github.com/pmjail/pmjail/seccomp/bpf"
 )
@@ -17,7 +18,7 @@ func repoFile(t *testing.T, rel string) string {
 	_, here, _, _ := runtime.Caller(0)
 	p := filepath.Join(filepath.Dir(here), "..", rel)
 	_, err := os.Stat(p)
-	needFeature(t, err == nil, rel+" (run `npm ci` in the repository)")
+	testenv.Need(t, err == nil, rel+" (run `npm ci` in the repository)")
 	return p
 }
 
@@ -59,7 +60,7 @@ console.log("wasm", m.instance.exports.add(2, 3));`, "wasm 5"},
 }
 
 func TestDenoUnderProfile(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	deno := repoFile(t, "node_modules/@deno/linux-x64-glibc/deno")
 	prog := compile(t, builtin(t, "deno"), seccomp.Options{Notify: true})
 	dir := t.TempDir()
@@ -81,10 +82,7 @@ func TestDenoUnderProfile(t *testing.T) {
 }
 
 func TestPyodideUnderProfile(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("Pyodide takes ~4 s")
-	}
+	testenv.RequireRoot(t)
 	deno := repoFile(t, "node_modules/@deno/linux-x64-glibc/deno")
 	pyodide := repoFile(t, "node_modules/pyodide")
 	loader := filepath.Join(t.TempDir(), "load.mjs")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/seccomp"
 	"github.com/pmjail/pmjail/seccomp/bpf"
@@ -94,7 +95,7 @@ var dangerousProbes = map[string]string{
 }
 
 func TestDangerousCallsDenied(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	prog := compile(t, probeProfile(t), seccomp.Options{})
 	got, _ := runProbes(t, prog, slices.Sorted(maps.Keys(dangerousProbes))...)
 	for name, want := range dangerousProbes {
@@ -105,7 +106,7 @@ func TestDangerousCallsDenied(t *testing.T) {
 }
 
 func TestNotifyNamesDenials(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	prog := compile(t, probeProfile(t), seccomp.Options{Notify: true})
 	got, counts := runProbes(t, prog, slices.Sorted(maps.Keys(dangerousProbes))...)
 	for name, want := range dangerousProbes {
@@ -127,7 +128,7 @@ func TestNotifyNamesDenials(t *testing.T) {
 }
 
 func TestProfileCannotAllowDangerous(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	// The profile allows ptrace and personality; only the operator can.
 	p := probeProfile(t, "ptrace", "personality", "mount")
 	got, _ := runProbes(t, compile(t, p, seccomp.Options{}), "ptrace_attach", "personality_linux32", "personality_query", "mount")
@@ -147,7 +148,7 @@ func TestProfileCannotAllowDangerous(t *testing.T) {
 }
 
 func TestLogModeLetsCallsThrough(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	if (seccomp.Options{}).Log {
 		t.Fatal("log mode is on by default")
 	}
@@ -231,7 +232,7 @@ func TestUnmarshalRefusesGarbage(t *testing.T) {
 }
 
 func TestServeStopsWithContext(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	prog := compile(t, builtin(t, "native"), seccomp.Options{Notify: true})
 	c := startChild(t, testContext(t), "exec", prog, nil, "/bin/sleep", "30")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -253,7 +254,7 @@ func TestServeStopsWithContext(t *testing.T) {
 // A denial is never answered with success, whatever errno a caller passes:
 // an answer of 0 would tell the guest that a call which never ran worked.
 func TestNotifyNeverAnswersSuccess(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	prog := compile(t, probeProfile(t), seccomp.Options{Notify: true})
 	ctx := testContext(t)
 	c := startChild(t, ctx, "probe", prog, nil, "mount", "bpf")

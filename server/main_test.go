@@ -28,16 +28,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-// needRoot fails under CI=true and skips elsewhere when not root: the
-// server's runs create namespaces and cgroups.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (namespaces, cgroups) and CI=true forbids skipping")
-	}
-	t.Skip("needs root: runs create namespaces and cgroups")
-}

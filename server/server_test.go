@@ -18,6 +18,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
@@ -62,7 +63,7 @@ type testServer struct {
 // runtimes and cgroups.
 func startServer(t *testing.T, cfgJSON string) *testServer {
 	t.Helper()
-	needRoot(t)
+	testenv.RequireRoot(t)
 	cfg, err := ParseConfig(strings.NewReader(cfgJSON))
 	if err != nil {
 		t.Fatal(err)

@@ -184,12 +184,15 @@ fetch_kernel() {
 }
 
 # copy_libs PROGRAM copies the shared libraries and the loader ldd names for
-# a dynamic program, at their host paths; a static one needs none.
+# a dynamic program, at their host paths; a static one needs none. Only
+# the paths ldd resolved ("name => /path", the loader's "/path"): a
+# program the loader refuses (the suite's C programs include one whose
+# DT_RUNPATH leads to /etc/passwd) makes ldd print its error on stdout.
 copy_libs() {
   local lib
   while read -r lib; do
     [ -e "$ROOT$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$ROOT$lib"
-  done < <(ldd "$1" 2>/dev/null | grep -o '/[^ ]*' || true)
+  done < <(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(0x/ { print $1 }' || true)
 }
 
 copy_program() {

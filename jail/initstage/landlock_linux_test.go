@@ -20,6 +20,8 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // The rights applyLandlock grants are those of go-landlock's own rules.
@@ -57,7 +59,7 @@ func TestLandlockOnExecThread(t *testing.T) {
 		landlockProbe()
 	}
 	if _, err := landlockABI(); err != nil {
-		t.Skipf("no Landlock here: %v", err)
+		testenv.SkipOrFail(t, "no Landlock here: %v", err)
 	}
 	dir := t.TempDir()
 	rw, ro, rwFile := filepath.Join(dir, "rw"), filepath.Join(dir, "ro"), filepath.Join(dir, "rwfile")
