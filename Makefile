@@ -63,7 +63,10 @@ test-host: setup
 
 # The integration tests that run in the cgroup v2 VM: everything that
 # touches cgroups, namespaces, seccomp and posture, and the containment
-# tests (TestSecurity*, TestRootLibraries_*). Under TCG Deno is ~20x
+# tests (TestSecurity*, TestRootLibraries_*), and the trust-boundary tests
+# whose answer depends on the kernel and the cgroup version (the guest's
+# lifetime, leases, the policies' argument filters, per-user budgets,
+# binds, Landlock's posture, the denial budget). Under TCG Deno is ~20x
 # slower and Pyodide far more, so Python and the long loops stay on the host.
 # The VM has no C compiler and a static busybox for /bin: integration/
 # cprograms is compiled here (PMJAIL_CPROGRAMS), and the host's dynamic
@@ -74,11 +77,8 @@ test-host: setup
 # PidsOfOne is a known cgroup v2 gap: there the init stage is born in the
 # job's cgroup (CLONE_INTO_CGROUP), so its Go runtime's threads count against
 # pids.max and a limit below 5 fails the run (README, the --pids flag).
-# LeaksOtherJobs keeps its job A alive with a 300,000-iteration shell loop,
-# which under TCG outlasts the default profile's 10 s of CPU (exit 124):
-# it can run here once job A waits on an event instead.
-VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel
-VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne|LeaksOtherJobs
+VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock|TestTrust_DenialFlood
+VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne
 # The jail package's runs, prestart pool (its children born in the cgroups
 # they wait with, TestPoolChildWaitsWithItsCgroup) and init-stage start
 # (spawnShared, on another kernel) on a unified host; its other tests read

@@ -261,10 +261,10 @@ func TestSecurityLeaks_OtherJobs(t *testing.T) {
 	gate := outsideTmpDir(t, "itest-gate-")
 	release := filepath.Join(gate, "release")
 	// The gate is a file that appears in a bound directory: pmjail refuses
-	// to bind a FIFO or a socket (a channel out of the jail), and the
-	// shell alone has no sleep, so A spins, bounded, until it sees it.
-	a := exec.Command(pmjail, "exec", "--ro-bind", gate+":/gate", "--", "/bin/sh", "-c",
-		`echo secret > /tmp/job-a-secret && echo ready && i=0; while [ ! -e /gate/release ] && [ $i -lt 5000000 ]; do i=$((i+1)); done; [ -e /gate/release ]`)
+	// to bind a FIFO or a socket (a channel out of the jail). Job A, the
+	// prober's hold, polls for it with sleeps, so that it spends no CPU
+	// while job B runs (the VM's emulated CPU is slow).
+	a := exec.Command(pmjail, "exec", "--ro-bind", gate+":/gate", "--", bin, "hold", "/gate/release")
 	// A pipe of our own, so that waiting for A need not wait for its reader.
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/seccomp"
 )
 
@@ -26,7 +27,7 @@ func init() {
 // listener and the kernel answers the rest itself with ENOSYS, still
 // refusing them: a flood of denials stops costing the supervisor.
 func TestNotifyBudget(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	prog := compile(t, probeProfile(t), seccomp.Options{Notify: true})
 	ctx := testContext(t)
 	c := startChild(t, ctx, "probe", prog, nil, "ptrace_budget", "ptrace_traceme", "mount", "clone_plain")

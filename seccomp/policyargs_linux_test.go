@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/seccomp"
 )
 
@@ -39,7 +40,7 @@ func init() {
 // TestBuiltinsFilterArguments: every built-in policy lets through only the
 // socket families and prctl options its runtime needs.
 func TestBuiltinsFilterArguments(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	want := map[string]string{
 		"socket_vsock": "EPERM", "socket_alg": "EPERM", "socket_netlink_audit": "EPERM",
 		"socketpair_vsock": "EPERM", "socketpair_unix": "ok",

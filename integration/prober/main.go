@@ -48,6 +48,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "outlive" {
 		os.Exit(outlive())
 	}
+	if len(os.Args) == 3 && os.Args[1] == "hold" {
+		os.Exit(hold(os.Args[2]))
+	}
 	if len(os.Args) == 4 && os.Args[1] == "squat-leases" {
 		slots, _ := strconv.Atoi(os.Args[3])
 		os.Exit(squatLeases(os.Args[2], slots))
