@@ -138,6 +138,12 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	}
 	for {
 		body, err := s.readFrame()
+		if big, ok := errors.AsType[*FrameTooLargeError](err); ok {
+			err = s.skipOversized(big)
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			s.end(err)
 			return
@@ -198,7 +204,7 @@ func (s *session) end(err error) {
 	case errors.Is(err, io.EOF):
 		s.log.Debug("ipc session: guest closed the channel")
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		s.out.ProtocolError = fmt.Errorf("%w: a frame started but did not finish within %s", ErrProtocol, s.ceil.FrameTimeout)
+		s.out.ProtocolError = fmt.Errorf("%w: a frame started but did not finish within %s: %w", ErrProtocol, s.ceil.FrameTimeout, err)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrProtocol):
 		if !errors.Is(err, ErrProtocol) {
 			err = fmt.Errorf("%w: %w", ErrProtocol, err)
@@ -341,15 +347,18 @@ func (s *session) handle(body []byte) bool {
 // maxCallID is the largest integer a JavaScript number holds exactly.
 const maxCallID = 1<<53 - 1
 
-func (s *session) handleCall(f *guestFrame) {
-	id, err := strconv.ParseUint(string(f.ID), 10, 64)
+// admitCall checks a call's id and method and counts it against the run's
+// budget. It reports false when the call has been dealt with already: a
+// protocol error, or a rate_limited reply.
+func (s *session) admitCall(rawID json.RawMessage, method string) (uint64, bool) {
+	id, err := strconv.ParseUint(string(rawID), 10, 64)
 	if err != nil || id == 0 || id > maxCallID {
-		s.protocolError("call id %.40q is not a positive integer", f.ID)
-		return
+		s.protocolError("call id %.40q is not a positive integer", rawID)
+		return 0, false
 	}
-	if f.Method == "" {
+	if method == "" {
 		s.protocolError("call %d has no method", id)
-		return
+		return 0, false
 	}
 	s.mu.Lock()
 	s.out.Calls++
@@ -358,10 +367,18 @@ func (s *session) handleCall(f *guestFrame) {
 	s.mu.Unlock()
 	if dup {
 		s.protocolError("call id %d is already in flight", id)
-		return
+		return 0, false
 	}
 	if over {
-		s.reply(id, f.Method, nil, callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls))
+		s.reply(id, method, nil, callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls))
+		return 0, false
+	}
+	return id, true
+}
+
+func (s *session) handleCall(f *guestFrame) {
+	id, ok := s.admitCall(f.ID, f.Method)
+	if !ok {
 		return
 	}
 	if err := checkValueDepth(f.Params); err != nil {
