@@ -22,7 +22,7 @@ import (
 
 // controlReplyServer answers every request with n bytes of \x01, the byte
 // whose JSON escape (\u0001) is six times its size.
-func controlReplyServer(t *testing.T, n int) string {
+func controlReplyServer(t testing.TB, n int) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +38,7 @@ func controlReplyServer(t *testing.T, n int) string {
 }
 
 // vmHWM is a process's peak resident set, from /proc/PID/status.
-func vmHWM(t *testing.T, pid int) int64 {
+func vmHWM(t testing.TB, pid int) int64 {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -84,22 +84,38 @@ const budgetHeadroom = 64 << 20
 
 // A guest must not make the daemon hold many times what its limits say:
 // replies are sized before they are built and share one budget per run,
-// and the result is streamed, not escaped into one buffer.
+// output is held once, and the result is streamed, not escaped into one
+// buffer. Each way of answering gets a fresh daemon, since VmHWM is the
+// process's peak over its whole life.
 func TestTrust_DaemonMemoryBudget(t *testing.T) {
 	origin := controlReplyServer(t, 2<<20)
-	// A fresh daemon: VmHWM is the process's peak over its whole life.
-	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 1, "max_queue": 2, "socket": {"mode": "0660"},
+	for _, streamed := range []bool{false, true} {
+		name := map[bool]string{false: "result", true: "streamed"}[streamed]
+		t.Run(name, func(t *testing.T) {
+			idle, peak := budgetAttackPeak(t, origin, streamed)
+			t.Logf("daemon VmHWM: idle %d MiB, after the attack %d MiB (+%d MiB)", idle>>20, peak>>20, (peak-idle)>>20)
+			if peak-idle > budgetHeadroom {
+				t.Errorf("the daemon's peak grew by %d MiB serving one run, over the %d MiB allowed", (peak-idle)>>20, budgetHeadroom>>20)
+			}
+		})
+	}
+}
+
+// budgetAttackPeak starts a daemon, runs budgetAttack on it once and
+// returns the daemon's VmHWM before and after.
+func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak int64) {
+	tb.Helper()
+	d := startDaemon(tb, daemonDir(tb), `{"version": 1, "max_concurrency": 1, "max_queue": 2, "socket": {"mode": "0660"},
 		"ceiling": {"limits": {"memory": "1G", "output": "16M", "timeout": "2m", "cpu_time": "60s"},
 		"capabilities": {"log": true, "request": {"origins": ["*"]}}}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-
 	// One ordinary run first, so that "idle" includes what any run costs
 	// once (the runtime's files, the first job's goroutines).
 	if res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("warm")`}); err != nil || res.Status != jail.StatusOK {
-		t.Fatalf("warm-up run: %+v %v", res, err)
+		tb.Fatalf("warm-up run: %+v %v", res, err)
 	}
-	idle := vmHWM(t, d.pid())
+	idle = vmHWM(tb, d.pid())
 
 	req := &job.Request{
 		Runtime:      "deno",
@@ -108,49 +124,52 @@ func TestTrust_DaemonMemoryBudget(t *testing.T) {
 		Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{URLs: []string{origin}}},
 		Limits:       profiles.Limits{Output: 16 << 20, Memory: 1 << 30},
 	}
-	check := func(how string, res *jail.Result) {
-		t.Helper()
-		if res.Status != jail.StatusOK {
-			t.Fatalf("%s: status %s error %+v", how, res.Status, res.Error)
-		}
-		var codes []string
-		if err := json.Unmarshal(res.Value, &codes); err != nil || len(codes) != 16 {
-			t.Fatalf("%s: value %.200s: %v", how, res.Value, err)
-		}
-		for _, c := range codes {
-			if c != ipc.CodeTooLarge {
-				t.Errorf("%s: a 2 MiB reply of control characters answered %q, want too_large (12 MiB escaped, over the frame cap)", how, c)
-			}
-		}
-		want := strings.Repeat("\x01", 16<<20)
-		if res.Stdout != want || res.Stderr != want || res.Truncated.Stdout || res.Truncated.Stderr {
-			t.Errorf("%s: stdout %d bytes, stderr %d, truncated %+v: want 16 MiB of \\x01 each", how, len(res.Stdout), len(res.Stderr), res.Truncated)
-		}
+	var (
+		res *jail.Result
+		err error
+	)
+	if streamed {
+		res, err = d.c.Stream(ctx, req, func(client.Event) {})
+	} else {
+		res, err = d.c.Run(ctx, req)
 	}
-	res, err := d.c.Run(ctx, req)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	check("run", res)
-	res = nil
-	after := vmHWM(t, d.pid())
-	t.Logf("daemon VmHWM: idle %d MiB, after the attack %d MiB (+%d MiB)", idle>>20, after>>20, (after-idle)>>20)
-	if after-idle > budgetHeadroom {
-		t.Errorf("the daemon's peak grew by %d MiB serving one run, over the %d MiB allowed", (after-idle)>>20, budgetHeadroom>>20)
+	peak = vmHWM(tb, d.pid())
+	if res.Status != jail.StatusOK {
+		tb.Fatalf("status %s error %+v", res.Status, res.Error)
 	}
+	var codes []string
+	if err := json.Unmarshal(res.Value, &codes); err != nil || len(codes) != 16 {
+		tb.Fatalf("value %.200s: %v", res.Value, err)
+	}
+	for _, c := range codes {
+		if c != ipc.CodeTooLarge {
+			tb.Errorf("a 2 MiB reply of control characters answered %q, want too_large (12 MiB escaped, over the frame cap)", c)
+		}
+	}
+	want := strings.Repeat("\x01", 16<<20)
+	if res.Stdout != want || res.Stderr != want || res.Truncated.Stdout || res.Truncated.Stderr {
+		tb.Errorf("stdout %d bytes, stderr %d, truncated %+v: want 16 MiB of \\x01 each", len(res.Stdout), len(res.Stderr), res.Truncated)
+	}
+	return idle, peak
+}
 
-	// Streamed, the same run sends its output as events and then the
-	// result: the peak must stay within the same headroom.
-	var events int
-	res, err = d.c.Stream(ctx, req, func(ev client.Event) { events++ })
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("stream", res)
-	streamed := vmHWM(t, d.pid())
-	t.Logf("daemon VmHWM after the streamed attack: %d MiB (+%d MiB), %d events", streamed>>20, (streamed-idle)>>20, events)
-	if streamed-idle > budgetHeadroom {
-		t.Errorf("streamed: the daemon's peak grew by %d MiB, over the %d MiB allowed", (streamed-idle)>>20, budgetHeadroom>>20)
+// BenchmarkDaemonMemoryBudget reports how far one budgetAttack run takes
+// the daemon's peak above idle (issue #33 item 4: at most 64 MiB).
+func BenchmarkDaemonMemoryBudget(b *testing.B) {
+	origin := controlReplyServer(b, 2<<20)
+	for _, streamed := range []bool{false, true} {
+		name := map[bool]string{false: "result", true: "streamed"}[streamed]
+		b.Run(name, func(b *testing.B) {
+			var grew int64
+			for b.Loop() {
+				idle, peak := budgetAttackPeak(b, origin, streamed)
+				grew = max(grew, peak-idle)
+			}
+			b.ReportMetric(float64(grew)/(1<<20), "MiB-above-idle")
+		})
 	}
 }
 

@@ -34,6 +34,7 @@ type broker struct {
 	rootCAs  *x509.CertPool
 	log      *slog.Logger
 	secrets  []string // every secret value, to scrub from messages
+	budget   *Budget  // the run's reply budget (reply.go); nil: none
 }
 
 func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
@@ -144,11 +145,7 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 		cerr.Message = b.scrub(cerr.Message)
 		return nil, cerr
 	}
-	v, err := json.Marshal(res)
-	if err != nil {
-		return nil, callErr(CodeInternal, "encode response")
-	}
-	return v, nil
+	return res, nil
 }
 
 // checkURL parses a URL the guest named (or a server redirected to).
@@ -219,7 +216,7 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 
 // follow performs the request and up to maxRedirects redirects, each target
 // re-checked against the declared origins, methods and address rules.
-func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (*sendResult, *CallError) {
+func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (json.RawMessage, *CallError) {
 	for redirects := 0; ; redirects++ {
 		header := h.header.Clone()
 		if secret != nil && b.auth[h.origin] == authName {
@@ -235,7 +232,7 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 				drainClose(resp)
 				return nil, cerr
 			}
-			return b.readResponse(resp)
+			return b.readResponse(ctx, resp)
 		}
 		drainClose(resp)
 		if redirects == maxRedirects {
@@ -372,21 +369,15 @@ func (b *broker) pickAddr(ctx context.Context, u *url.URL) (netip.Addr, *CallErr
 	return netip.Addr{}, callErr(CodeDenied, "host %.200s resolves to %s, a private or reserved address", host, addrs[0])
 }
 
-// readResponse reads at most MaxResponseBytes of the body.
-func (b *broker) readResponse(resp *http.Response) (*sendResult, *CallError) {
+// readResponse reads at most MaxResponseBytes of the body and encodes the
+// reply's value, within the run's reply budget (responseValue).
+func (b *broker) readResponse(ctx context.Context, resp *http.Response) (json.RawMessage, *CallError) {
 	defer resp.Body.Close()
 	limit := b.ceil.MaxResponseBytes
 	if resp.ContentLength > limit {
 		return nil, callErr(CodeTooLarge, "the response body (%d bytes) is over the %d-byte cap", resp.ContentLength, limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, b.netErr(context.Background(), fmt.Errorf("read response: %w", err))
-	}
-	if int64(len(body)) > limit {
-		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
-	}
-	return &sendResult{Status: resp.StatusCode, Headers: responseHeaders(resp.Header), Body: string(body)}, nil
+	return b.responseValue(ctx, resp)
 }
 
 // netErr maps a transport failure to a reply error.

@@ -36,6 +36,9 @@ type SessionConfig struct {
 	Resolver Resolver
 	// RootCAs verifies HTTPS servers; nil means the host's roots.
 	RootCAs *x509.CertPool
+	// ReplyBudget bounds what the run's broker replies hold at once; nil
+	// means a budget of its own (DefaultReplyBudget, or one largest reply).
+	ReplyBudget *Budget
 }
 
 // Outcome is how a session ended and what it gathered.
@@ -169,6 +172,10 @@ func newSession(ctx context.Context, conn net.Conn, cfg SessionConfig) *session 
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.out.Denied = map[string]int{}
 	s.broker = newBroker(cfg, s.ceil)
+	s.broker.budget = cfg.ReplyBudget
+	if s.broker.budget == nil {
+		s.broker.budget = replyBudget(s.ceil)
+	}
 	return s
 }
 
@@ -258,14 +265,16 @@ func (s *session) setDeadline(set func(time.Time) error, t time.Time) bool {
 	return true
 }
 
-// write sends one encoded frame, giving the guest WriteTimeout to take it.
-func (s *session) write(frame []byte) error {
+// write sends one encoded frame, given whole or in consecutive pieces,
+// giving the guest WriteTimeout to take it.
+func (s *session) write(frame ...[]byte) error {
 	s.wMu.Lock()
 	defer s.wMu.Unlock()
 	if !s.setDeadline(s.conn.SetWriteDeadline, time.Now().Add(s.ceil.WriteTimeout)) {
 		return errStopped
 	}
-	if _, err := s.conn.Write(frame); err != nil {
+	pieces := net.Buffers(frame)
+	if _, err := pieces.WriteTo(s.conn); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) && !s.isStopped() {
 			err = fmt.Errorf("%w: the guest did not read a frame for %s", ErrProtocol, s.ceil.WriteTimeout)
 		} else {
@@ -416,7 +425,15 @@ func (s *session) handleCall(f *guestFrame) {
 				delete(s.inflight, id)
 				s.mu.Unlock()
 			}()
-			s.safeCall(id, f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+			value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+			switch {
+			case s.ctx.Err() != nil:
+				s.broker.budget.Release(int64(len(value))) // nobody reads this reply
+			case cerr != nil:
+				s.reply(id, f.Method, nil, cerr)
+			default:
+				s.replyValue(id, f.Method, value)
+			}
 		})
 	default:
 		s.reply(id, f.Method, nil, callErr(CodeUnsupported, "unknown method %.80q", f.Method))
@@ -426,17 +443,20 @@ func (s *session) handleCall(f *guestFrame) {
 // safeCall runs one broker call and replies, turning a panic into an
 // internal error so a broker bug cannot take the supervisor down.
 func (s *session) safeCall(id uint64, method string, call func() (json.RawMessage, *CallError)) {
-	value, cerr := func() (v json.RawMessage, cerr *CallError) {
-		defer func() {
-			if r := recover(); r != nil {
-				s.log.Error("ipc broker panic", "method", method, "panic", r, "stack", string(debug.Stack()))
-				v, cerr = nil, callErr(CodeInternal, "the broker failed")
-			}
-		}()
-		return call()
-	}()
+	value, cerr := s.recovered(method, call)
 	if s.ctx.Err() != nil {
 		return // the session is over; nobody reads this reply
 	}
 	s.reply(id, method, value, cerr)
+}
+
+// recovered runs one broker call, turning a panic into an internal error.
+func (s *session) recovered(method string, call func() (json.RawMessage, *CallError)) (v json.RawMessage, cerr *CallError) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ipc broker panic", "method", method, "panic", r, "stack", string(debug.Stack()))
+			v, cerr = nil, callErr(CodeInternal, "the broker failed")
+		}
+	}()
+	return call()
 }
