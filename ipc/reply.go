@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/pmjail/pmjail/internal/jsonstr"
+	"github.com/pmjail/pmjail/internal/offheap"
 )
 
 // replyHead is the start of an ok reply frame's body, up to its id.
@@ -54,13 +55,19 @@ func (b *broker) responseValue(ctx context.Context, resp *http.Response) (json.R
 	var kept int64
 	defer func() { b.budget.Release(reserved - kept) }()
 
-	body, err := readBody(resp.Body, resp.ContentLength, limit)
-	if err != nil {
+	// The body is read off the heap and freed as soon as its value is
+	// built (or refused): a run's calls leave no garbage the size of their
+	// bodies behind for the collector.
+	buf := offheap.Alloc(int(bodyMax) + 1)
+	defer buf.Free()
+	n, err := readFill(resp.Body, buf.B)
+	switch {
+	case err == nil:
+		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
+	case !errors.Is(err, io.EOF):
 		return nil, b.netErr(ctx, fmt.Errorf("read response: %w", err))
 	}
-	if int64(len(body)) > bodyMax {
-		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
-	}
+	body := buf.B[:n]
 	size := int64(len(prefix)) + int64(jsonstr.Len(body)) + 1
 	if size > valueMax {
 		return nil, callErr(CodeTooLarge, "the reply (%d bytes encoded) would exceed the %d-byte frame cap", size, b.ceil.MaxFrame)
@@ -73,30 +80,18 @@ func (b *broker) responseValue(ctx context.Context, resp *http.Response) (json.R
 	return v, nil
 }
 
-// readBody reads up to limit+1 bytes of r, into one allocation of the
-// announced length when there is one. Otherwise the buffer doubles (leaving
-// less garbage behind than appends, which grow by a quarter) and its new
-// room is not written, so not resident, until the body fills it.
-func readBody(r io.Reader, announced, limit int64) (string, error) {
-	var sb strings.Builder
-	if announced > 0 && announced <= limit {
-		sb.Grow(int(announced))
-	}
-	var chunk [16 << 10]byte
-	r = io.LimitReader(r, limit+1)
-	for {
-		n, err := r.Read(chunk[:])
-		if n > sb.Cap()-sb.Len() {
-			sb.Grow(n)
-		}
-		sb.Write(chunk[:n])
-		if errors.Is(err, io.EOF) {
-			return sb.String(), nil
-		}
+// readFill reads r into b until b is full (nil error) or r ends (io.EOF,
+// or r's own error: a body cut short is not a short body).
+func readFill(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
 		if err != nil {
-			return "", err
+			return n, err
 		}
 	}
+	return n, nil
 }
 
 // replyValue answers call id with a value the host encoded itself (compact

@@ -4,6 +4,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/pmjail/pmjail/internal/offheap"
 )
 
 // capture keeps a stream's first limit bytes, optionally passing them on as
@@ -27,15 +29,14 @@ type capture struct {
 	joined    *string // text's result, once it is asked for
 }
 
-// outChunk is one piece of captured output; mapped ones are unmapped once
-// copied.
+// outChunk is one piece of captured output.
 type outChunk struct {
-	b      []byte // len: what is filled; cap: the chunk
-	mapped bool
+	buf offheap.Buffer
+	n   int // bytes filled
 }
 
 // The first chunk is on the heap, which is all a typical run's output
-// needs; later ones are mapped.
+// needs; later ones are off it.
 const (
 	firstChunk  = 64 << 10
 	mappedChunk = 1 << 20
@@ -81,26 +82,25 @@ func (c *capture) store(p []byte) {
 		return
 	}
 	c.size += int64(len(p))
-	for len(p) > 0 {
-		if n := len(c.chunks); n == 0 || len(c.chunks[n-1].b) == cap(c.chunks[n-1].b) {
-			c.chunks = append(c.chunks, c.newChunk())
-		}
-		last := &c.chunks[len(c.chunks)-1]
-		n := min(len(p), cap(last.b)-len(last.b))
-		last.b = append(last.b, p[:n]...)
+	if len(c.chunks) == 0 {
+		c.chunks = []outChunk{{}}
+	}
+	// The first chunk grows on the heap as output comes, up to its size.
+	if first := &c.chunks[0]; len(c.chunks) == 1 && first.n < firstChunk {
+		n := min(len(p), firstChunk-first.n)
+		first.buf.B = append(first.buf.B, p[:n]...)
+		first.n += n
 		p = p[n:]
 	}
-}
-
-func (c *capture) newChunk() outChunk {
-	if len(c.chunks) == 0 {
-		return outChunk{b: make([]byte, 0, firstChunk)}
+	for len(p) > 0 {
+		if last := c.chunks[len(c.chunks)-1]; last.n == len(last.buf.B) {
+			c.chunks = append(c.chunks, outChunk{buf: offheap.Alloc(mappedChunk)})
+		}
+		last := &c.chunks[len(c.chunks)-1]
+		n := copy(last.buf.B[last.n:], p)
+		last.n += n
+		p = p[n:]
 	}
-	if b, err := mapChunk(mappedChunk); err == nil {
-		return outChunk{b: b[:0], mapped: true}
-	}
-	// No mapping to be had: the heap still holds the output.
-	return outChunk{b: make([]byte, 0, mappedChunk)}
 }
 
 // text returns what was kept, joined into one string of exactly its size,
@@ -113,12 +113,10 @@ func (c *capture) text() string {
 	}
 	var sb strings.Builder
 	sb.Grow(int(c.size))
-	for i, ch := range c.chunks {
-		sb.Write(ch.b)
-		if ch.mapped {
-			unmapChunk(ch.b)
-		}
-		c.chunks[i] = outChunk{}
+	for i := range c.chunks {
+		ch := &c.chunks[i]
+		sb.Write(ch.buf.B[:ch.n])
+		ch.buf.Free()
 	}
 	c.chunks = nil
 	s := sb.String()

@@ -28,8 +28,17 @@ var escapeLen = func() (t [utf8.RuneSelf]uint8) {
 	return t
 }()
 
+// Text is what this package encodes: a string, or bytes taken as one.
+type Text interface{ ~string | ~[]byte }
+
+// decodeRune decodes the character at the start of s. Only its first bytes
+// are converted: for bytes, a conversion that small stays on the stack.
+func decodeRune[S Text](s S) (rune, int) {
+	return utf8.DecodeRuneInString(string(s[:min(len(s), utf8.UTFMax)]))
+}
+
 // Len returns the length of s encoded as a JSON string, quotes included.
-func Len(s string) int {
+func Len[S Text](s S) int {
 	n := 2
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
@@ -37,7 +46,7 @@ func Len(s string) int {
 			i++
 			continue
 		}
-		c, size := utf8.DecodeRuneInString(s[i:])
+		c, size := decodeRune(s[i:])
 		switch {
 		case c == utf8.RuneError && size == 1, c == '\u2028', c == '\u2029':
 			n += 6
@@ -50,14 +59,14 @@ func Len(s string) int {
 }
 
 // Append appends s encoded as a JSON string, quotes included, to dst.
-func Append(dst []byte, s string) []byte {
+func Append[S Text](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	dst = appendBody(dst, s)
 	return append(dst, '"')
 }
 
 // appendBody appends the escaped characters of s, without quotes.
-func appendBody(dst []byte, s string) []byte {
+func appendBody[S Text](dst []byte, s S) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
@@ -86,7 +95,7 @@ func appendBody(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		c, size := utf8.DecodeRuneInString(s[i:])
+		c, size := decodeRune(s[i:])
 		switch {
 		case c == utf8.RuneError && size == 1:
 			dst = append(dst, s[start:i]...)
@@ -110,12 +119,12 @@ const chunk = 16 << 10
 
 // Write writes s encoded as a JSON string, quotes included, to w, escaping
 // it a chunk at a time. The bytes written are Append's.
-func Write(w io.Writer, s string) error {
+func Write[S Text](w io.Writer, s S) error {
 	return writeChunked(w, s, chunk)
 }
 
 // writeChunked is Write with chunks of size bytes, at least utf8.UTFMax.
-func writeChunked(w io.Writer, s string, size int) error {
+func writeChunked[S Text](w io.Writer, s S, size int) error {
 	buf := make([]byte, 0, 6*size+8)
 	buf = append(buf, '"')
 	for len(s) > 0 {
@@ -139,7 +148,7 @@ func writeChunked(w io.Writer, s string, size int) error {
 // character's first byte, so that no valid sequence is split (its halves
 // would be escaped as invalid bytes). When none of the last bytes starts a
 // character, no valid sequence crosses size either.
-func cut(s string, size int) int {
+func cut[S Text](s S, size int) int {
 	if len(s) <= size {
 		return len(s)
 	}

@@ -27,6 +27,9 @@ func check(t *testing.T, s string) {
 	if n := Len(s); n != len(want) {
 		t.Fatalf("Len(%q) = %d, want %d", s, n, len(want))
 	}
+	if got := Append(nil, []byte(s)); !bytes.Equal(got, want) || Len([]byte(s)) != len(want) {
+		t.Fatalf("Append(%q as bytes) = %s, want %s", s, got, want)
+	}
 	for _, size := range []int{utf8.UTFMax, 5, 7, 64} {
 		var buf bytes.Buffer
 		if err := writeChunked(&buf, s, size); err != nil {
