@@ -18,10 +18,16 @@ const maxCallHead = 4 << 10
 // being kept and that call is answered too_large: one oversized call (a
 // huge log message) costs the guest that call, not the run. Otherwise the
 // channel is no longer in step and the result is an error for end: a frame
-// that is not a call, a head that does not say which call (type, id and method), or a body that
-// does not arrive within the frame timeout.
+// that is not a call, a head that does not say which call (type, id and
+// method), or a body that does not arrive within the frame timeout.
 func (s *session) skipOversized(big *FrameTooLargeError) error {
 	n := int(big.Length)
+	notCall := fmt.Errorf("%w: %w: its start does not name a call (type, id, method) that could be answered", ErrProtocol, big)
+	// Bytes that do not open an object are no call: garbage needs no wait
+	// for the rest of the head.
+	if first, err := s.br.Peek(1); err == nil && !bytes.ContainsAny(first, "{ \t\r\n") {
+		return notCall
+	}
 	head, err := s.br.Peek(min(n, maxCallHead))
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -31,7 +37,7 @@ func (s *session) skipOversized(big *FrameTooLargeError) error {
 	}
 	id, method, ok := parseCallHead(head)
 	if !ok {
-		return fmt.Errorf("%w: %w: its start does not name a call (type, id, method) that could be answered", ErrProtocol, big)
+		return notCall
 	}
 	if _, err := s.br.Discard(n); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -102,3 +102,16 @@ func TestParseCallHead(t *testing.T) {
 		}
 	}
 }
+
+// A body that does not even open an object ends the session at once, not
+// after the frame timeout.
+func TestOversizedGarbageEndsAtOnce(t *testing.T) {
+	ceil := PermissiveCeiling()
+	ceil.FrameTimeout = time.Minute
+	out := hostile(t, ceil, 5*time.Second, func(g net.Conn) {
+		_, _ = g.Write(append(binary.BigEndian.AppendUint32(nil, 0x7f000000), "\x00garbage"...))
+	})
+	if !errors.Is(out.ProtocolError, ErrFrameTooLarge) {
+		t.Errorf("protocol error %v does not say the frame was too large", out.ProtocolError)
+	}
+}
