@@ -34,6 +34,21 @@ var (
 
 const headerLen = 4
 
+// FrameTooLargeError is ReadFrame's error for a frame whose header announces
+// more than the cap. Nothing of the body has been read, so the reader is
+// still at a known place in the stream and may skip the frame. It matches
+// ErrFrameTooLarge.
+type FrameTooLargeError struct {
+	Length uint32 // the body length the header announced
+	Max    int    // the cap
+}
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("read frame: length %d over the %d-byte cap: %v", e.Length, e.Max, ErrFrameTooLarge)
+}
+
+func (e *FrameTooLargeError) Unwrap() error { return ErrFrameTooLarge }
+
 // WriteFrame encodes v as JSON and writes it as one frame (in a single Write,
 // so a frame is never interleaved with another writer's bytes when the
 // caller serialises writes). A body over DefaultMaxFrame is refused.
@@ -66,7 +81,8 @@ func AppendFrame(dst []byte, v any, max int) ([]byte, error) {
 // one UTF-8 JSON object nesting at most MaxFrameDepth levels. A clean end of
 // stream before any header byte is io.EOF; a stream cut inside a frame is
 // io.ErrUnexpectedEOF. The length is checked against max before anything is
-// allocated, so a hostile header cannot make the reader reserve memory.
+// allocated, so a hostile header cannot make the reader reserve memory; a
+// length over it is a *FrameTooLargeError.
 func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	var hdr [headerLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -80,7 +96,7 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 		return nil, fmt.Errorf("read frame: zero length: %w", ErrProtocol)
 	}
 	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("read frame: length %d over the %d-byte cap: %w", n, max, ErrFrameTooLarge)
+		return nil, &FrameTooLargeError{Length: n, Max: max}
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {

@@ -35,6 +35,7 @@ type broker struct {
 	log      *slog.Logger
 	private  map[string]bool // the ceiling's PrivateOrigins, normalised
 	scrubber *scrubber       // every secret value, to scrub from what leaves
+	budget   *Budget         // the run's reply budget (reply.go); nil: none
 }
 
 func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
@@ -148,11 +149,7 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 		cerr.Message = b.scrub(cerr.Message)
 		return nil, cerr
 	}
-	v, err := json.Marshal(res)
-	if err != nil {
-		return nil, callErr(CodeInternal, "encode response")
-	}
-	return v, nil
+	return res, nil
 }
 
 // checkURL parses a URL the guest named (or a server redirected to).
@@ -233,7 +230,7 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 
 // follow performs the request and up to maxRedirects redirects, each target
 // re-checked against the declared origins, methods and address rules.
-func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (*sendResult, *CallError) {
+func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (json.RawMessage, *CallError) {
 	for redirects := 0; ; redirects++ {
 		header := h.header.Clone()
 		if secret != nil && b.auth[h.origin] == authName {
@@ -254,7 +251,7 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 				drainClose(resp)
 				return nil, cerr
 			}
-			return b.readResponse(resp)
+			return b.readResponse(ctx, resp)
 		}
 		drainClose(resp)
 		if redirects == maxRedirects {
@@ -399,22 +396,15 @@ func (b *broker) pickAddr(ctx context.Context, u *url.URL, origin string) (netip
 	return netip.Addr{}, callErr(CodeDenied, "host %.200s resolves to %s, a private or reserved address", host, addrs[0])
 }
 
-// readResponse reads at most MaxResponseBytes of the body.
-func (b *broker) readResponse(resp *http.Response) (*sendResult, *CallError) {
+// readResponse reads at most MaxResponseBytes of the body and encodes the
+// reply's value, within the run's reply budget (responseValue).
+func (b *broker) readResponse(ctx context.Context, resp *http.Response) (json.RawMessage, *CallError) {
 	defer resp.Body.Close()
 	limit := b.ceil.MaxResponseBytes
 	if resp.ContentLength > limit {
 		return nil, callErr(CodeTooLarge, "the response body (%d bytes) is over the %d-byte cap", resp.ContentLength, limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, b.netErr(context.Background(), fmt.Errorf("read response: %w", err))
-	}
-	if int64(len(body)) > limit {
-		return nil, callErr(CodeTooLarge, "the response body is over the %d-byte cap", limit)
-	}
-	// An origin that echoes what it got must not hand the guest a secret.
-	return &sendResult{Status: resp.StatusCode, Headers: b.scrubber.headers(responseHeaders(resp.Header)), Body: b.scrubber.scrub(string(body))}, nil
+	return b.responseValue(ctx, resp)
 }
 
 // netErr maps a transport failure to a reply error.

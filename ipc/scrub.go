@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"net/url"
@@ -69,6 +70,17 @@ func (sc *scrubber) scrub(s string) string {
 		}
 	}
 	return s
+}
+
+// scrubBytes is scrub for a body: b itself when it holds no secret, so
+// that a clean body is not copied.
+func (sc *scrubber) scrubBytes(b []byte) []byte {
+	for _, f := range sc.forms {
+		if bytes.Contains(b, []byte(f)) {
+			return []byte(sc.scrub(string(b)))
+		}
+	}
+	return b
 }
 
 // headers scrubs the names (lower-case, so compared without case) and the

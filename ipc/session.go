@@ -36,6 +36,9 @@ type SessionConfig struct {
 	Resolver Resolver
 	// RootCAs verifies HTTPS servers; nil means the host's roots.
 	RootCAs *x509.CertPool
+	// ReplyBudget bounds what the run's broker replies hold at once; nil
+	// means a budget of its own (DefaultReplyBudget, or one largest reply).
+	ReplyBudget *Budget
 }
 
 // Outcome is how a session ended and what it gathered.
@@ -138,6 +141,12 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	}
 	for {
 		body, err := s.readFrame()
+		if big, ok := errors.AsType[*FrameTooLargeError](err); ok {
+			err = s.skipOversized(big)
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			s.end(err)
 			return
@@ -163,6 +172,10 @@ func newSession(ctx context.Context, conn net.Conn, cfg SessionConfig) *session 
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.out.Denied = map[string]int{}
 	s.broker = newBroker(cfg, s.ceil)
+	s.broker.budget = cfg.ReplyBudget
+	if s.broker.budget == nil {
+		s.broker.budget = replyBudget(s.ceil)
+	}
 	return s
 }
 
@@ -198,7 +211,7 @@ func (s *session) end(err error) {
 	case errors.Is(err, io.EOF):
 		s.log.Debug("ipc session: guest closed the channel")
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		s.out.ProtocolError = fmt.Errorf("%w: a frame started but did not finish within %s", ErrProtocol, s.ceil.FrameTimeout)
+		s.out.ProtocolError = fmt.Errorf("%w: a frame started but did not finish within %s: %w", ErrProtocol, s.ceil.FrameTimeout, err)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrProtocol):
 		if !errors.Is(err, ErrProtocol) {
 			err = fmt.Errorf("%w: %w", ErrProtocol, err)
@@ -252,14 +265,16 @@ func (s *session) setDeadline(set func(time.Time) error, t time.Time) bool {
 	return true
 }
 
-// write sends one encoded frame, giving the guest WriteTimeout to take it.
-func (s *session) write(frame []byte) error {
+// write sends one encoded frame, given whole or in consecutive pieces,
+// giving the guest WriteTimeout to take it.
+func (s *session) write(frame ...[]byte) error {
 	s.wMu.Lock()
 	defer s.wMu.Unlock()
 	if !s.setDeadline(s.conn.SetWriteDeadline, time.Now().Add(s.ceil.WriteTimeout)) {
 		return errStopped
 	}
-	if _, err := s.conn.Write(frame); err != nil {
+	pieces := net.Buffers(frame)
+	if _, err := pieces.WriteTo(s.conn); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) && !s.isStopped() {
 			err = fmt.Errorf("%w: the guest did not read a frame for %s", ErrProtocol, s.ceil.WriteTimeout)
 		} else {
@@ -341,15 +356,18 @@ func (s *session) handle(body []byte) bool {
 // maxCallID is the largest integer a JavaScript number holds exactly.
 const maxCallID = 1<<53 - 1
 
-func (s *session) handleCall(f *guestFrame) {
-	id, err := strconv.ParseUint(string(f.ID), 10, 64)
+// admitCall checks a call's id and method and counts it against the run's
+// budget. It reports false when the call has been dealt with already: a
+// protocol error, or a rate_limited reply.
+func (s *session) admitCall(rawID json.RawMessage, method string) (uint64, bool) {
+	id, err := strconv.ParseUint(string(rawID), 10, 64)
 	if err != nil || id == 0 || id > maxCallID {
-		s.protocolError("call id %.40q is not a positive integer", f.ID)
-		return
+		s.protocolError("call id %.40q is not a positive integer", rawID)
+		return 0, false
 	}
-	if f.Method == "" {
+	if method == "" {
 		s.protocolError("call %d has no method", id)
-		return
+		return 0, false
 	}
 	s.mu.Lock()
 	s.out.Calls++
@@ -358,10 +376,18 @@ func (s *session) handleCall(f *guestFrame) {
 	s.mu.Unlock()
 	if dup {
 		s.protocolError("call id %d is already in flight", id)
-		return
+		return 0, false
 	}
 	if over {
-		s.reply(id, f.Method, nil, callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls))
+		s.reply(id, method, nil, callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls))
+		return 0, false
+	}
+	return id, true
+}
+
+func (s *session) handleCall(f *guestFrame) {
+	id, ok := s.admitCall(f.ID, f.Method)
+	if !ok {
 		return
 	}
 	if err := checkValueDepth(f.Params); err != nil {
@@ -399,7 +425,15 @@ func (s *session) handleCall(f *guestFrame) {
 				delete(s.inflight, id)
 				s.mu.Unlock()
 			}()
-			s.safeCall(id, f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+			value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+			switch {
+			case s.ctx.Err() != nil:
+				s.broker.budget.Release(int64(len(value))) // nobody reads this reply
+			case cerr != nil:
+				s.reply(id, f.Method, nil, cerr)
+			default:
+				s.replyValue(id, f.Method, value)
+			}
 		})
 	default:
 		s.reply(id, f.Method, nil, callErr(CodeUnsupported, "unknown method %.80q", f.Method))
@@ -409,17 +443,20 @@ func (s *session) handleCall(f *guestFrame) {
 // safeCall runs one broker call and replies, turning a panic into an
 // internal error so a broker bug cannot take the supervisor down.
 func (s *session) safeCall(id uint64, method string, call func() (json.RawMessage, *CallError)) {
-	value, cerr := func() (v json.RawMessage, cerr *CallError) {
-		defer func() {
-			if r := recover(); r != nil {
-				s.log.Error("ipc broker panic", "method", method, "panic", r, "stack", string(debug.Stack()))
-				v, cerr = nil, callErr(CodeInternal, "the broker failed")
-			}
-		}()
-		return call()
-	}()
+	value, cerr := s.recovered(method, call)
 	if s.ctx.Err() != nil {
 		return // the session is over; nobody reads this reply
 	}
 	s.reply(id, method, value, cerr)
+}
+
+// recovered runs one broker call, turning a panic into an internal error.
+func (s *session) recovered(method string, call func() (json.RawMessage, *CallError)) (v json.RawMessage, cerr *CallError) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ipc broker panic", "method", method, "panic", r, "stack", string(debug.Stack()))
+			v, cerr = nil, callErr(CodeInternal, "the broker failed")
+		}
+	}()
+	return call()
 }

@@ -101,8 +101,8 @@ type Outcome struct {
 	ExitCode  int
 	Signal    string
 	Message   string
-	Stdout    []byte
-	Stderr    []byte
+	Stdout    string
+	Stderr    string
 	Truncated Truncated
 	Wall      time.Duration
 	// CPU and MaxRSS come from the kernel's rusage of the init process, for
@@ -323,7 +323,7 @@ func (s *supervision) run(ctx context.Context) {
 		s.killTree()
 		_, _ = proc.Wait()
 		outputs.Wait()
-		s.out.Stdout, s.out.Stderr = stdout.bytes(), stderr.bytes()
+		s.out.Stdout, s.out.Stderr = stdout.text(), stderr.text()
 		// A limit or a cancellation that ended the set-up is the reason,
 		// not the broken pipe it left behind.
 		s.applyStopReason()
@@ -636,7 +636,7 @@ func peerGone(err error) bool {
 // finish turns the child's end into the outcome.
 func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr *capture) {
 	out := s.out
-	out.Stdout, out.Stderr = stdout.bytes(), stderr.bytes()
+	out.Stdout, out.Stderr = stdout.text(), stderr.text()
 	out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
 	if ps != nil {
 		out.CPU = ps.UserTime() + ps.SystemTime()

@@ -320,8 +320,8 @@ func TestCaptureCutsAtTheLimit(t *testing.T) {
 	c.add([]byte("12345678"), func() { overflows++ })
 	c.add([]byte("90abc"), func() { overflows++ })
 	c.add([]byte("def"), func() { overflows++ })
-	if string(c.bytes()) != "1234567890" || !c.truncated || overflows != 1 {
-		t.Fatalf("captured %q truncated %v overflows %d", c.bytes(), c.truncated, overflows)
+	if c.text() != "1234567890" || !c.truncated || overflows != 1 {
+		t.Fatalf("captured %q truncated %v overflows %d", c.text(), c.truncated, overflows)
 	}
 }
 

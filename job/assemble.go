@@ -1,8 +1,8 @@
 package job
 
 import (
-	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
@@ -11,13 +11,13 @@ import (
 
 // v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
 // last resort, is reached.
-var v8OutOfMemory = [][]byte{[]byte("JavaScript heap out of memory"), []byte("Fatal JavaScript out of memory"), []byte("Fatal process out of memory")}
+var v8OutOfMemory = []string{"JavaScript heap out of memory", "Fatal JavaScript out of memory", "Fatal process out of memory"}
 
 // assemble turns what the jail, the broker and the cgroup saw into the
 // result, deciding the status by what ended the run first.
 func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, session *ipc.Outcome, haveCgroup bool, usage cgroup.Usage) {
 	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
-	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
+	res.Stdout, res.Stderr = out.Stdout, out.Stderr
 	res.Truncated = out.Truncated
 	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)
 	res.Value = session.Value
@@ -44,7 +44,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	oom := haveCgroup && usage.OOMKills > 0
 	heapOOM := false
 	for _, m := range v8OutOfMemory {
-		heapOOM = heapOOM || bytes.Contains(out.Stderr, m)
+		heapOOM = heapOOM || strings.Contains(out.Stderr, m)
 	}
 	switch {
 	case out.Status == jail.StatusInternalError && out.InitStage == jail.StageBindSource && r.Request.Exec != nil:

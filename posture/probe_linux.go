@@ -233,7 +233,7 @@ func probeJail(ctx context.Context, namespaces []specs.LinuxNamespaceType, filte
 		return nil, out, fmt.Errorf("%s: %s%s", out.Status, out.Message, strings.TrimSpace(" "+string(out.Stderr)))
 	}
 	var in insideReport
-	if err := json.Unmarshal(out.Stdout, &in); err != nil {
+	if err := json.Unmarshal([]byte(out.Stdout), &in); err != nil {
 		return nil, out, fmt.Errorf("probe report: %w (%q)", err, out.Stdout)
 	}
 	return &in, out, nil

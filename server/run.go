@@ -104,10 +104,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()
-		ev.emit(client.Event{Type: client.EventResult, Result: res})
+		ev.result(res)
 	} else {
 		_ = rc.SetWriteDeadline(time.Now().Add(resultTimeout))
-		writeJSON(w, http.StatusOK, res)
+		if err := writeResult(w, res); err != nil {
+			log.Info("result not sent", "job", res.ID, "err", err)
+		}
 	}
 	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", wait.Milliseconds(),
 		"wall_ms", res.Usage.WallMS, "client_gone", r.Context().Err() != nil)

@@ -1,0 +1,85 @@
+package jail
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/pmjail/pmjail/internal/jsonstr"
+)
+
+// outputMembers is how json.Marshal writes a result with empty output: the
+// two members WriteJSON streams instead.
+const outputMembers = `,"stdout":"","stderr":""`
+
+// WriteJSON writes r to w byte for byte as json.Marshal does, except that
+// the output strings are escaped and written a piece at a time: a guest's
+// output of control characters is six times its size escaped, and the
+// daemon must not hold that whole (nor a second copy of the output) to
+// answer. The rest of the result is bounded by the ceiling (the value by
+// the frame cap, the logs by the log budget) and is encoded as usual.
+func (r *Result) WriteJSON(w io.Writer) error {
+	rest := *r
+	rest.Stdout, rest.Stderr = "", ""
+	b, err := json.Marshal(&rest)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	at := topLevelIndex(b, outputMembers)
+	if at < 0 {
+		return errors.New("encode result: no stdout and stderr members") // the struct lost its fields
+	}
+	if _, err := w.Write(b[:at]); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, `,"stdout":`); err != nil {
+		return err
+	}
+	if err := jsonstr.Write(w, r.Stdout); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, `,"stderr":`); err != nil {
+		return err
+	}
+	if err := jsonstr.Write(w, r.Stderr); err != nil {
+		return err
+	}
+	_, err = w.Write(b[at+len(outputMembers):])
+	return err
+}
+
+// topLevelIndex returns where in the compact JSON object b the member text
+// sub starts at the object's own level (not inside a string or a nested
+// value, such as a guest's returned value that has a "stdout" key), or -1.
+func topLevelIndex(b []byte, sub string) int {
+	depth := 0
+	inString, escaped := false, false
+	for i, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 && bytes.HasPrefix(b[i:], []byte(sub)) {
+				return i
+			}
+		}
+	}
+	return -1
+}
