@@ -107,7 +107,7 @@ func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak i
 	tb.Helper()
 	d := startDaemon(tb, daemonDir(tb), `{"version": 1, "max_concurrency": 1, "max_queue": 2, "socket": {"mode": "0660"},
 		"ceiling": {"limits": {"memory": "1G", "output": "16M", "timeout": "2m", "cpu_time": "60s"},
-		"capabilities": {"log": true, "request": {"origins": ["*"]}}}}`)
+		"capabilities": {"log": true, "request": {"origins": ["*"], "private_origins": [`+jsString(origin)+`]}}}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// One ordinary run first, so that "idle" includes what any run costs
