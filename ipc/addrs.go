@@ -9,7 +9,7 @@ type addrClass int
 const (
 	addrPublic addrClass = iota
 	// addrPrivate: loopback, RFC 1918, ULA, site-local, IPv6 link-local,
-	// CGNAT. Reachable through an origin the operator names in
+	// CGNAT, and any address of this host's own interfaces. Reachable through an origin the operator names in
 	// Ceiling.PrivateOrigins, or with AllowPrivateAddresses.
 	addrPrivate
 	// addrForbidden: IPv4 link-local (where clouds put their metadata and
@@ -104,7 +104,7 @@ func classifyPlain(a netip.Addr) addrClass {
 			return addrForbidden
 		}
 	}
-	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsPrivate() {
+	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsPrivate() || isOwnAddr(a) {
 		return addrPrivate
 	}
 	for _, p := range privatePrefixes {

@@ -39,6 +39,12 @@ const (
 	MaxGuestHeaderBytes = 16 << 10
 )
 
+// secretHopDropped are the guest's headers left out of a request that
+// carries a secret: each could make an origin that echoes the secret send
+// it back in a form the scrubber cannot see (byte ranges, or a body the
+// transport leaves compressed because the guest asked for the encoding).
+var secretHopDropped = []string{"Range", "If-Range", "Accept-Encoding"}
+
 // credentialHeaders may not come from the guest on an origin where the
 // broker injects a secret, so a guest cannot mix its own credentials with
 // (or probe the shape of) the operator's.

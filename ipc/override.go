@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -22,8 +23,13 @@ const overrideParam = "_method"
 // may not use, so that the method check holds for the method the origin
 // will act on, not only the one on the wire.
 func (b *broker) checkOverride(h hop) *CallError {
-	for _, k := range overrideHeaders {
-		for _, v := range h.header.Values(k) {
+	// CGI-style servers read X_HTTP_METHOD_OVERRIDE as the same variable
+	// as the hyphenated name: compare names with '_' taken as '-'.
+	for k, vs := range h.header {
+		if !slices.Contains(overrideHeaders, http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
+			continue
+		}
+		for _, v := range vs {
 			if cerr := b.checkOverrideValue(k, v); cerr != nil {
 				return cerr
 			}
@@ -47,8 +53,9 @@ func (b *broker) checkOverride(h hop) *CallError {
 }
 
 // formOverrides returns the _method fields of a URL-encoded or multipart
-// form body; what parses is what a server would read, so a malformed rest
-// is ignored.
+// form body, or the top-level _method member of a JSON one (Laravel and
+// Symfony read it from JSON input too); what parses is what a server
+// would read, so a malformed rest is ignored.
 func formOverrides(h http.Header, body string) []string {
 	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
@@ -60,6 +67,15 @@ func formOverrides(h http.Header, body string) []string {
 		form, _ := url.ParseQuery(body)
 		for _, vs := range foldedParams(form) {
 			out = append(out, vs...)
+		}
+	case "application/json":
+		var members map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(body), &members)
+		for k, raw := range members {
+			var v string
+			if strings.EqualFold(k, overrideParam) && json.Unmarshal(raw, &v) == nil {
+				out = append(out, v)
+			}
 		}
 	case "multipart/form-data":
 		mr := multipart.NewReader(strings.NewReader(body), params["boundary"])

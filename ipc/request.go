@@ -240,6 +240,12 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 				return nil, callErr(CodeDenied, "redirect to %.200s: secret %.80q may not be sent there", h.origin, authName)
 			}
 			header.Set(secret.header(), secret.Value)
+			// An origin that echoes the secret back must hand it over
+			// whole and decoded, as the scrubber can find it: not in
+			// ranges shorter than any form it knows, nor compressed.
+			for _, k := range secretHopDropped {
+				header.Del(k)
+			}
 		}
 		resp, cerr := b.roundTrip(ctx, h, header)
 		if cerr != nil {

@@ -7,15 +7,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/pmjail/pmjail/internal/strictjson"
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // TestClassifyEveryForm: an address is judged by where the packet ends up,
@@ -238,6 +244,8 @@ func TestMethodOverrideDenied(t *testing.T) {
 		"_method after redirect": {"url": srv.URL + "/hop?to=" + srv.URL + "/7%3F_method%3DDELETE"},
 		"_method in a multipart form": {"url": srv.URL + "/8", "method": "POST", "body": "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--\r\n",
 			"headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}},
+		"_method in JSON":        {"url": srv.URL + "/9", "method": "POST", "body": `{"a":1,"_method":"DELETE"}`, "headers": map[string]string{"Content-Type": "application/json"}},
+		"X_HTTP_METHOD_OVERRIDE": {"url": srv.URL + "/10", "headers": map[string]string{"X_HTTP_METHOD_OVERRIDE": "DELETE"}},
 	} {
 		f := r.g.call("request.send", params)
 		if f.OK || f.Error.Code != CodeDenied {
@@ -246,7 +254,7 @@ func TestMethodOverrideDenied(t *testing.T) {
 	}
 	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/ok?_method=post", "headers": map[string]string{"X-HTTP-Method-Override": "GET"}}))
 	r.finish(t)
-	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8"} {
+	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", "/10"} {
 		if _, ok := hits.Load(p); ok {
 			t.Errorf("the origin got %s", p)
 		}
@@ -306,5 +314,98 @@ func TestLogScrubbed(t *testing.T) {
 	out := r.finish(t)
 	if len(out.Logs) != 1 || strings.Contains(out.Logs[0].Message, "en-123456") || strings.Contains(string(out.Logs[0].Meta), "en-123456") || !json.Valid(out.Logs[0].Meta) {
 		t.Errorf("logs %+v", out.Logs)
+	}
+}
+
+// An address of this host's own interfaces is at least private, whatever
+// its range: a declared name that resolves to the daemon's host reaches the
+// services it runs on every interface. The test gives the loopback of a
+// network namespace of its own a public address, from a locked thread
+// that is thrown away after.
+func TestOwnAddressesArePrivate(t *testing.T) {
+	testenv.RequireRoot(t)
+	public := netip.MustParseAddr("100.0.0.7")
+	if classify(public) != addrPublic {
+		t.Fatalf("%v is not a public address to start from", public)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, and its
+		// network namespace with it.
+		runtime.LockOSThread()
+		errs <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return err
+			}
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: public.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			own.mu.Lock()
+			own.addrs = nil // read this namespace's, not the cached host's
+			own.mu.Unlock()
+			defer func() {
+				own.mu.Lock()
+				own.addrs = nil
+				own.mu.Unlock()
+			}()
+			if c := classify(public); c != addrPrivate {
+				return fmt.Errorf("%v, an address of this host, classified %v", public, c)
+			}
+			if addrAllowed(public, false, false) {
+				return fmt.Errorf("%v, an address of this host, allowed without the operator naming it", public)
+			}
+			return nil
+		}()
+	}()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSecretHopDropsRangeAndEncoding: a request that carries a secret goes
+// without the guest's Range, If-Range and Accept-Encoding, with which an
+// origin that echoes the secret could hand it back in slices shorter than
+// any form the scrubber knows, or compressed past it. Without a secret
+// they pass.
+func TestSecretHopDropsRangeAndEncoding(t *testing.T) {
+	noLeak(t)
+	var mu sync.Mutex
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Clone())
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Value: "Bearer tok-0123456789", Origins: []string{srv.URL}}}
+	ceil, err := ceil.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}, Auth: map[string]string{srv.URL: "api"}}}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	// Accept-Encoding "br": the transport asks for gzip itself when the guest
+	// asks for nothing, and then decodes it before the scrubber reads it.
+	asked := map[string]string{"Range": "bytes=7-9", "If-Range": `"x"`, "Accept-Encoding": "br"}
+	wantOK(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api", "headers": asked}))
+	wantOK(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": asked}))
+	r.finish(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("the origin got %d requests, want 2", len(got))
+	}
+	for k, v := range asked {
+		if h := got[0].Get(k); h == v {
+			t.Errorf("with the secret, the origin got the guest's %s: %q", k, h)
+		}
+		if h := got[1].Get(k); h != v {
+			t.Errorf("without a secret, the origin got %s %q, want the guest's %q", k, h, v)
+		}
 	}
 }
