@@ -293,3 +293,51 @@ func wantLeaseFree(t *testing.T, slot int) {
 		t.Errorf("the lease of slot %d is still held once its job is gone: %v", slot, err)
 	}
 }
+
+// TestTrust_LifetimeSignalsToPid1: guest → host. The guest runs as its
+// pid 1's ids and may signal it; no catchable signal may end pid 1 (and
+// with it the job, reported as pmjail's own exit 2). Every kill succeeds,
+// the guest goes on and the run ends as the guest ended it.
+func TestTrust_LifetimeSignalsToPid1(t *testing.T) {
+	bin := buildProber(t)
+	var probes []string
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT,
+		syscall.SIGUSR1, syscall.SIGSEGV, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGALRM} {
+		probes = append(probes, fmt.Sprintf("kill=1,%d", sig))
+	}
+	r, rep := runProber(t, bin, nil, append(probes, "getppid")...)
+	for _, p := range append(probes, "getppid") {
+		if got, ok := rep[p]; !ok || !got.OK {
+			t.Errorf("probe %s: %+v (reported %v), want it run and successful", p, got, ok)
+		}
+	}
+	if r.Status != "ok" || r.ExitCode != 0 {
+		t.Errorf("status %s exit %d stderr %q: the signals to pid 1 ended the job", r.Status, r.ExitCode, r.Stderr)
+	}
+}
+
+// TestTrust_LifetimePid1HoldsNothing: guest → host. The job's pid 1 stays
+// for the whole run, so every one of its threads, not only the one that
+// started the guest, must hold the guest's ids and no capability: a thread
+// left with the namespace's root ids (host root without a user namespace)
+// would be the most privileged task in the job.
+func TestTrust_LifetimePid1HoldsNothing(t *testing.T) {
+	bin := buildProber(t)
+	_, rep := runProber(t, bin, nil, "pid1_creds")
+	var threads []string
+	if !detail(t, rep, "pid1_creds", &threads) {
+		t.Fatalf("pid1_creds: %+v", rep["pid1_creds"])
+	}
+	if len(threads) < 2 {
+		t.Fatalf("pid 1 has %d threads: %q; a Go init stage has several", len(threads), threads)
+	}
+	for _, th := range threads {
+		if th != threads[0] || !strings.Contains(th, "CapEff=0000000000000000") || !strings.Contains(th, "CapPrm=0000000000000000") {
+			t.Errorf("pid 1's threads differ or hold capabilities:\n%s", strings.Join(threads, "\n"))
+			break
+		}
+	}
+	if strings.Contains(threads[0], "Uid=0,") {
+		t.Errorf("pid 1 runs as uid 0 in the job: %s", threads[0])
+	}
+}

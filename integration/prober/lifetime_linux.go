@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -99,4 +100,32 @@ func squatLeases(dir string, slots int) int {
 	fmt.Printf("ready %d %d\n", bound, files)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	return 0
+}
+
+func init() {
+	// pid1_creds reports, for every thread of the job's pid 1 (pmjail's
+	// init stage, which stays for the run), its real, effective and saved
+	// uids and its effective and permitted capabilities, as /proc shows
+	// them: it must hold nothing the guest does not.
+	probes["pid1_creds"] = func([]string) report {
+		tasks, err := os.ReadDir("/proc/1/task")
+		if err != nil {
+			return result(unwrap(err))
+		}
+		var out []string
+		for _, task := range tasks {
+			status, err := os.ReadFile("/proc/1/task/" + task.Name() + "/status")
+			if err != nil {
+				return result(unwrap(err))
+			}
+			var line []string
+			for _, l := range strings.Split(string(status), "\n") {
+				if k, v, ok := strings.Cut(l, ":"); ok && (k == "Uid" || k == "Gid" || k == "CapEff" || k == "CapPrm") {
+					line = append(line, k+"="+strings.Join(strings.Fields(v)[:min(3, len(strings.Fields(v)))], ","))
+				}
+			}
+			out = append(out, strings.Join(line, " "))
+		}
+		return report{OK: true, Detail: out}
+	}
 }
