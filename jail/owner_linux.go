@@ -83,10 +83,19 @@ func ownNamespacesAs(uid int) (restore func() error, err error) {
 	// and the effective set, cleared by the change, is as it was.
 	_, _, _ = unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
 	if err := unix.Capset(&saved.hdr, &saved.caps[0]); err != nil {
-		return nil, errors.Join(fmt.Errorf("own user namespace: %w", os.NewSyscallError("capset", err)), restore())
+		err = fmt.Errorf("own user namespace: %w", os.NewSyscallError("capset", err))
+		if rerr := restore(); rerr != nil {
+			return nil, errors.Join(err, rerr, errThreadTainted)
+		}
+		return nil, err
 	}
 	return restore, nil
 }
+
+// errThreadTainted says the calling thread could not be put back as it
+// was: it must stay locked, so that it ends with its goroutine and never
+// runs other goroutines with a job's uid.
+var errThreadTainted = errors.New("the thread's credentials could not be restored")
 
 // restore puts the calling thread's credentials back as they were saved.
 func (c *threadCreds) restore() error {

@@ -715,7 +715,9 @@ func startLocked(cmd *exec.Cmd) error {
 	}
 	restore, err := ownNamespacesAs(owner)
 	if err != nil {
-		runtime.UnlockOSThread()
+		if !errors.Is(err, errThreadTainted) {
+			runtime.UnlockOSThread()
+		}
 		return err
 	}
 	err = cmd.Start()

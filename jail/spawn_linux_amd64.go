@@ -347,7 +347,9 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	restore := func() error { return nil }
 	if owner, ok := namespaceOwner(attr); ok {
 		if restore, err = ownNamespacesAs(owner); err != nil {
-			runtime.UnlockOSThread()
+			if !errors.Is(err, errThreadTainted) {
+				runtime.UnlockOSThread()
+			}
 			unix.Close(syncPipe[0])
 			unix.Close(errPipe[1])
 			return nil, err

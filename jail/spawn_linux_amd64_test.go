@@ -24,15 +24,6 @@ import (
 	"github.com/pmjail/pmjail/internal/testenv"
 )
 
-// The test binary's roles for spawnShared's tests: the child it starts
-// (spawnProbe), and a parent whose fds 3 and 4 the test chose
-// (spawnParent).
-const (
-	spawnProbeRole  = "__spawn_probe"
-	spawnParentRole = "__spawn_parent"
-	spawnLowFDsRole = "__spawn_low_fds"
-)
-
 // probeReport is what a spawned child sees of itself.
 type probeReport struct {
 	UID, GID, PID, PPID, SID int
