@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -383,6 +384,11 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 			return ceil, fmt.Errorf("ceiling.runtimes[%d]: %w", i, err)
 		}
 		ceil.Runtimes = append(ceil.Runtimes, n)
+	}
+	if cc.Profiles != nil && len(cc.Profiles) == 0 {
+		// No profile at all would leave a job that names none under
+		// "default", the one profile the operator did not list.
+		return ceil, errors.New("ceiling.profiles: list at least one profile, or leave it out for every built-in one")
 	}
 	for i, p := range cc.Profiles {
 		if strings.ContainsAny(p, "/.") {

@@ -64,6 +64,7 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "ceiling": {"runtimes": ["ruby"]}}`, "ceiling.runtimes[0]"},
 		{`{"version": 1, "ceiling": {"mode": "strictest"}}`, "ceiling.mode"},
 		{`{"version": 1, "ceiling": {"profiles": ["../x"]}}`, "ceiling.profiles[0]"},
+		{`{"version": 1, "ceiling": {"profiles": []}}`, "ceiling.profiles: list at least one"},
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {}}}}`, "ceiling.capabilities.request.origins"},
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["ftp://x"]}}}}`, "ceiling.origins[0]"},
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "value_file": "/x"}}}}`, `ceiling.secrets["k"]`},
