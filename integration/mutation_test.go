@@ -42,6 +42,38 @@ var securityMutations = []struct {
 	{test: "TestSecurityFilesystem_Python", why: "the Pyodide loader's Deno permissions are fixed by runtimes/, not by a profile or " +
 		"job, and `pmjail run` binds nothing a job names"},
 	{test: "TestSecurityBroker_Requests", layer: layerCapabilities, fails: "want code denied"},
+
+	// The trust-boundary tests (docs/security.md). Each was seen failing
+	// on the code before its fix; those whose layer is policy data are
+	// also run without it here.
+	{test: "TestTrust_SocketFamilies", layer: layerSeccompPolicy, fails: "ok=true"},
+	{test: "TestTrust_PrctlOptions", layer: layerSeccompPolicy, fails: "probe prctl_pdeathsig_clear: ok=true"},
+	{test: "TestTrust_LifetimeExecGuestDiesWithCLI", why: "it removes each of its two layers itself: a policy allowing prctl " +
+		"leaves only the job's pid 1, whose parent-death signal no job data can clear"},
+	{test: "TestTrust_LifetimeDaemonGuestDiesWithDaemon", why: "the daemon's jobs come over its socket, which a mutant pmjail " +
+		"command line cannot reach; the pid 1 it guards is tried alone by LifetimeExecGuestDiesWithCLI"},
+	{test: "TestTrust_LifetimeSignalsToPid1", why: "pid 1's handling of signals is the init stage's code, not job data"},
+	{test: "TestTrust_LifetimePid1HoldsNothing", why: "pid 1's ids are the init stage's code, not job data"},
+	{test: "TestTrust_LifetimeKillAtAnyMoment", why: "no job data keeps a job alive past its supervisor (see LifetimeExecGuestDiesWithCLI)"},
+	{test: "TestTrust_LifetimeDaemonKillAtAnyMoment", why: "as LifetimeKillAtAnyMoment, through the daemon's socket"},
+	{test: "TestTrust_LeaseUnprivilegedCannotBlock", why: "the lease directory is fixed by pmjail, not chosen by a job"},
+	{test: "TestTrust_InotifyFloodSparesHostRoot", why: "the user namespace's owner is set by the supervisor, not by job data"},
+	{test: "TestTrust_DenialFloodSupervisorCPU", why: "the notification budget is the supervisor's, not the policy's or the job's"},
+	{test: "TestTrust_RuntimesUnderFilteredPolicies", why: "not an attack: the built-in runtimes must run under the filtered policies"},
+	{test: "TestTrust_ExecBindRefusesUnixSockets", why: "the refusal happens when the job is resolved, before any layer of the jail"},
+	{test: "TestTrust_DenoImportPermissionDenied", layer: layerDenoPermissions, fails: "want denied for every host"},
+	{test: "TestTrust_StrictTimingHoldsOrSaysDegraded", why: "it checks what the posture says against what the guest measures, both ways"},
+	{test: "TestTrust_PostureLandlockFromProbeJail", why: "it removes Landlock itself, from a thread that already holds every Landlock layer"},
+	{test: "TestTrust_SecretBoundToOrigins", why: "the daemon's ceiling is the operator's config, checked at resolve and in the broker"},
+	{test: "TestTrust_PrivateLiteralRefused", why: "the daemon's ceiling is the operator's config, checked at resolve and in the broker"},
+	{test: "TestTrust_MethodOverrideDenied", why: "the broker's header rules are code, not data a job or profile sets"},
+	{test: "TestTrust_GuestHeadersFiltered", why: "the broker's header rules are code, not data a job or profile sets"},
+	{test: "TestTrust_DaemonMemoryBudget", why: "the reply budget and the streamed result are the daemon's, not a job's"},
+	{test: "TestTrust_OversizedCallSkipped", why: "the frame cap is the broker's; a job cannot lift it"},
+	{test: "TestTrust_PostureRefreshHangupKeepsLayers", why: "the daemon's probe rules are code, not data"},
+	{test: "TestTrust_PostureRefreshSingleFlight", why: "the daemon's probe rules are code, not data"},
+	{test: "TestTrust_PostureRefreshOtherUID", why: "the daemon's probe rules are code, not data"},
+	{test: "TestTrust_PostureRefreshPeerHelper", why: "not a test: the other uid's side of PostureRefreshOtherUID"},
 }
 
 // The layers weakened can remove, by the name of their posture layer
@@ -69,7 +101,7 @@ func TestMutation_SecurityLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lister := exec.Command(self, "-test.list", "^TestSecurity")
+	lister := exec.Command(self, "-test.list", "^(TestSecurity|TestTrust)")
 	lister.Env = append(os.Environ(), "PMJAIL_BIN="+pmjail) // no second build of pmjail to list tests
 	list, err := lister.Output()
 	if err != nil {
