@@ -71,19 +71,29 @@ func squatLeases(dir string, slots int) int {
 		fmt.Fprintln(os.Stderr, "prober squat-leases: runs as an unprivileged user only")
 		return exitNotJailed
 	}
-	bound := 0
+	var held []int
 	for slot := range slots {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if errors.Is(err, unix.EMFILE) {
+			// As many names as its descriptors allow (the VM allows
+			// fewer), less a few kept for the lease files below.
+			for _, fd := range held[max(0, len(held)-32):] {
+				unix.Close(fd)
+			}
+			held = held[:max(0, len(held)-32)]
+			break
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "prober squat-leases: socket: %v\n", err)
 			return 1
 		}
 		if unix.Bind(fd, &unix.SockaddrUnix{Name: "@pmjail/ids/" + strconv.Itoa(slot)}) == nil {
-			bound++
+			held = append(held, fd)
 		} else {
 			unix.Close(fd)
 		}
 	}
+	bound := len(held)
 	files := 0
 	_ = os.MkdirAll(dir, 0o777)
 	for slot := range slots {
