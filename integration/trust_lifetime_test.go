@@ -320,7 +320,8 @@ func TestTrust_LifetimeSignalsToPid1(t *testing.T) {
 	bin := buildProber(t)
 	var probes []string
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT,
-		syscall.SIGUSR1, syscall.SIGSEGV, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGALRM} {
+		syscall.SIGILL, syscall.SIGTRAP, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGSYS, syscall.SIGSTKFLT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGXCPU, syscall.SIGVTALRM, syscall.SIGPWR} {
 		probes = append(probes, fmt.Sprintf("kill=1,%d", sig))
 	}
 	r, rep := runProber(t, bin, nil, append(probes, "getppid")...)

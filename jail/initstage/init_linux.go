@@ -117,10 +117,11 @@ func runRuntime(control *os.File, p *specs.Process, channel bool) int {
 	}
 	// The guest runs as this process's ids and may signal it: pid 1 of a
 	// namespace is spared only the signals it leaves at their default, and
-	// Go installs handlers, so every signal is taken here and dropped. Left
-	// to Go, SIGTERM (or a child cloned with CLONE_PARENT and that exit
-	// signal) would end pid 1 without its report.
-	signal.Notify(make(chan os.Signal, 1))
+	// Go installs handlers, so the signals Go would die of, sent by kill
+	// (or as a CLONE_PARENT child's exit signal), are taken here and
+	// dropped; Go ignores the others already. Not every signal: taking
+	// them all costs a run milliseconds. A channel nobody reads drops them.
+	signal.Notify(make(chan os.Signal, 1), fatalSignals...)
 	pidfd := -1
 	pid, err := syscall.ForkExec(p.Args[0], p.Args, &syscall.ProcAttr{
 		Env: p.Env, Files: files, Sys: &syscall.SysProcAttr{PidFD: &pidfd},
@@ -167,6 +168,15 @@ func runRuntime(control *os.File, p *specs.Process, channel bool) int {
 		_ = sendReport(control, exit)
 		return exit.ExitCode
 	}
+}
+
+// fatalSignals are those a Go program dies of when kill sends them and it
+// has not asked for them (the runtime's sigtable: _SigKill, _SigThrow, and
+// _SigPanic, which from kill is no fault to recover from).
+var fatalSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGTERM,
+	unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGSTKFLT, unix.SIGSYS,
+	unix.SIGBUS, unix.SIGFPE, unix.SIGSEGV,
 }
 
 func failInit(control *os.File, name string, err error) {
