@@ -337,9 +337,9 @@ func TestTrust_LifetimeSignalsToPid1(t *testing.T) {
 
 // TestTrust_LifetimePid1HoldsNothing: guest → host. The job's pid 1 stays
 // for the whole run, so every one of its threads, not only the one that
-// started the guest, must hold the guest's ids and no capability: a thread
-// left with the namespace's root ids (host root without a user namespace)
-// would be the most privileged task in the job.
+// started the guest, must hold no capability. (Its other threads keep the
+// namespace's root ids, unprivileged on the host: given the guest's uid
+// they would count against the guest's RLIMIT_NPROC.)
 func TestTrust_LifetimePid1HoldsNothing(t *testing.T) {
 	bin := buildProber(t)
 	_, rep := runProber(t, bin, nil, "pid1_creds")
@@ -351,12 +351,9 @@ func TestTrust_LifetimePid1HoldsNothing(t *testing.T) {
 		t.Fatalf("pid 1 has %d threads: %q; a Go init stage has several", len(threads), threads)
 	}
 	for _, th := range threads {
-		if th != threads[0] || !strings.Contains(th, "CapEff=0000000000000000") || !strings.Contains(th, "CapPrm=0000000000000000") {
-			t.Errorf("pid 1's threads differ or hold capabilities:\n%s", strings.Join(threads, "\n"))
+		if !strings.Contains(th, "CapEff=0000000000000000") || !strings.Contains(th, "CapPrm=0000000000000000") {
+			t.Errorf("a thread of pid 1 holds capabilities:\n%s", strings.Join(threads, "\n"))
 			break
 		}
-	}
-	if strings.Contains(threads[0], "Uid=0,") {
-		t.Errorf("pid 1 runs as uid 0 in the job: %s", threads[0])
 	}
 }

@@ -180,6 +180,7 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bwrap, bargs...)
 	cmd.Dir = work
+	dieWithParent(cmd)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("warm run: %w: %s", err, msg)
 	}
@@ -238,6 +239,7 @@ func (in *Install) compactCache(ctx context.Context, work, cache string) error {
 		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm", "--no-check",
 		"--allow-read="+cache, "--allow-write="+cache, script, cache)
 	cmd.Dir = work
+	dieWithParent(cmd)
 	cmd.Env = []string{"PATH=/nonexistent", "HOME=" + work, "DENO_DIR=" + filepath.Join(work, "compact-deno"), "DENO_NO_UPDATE_CHECK=1", "NO_COLOR=1"}
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build deno cache: compact: %w: %s", err, msg)

@@ -218,6 +218,7 @@ func (in *Install) EnsurePyodideSnapshot(ctx context.Context) (*Snapshot, error)
 		"--allow-write="+out,
 		filepath.Join(guest, "loader.mjs"), "snapshot", in.PyodideDir, out)
 	cmd.Dir = work
+	dieWithParent(cmd)
 	cmd.Env = []string{
 		"PATH=/nonexistent",
 		"HOME=" + work,

@@ -267,13 +267,14 @@ func setUp(cfg *Config, prepared *preparedRoot, join func() error) (Report, erro
 }
 
 // dropOtherThreads empties the capabilities of the process's other
-// threads once more, should the id switch have left any (it clears them
-// without SECBIT_KEEP_CAPS): the init stage outlives the set-up as the
-// runtime's parent (runRuntime), and its Go runtime's threads, which never
-// run guest code, need none. Before the seccomp filter (which refuses
-// capset); AllThreadsSyscall needs a program built without cgo, as
-// pmjail-init is. On the locked thread, whose sets are empty already, the
-// call changes nothing.
+// threads too: the init stage outlives the set-up as the runtime's parent
+// (runRuntime), and its Go runtime's threads, which never run guest code,
+// need none. They keep the namespace's root ids, unprivileged on the host
+// and no task of the guest's uid (RLIMIT_NPROC counts by uid). Best effort,
+// before the seccomp filter (which refuses capset): AllThreadsSyscall
+// needs a program built without cgo, as pmjail-init is; a cgo binary
+// serving as its own init stage leaves them as they are. On the locked
+// thread, whose sets are empty already, the call changes nothing.
 func dropOtherThreads() {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var none [2]unix.CapUserData
@@ -767,12 +768,15 @@ const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 // death signal (a credential change clears it) and then checks that nothing
 // can be regained.
 //
-// The capability sets, securebits, no_new_privs and the parent-death
-// signal are the calling thread's: Main runs the set-up on its locked
+// Every step acts on the calling thread's credentials only, the id changes
+// included: setresuid(2) and friends are per-thread system calls, which Go's
+// syscall package (and so unix.Setresuid) turns into a signal round trip
+// through every runtime thread to keep a Go program's ids uniform. Here one
+// thread is enough, and the right one: Main runs the set-up on its locked
 // thread and starts the runtime from it (runRuntime), which begins with
-// this thread's credentials. The ids change on every thread (see below),
-// so that the threads pid 1 keeps for the run hold nothing either. The
-// checks at the end are on this thread.
+// this thread's credentials alone. The process's other threads keep the
+// namespace's root ids but never run guest code, nor anything but the Go
+// runtime's own work. The checks at the end are on this thread too.
 func dropPrivileges(user specs.User, lastCap int) error {
 	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
@@ -788,21 +792,14 @@ func dropPrivileges(user specs.User, lastCap int) error {
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
 		return os.NewSyscallError("set securebits", err)
 	}
-	// Every thread of the process switches, not only this one: the init
-	// stage outlives the set-up as the job's pid 1 (runRuntime), and a Go
-	// runtime thread left with the namespace's root ids (host root where
-	// there is no user namespace) and its capabilities would be the most
-	// privileged task in the job. The syscall package makes these calls
-	// process-wide (AllThreadsSyscall, or libc's broadcast in a cgo build);
-	// the switch away from uid 0 clears every thread's capabilities.
-	if err := syscall.Setgroups(nil); err != nil {
+	if err := threadSyscall(sysSetgroups, 0, 0, 0); err != nil {
 		return os.NewSyscallError("setgroups", err)
 	}
 	uid, gid := uintptr(user.UID), uintptr(user.GID)
-	if err := syscall.Setresgid(int(gid), int(gid), int(gid)); err != nil {
+	if err := threadSyscall(sysSetresgid, gid, gid, gid); err != nil {
 		return os.NewSyscallError("setresgid", err)
 	}
-	if err := syscall.Setresuid(int(uid), int(uid), int(uid)); err != nil {
+	if err := threadSyscall(sysSetresuid, uid, uid, uid); err != nil {
 		return os.NewSyscallError("setresuid", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
