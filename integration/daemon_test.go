@@ -267,7 +267,15 @@ func TestDaemonRefusals(t *testing.T) {
 		if !strings.Contains(string(out), "STATUS 403 forbidden") {
 			t.Errorf("uid 65534 was not refused with 403:\n%s", out)
 		}
-		if !strings.Contains(d.logs.String(), `"msg":"peer refused"`) || !strings.Contains(d.logs.String(), `"peer_uid":65534`) {
+		// The daemon may log the refusal just after its answer is out.
+		logged := func() bool {
+			l := d.logs.String()
+			return strings.Contains(l, `"msg":"peer refused"`) && strings.Contains(l, `"peer_uid":65534`)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !logged() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !logged() {
 			t.Errorf("the refusal is not in the daemon's log:\n%s", d.logs)
 		}
 	})
