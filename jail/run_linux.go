@@ -324,6 +324,9 @@ func (s *supervision) run(ctx context.Context) {
 		_, _ = proc.Wait()
 		outputs.Wait()
 		s.out.Stdout, s.out.Stderr = stdout.text(), stderr.text()
+		// The guest may have started and hit the output limit before the
+		// hand-over ended (pid 1 starts it before it reports).
+		s.out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
 		// A limit or a cancellation that ended the set-up is the reason,
 		// not the broken pipe it left behind.
 		s.applyStopReason()
