@@ -263,36 +263,38 @@ func waitGone(t *testing.T, pidfd, pid int, msg string) {
 // leaseSlot is the job id slot whose guest uid pid runs as.
 func leaseSlot(t *testing.T, pid int) int {
 	t.Helper()
+	uid, ok := processUID(pid)
+	if !ok || !leaseGuestID(uid) {
+		t.Fatalf("guest %d runs as uid %d (read %v), no job's guest id", pid, uid, ok)
+	}
+	return (uid - leaseIDBase - 1) / 2
+}
+
+// processUID reads pid's real uid from /proc.
+func processUID(pid int) (int, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Fatal(err)
+		return 0, false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-			uid, _ := strconv.Atoi(f[1])
-			if uid < leaseIDBase || uid >= leaseIDBase+2*leaseSlots || uid%2 == 0 {
-				t.Fatalf("guest %d runs as uid %d, no job's guest id", pid, uid)
-			}
-			return (uid - leaseIDBase - 1) / 2
+			uid, err := strconv.Atoi(f[1])
+			return uid, err == nil
 		}
 	}
-	t.Fatalf("no Uid in /proc/%d/status", pid)
-	return -1
+	return 0, false
+}
+
+// leaseGuestID reports whether uid is a job's guest id: the odd one of a
+// lease's pair.
+func leaseGuestID(uid int) bool {
+	return uid >= leaseIDBase && uid < leaseIDBase+2*leaseSlots && uid%2 == 1
 }
 
 // notLeased reports whether pid runs under no job's guest id.
 func notLeased(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return true
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-			uid, _ := strconv.Atoi(f[1])
-			return uid < leaseIDBase || uid >= leaseIDBase+2*leaseSlots || uid%2 == 0
-		}
-	}
-	return true
+	uid, ok := processUID(pid)
+	return !ok || !leaseGuestID(uid)
 }
 
 // wantLeaseFree checks that nothing holds slot's lease file locked (a

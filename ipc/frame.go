@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
 // DefaultMaxFrame is the largest frame body either side accepts unless the
@@ -145,22 +147,12 @@ func firstNonSpace(b []byte) byte {
 // once the depth passes MaxFrameDepth, the largest limit anyone asks about.
 func jsonDepth(b []byte) int {
 	depth, deepest := 0, 0
-	inString, escaped := false, false
+	var text jsonstr.Outside
 	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
+		if !text.Next(c) {
 			continue
 		}
 		switch c {
-		case '"':
-			inString = true
 		case '[', '{':
 			depth++
 			if depth > deepest {

@@ -55,22 +55,12 @@ func (r *Result) WriteJSON(w io.Writer) error {
 // value, such as a guest's returned value that has a "stdout" key), or -1.
 func topLevelIndex(b []byte, sub string) int {
 	depth := 0
-	inString, escaped := false, false
+	var text jsonstr.Outside
 	for i, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
+		if !text.Next(c) {
 			continue
 		}
 		switch c {
-		case '"':
-			inString = true
 		case '{', '[':
 			depth++
 		case '}', ']':

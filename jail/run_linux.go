@@ -323,10 +323,9 @@ func (s *supervision) run(ctx context.Context) {
 		s.killTree()
 		_, _ = proc.Wait()
 		outputs.Wait()
-		s.out.Stdout, s.out.Stderr = stdout.text(), stderr.text()
-		// The guest may have started and hit the output limit before the
+		// The guest may have started, and hit the output limit, before the
 		// hand-over ended (pid 1 starts it before it reports).
-		s.out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
+		s.takeOutput(stdout, stderr)
 		// A limit or a cancellation that ended the set-up is the reason,
 		// not the broken pipe it left behind.
 		s.applyStopReason()
@@ -636,11 +635,17 @@ func peerGone(err error) bool {
 	return errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
 }
 
+// takeOutput puts what the streams kept, and whether each was cut, in the
+// outcome; the streams are drained.
+func (s *supervision) takeOutput(stdout, stderr *capture) {
+	s.out.Stdout, s.out.Stderr = stdout.text(), stderr.text()
+	s.out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
+}
+
 // finish turns the child's end into the outcome.
 func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr *capture) {
+	s.takeOutput(stdout, stderr)
 	out := s.out
-	out.Stdout, out.Stderr = stdout.text(), stderr.text()
-	out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
 	if ps != nil {
 		out.CPU = ps.UserTime() + ps.SystemTime()
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"unsafe"
 
-	"github.com/pmjail/pmjail/seccomp/internal/int80"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,14 +55,8 @@ var probes = map[string]func() error{
 		return raw(unix.SYS_IOCTL, uintptr(p[0]), unix.TIOCINQ /* FIONREAD */, uintptr(unsafe.Pointer(&n)))
 	},
 	"x32_getpid": func() error { return raw(unix.SYS_GETPID|0x40000000, 0, 0, 0) },
-	"i386_getpid": func() error {
-		if r := int80.Getpid(); r < 0 {
-			return unix.Errno(-r)
-		}
-		return nil
-	},
-	"getuid":  func() error { return raw(unix.SYS_GETUID, 0, 0, 0) },
-	"getppid": func() error { return raw(unix.SYS_GETPPID, 0, 0, 0) },
+	"getuid":     func() error { return raw(unix.SYS_GETUID, 0, 0, 0) },
+	"getppid":    func() error { return raw(unix.SYS_GETPPID, 0, 0, 0) },
 }
 
 func raw(nr, a0, a1, a2 uintptr) error {

@@ -315,8 +315,6 @@ func init() {
 		return sys(unix.SYS_IO_URING_SETUP, 1, ptr(&params))
 	}
 	probes["personality"] = func([]string) report { return sys(unix.SYS_PERSONALITY, 0x0008 /* PER_LINUX32 */) }
-	probes["iopl"] = func([]string) report { return sys(unix.SYS_IOPL, 3) }
-	probes["ioperm"] = func([]string) report { return sys(unix.SYS_IOPERM, 0x80, 1, 1) }
 	// Invalid flags: even an unjailed root gets EINVAL, never an unloaded image.
 	probes["kexec_load"] = func([]string) report { return sys(unix.SYS_KEXEC_LOAD, 0, 0, 0, 0xdead0000) }
 	probes["init_module"] = func([]string) report { return sys(unix.SYS_INIT_MODULE, 0, 0, cstr("")) }

@@ -94,7 +94,7 @@ func init() {
 	}
 
 	// --- the supervisor's share of a denial flood ---
-	// deny_flood=MILLIS calls sysfs(2), which every policy refuses, in a
+	// deny_flood=MILLIS calls floodNR (sysfs(2) on amd64), which every policy refuses, in a
 	// loop until the prober has spent MILLIS milliseconds of CPU (a minute
 	// of wall time at most, on a busy host); detail is the number of calls
 	// and the errno is the last one's.
@@ -107,7 +107,7 @@ func init() {
 		var last syscall.Errno
 		for cpuTime() < budget && time.Now().Before(deadline) {
 			for range 100 {
-				_, _, last = unix.Syscall(unix.SYS_SYSFS, 1, fsname, 0)
+				_, _, last = unix.Syscall(floodNR, 1, fsname, 0)
 				calls++
 			}
 		}
