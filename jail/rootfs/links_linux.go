@@ -46,7 +46,7 @@ func (s *Spec) Link(stateDir string) error {
 		// a program with its own, private, libraries binds each file.
 		return errors.New("link libraries: the program loads private libraries")
 	}
-	tops, err := libraryTrees(s.libs, s.others)
+	tops, err := treeTops(s.libs, s.others)
 	if err != nil {
 		return fmt.Errorf("link libraries: %w", err)
 	}

@@ -477,3 +477,33 @@ func writeTestFile(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// A program's private libraries (found through its own search path,
+// outside the library directories) are never linked: Link says so, and
+// leaves each library bound by itself.
+func TestLinkLeavesPrivateLibraries(t *testing.T) {
+	testenv.RequireRoot(t) // only root-owned libraries are linked
+	dir := openTempDir(t)
+	lib := filepath.Join(dir, "libown.so")
+	compile(t, lib, "int own(void) { return 0; }\n", "-shared", "-fPIC", "-Wl,-soname,libown.so")
+	program := filepath.Join(dir, "prog")
+	compile(t, program, "int own(void);\nint main(void) { return own(); }\n", "-L"+dir, "-lown", "-Wl,-rpath,"+dir)
+	spec, err := NewSpec(&runtimes.Launch{Program: program, Args: []string{"prog"}}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	described := slices.Clone(spec.Mounts)
+	if !slices.ContainsFunc(described, func(m specs.Mount) bool { return m.Destination == lib && m.Source == lib }) {
+		t.Fatalf("mounts %+v: want %s bound by itself", described, lib)
+	}
+	state := libraryState(t, "/bin/sh")
+	if err := spec.Link(state); err == nil || !strings.Contains(err.Error(), "private") {
+		t.Errorf("Link of a program with private libraries: %v; want refused for them", err)
+	}
+	if !reflect.DeepEqual(spec.Mounts, described) {
+		t.Errorf("mounts %+v, want them as described: %+v", spec.Mounts, described)
+	}
+	if left, _ := os.ReadDir(state); len(left) != 0 {
+		t.Errorf("left behind in %s: %v", state, left)
+	}
+}

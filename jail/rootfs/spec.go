@@ -46,19 +46,19 @@ type Spec struct {
 	libs   []string
 	libsAt int
 	// others are the root's other paths, which no tree may cover (see
-	// libraryTrees).
+	// treeTops).
 	others []string
 	// private: the program loads libraries of its own, which no tree
 	// links (see linkable).
 	private bool
 }
 
-// libraryTrees returns the top-level directories a tree of links to libs
+// treeTops returns the top-level directories a tree of links to libs
 // would be bound at, or why no tree may stand for them. A tree is used
 // only for the system's library directories, and not where another of
 // the root's paths (others) lies in one: a tree's directory is bound
 // read-only, with no room for that path's mount point or file.
-func libraryTrees(libs, others []string) ([]string, error) {
+func treeTops(libs, others []string) ([]string, error) {
 	if len(libs) == 0 {
 		return nil, errors.New("no libraries to link")
 	}
@@ -130,7 +130,7 @@ func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 	}
 	ro := []string{"ro", "nosuid", "nodev"}
 	// The root's other paths: a tree of library links is not bound over
-	// any of them (see libraryTrees).
+	// any of them (see treeTops).
 	others := append([]string{target, "/proc", runtimes.TmpDir}, devices...)
 	for _, f := range launch.Files {
 		others = append(others, f.Path)
