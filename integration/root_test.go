@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/internal/testenv"
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 )
 
 // TestRootLibraries_OnlyTheProgramsOwn lists the job's library directories
@@ -23,7 +23,7 @@ import (
 // job's mount table must then show.
 func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 	const ls = "/bin/ls"
-	libs, err := jail.SharedLibraries(ls, "")
+	libs, err := rootfs.SharedLibraries(ls, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestRootLibraries_OnlyTheProgramsOwn(t *testing.T) {
 
 	// The mounts looked for are cat's own libraries: a static cat (a
 	// busybox's) has none to show.
-	if catLibs, err := jail.SharedLibraries("/bin/cat", ""); err != nil || len(catLibs.Files) == 0 {
+	if catLibs, err := rootfs.SharedLibraries("/bin/cat", ""); err != nil || len(catLibs.Files) == 0 {
 		t.Fatalf("/bin/cat loads no library (%v): its mount table cannot show one", err)
 	}
 	inv = pmjailCmd(t, "", "exec", "--json", "--", "/bin/cat", "/proc/self/mountinfo")

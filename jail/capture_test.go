@@ -35,3 +35,14 @@ func TestCaptureKeepsOutputAcrossChunks(t *testing.T) {
 		t.Fatal("no output is not the empty string")
 	}
 }
+
+func TestCaptureCutsAtTheLimit(t *testing.T) {
+	c := &capture{limit: 10}
+	overflows := 0
+	c.add([]byte("12345678"), func() { overflows++ })
+	c.add([]byte("90abc"), func() { overflows++ })
+	c.add([]byte("def"), func() { overflows++ })
+	if c.text() != "1234567890" || !c.truncated || overflows != 1 {
+		t.Fatalf("captured %q truncated %v overflows %d", c.text(), c.truncated, overflows)
+	}
+}

@@ -13,13 +13,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/kfile"
+	"github.com/pmjail/pmjail/jail/rootfs"
 )
 
 // Ids inside the job's user namespace: the init stage runs as root there
 // (mapped to an unprivileged host id) and the guest as guestID.
 const (
 	nsRootID = 0
-	guestID  = 1000
+	guestID  = rootfs.GuestID
 )
 
 // Host ids for jobs come from a range no ordinary account uses. Each

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/testenv"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -25,17 +26,17 @@ func inRecvmsg(pid string) bool {
 
 // shellJob runs script under /bin/sh in a root that holds the shell, its
 // libraries and binds.
-func shellJob(t *testing.T, script string, lim RootLimits, binds ...runtimes.Bind) *Job {
+func shellJob(t *testing.T, script string, lim rootfs.Limits, binds ...runtimes.Bind) *Job {
 	t.Helper()
 	launch := &runtimes.Launch{Program: "/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/nonexistent"}, Binds: binds}
-	spec, err := NewSpec(launch, lim)
+	spec, err := rootfs.NewSpec(launch, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Job{ID: "test", Spec: spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
+	return &Job{ID: "test", Spec: spec.Spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
 }
 
-var testLimits = RootLimits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20}
+var testLimits = rootfs.Limits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20}
 
 func TestRunContainsAShell(t *testing.T) {
 	testenv.RequireRoot(t)

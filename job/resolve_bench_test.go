@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/internal/testenv"
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -55,7 +55,7 @@ func BenchmarkResolveDenoSpec(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim := jail.RootLimits{TmpBytes: int64(r.Limits.Tmp), OpenFiles: 1024, FileBytes: uint64(r.Limits.Tmp), CPUSeconds: 12}
+	lim := rootfs.Limits{TmpBytes: int64(r.Limits.Tmp), OpenFiles: 1024, FileBytes: uint64(r.Limits.Tmp), CPUSeconds: 12}
 	b.Run("spec", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -63,7 +63,7 @@ func BenchmarkResolveDenoSpec(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := jail.NewSpec(l, lim); err != nil {
+			if _, err := rootfs.NewSpec(l, lim); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -81,7 +81,7 @@ func BenchmarkResolveDenoSpec(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := jail.NewSpec(l, lim); err != nil {
+			if _, err := rootfs.NewSpec(l, lim); err != nil {
 				b.Fatal(err)
 			}
 		}

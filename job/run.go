@@ -20,6 +20,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
@@ -199,25 +200,28 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		return nil
 	}
 	lim := r.Limits
-	rootLimits := jail.RootLimits{
+	rootLimits := rootfs.Limits{
 		TmpBytes:   int64(lim.Tmp),
 		OpenFiles:  1024,
 		FileBytes:  uint64(lim.Tmp),
 		CPUSeconds: uint64(time.Duration(lim.CPUTime).Seconds()) + 2,
-	}
-	if rn.Install != nil {
-		rootLimits.LibraryLinks = rn.Install.StateDir
 	}
 	if cgs.mgr == nil || !cgs.mgr.Host().Has(cgroup.Pids) {
 		// Every job has its own host uid, so RLIMIT_NPROC counts its own
 		// tasks: the pids bound of last resort.
 		rootLimits.Tasks = uint64(lim.Pids) + jail.InitTasks
 	}
-	spec, err := jail.NewSpec(launch, rootLimits)
+	root, err := rootfs.NewSpec(launch, rootLimits)
 	if err != nil {
 		failProgram("spec", err, 126) // not a program this jail can execute
 		return nil
 	}
+	if rn.Install != nil {
+		// Where no tree of links may stand for the libraries, each stays
+		// bound by itself: the run works either way.
+		_ = root.Link(rn.Install.StateDir)
+	}
+	spec := root.Spec
 	var flt filter
 	if probed == nil || probed.Has(posture.Seccomp) {
 		if flt, err = rn.filter(r); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
@@ -220,7 +221,7 @@ func probeJail(ctx context.Context, namespaces []specs.LinuxNamespaceType, filte
 		exe = resolved
 	}
 	launch := &runtimes.Launch{Program: exe, Target: "/pmjail-probe", Args: []string{exe, ProbeRole, "inside"}, Env: []string{}}
-	spec, err := jail.NewSpec(launch, jail.RootLimits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20})
+	spec, err := rootfs.NewSpec(launch, rootfs.Limits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -228,7 +229,7 @@ func probeJail(ctx context.Context, namespaces []specs.LinuxNamespaceType, filte
 	for _, t := range namespaces {
 		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: t})
 	}
-	out := jail.Run(ctx, &jail.Job{ID: "probe", Spec: spec, Seccomp: filter, Landlock: true, Timeout: 10 * time.Second, OutputLimit: 64 << 10})
+	out := jail.Run(ctx, &jail.Job{ID: "probe", Spec: spec.Spec, Seccomp: filter, Landlock: true, Timeout: 10 * time.Second, OutputLimit: 64 << 10})
 	if out.Status != jail.StatusOK {
 		return nil, out, fmt.Errorf("%s: %s%s", out.Status, out.Message, strings.TrimSpace(" "+string(out.Stderr)))
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/cliflag"
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
@@ -63,7 +63,7 @@ func cmdServe(args []string) int {
 	}()
 	// Trees of links to libraries an upgrade has since replaced, before any
 	// run can take one.
-	for _, old := range jail.PruneLibraryTrees(opt.Install.StateDir) {
+	for _, old := range rootfs.PruneLinks(opt.Install.StateDir) {
 		logger.Info("removed stale library links", "dir", old)
 	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left

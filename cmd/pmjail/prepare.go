@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	"github.com/pmjail/pmjail/internal/cliflag"
-	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -57,7 +57,7 @@ func cmdPrepare(args []string) int {
 	} else {
 		fmt.Printf("seccomp filters: %s (%d profile and program kind pairs)\n", dir, n)
 	}
-	for _, old := range append(in.Prune(p), jail.PruneLibraryTrees(in.StateDir)...) {
+	for _, old := range append(in.Prune(p), rootfs.PruneLinks(in.StateDir)...) {
 		fmt.Printf("removed stale %s\n", old)
 	}
 	return 0

@@ -1,4 +1,4 @@
-package jail
+package rootfs
 
 import (
 	"bytes"
@@ -276,7 +276,7 @@ func TestNewSpecMounts(t *testing.T) {
 		Program: "/bin/sh", Target: "/runtime/sh", Args: []string{"sh"},
 		Binds: []runtimes.Bind{{Source: "/usr/share", Target: "/assets"}, {Source: "/usr/bin", Target: "/tools", Exec: true}},
 	}
-	spec, err := NewSpec(launch, RootLimits{TmpBytes: 1 << 20, OpenFiles: 16, FileBytes: 1 << 20, Tasks: 8})
+	spec, err := NewSpec(launch, Limits{TmpBytes: 1 << 20, OpenFiles: 16, FileBytes: 1 << 20, Tasks: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,19 +309,8 @@ func TestNewSpecMounts(t *testing.T) {
 	if !nproc {
 		t.Errorf("rlimits %+v: want RLIMIT_NPROC 8", spec.Process.Rlimits)
 	}
-	if _, err := NewSpec(&runtimes.Launch{Program: "/bin/sh", Binds: []runtimes.Bind{{Source: "relative", Target: "/x"}}}, RootLimits{}); err == nil {
+	if _, err := NewSpec(&runtimes.Launch{Program: "/bin/sh", Binds: []runtimes.Bind{{Source: "relative", Target: "/x"}}}, Limits{}); err == nil {
 		t.Error("a relative bind source was accepted")
-	}
-}
-
-func TestCaptureCutsAtTheLimit(t *testing.T) {
-	c := &capture{limit: 10}
-	overflows := 0
-	c.add([]byte("12345678"), func() { overflows++ })
-	c.add([]byte("90abc"), func() { overflows++ })
-	c.add([]byte("def"), func() { overflows++ })
-	if c.text() != "1234567890" || !c.truncated || overflows != 1 {
-		t.Fatalf("captured %q truncated %v overflows %d", c.text(), c.truncated, overflows)
 	}
 }
 

@@ -1,4 +1,4 @@
-package jail
+package rootfs
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package jail
+package rootfs
 
 import (
 	"crypto/sha256"
@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,13 +29,54 @@ const treeNameLen = 32
 // changes it, and a prune removes the trees of other versions.
 const treePrefix = "2-"
 
+// Link binds the libraries from a tree of hard links to them under the
+// state directory stateDir, made now or by an earlier run: the root then
+// binds the tree's top-level directories (/lib, /lib64) in place of each
+// library. Where no tree may stand for them (private libraries, a path of
+// the root inside a library directory, a state directory on another file
+// system or one others could change, see linkLibraries), it returns why
+// and leaves the spec as it was, each library bound by itself: a run
+// works either way, with more mounts.
+func (s *Spec) Link(stateDir string) error {
+	if stateDir == "" {
+		return errors.New("link libraries: no state directory")
+	}
+	if s.private {
+		// A tree links only files of the library directories (linkable):
+		// a program with its own, private, libraries binds each file.
+		return errors.New("link libraries: the program loads private libraries")
+	}
+	tops, err := treeTops(s.libs, s.others)
+	if err != nil {
+		return fmt.Errorf("link libraries: %w", err)
+	}
+	end := s.libsAt + len(s.libs)
+	if end > len(s.Mounts) || slices.ContainsFunc(s.Mounts[s.libsAt:end], func(m specs.Mount) bool {
+		return m.Type != "bind" || m.Source != m.Destination || !slices.Contains(s.libs, m.Source)
+	}) {
+		return errors.New("link libraries: the libraries' own binds are no longer where NewSpec put them")
+	}
+	tree, err := linkLibraries(stateDir, s.libs, hostSearch.dirsFor(s.libs...))
+	if err != nil {
+		return err
+	}
+	opts := s.Mounts[s.libsAt].Options
+	mounts := make([]specs.Mount, 0, len(tops))
+	for _, top := range tops {
+		mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
+	}
+	s.Mounts = slices.Replace(s.Mounts, s.libsAt, end, mounts...)
+	s.libs = nil // bound from the tree now
+	return nil
+}
+
 // linkLibraries returns a directory under stateDir that holds, at each
 // library's own path, a hard link to it: a job's root then binds its
 // top-level directories (/lib, /lib64) instead of every library, two
 // mounts to make and tear down instead of nine for Deno. A tree is named
 // by the paths and inodes of the files it links, so a library replaced on
 // the host (an upgrade) names a new tree: the old one links the old file
-// and is never bound again (PruneLibraryTrees removes it).
+// and is never bound again (PruneLinks removes it).
 //
 // A link makes a file reachable wherever its tree is, so only what any
 // local user could read already is linked (see linkable), into a tree
@@ -322,15 +365,14 @@ func makeDirs(root, path string) error {
 // for one a killed run left.
 const tmpTreeAge = time.Hour
 
-// PruneLibraryTrees removes, under stateDir, the trees of links to
-// libraries that link a file no longer at its path (replaced by an upgrade,
-// or removed): no run names them again, and their links keep the old
-// files' blocks. It also removes half-made trees an hour old, and trees
-// of another version's making. `pmjail
-// prepare` and the daemon's start call it; a run that took such a tree a
-// moment before loses its libraries, so runs never prune. It returns what
-// it removed.
-func PruneLibraryTrees(stateDir string) []string {
+// PruneLinks removes, under stateDir, the trees of links to libraries
+// that link a file no longer at its path (replaced by an upgrade, or
+// removed): no run names them again, and their links keep the old files'
+// blocks. It also removes half-made trees an hour old, and trees of
+// another version's making. `pmjail prepare` and the daemon's start call
+// it; a run that took such a tree a moment before loses its libraries, so
+// runs never prune. It returns what it removed.
+func PruneLinks(stateDir string) []string {
 	parent := filepath.Join(stateDir, libraryLinksDir)
 	if _, err := trustedPath(stateDir); err != nil || checkPrivate(parent) != nil {
 		return nil

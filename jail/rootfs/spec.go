@@ -1,6 +1,7 @@
-package jail
+package rootfs
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -15,14 +16,13 @@ import (
 // Hostname is every job's hostname: nothing of the host's.
 const Hostname = "pmjail"
 
-// RootLimits are the limits the jail itself applies through the spec, and
-// where it may keep what roots share.
-type RootLimits struct {
-	// LibraryLinks is a state directory where NewSpec keeps hard links to
-	// the program's libraries (see linkLibraries), to bind them as whole
-	// directories. Empty, or where a tree cannot be used (another file
-	// system, a path others could change): each library is bound by itself.
-	LibraryLinks string
+// GuestID is the uid and gid the program runs as inside the job's user
+// namespace; the supervisor maps it to a host id of the job's own.
+const GuestID = 1000
+
+// Limits are the limits the spec itself carries: the size of the root's
+// /tmp and the process's rlimits.
+type Limits struct {
 	// TmpBytes caps the writable /tmp.
 	TmpBytes int64
 	// OpenFiles caps RLIMIT_NOFILE.
@@ -37,35 +37,47 @@ type RootLimits struct {
 	Tasks uint64
 }
 
-// libraryMounts binds the libraries: the top-level directories of a tree
-// of links to them where linkDir allows one, else each by itself. A tree
-// is used only for the system's library directories, and not where
-// another of the root's paths (others) lies in one: a tree's directory is
-// bound read-only, with no room for that path's mount point or file.
-func libraryMounts(libs []string, linkDir string, others []string, opts []string) []specs.Mount {
+// Spec is a job's root and process as NewSpec describes them: the OCI
+// spec the init stage sets up, with each library bound by itself, and
+// what Link needs to bind them from a tree of links instead.
+type Spec struct {
+	*specs.Spec
+	// libs are the libraries, bound each by itself at Mounts[libsAt:].
+	libs   []string
+	libsAt int
+	// others are the root's other paths, which no tree may cover (see
+	// treeTops).
+	others []string
+	// private: the program loads libraries of its own, which no tree
+	// links (see linkable).
+	private bool
+}
+
+// treeTops returns the top-level directories a tree of links to libs
+// would be bound at, or why no tree may stand for them. A tree is used
+// only for the system's library directories, and not where another of
+// the root's paths (others) lies in one: a tree's directory is bound
+// read-only, with no room for that path's mount point or file.
+func treeTops(libs, others []string) ([]string, error) {
+	if len(libs) == 0 {
+		return nil, errors.New("no libraries to link")
+	}
 	var tops []string
 	for _, lib := range libs {
 		if top := "/" + strings.SplitN(strings.TrimPrefix(lib, "/"), "/", 2)[0]; !slices.Contains(tops, top) {
 			tops = append(tops, top)
 		}
 	}
+	if i := slices.IndexFunc(tops, func(top string) bool { return !slices.Contains(libraryTops, top) }); i >= 0 {
+		return nil, fmt.Errorf("libraries under %s, which no tree of links is bound at", tops[i])
+	}
 	inTop := func(p string) bool {
 		return slices.ContainsFunc(tops, func(top string) bool { return p == top || strings.HasPrefix(p, top+"/") })
 	}
-	var mounts []specs.Mount
-	if linkDir != "" && len(libs) > 0 && !slices.ContainsFunc(tops, func(top string) bool { return !slices.Contains(libraryTops, top) }) &&
-		!slices.ContainsFunc(others, inTop) {
-		if tree, err := linkLibraries(linkDir, libs, hostSearch.dirsFor(libs...)); err == nil {
-			for _, top := range tops {
-				mounts = append(mounts, specs.Mount{Destination: top, Type: "bind", Source: filepath.Join(tree, top), Options: opts})
-			}
-			return mounts
-		}
+	if i := slices.IndexFunc(others, inTop); i >= 0 {
+		return nil, fmt.Errorf("%s lies in a library directory a tree of links would cover", others[i])
 	}
-	for _, lib := range libs {
-		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: opts})
-	}
-	return mounts
+	return tops, nil
 }
 
 // libraryPathEnv adds dirs to env's LD_LIBRARY_PATH, after any it has.
@@ -96,8 +108,10 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
 
 // NewSpec describes the contained process and its minimal root for a
 // launch: the program and the libraries it loads, the launch's own binds,
-// four devices, a fresh /proc and a size-capped /tmp, all else absent.
-func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
+// four devices, a fresh /proc and a size-capped /tmp, all else absent. It
+// only describes: each library is bound by itself until Link, which
+// writes, binds a tree of links to them.
+func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 	target := launch.Target
 	if target == "" {
 		target = launch.Program
@@ -115,8 +129,8 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Options: []string{"nosuid", "nodev", "noexec", "size=" + strconv.FormatInt(lim.TmpBytes, 10), "mode=1777"}},
 	}
 	ro := []string{"ro", "nosuid", "nodev"}
-	// The root's other paths, checked before a tree of library links is
-	// made: the tree is not bound over any of them (see libraryMounts).
+	// The root's other paths: a tree of library links is not bound over
+	// any of them (see treeTops).
 	others := append([]string{target, "/proc", runtimes.TmpDir}, devices...)
 	for _, f := range launch.Files {
 		others = append(others, f.Path)
@@ -133,13 +147,10 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 		}
 		others = append(others, c.Target)
 	}
-	linkDir := lim.LibraryLinks
-	if libs.private {
-		// A tree links only files of the library directories (linkable):
-		// a program with its own, private, libraries binds each file.
-		linkDir = ""
+	root := &Spec{libs: libs.Files, libsAt: len(mounts), others: others, private: libs.private}
+	for _, lib := range libs.Files {
+		mounts = append(mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: ro})
 	}
-	mounts = append(mounts, libraryMounts(libs.Files, linkDir, others, ro)...)
 	mounts = append(mounts, specs.Mount{Destination: target, Type: "bind", Source: launch.Program, Options: ro})
 	for _, b := range launch.Binds {
 		opts := append([]string(nil), ro...)
@@ -172,7 +183,7 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 	if len(args) > 0 {
 		args[0] = target
 	}
-	return &specs.Spec{
+	root.Spec = &specs.Spec{
 		Version:  specs.Version,
 		Hostname: Hostname,
 		Root:     &specs.Root{Path: "tmpfs", Readonly: true},
@@ -180,7 +191,7 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 			Args:            args,
 			Env:             libraryPathEnv(launch.Env, libs.ConfDirs),
 			Cwd:             "/",
-			User:            specs.User{UID: guestID, GID: guestID},
+			User:            specs.User{UID: GuestID, GID: GuestID},
 			Rlimits:         rlimits,
 			NoNewPrivileges: true,
 			Capabilities:    &specs.LinuxCapabilities{},
@@ -193,5 +204,6 @@ func NewSpec(launch *runtimes.Launch, lim RootLimits) (*specs.Spec, error) {
 				{Type: specs.CgroupNamespace},
 			},
 		},
-	}, nil
+	}
+	return root, nil
 }

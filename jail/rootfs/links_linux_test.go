@@ -1,15 +1,16 @@
-package jail
+package rootfs
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/testenv"
@@ -173,7 +174,7 @@ func TestLinkLibrariesFollowReplacement(t *testing.T) {
 		}
 		otherVersions = append(otherVersions, d)
 	}
-	removed := PruneLibraryTrees(state)
+	removed := PruneLinks(state)
 	slices.Sort(removed)
 	want := append([]string{halfMade, old}, otherVersions...)
 	slices.Sort(want)
@@ -257,37 +258,65 @@ func TestLinkLibrariesOnlyWhatOthersCanRead(t *testing.T) {
 	}
 }
 
-func TestLibraryMountsBindTopDirectories(t *testing.T) {
+// libraryState returns a state directory on the file system of lib, where
+// hard links to it can be made.
+func libraryState(t *testing.T, lib string) string {
+	t.Helper()
+	state := openTempDir(t)
+	if sameDevice(t, state, lib) {
+		return state
+	}
+	// /tmp may be a tmpfs; /var/tmp rarely is.
+	state, err := os.MkdirTemp("/var/tmp", "pmjail-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	if err := os.Chmod(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !sameDevice(t, state, lib) {
+		t.Skipf("neither /tmp nor /var/tmp shares a file system with %s: no links to test", lib)
+	}
+	return state
+}
+
+// shLaunch runs /bin/sh at /runtime/sh, with binds.
+func shLaunch(binds ...runtimes.Bind) *runtimes.Launch {
+	return &runtimes.Launch{Program: "/bin/sh", Target: "/runtime/sh", Args: []string{"sh"}, Binds: binds}
+}
+
+// withoutLibraries is mounts less the libraries' own binds and what is
+// bound from a tree of links under state.
+func withoutLibraries(mounts []specs.Mount, libs []string, state string) []specs.Mount {
+	return slices.DeleteFunc(slices.Clone(mounts), func(m specs.Mount) bool {
+		return slices.Contains(libs, m.Destination) || strings.HasPrefix(m.Source, state+"/")
+	})
+}
+
+// NewSpec binds each library by itself and writes nothing; Link makes the
+// tree and binds its top directories in their place, the rest of the root
+// as it was.
+func TestLinkBindsTopDirectories(t *testing.T) {
 	testenv.RequireRoot(t) // only root-owned libraries are linked
 	libs := libraryFiles(t, "/bin/sh")
-	state := openTempDir(t)
-	if !sameDevice(t, state, libs[0]) {
-		// /tmp may be a tmpfs; /var/tmp rarely is.
-		var err error
-		if state, err = os.MkdirTemp("/var/tmp", "pmjail-test-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(state) })
-		if err := os.Chmod(state, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if !sameDevice(t, state, libs[0]) {
-			t.Skipf("neither /tmp nor /var/tmp shares a file system with %s: no links to test", libs[0])
+	state := libraryState(t, libs[0])
+	spec, err := NewSpec(shLaunch(), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	described := slices.Clone(spec.Mounts)
+	for _, lib := range libs {
+		if !slices.ContainsFunc(described, func(m specs.Mount) bool { return m.Destination == lib && m.Source == lib }) {
+			t.Errorf("NewSpec's mounts %+v: want %s bound by itself", described, lib)
 		}
 	}
-	// A spec refused for its binds or copies makes no tree first.
-	for _, bad := range []*runtimes.Launch{
-		{Program: "/bin/sh", Binds: []runtimes.Bind{{Source: "relative", Target: "/x"}}},
-		{Program: "/bin/sh", Copies: []runtimes.Copy{{Source: "/etc", Target: "relative"}}},
-	} {
-		if _, err := NewSpec(bad, RootLimits{LibraryLinks: state}); err == nil {
-			t.Errorf("NewSpec(%+v) accepted a relative path", bad)
-		}
+	if left, _ := os.ReadDir(state); len(left) != 0 {
+		t.Fatalf("NewSpec wrote %v", left)
 	}
-	if _, err := os.Lstat(filepath.Join(state, libraryLinksDir)); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("a refused spec left %s/%s (%v)", state, libraryLinksDir, err)
+	if err := spec.Link(state); err != nil {
+		t.Fatal(err)
 	}
-	mounts := libraryMounts(libs, state, []string{"/runtime/sh"}, []string{"ro"})
 	var tops []string
 	for _, lib := range libs {
 		top := "/" + strings.SplitN(lib[1:], "/", 2)[0]
@@ -295,30 +324,63 @@ func TestLibraryMountsBindTopDirectories(t *testing.T) {
 			tops = append(tops, top)
 		}
 	}
-	if len(mounts) != len(tops) {
-		t.Fatalf("%d mounts %+v for %d libraries: want one per top directory %v", len(mounts), mounts, len(libs), tops)
-	}
-	for i, m := range mounts {
-		if m.Destination != tops[i] || !strings.HasPrefix(m.Source, filepath.Join(state, libraryLinksDir)) || m.Type != "bind" {
-			t.Errorf("mount %+v, want %s bound from the tree", m, tops[i])
+	var bound []string
+	tree := ""
+	for _, m := range spec.Mounts {
+		if slices.Contains(libs, m.Destination) {
+			t.Errorf("%s is still bound by itself", m.Destination)
 		}
+		if strings.HasPrefix(m.Source, filepath.Join(state, libraryLinksDir)+"/") {
+			if tree == "" {
+				tree = strings.TrimSuffix(m.Source, m.Destination)
+			}
+			if m.Type != "bind" || m.Source != filepath.Join(tree, m.Destination) {
+				t.Errorf("mount %+v, want a top directory bound from the tree %s", m, tree)
+			}
+			bound = append(bound, m.Destination)
+		}
+	}
+	if !slices.Equal(bound, tops) {
+		t.Fatalf("bound %v from the tree, want one mount per top directory %v", bound, tops)
+	}
+	for _, lib := range libs {
+		if !sameFile(t, lib, filepath.Join(tree, lib)) {
+			t.Errorf("%s in the bound tree is not %s itself", filepath.Join(tree, lib), lib)
+		}
+	}
+	if got, want := withoutLibraries(spec.Mounts, libs, state), withoutLibraries(described, libs, state); !reflect.DeepEqual(got, want) {
+		t.Errorf("Link changed the root's other mounts: %+v, want %+v", got, want)
+	}
+	// A second Link has nothing left to link, and keeps the tree's binds.
+	linked := slices.Clone(spec.Mounts)
+	if err := spec.Link(state); err == nil || !reflect.DeepEqual(spec.Mounts, linked) {
+		t.Errorf("a second Link: %v, mounts %+v; want an error and %+v", err, spec.Mounts, linked)
 	}
 	// A program, bind or file under one of those directories needs a
 	// mount point there, which a read-only tree cannot give: each library
-	// is bound.
+	// stays bound by itself.
 	for _, other := range []string{tops[0], tops[0] + "/tools", libs[0] + ".d/x"} {
-		if m := libraryMounts(libs, state, []string{"/runtime/sh", other}, nil); len(m) != len(libs) {
-			t.Errorf("with a mount at %s: %+v, want each library by itself", other, m)
+		spec, err := NewSpec(shLaunch(runtimes.Bind{Source: "/usr/share", Target: other}), Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		described := slices.Clone(spec.Mounts)
+		if err := spec.Link(state); err == nil || !reflect.DeepEqual(spec.Mounts, described) {
+			t.Errorf("with a mount at %s: Link = %v, mounts %+v; want an error and each library by itself", other, err, spec.Mounts)
 		}
 	}
-	if m := libraryMounts(libs, state, []string{tops[0] + "x/y"}, nil); len(m) != len(tops) {
-		t.Errorf("a mount at %sx/y is not under %s: %+v", tops[0], tops[0], m)
+	spec, err = NewSpec(shLaunch(runtimes.Bind{Source: "/usr/share", Target: tops[0] + "x/y"}), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Link(state); err != nil {
+		t.Errorf("a mount at %sx/y is not under %s: %v", tops[0], tops[0], err)
 	}
 }
 
 // Hard links cannot cross file systems: a state directory on another one
 // binds each library, and makes nothing.
-func TestLibraryMountsAcrossFileSystems(t *testing.T) {
+func TestLinkAcrossFileSystems(t *testing.T) {
 	libs := libraryFiles(t, "/bin/sh")
 	// /dev/shm is a tmpfs of its own; the libraries are not on it.
 	state, err := os.MkdirTemp("/dev/shm", "pmjail-test-")
@@ -332,17 +394,16 @@ func TestLibraryMountsAcrossFileSystems(t *testing.T) {
 	if sameDevice(t, state, libs[0]) {
 		t.Fatalf("%s and %s share a file system", state, libs[0])
 	}
-	mounts := libraryMounts(libs, state, nil, nil)
-	if len(mounts) != len(libs) {
-		t.Fatalf("mounts %+v: want each of %v by itself", mounts, libs)
+	spec, err := NewSpec(shLaunch(), Limits{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, m := range mounts {
-		if m.Source != libs[i] || m.Destination != libs[i] {
-			t.Errorf("mount %+v, want %s", m, libs[i])
-		}
+	described := slices.Clone(spec.Mounts)
+	if err := spec.Link(state); !errors.Is(err, unix.EXDEV) {
+		t.Errorf("Link across file systems: %v, want EXDEV", err)
 	}
-	if _, err := linkLibraries(state, libs, hostSearch.dirsFor(libs...)); !errors.Is(err, unix.EXDEV) {
-		t.Errorf("linkLibraries across file systems: %v, want EXDEV", err)
+	if !reflect.DeepEqual(spec.Mounts, described) {
+		t.Errorf("mounts %+v: want each of %v by itself, as described", spec.Mounts, libs)
 	}
 	if left, _ := os.ReadDir(state); len(left) != 0 {
 		t.Errorf("left behind in %s: %v", state, left)
@@ -364,7 +425,7 @@ func sameDevice(t *testing.T, a, b string) bool {
 // A prune goes only through the libs directory it checked: one that is a
 // symlink, or in a state directory someone else owns, is left alone, and
 // so is what it points to.
-func TestPruneLibraryTreesStaysInItsDirectory(t *testing.T) {
+func TestPruneLinksStaysInItsDirectory(t *testing.T) {
 	testenv.RequireRoot(t) // a foreign owner is made with chown
 	victim := openTempDir(t)
 	looksStale := filepath.Join(victim, treePrefix+strings.Repeat("ef", treeNameLen/2))
@@ -385,7 +446,7 @@ func TestPruneLibraryTreesStaysInItsDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, state := range []string{symlinked, foreign} {
-		if removed := PruneLibraryTrees(state); len(removed) != 0 {
+		if removed := PruneLinks(state); len(removed) != 0 {
 			t.Errorf("prune of %s removed %v", state, removed)
 		}
 	}
@@ -414,5 +475,35 @@ func writeTestFile(t *testing.T, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A program's private libraries (found through its own search path,
+// outside the library directories) are never linked: Link says so, and
+// leaves each library bound by itself.
+func TestLinkLeavesPrivateLibraries(t *testing.T) {
+	testenv.RequireRoot(t) // only root-owned libraries are linked
+	dir := openTempDir(t)
+	lib := filepath.Join(dir, "libown.so")
+	compile(t, lib, "int own(void) { return 0; }\n", "-shared", "-fPIC", "-Wl,-soname,libown.so")
+	program := filepath.Join(dir, "prog")
+	compile(t, program, "int own(void);\nint main(void) { return own(); }\n", "-L"+dir, "-lown", "-Wl,-rpath,"+dir)
+	spec, err := NewSpec(&runtimes.Launch{Program: program, Args: []string{"prog"}}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	described := slices.Clone(spec.Mounts)
+	if !slices.ContainsFunc(described, func(m specs.Mount) bool { return m.Destination == lib && m.Source == lib }) {
+		t.Fatalf("mounts %+v: want %s bound by itself", described, lib)
+	}
+	state := libraryState(t, "/bin/sh")
+	if err := spec.Link(state); err == nil || !strings.Contains(err.Error(), "private") {
+		t.Errorf("Link of a program with private libraries: %v; want refused for them", err)
+	}
+	if !reflect.DeepEqual(spec.Mounts, described) {
+		t.Errorf("mounts %+v, want them as described: %+v", spec.Mounts, described)
+	}
+	if left, _ := os.ReadDir(state); len(left) != 0 {
+		t.Errorf("left behind in %s: %v", state, left)
 	}
 }
