@@ -139,9 +139,9 @@ type Profile struct {
 //go:embed builtin/*.json
 var builtinFS embed.FS
 
-// ErrUnknownHardeningProfile is returned for a profile name with no
+// ErrUnknownProfile is returned for a profile name with no
 // built-in profile.
-var ErrUnknownHardeningProfile = errors.New("unknown profile")
+var ErrUnknownProfile = errors.New("unknown profile")
 
 // Names lists the built-in hardening profiles.
 func Names() []string {
@@ -178,7 +178,7 @@ func Load(name string) (*Profile, error) {
 	}
 	data, err := builtinFS.ReadFile("builtin/" + name + ".json")
 	if err != nil {
-		return nil, fmt.Errorf("%w %q (built-in profiles: %s)", ErrUnknownHardeningProfile, name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("%w %q (built-in profiles: %s)", ErrUnknownProfile, name, strings.Join(Names(), ", "))
 	}
 	p, err := decodeProfile(data)
 	if err != nil {
@@ -271,7 +271,7 @@ func checkSeccompRef(ref string) error {
 		return err
 	}
 	if _, err := fs.Stat(seccompFS, builtinSeccompPath(ref)); err != nil {
-		return fmt.Errorf("seccomp profile %q: %w", ref, ErrUnknownProfile)
+		return fmt.Errorf("seccomp policy %q: %w", ref, ErrUnknownPolicy)
 	}
 	return nil
 }

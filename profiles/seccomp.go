@@ -17,8 +17,9 @@ import (
 //go:embed seccomp/*.json
 var seccompFS embed.FS
 
-// ErrUnknownProfile is returned by Seccomp for a name with no built-in policy.
-var ErrUnknownProfile = errors.New("unknown seccomp profile")
+// ErrUnknownPolicy is returned by Seccomp for a name with no built-in
+// seccomp policy.
+var ErrUnknownPolicy = errors.New("unknown seccomp policy")
 
 // SeccompNames lists the built-in seccomp policies.
 func SeccompNames() []string {
@@ -71,7 +72,7 @@ type SeccompSource struct {
 func builtinSeccomp(name string) (*SeccompSource, error) {
 	data, err := seccompFS.ReadFile(builtinSeccompPath(name))
 	if err != nil {
-		return nil, fmt.Errorf("seccomp profile %q: %w", name, ErrUnknownProfile)
+		return nil, fmt.Errorf("seccomp policy %q: %w", name, ErrUnknownPolicy)
 	}
 	return &SeccompSource{Ref: name, Data: data, builtin: true}, nil
 }
@@ -79,7 +80,7 @@ func builtinSeccomp(name string) (*SeccompSource, error) {
 func seccompFile(path string) (*SeccompSource, error) {
 	data, err := capread.File(path, maxFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("load seccomp profile: %w", err)
+		return nil, fmt.Errorf("load seccomp policy: %w", err)
 	}
 	return &SeccompSource{Ref: path, Data: data}, nil
 }
@@ -89,9 +90,9 @@ func (s *SeccompSource) Policy() (*specs.LinuxSeccomp, error) {
 	p, err := decodeSeccomp(s.Data)
 	if err != nil {
 		if s.builtin {
-			return nil, fmt.Errorf("built-in seccomp profile %q: %w", s.Ref, err)
+			return nil, fmt.Errorf("built-in seccomp policy %q: %w", s.Ref, err)
 		}
-		return nil, fmt.Errorf("seccomp profile %s: %w", s.Ref, err)
+		return nil, fmt.Errorf("seccomp policy %s: %w", s.Ref, err)
 	}
 	return p, nil
 }
@@ -116,7 +117,7 @@ func decodeSeccomp(data []byte) (*specs.LinuxSeccomp, error) {
 // compiles them.
 func ValidateSeccomp(p *specs.LinuxSeccomp) error {
 	if p == nil {
-		return errors.New("no seccomp profile")
+		return errors.New("no seccomp policy")
 	}
 	if err := checkAction("defaultAction", p.DefaultAction); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 func TestBuiltinSeccompProfiles(t *testing.T) {
 	names := profiles.SeccompNames()
 	if !slices.Equal(names, []string{"deno", "native", "pyodide"}) {
-		t.Fatalf("built-in seccomp profiles %v", names)
+		t.Fatalf("built-in seccomp policies %v", names)
 	}
 	for _, name := range names {
 		p, err := profiles.Seccomp(name)
@@ -48,7 +48,7 @@ func TestBuiltinSeccompProfiles(t *testing.T) {
 			}
 		}
 	}
-	if _, err := profiles.Seccomp("nope"); !errors.Is(err, profiles.ErrUnknownProfile) {
+	if _, err := profiles.Seccomp("nope"); !errors.Is(err, profiles.ErrUnknownPolicy) {
 		t.Fatalf("unknown profile: %v", err)
 	}
 	// Each call returns a fresh copy: a caller's edit must not leak.
@@ -115,7 +115,7 @@ func TestValidateSeccompNamesTheField(t *testing.T) {
 		p    *specs.LinuxSeccomp
 		want string
 	}{
-		{"nil", nil, "no seccomp profile"},
+		{"nil", nil, "no seccomp policy"},
 		{"no default", &specs.LinuxSeccomp{}, "defaultAction: missing"},
 		{"bad default", &specs.LinuxSeccomp{DefaultAction: "SCMP_ACT_NOPE"}, `defaultAction: unknown action "SCMP_ACT_NOPE"`},
 		{"bad action", base(allow("read"), allow("write"), allow("close"), specs.LinuxSyscall{Names: []string{"open"}, Action: "SCMP_ACT_FOO"}),
@@ -170,9 +170,9 @@ func TestValidateChecksSeccompRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ref, want := range map[string]string{
-		"nope":      "seccomp.deno: seccomp profile \"nope\": unknown seccomp profile",
-		bad:         "seccomp.deno: seccomp profile " + bad + ": defaultAction",
-		"/missing/": "seccomp.deno: load seccomp profile",
+		"nope":      "seccomp.deno: seccomp policy \"nope\": unknown seccomp policy",
+		bad:         "seccomp.deno: seccomp policy " + bad + ": defaultAction",
+		"/missing/": "seccomp.deno: load seccomp policy",
 	} {
 		p := *base
 		p.Seccomp = map[string]string{"deno": ref, "python": "pyodide", "native": "native"}
