@@ -257,10 +257,11 @@ var errUnsupported = errors.New("spawn: unsupported attributes")
 // The child shares the supervisor's memory map, and what the kernel does
 // to a map reaches both. Two cases matter: the child's change of ids makes
 // the map undumpable (undone below once the child has exec'd or been
-// reaped, as long as the supervisor started dumpable), and an OOM kill of the child would
-// kill every process sharing its map. The second cannot happen: the child
-// is born outside any job cgroup, or (cgroup v2) in its job's fresh, empty
-// one, and its own pages are charged to the supervisor's.
+// reaped, as long as the supervisor started dumpable), and an OOM kill of
+// the child would kill every process sharing its map. The second cannot
+// happen: the child is born outside any job cgroup, or (cgroup v2) in its
+// job's fresh, empty one, and its own pages are charged to the
+// supervisor's.
 func startShared(cmd *exec.Cmd) (*os.Process, error) {
 	attr := cmd.SysProcAttr
 	if attr == nil || attr.Ptrace || attr.Setctty || attr.Noctty || attr.Foreground || attr.Setpgid ||
