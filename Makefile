@@ -81,19 +81,22 @@ test-host: setup
 # pids.max and a limit below 5 fails the run (README, the --pids flag).
 VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock
 VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne
-# The jail package's runs, prestart pool (its children born in the cgroups
-# they wait with, TestPoolChildWaitsWithItsCgroup) and init-stage start
-# (spawnShared, on another kernel) on a unified host; its other tests read
-# the source tree or want a dynamically linked /bin/sh, which the VM has
-# not. The daemon prestarts only with a core spare, so on the TCG VM's one
-# vCPU DaemonPrestarted checks that it starts none and contains a cold run.
-VM_JAIL_TESTS ?= TestRun|TestPool|TestSpawn
+# The jail package's runs and prestart pool (its children born in the
+# cgroups they wait with, TestPoolChildWaitsWithItsCgroup) on a unified
+# host; its other tests read the source tree or want a dynamically linked
+# /bin/sh, which the VM has not. The init-stage start's tests (package
+# jail/internal/spawn, on another kernel) all run there but the one that
+# reads the child's machine code, which needs objdump. The daemon
+# prestarts only with a core spare, so on the TCG VM's one vCPU
+# DaemonPrestarted checks that it starts none and contains a cold run.
+VM_JAIL_TESTS ?= TestRun|TestPool
 VMBIN := $(CURDIR)/bin/vm
 
 test-vm: setup
 	mkdir -p $(VMBIN)
 	$(GO) test -c -o $(VMBIN)/cgroup.test ./cgroup
 	$(GO) test -c -o $(VMBIN)/jail.test ./jail
+	$(GO) test -c -o $(VMBIN)/spawn.test ./jail/internal/spawn
 	$(GO) test -c -o $(VMBIN)/integration.test ./integration
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/selftest ./integration/vm/selftest
 	CGO_ENABLED=0 $(GO) build -o $(VMBIN)/prober ./integration/prober

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/jail/initstage"
+	"github.com/pmjail/pmjail/jail/internal/spawn"
 )
 
 // child is a started init stage and the supervisor's ends of it. It waits
@@ -95,7 +95,7 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	c.proc, c.intoCgroup, err = start(cmd)
+	c.proc, c.intoCgroup, err = spawn.Start(cmd)
 	if err != nil {
 		outR.Close()
 		errR.Close()
@@ -139,64 +139,6 @@ func (c *child) discard() error {
 		return nil
 	}
 	return c.held.Delete()
-}
-
-// start starts the init stage and says whether it was born in its cgroup
-// (CLONE_INTO_CGROUP). Where clone3, which that needs, is refused (an outer
-// seccomp filter, as in Docker's default profile), it starts with clone
-// and the child joins its cgroup before the runtime starts instead.
-func start(cmd *exec.Cmd) (*os.Process, bool, error) {
-	proc, err := startOnce(cmd)
-	if err != nil && cmd.SysProcAttr.UseCgroupFD && clone3Refusal(err) {
-		cmd = restartable(cmd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
-		proc, err = startOnce(cmd)
-	}
-	return proc, cmd.SysProcAttr.UseCgroupFD, err
-}
-
-// startOnce starts cmd: in a new user namespace through spawnShared where
-// this build has it and clone3 is allowed, else through Go's start, which
-// shares memory with any other child already.
-func startOnce(cmd *exec.Cmd) (*os.Process, error) {
-	if cmd.SysProcAttr.Cloneflags&unix.CLONE_NEWUSER != 0 && canSpawnShared && !noClone3.Load() {
-		proc, err := spawnShared(cmd)
-		if !clone3Refusal(err) {
-			return proc, err
-		}
-		// Remembered, so that later starts go straight to Go's, which uses
-		// clone when it has no cgroup to start in.
-		noClone3.Store(true)
-		if cmd.SysProcAttr.UseCgroupFD {
-			return nil, err
-		}
-	}
-	if err := startLocked(cmd); err != nil {
-		return nil, err
-	}
-	return cmd.Process, nil
-}
-
-// noClone3: this process was refused clone3 once.
-var noClone3 atomic.Bool
-
-// clone3Refusal reports whether err is clone3's refusal (Docker's default
-// seccomp profile answers ENOSYS, older ones EPERM), from spawnShared or
-// from Go's start (ENOSYS).
-func clone3Refusal(err error) bool {
-	var se *os.SyscallError
-	if errors.As(err, &se) && se.Syscall == "clone3" {
-		return errors.Is(se.Err, unix.ENOSYS) || errors.Is(se.Err, unix.EPERM)
-	}
-	return errors.Is(err, unix.ENOSYS)
-}
-
-// restartable returns a fresh copy of a command whose start failed (an
-// exec.Cmd cannot be started twice), sharing its files and attributes.
-func restartable(cmd *exec.Cmd) *exec.Cmd {
-	attr := *cmd.SysProcAttr
-	return &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
-		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &attr}
 }
 
 // childAttr is the whole contract of starting the init stage: the

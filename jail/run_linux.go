@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -708,38 +706,6 @@ func (s *supervision) applyStopReason() bool {
 		out.ExitCode = code
 	}
 	return true
-}
-
-// startLocked starts cmd from a locked OS thread: the parent-death signal
-// fires when the thread that started the child exits, so that thread must
-// be one the Go runtime keeps. A new user namespace is owned by the job's
-// host id (see ownNamespacesAs).
-func startLocked(cmd *exec.Cmd) error {
-	runtime.LockOSThread()
-	owner, ok := namespaceOwner(cmd.SysProcAttr)
-	if !ok {
-		defer runtime.UnlockOSThread()
-		return cmd.Start()
-	}
-	restore, err := ownNamespacesAs(owner)
-	if err != nil {
-		if !errors.Is(err, errThreadTainted) {
-			runtime.UnlockOSThread()
-		}
-		return err
-	}
-	err = cmd.Start()
-	if rerr := restore(); rerr != nil {
-		// The thread keeps the job's uid: it stays locked, and ends with
-		// this goroutine. The child, if started, goes with it.
-		if err == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		return errors.Join(err, rerr)
-	}
-	runtime.UnlockOSThread()
-	return err
 }
 
 func socketPair() (*os.File, *os.File, error) {

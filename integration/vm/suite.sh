@@ -1,10 +1,12 @@
 #!/bin/sh
 # integration/vm/suite.sh - the test suites pmjail runs inside the cgroup v2
 # VM (see run.sh): the VM self-check, the cgroup package's tests (their v2
-# paths run only here), the jail package's tests named by $VM_JAIL_TESTS and
-# the integration tests named by $VM_TESTS, less those $VM_SKIP names.
+# paths run only here), the jail package's tests named by $VM_JAIL_TESTS,
+# the init-stage start's (jail/internal/spawn) but the one that needs
+# objdump, and the integration tests named by $VM_TESTS, less those
+# $VM_SKIP names.
 # usage: suite.sh BINDIR   (BINDIR holds selftest, cgroup.test, jail.test,
-#                          integration.test and pmjail)
+#                          spawn.test, integration.test and pmjail)
 #
 # Each test binary's suite fails unless every top-level test it lists for
 # the filters reported a verdict: a filter that selects nothing, or a
@@ -75,6 +77,7 @@ gotest() {
 selftest selftest "$dir/selftest" -deno=
 gotest cgroup "$dir/cgroup.test" . '^$'
 gotest jail "$dir/jail.test" "${VM_JAIL_TESTS:-TestRun|TestPool}" '^$'
+gotest spawn "$dir/spawn.test" . '^TestSpawnChildMakesNoCalls$'
 gotest integration "$dir/integration.test" "${VM_TESTS:-.}" "${VM_SKIP:-^$}" -test.timeout=20m
 echo "$summary"
 exit $status

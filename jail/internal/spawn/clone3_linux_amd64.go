@@ -1,6 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package jail
+package spawn
 
 /*
 #cgo CFLAGS: -O2 -fno-stack-protector
@@ -19,7 +19,8 @@ package jail
 // The child shares the supervisor's memory (CLONE_VM) and runs while the
 // supervisor's threads run on: it may touch only its own stack and this
 // request, and may call nothing that takes a lock or sets errno (the
-// supervisor thread's TLS). So it makes raw system calls only.
+// supervisor thread's TLS). So it makes raw system calls only
+// (TestSpawnChildMakesNoCalls reads its machine code to check).
 
 struct pmjail_spawn {
 	const char *path;
@@ -218,52 +219,54 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// canSpawnShared: this build starts init stages in new user namespaces
-// through spawnShared.
-const canSpawnShared = true
+// canStartShared: this build starts children in new user namespaces
+// through startShared.
+const canStartShared = true
 
-// spawnStackSize is the child's stack between clone and exec: it runs one
+// stackSize is the child's stack between clone and exec: it runs one
 // small C function. A guard page below it turns an overflow into a fault.
-const spawnStackSize = 64 << 10
+const stackSize = 64 << 10
 
-// spawnFlags are the clone flags spawnShared passes on: namespaces only. A
+// sharedFlags are the clone flags startShared passes on: namespaces only. A
 // shared fd table, fs or signal handlers would let the child's set-up
 // change the supervisor's.
-const spawnFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
+const sharedFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 
-// spawnSteps names the child's steps (STEP_* in the C code) for errors.
-var spawnSteps = [...]string{1: "reset signal handlers", 2: "wait for id mappings", 3: "setsid",
+// childSteps names the child's steps (STEP_* in the C code) for errors.
+var childSteps = [...]string{1: "reset signal handlers", 2: "wait for id mappings", 3: "setsid",
 	4: "setgroups", 5: "setresgid", 6: "setresuid", 7: "place fds", 8: "chdir", 9: "parent-death signal", 10: "exec"}
 
-// testHookSpawn, when set by a test, runs after a start has made its pipes
+// testHook, when set by a test, runs after a start has made its pipes
 // ("pipes") and after its clone ("cloned").
-var testHookSpawn func(stage string)
+var testHook func(stage string)
 
-// errUnsupported: spawnShared does not know how to start this command.
+// errUnsupported: startShared does not know how to start this command.
 var errUnsupported = errors.New("spawn: unsupported attributes")
 
-// spawnShared starts cmd as startLocked would, but in a child that shares
+// startShared starts cmd as startLocked would, but in a child that shares
 // the supervisor's memory until it execs (CLONE_VM) instead of a copy of
 // it. Go's own start never does that for a new user namespace, whose child
 // must wait for its id mappings, and so a fork copies (and on exec tears
 // down) the supervisor's page tables and makes both sides take
-// copy-on-write faults: ~1 ms of CPU per start in the daemon. It takes the
-// subset of exec.Cmd and SysProcAttr that childAttr sets; what it does not
-// know it refuses.
+// copy-on-write faults, a cost that grows with the daemon's heap
+// (BenchmarkStartInitStage). It takes the subset of exec.Cmd and
+// SysProcAttr that jail's init-stage start sets; what it does not know it
+// refuses.
 //
 // The child shares the supervisor's memory map, and what the kernel does
 // to a map reaches both. Two cases matter: the child's change of ids makes
-// the map undumpable (undone below once the child has exec'd, as long as
-// the supervisor started dumpable), and an OOM kill of the child would
-// kill every process sharing its map. The second cannot happen: the child
-// is born outside any job cgroup, or (cgroup v2) in its job's fresh, empty
-// one, and its own pages are charged to the supervisor's.
-func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
+// the map undumpable (undone below once the child has exec'd or been
+// reaped, as long as the supervisor started dumpable), and an OOM kill of
+// the child would kill every process sharing its map. The second cannot
+// happen: the child is born outside any job cgroup, or (cgroup v2) in its
+// job's fresh, empty one, and its own pages are charged to the
+// supervisor's.
+func startShared(cmd *exec.Cmd) (*os.Process, error) {
 	attr := cmd.SysProcAttr
 	if attr == nil || attr.Ptrace || attr.Setctty || attr.Noctty || attr.Foreground || attr.Setpgid ||
 		attr.Chroot != "" || attr.Unshareflags != 0 || len(attr.AmbientCaps) != 0 || attr.PidFD != nil ||
-		attr.Cloneflags&^spawnFlags != 0 || len(cmd.ExtraFiles) > 5 || cmd.Dir != "/" ||
+		attr.Cloneflags&^sharedFlags != 0 || len(cmd.ExtraFiles) > 5 || cmd.Dir != "/" ||
 		attr.Credential != nil && (len(attr.Credential.Groups) != 0 || attr.Credential.NoSetGroups) {
 		return nil, errUnsupported
 	}
@@ -316,7 +319,7 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 		}
 	}
 
-	stack, err := unix.Mmap(-1, 0, spawnStackSize+os.Getpagesize(), unix.PROT_NONE,
+	stack, err := unix.Mmap(-1, 0, stackSize+os.Getpagesize(), unix.PROT_NONE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
 	if err != nil {
 		return nil, os.NewSyscallError("mmap", err)
@@ -325,7 +328,7 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	if err := unix.Mprotect(stack[os.Getpagesize():], unix.PROT_READ|unix.PROT_WRITE); err != nil {
 		return nil, os.NewSyscallError("mprotect", err)
 	}
-	s.stack, s.stack_size = unsafe.Pointer(&stack[os.Getpagesize()]), spawnStackSize
+	s.stack, s.stack_size = unsafe.Pointer(&stack[os.Getpagesize()]), stackSize
 
 	var syncPipe, errPipe [2]int
 	if err := unix.Pipe2(syncPipe[:], unix.O_CLOEXEC); err != nil {
@@ -338,8 +341,8 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	}
 	defer unix.Close(errPipe[0])
 	s.sync_fd, s.sync_peer, s.err_fd = C.int(syncPipe[0]), C.int(syncPipe[1]), C.int(errPipe[1])
-	if testHookSpawn != nil {
-		testHookSpawn("pipes")
+	if testHook != nil {
+		testHook("pipes")
 	}
 
 	wasDumpable()
@@ -369,8 +372,8 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 	if pid < 0 {
 		return nil, errors.Join(os.NewSyscallError("clone3", syscall.Errno(-pid)), restoreErr)
 	}
-	if testHookSpawn != nil {
-		testHookSpawn("cloned")
+	if testHook != nil {
+		testHook("cloned")
 	}
 	// From here every way out leaves the child exec'd or reaped: only then
 	// may its stack and the strings it reads go.
@@ -381,6 +384,8 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 				break
 			}
 		}
+		// It may have changed its ids before it failed.
+		redump(attr)
 		return nil, err
 	}
 	if restoreErr != nil {
@@ -405,18 +410,25 @@ func spawnShared(cmd *exec.Cmd) (*os.Process, error) {
 		step := binary.NativeEndian.Uint32(report[:4])
 		errno := syscall.Errno(binary.NativeEndian.Uint32(report[4:]))
 		what := "step " + strconv.Itoa(int(step))
-		if int(step) < len(spawnSteps) && spawnSteps[step] != "" {
-			what = spawnSteps[step]
+		if int(step) < len(childSteps) && childSteps[step] != "" {
+			what = childSteps[step]
 		}
 		return reap(fmt.Errorf("start %s: %s: %w", cmd.Path, what, errno))
 	case n != 0:
 		return reap(fmt.Errorf("start %s: short status from the child (%d bytes)", cmd.Path, n))
 	}
 	// EOF: the child's end closed at its exec.
+	redump(attr)
+	return os.FindProcess(pid)
+}
+
+// redump makes this process dumpable again, as it was when it started,
+// once a child that shared its memory map, and may have changed its ids
+// (which made the map undumpable), has exec'd or died.
+func redump(attr *syscall.SysProcAttr) {
 	if attr.Credential != nil && wasDumpable() {
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 	}
-	return os.FindProcess(pid)
 }
 
 // writeIDMaps writes the child's id mappings as Go's start does: uid_map,

@@ -1,8 +1,7 @@
-package jail
+package spawn
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,42 +10,37 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
-// TestNamespaceOwnedByLease: a job's user namespace is owned by the job's
-// own host id, through either start, and the supervisor's threads keep
+// TestSpawnNamespaceOwner: a new user namespace is owned by the host id
+// its root maps to, through each start, and the supervisor's threads keep
 // their uids, capabilities and dumpability.
-func TestNamespaceOwnedByLease(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	lease, err := leaseIDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.release()
+func TestSpawnNamespaceOwner(t *testing.T) {
+	testenv.RequireRoot(t)
 	before := threadIDs(t)
 	dumpable, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS)
-	for _, c := range []struct {
-		name  string
-		start func(*exec.Cmd) (*os.Process, error)
-	}{
-		{"shared", spawnShared},
-		{"go", func(c *exec.Cmd) (*os.Process, error) { return c.Process, startLocked(c) }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if c.name == "shared" && !canSpawnShared {
+	for _, s := range starts {
+		t.Run(s.name, func(t *testing.T) {
+			if s.name == "shared" && !canStartShared {
 				t.Skip("this build starts through Go only")
 			}
-			cmd := &exec.Cmd{Path: "/bin/sleep", Args: []string{"sleep", "60"}, Dir: "/",
-				Stdin: os.Stdin, Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: childAttr(flags, lease)}
-			proc, err := c.start(cmd)
+			cmd, _, _ := probeCmd(t, flags)
+			// It waits on its stdin, a pipe closed when the test is done.
+			cmd.Args = []string{"/bin/cat"}
+			cmd.Path = "/bin/cat"
+			r, w, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if proc == nil {
-				proc = cmd.Process
+			defer r.Close()
+			defer w.Close()
+			cmd.Stdin = r
+			proc, err := s.start(cmd)
+			if err != nil {
+				t.Fatal(err)
 			}
 			defer func() {
 				_ = proc.Kill()
@@ -61,8 +55,8 @@ func TestNamespaceOwnedByLease(t *testing.T) {
 			if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&uid))); errno != 0 {
 				t.Fatal(os.NewSyscallError("ioctl NS_GET_OWNER_UID", errno))
 			}
-			if int(uid) != lease.rootID() {
-				t.Errorf("user namespace owned by uid %d, want the lease's %d", uid, lease.rootID())
+			if uid != hostRootID {
+				t.Errorf("user namespace owned by uid %d, want its root's %d", uid, hostRootID)
 			}
 			if after := threadIDs(t); after != before {
 				t.Errorf("the supervisor's threads changed:\nbefore %s\nafter  %s", before, after)

@@ -1,4 +1,4 @@
-package jail
+package spawn
 
 import (
 	"errors"
@@ -19,21 +19,22 @@ import (
 // objects were charged to host root, and a guest could take host root's
 // whole budget (the 128 inotify instances of fs.inotify.max_user_instances).
 // So the thread that clones a job's user namespace takes the job's own host
-// id as its effective uid for the clone, keeping its capabilities: the
-// namespace is then owned, and its budgets charged, by the job's lease.
+// id (the one the namespace's root maps to) as its effective uid for the
+// clone, keeping its capabilities: the namespace is then owned, and its
+// budgets charged, by the job's lease.
 // An owner's processes outside the namespace hold every capability in it;
 // none runs as that id (it is the namespace root's; a guest without a user
 // namespace runs as the lease's other id), and the lease is the job's alone.
 
 // namespaceOwner is the host uid that owns the user namespace attr creates:
-// the host id its root maps to. ok is false when attr makes no user
+// the host id its root (id 0) maps to. ok is false when attr makes no user
 // namespace or the supervisor is not root (its budgets are its own).
 func namespaceOwner(attr *syscall.SysProcAttr) (uid int, ok bool) {
 	if attr.Cloneflags&unix.CLONE_NEWUSER == 0 || os.Geteuid() != 0 {
 		return 0, false
 	}
 	for _, m := range attr.UidMappings {
-		if m.ContainerID == nsRootID && m.Size >= 1 {
+		if m.ContainerID == 0 && m.Size >= 1 {
 			return m.HostID, true
 		}
 	}
