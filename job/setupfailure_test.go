@@ -3,11 +3,13 @@ package job
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/initstage"
+	"github.com/pmjail/pmjail/posture"
 )
 
 // TestSetupLayerFailure: a run is retried on a probed host only when the
@@ -31,6 +33,21 @@ func TestSetupLayerFailure(t *testing.T) {
 	} {
 		if got := setupLayerFailure(&tc.out); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestInitLayersArePostureLayers: the layer an init stage step names is
+// one posture reports, spelled alike: the host is probed for it, and a run
+// on the probed host goes without it.
+func TestInitLayersArePostureLayers(t *testing.T) {
+	layers := initstage.Layers()
+	if len(layers) == 0 {
+		t.Fatal("no step applies a layer")
+	}
+	for _, l := range layers {
+		if !slices.Contains(posture.Names, string(l)) {
+			t.Errorf("an init stage step names layer %q, which posture does not know", l)
 		}
 	}
 }

@@ -12,9 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the init stage: it runs in the job's new namespaces, builds the
-// root, drops everything, starts the runtime and stays as its parent (see
-// runRuntime). It never returns.
+// Main is the init stage: it runs in the job's new namespaces, sets the
+// job up (the steps, from the root's mounts to the seccomp filter),
+// reports, starts the runtime and stays as its parent (see runRuntime).
+// It never returns.
 func Main() {
 	// Every per-thread attribute (capabilities, no_new_privs, the seccomp
 	// filter) must be set on the thread that calls execve. So must the
@@ -40,7 +41,7 @@ func Main() {
 		_ = sendReport(control, report)
 		os.Exit(125)
 	}
-	// The id switch cleared the parent-death signal until dropPrivileges set
+	// The id switch cleared the parent-death signal until dropCredentials set
 	// it again. A supervisor that died in between has closed its end, so
 	// this send fails and no guest starts without one.
 	if err := sendReport(control, report); err != nil {
@@ -53,7 +54,7 @@ func Main() {
 // 1 of the job's pid namespace, until the runtime ends; it returns the
 // runtime's exit code, having reported how it ended. Staying is what ties
 // the job's life to the supervisor's: this process holds the parent-death
-// signal (set by dropPrivileges), which the guest cannot clear as it could
+// signal (set by dropCredentials), which the guest cannot clear as it could
 // its own, and its death, whatever causes it, makes the kernel kill every
 // process of the namespace. It runs nothing of the guest's: the guest's
 // ids, capabilities and seccomp filter are already its own (the runtime

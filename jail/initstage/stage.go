@@ -9,12 +9,12 @@ import "strconv"
 // see.
 type Stage uint8
 
-// The stages, in the order a run meets them. Two pairs share their text
-// on purpose, as the messages users read always have: the supervisor's
-// and the init stage's halves of one step (StageCgroup, StageExec) are
-// one value; the supervisor's reading of its own mount namespace and the
-// init stage's check that it is elsewhere are two (StageHostMountNS,
-// StageMountNS), and only the second proves a layer.
+// The stages, in the order a run meets them. StageCgroup and StageExec
+// are each one step with a half on either side, the supervisor's and the
+// init stage's. StageHostMountNS and StageMountNS are two steps that share
+// their text, as users' messages always have: the supervisor reading its
+// own mount namespace, and the init stage checking that it is elsewhere;
+// only the second proves a layer.
 const (
 	// StageNone is no failure: the set-up, if it ran, went through.
 	StageNone Stage = iota
@@ -40,6 +40,9 @@ const (
 	StageMountNS // refuse the host's mount namespace
 	StageCapabilities
 	StageRoot // the root's tmpfs, its mounts made private, its read-only remount
+	// StageBindSource: a bind's source the init stage, unprivileged on
+	// the host, could not open: missing, or not readable by others. For
+	// pmjail exec's --ro-bind paths that is the job's mistake.
 	StageBindSource
 	StageMounts
 	StageFiles
@@ -78,23 +81,20 @@ var stageNames = [stageEnd]string{
 	StageMountNS:       "mount namespace",
 	StageCapabilities:  "capabilities",
 	StageRoot:          "root",
-	// StageBindSource: the binds' sources could not be opened by the init
-	// stage, unprivileged on the host: missing, or not readable by others.
-	// For pmjail exec's --ro-bind paths that is the job's mistake.
-	StageBindSource: "bind source",
-	StageMounts:     "mounts",
-	StageFiles:      "files",
-	StageChannel:    "channel",
-	StagePivot:      "pivot_root",
-	StageHostname:   "hostname",
-	StageCgroupNS:   "cgroup namespace",
-	StageRlimits:    "rlimits",
-	StageFDs:        "fds",
-	StageLandlock:   "landlock",
-	StagePrivileges: "privileges",
-	StageSeccomp:    "seccomp",
-	StageExec:       "exec",
-	StageWait:       "wait",
+	StageBindSource:    "bind source",
+	StageMounts:        "mounts",
+	StageFiles:         "files",
+	StageChannel:       "channel",
+	StagePivot:         "pivot_root",
+	StageHostname:      "hostname",
+	StageCgroupNS:      "cgroup namespace",
+	StageRlimits:       "rlimits",
+	StageFDs:           "fds",
+	StageLandlock:      "landlock",
+	StagePrivileges:    "privileges",
+	StageSeccomp:       "seccomp",
+	StageExec:          "exec",
+	StageWait:          "wait",
 }
 
 func (s Stage) String() string {

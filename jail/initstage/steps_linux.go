@@ -3,6 +3,7 @@ package initstage
 import (
 	"errors"
 	"os"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -19,41 +20,43 @@ type step struct {
 	run   func(*setup) error
 }
 
-// steps is the set-up, in the order it runs: nsjail's (contain.cc). The
-// root's file systems first, then the job's cgroup, which the supervisor
-// makes meanwhile, then everything of the job's (files, copies, the
-// channel), so that all it can grow is charged to the job; then the root
-// is pivoted into and frozen, the process's own attributes set, every
-// privilege dropped, and the seccomp filter installed last. After the
-// table Main sends the report and execs the runtime (StageExec).
+// steps is the set-up, in the order it runs: nsjail's (contain.cc), read
+// top to bottom. The root's file systems first, then the job's cgroup,
+// which the supervisor makes meanwhile, then everything of the job's
+// (files, copies, the channel), so that all it can grow is charged to the
+// job; then the root is pivoted into and frozen, the process's own
+// attributes set, every privilege dropped, and the seccomp filter
+// installed last. After the table Main sends the report and starts the
+// runtime (StageExec).
 //
-// Three steps have no place of their own in the outline (#34) and
-// keep the place they had: the mount namespace check and the read of
-// cap_last_cap come first (the latter from the host's /proc, before the
-// pivot hides it), and the cgroup namespace follows the hostname.
-// no_new_privs is set within the privileges step, between the capability
-// drop and the checks that nothing can be regained, as it always was.
+// A step with no layer fails for no lack of the host's: on the job's own
+// input (its files, rlimits, bind sources) or a broken init stage. The
+// rlimits step applies the rlimits layer, yet a refused limit is the
+// job's, so it names none. no_new_privs has no step of its own: the
+// privileges step sets it, between the id switch and the checks that
+// nothing can be regained (and the Landlock step before it, as
+// landlock_restrict_self requires).
 var steps = []step{
-	{StageConfig, "", (*setup).checkConfig},
-	{StageMountNS, LayerMountNS, (*setup).checkMountNS},
-	{StageCapabilities, "", (*setup).readLastCap},
-	{StageRoot, LayerRootfs, (*setup).privateMounts},
-	{StageBindSource, "", (*setup).openSources},
-	{StageRoot, LayerRootfs, (*setup).mountTmpfs},
-	{StageMounts, LayerRootfs, (*setup).mountAll},
-	{StageCgroup, "", (*setup).joinCgroup},
-	{StageFiles, "", (*setup).writeFiles},
-	{StageMounts, LayerRootfs, (*setup).writeCopies},
-	{StageChannel, "", (*setup).openChannel},
-	{StagePivot, LayerRootfs, (*setup).pivot},
-	{StageRoot, LayerRootfs, (*setup).readOnly},
-	{StageHostname, LayerUTSNS, (*setup).setHostname},
-	{StageCgroupNS, LayerCgroupNS, (*setup).unshareCgroupNS},
-	{StageRlimits, "", (*setup).setRlimits},
-	{StageFDs, "", (*setup).closeExtraFDs},
-	{StageLandlock, LayerLandlock, (*setup).restrictFiles},
-	{StagePrivileges, LayerCapabilities, (*setup).dropPrivileges},
-	{StageSeccomp, LayerSeccomp, (*setup).installFilter},
+	{StageConfig, "", (*setup).checkConfig},                       // a process to run
+	{StageMountNS, LayerMountNS, (*setup).checkMountNS},           // never the host's mounts
+	{StageCapabilities, "", (*setup).readLastCap},                 // from the host's /proc, before the pivot
+	{StageRoot, LayerRootfs, (*setup).privateMounts},              // nothing propagates; the prepared root kept or undone
+	{StageBindSource, "", (*setup).openSources},                   // before the tmpfs can hide one
+	{StageRoot, LayerRootfs, (*setup).mountTmpfs},                 // the root's tmpfs
+	{StageMounts, LayerRootfs, (*setup).mountAll},                 // binds through their fds, proc, tmpfs...
+	{StageCgroup, "", (*setup).joinCgroup},                        // the supervisor's Join
+	{StageFiles, "", (*setup).writeFiles},                         // charged to the job from here
+	{StageMounts, LayerRootfs, (*setup).writeCopies},              // the per-run copies
+	{StageChannel, "", (*setup).openChannel},                      // its FIFOs in the root
+	{StagePivot, LayerRootfs, (*setup).pivot},                     // the old root detached
+	{StageRoot, LayerRootfs, (*setup).readOnly},                   // unless the spec's root is writable
+	{StageHostname, LayerUTSNS, (*setup).setHostname},             // in the job's UTS namespace
+	{StageCgroupNS, LayerCgroupNS, (*setup).unshareCgroupNS},      // rooted at the job's cgroup, joined above
+	{StageRlimits, "", (*setup).setRlimits},                       // the spec's
+	{StageFDs, "", (*setup).closeExtraFDs},                        // the guest inherits stdio and the channel alone
+	{StageLandlock, LayerLandlock, (*setup).restrictFiles},        // never fails: the report says why not
+	{StagePrivileges, LayerCapabilities, (*setup).dropPrivileges}, // and ids, no_new_privs, the death signal
+	{StageSeccomp, LayerSeccomp, (*setup).installFilter},          // last
 }
 
 // setup is what the steps share: the supervisor's configuration, what
@@ -144,4 +147,16 @@ func (s *setup) installFilter() error {
 		s.report.fds = append(s.report.fds, listener)
 	}
 	return nil
+}
+
+// Layers returns the layers the steps apply, in the steps' order, each
+// once: those a caller may find missing on a host (see Layer).
+func Layers() []Layer {
+	var layers []Layer
+	for _, st := range steps {
+		if st.layer != "" && !slices.Contains(layers, st.layer) {
+			layers = append(layers, st.layer)
+		}
+	}
+	return layers
 }
