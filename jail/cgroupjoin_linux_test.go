@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/internal/testenv"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -38,7 +39,7 @@ func TestRunCgroupJoinFailsClosed(t *testing.T) {
 	job := shellJob(t, `echo started`, testLimits)
 	job.Cgroup = fakeCgroup{t}
 	out := Run(context.Background(), job)
-	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != "cgroup" || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
+	if out.Status != StatusInternalError || out.ExitCode != 125 || out.InitStage != initstage.StageCgroup || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
 		t.Fatalf("status %s exit %d stage %q message %q stdout %q", out.Status, out.ExitCode, out.InitStage, out.Message, out.Stdout)
 	}
 }
@@ -107,7 +108,7 @@ func TestRunJoinsTheCgroupItMade(t *testing.T) {
 	job := shellJob(t, `echo started`, testLimits)
 	job.MakeCgroup = func() (CgroupJob, error) { return fakeCgroup{t}, nil }
 	out := Run(context.Background(), job)
-	if out.Status != StatusInternalError || out.InitStage != "cgroup" || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
+	if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || strings.Contains(string(out.Stdout), "started") || !strings.Contains(out.Message, "not on a cgroup file system") {
 		t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
 	}
 }
@@ -124,7 +125,7 @@ func TestRunTimeoutWhileTheCgroupIsMade(t *testing.T) {
 		return nil, nil
 	}
 	out := Run(context.Background(), job)
-	if out.Status != StatusTimeout || out.ExitCode != 124 || out.InitStage != "" || strings.Contains(string(out.Stdout), "started") {
+	if out.Status != StatusTimeout || out.ExitCode != 124 || out.InitStage != initstage.StageNone || strings.Contains(string(out.Stdout), "started") {
 		t.Fatalf("status %s exit %d stage %q message %q stdout %q", out.Status, out.ExitCode, out.InitStage, out.Message, out.Stdout)
 	}
 	if left, _ := newChild(t, before); left != "" {
@@ -157,7 +158,7 @@ func TestRunCgroupNotMadeEndsTheRun(t *testing.T) {
 			if atBirth && startedFirst {
 				t.Error("a child was started before the cgroup it must be born in")
 			}
-			if out.Status != StatusInternalError || out.InitStage != "cgroup" || !strings.Contains(out.Message, "no cgroup here") || strings.Contains(string(out.Stdout), "started") {
+			if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || !strings.Contains(out.Message, "no cgroup here") || strings.Contains(string(out.Stdout), "started") {
 				t.Fatalf("status %s stage %q message %q stdout %q", out.Status, out.InitStage, out.Message, out.Stdout)
 			}
 			if left, _ := newChild(t, before); left != "" {

@@ -36,13 +36,13 @@ type child struct {
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
 // into one at hand-over. A failure names the step (stage) that failed.
-func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error) {
-	fail := func(step string, e error) (*child, string, error) {
+func startChild(flags uintptr, cg CgroupJob) (c *child, stage initstage.Stage, err error) {
+	fail := func(step initstage.Stage, e error) (*child, initstage.Stage, error) {
 		return nil, step, e
 	}
 	lease, err := leaseIDs()
 	if err != nil {
-		return fail("ids", err)
+		return fail(initstage.StageIDs, err)
 	}
 	defer func() {
 		if err != nil {
@@ -51,7 +51,7 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	}()
 	ctlHost, ctlChild, err := socketPair()
 	if err != nil {
-		return fail("control socket", err)
+		return fail(initstage.StageControlSocket, err)
 	}
 	// The child has its own copies of these once started.
 	defer ctlChild.Close()
@@ -65,18 +65,18 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	// same /dev/null serves as stdin.
 	placeholder, err := os.Open(os.DevNull)
 	if err != nil {
-		return fail("fd placeholder", err)
+		return fail(initstage.StagePlaceholder, err)
 	}
 	defer placeholder.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return fail("stdout pipe", err)
+		return fail(initstage.StageStdoutPipe, err)
 	}
 	defer outW.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
-		return fail("stderr pipe", err)
+		return fail(initstage.StageStderrPipe, err)
 	}
 	defer errW.Close()
 
@@ -99,16 +99,16 @@ func startChild(flags uintptr, cg CgroupJob) (c *child, stage string, err error)
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return fail("start", err)
+		return fail(initstage.StageStart, err)
 	}
 	if err = lease.hold(c.proc.Pid); err != nil {
 		_ = c.proc.Signal(syscall.SIGKILL)
 		_, _ = c.proc.Wait()
 		outR.Close()
 		errR.Close()
-		return fail("ids", err)
+		return fail(initstage.StageIDs, err)
 	}
-	return c, "", nil
+	return c, initstage.StageNone, nil
 }
 
 // waiting reports whether the child is still waiting for its

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/testenv"
+	"github.com/pmjail/pmjail/jail/initstage"
 )
 
 // cgroupManager returns a real cgroup manager, skipping (or failing under
@@ -205,7 +206,7 @@ func TestPoolHeldCgroupsServeOnlyAdopters(t *testing.T) {
 	}
 	before := children(t)
 	out := Run(context.Background(), failing)
-	if out.Status != StatusInternalError || out.InitStage != "cgroup" || !out.Prestarted || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
+	if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || !out.Prestarted || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
 		t.Fatalf("status %s stage %q prestarted %v message %q stdout %q", out.Status, out.InitStage, out.Prestarted, out.Message, out.Stdout)
 	}
 	if !gone(pooled) {

@@ -190,12 +190,12 @@ func (p *Pool) fill(flags uintptr) {
 
 // start starts one child for the pool, with its cgroup if the pool holds
 // them, and has it mount plan's root while it waits (nil: none).
-func (p *Pool) start(flags uintptr, plan []byte) (*child, string, error) {
+func (p *Pool) start(flags uintptr, plan []byte) (*child, initstage.Stage, error) {
 	var cg HeldCgroup
 	if p.opt.Cgroup != nil {
 		var err error
 		if cg, err = p.opt.Cgroup(); err != nil {
-			return nil, "cgroup", err
+			return nil, initstage.StageCgroup, err
 		}
 	}
 	c, stage, err := startChild(flags, cg)
@@ -210,11 +210,11 @@ func (p *Pool) start(flags uintptr, plan []byte) (*child, string, error) {
 	c.held = cg
 	if plan != nil {
 		if err := initstage.SendMessage(int(c.ctl.Fd()), plan, nil); err != nil {
-			return c, "prepare", err
+			return c, initstage.StagePrepare, err
 		}
 		c.plan = plan
 	}
-	return c, "", nil
+	return c, initstage.StageNone, nil
 }
 
 // discard ends a child that serves no run, telling OnError what of it

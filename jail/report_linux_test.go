@@ -36,7 +36,7 @@ func encodeReport(t *testing.T, r initstage.Report) []byte {
 func TestReadReportStopsAtItsEnd(t *testing.T) {
 	host, child := reportPair(t)
 	first := encodeReport(t, initstage.Report{Landlock: 4, FDs: []string{initstage.FDSeccomp}})
-	second := encodeReport(t, initstage.Report{Error: "exec /x: no such file", Stage: "exec", ExitCode: 127})
+	second := encodeReport(t, initstage.Report{Error: "exec /x: no such file", Stage: initstage.StageExec, ExitCode: 127})
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestReadReportStopsAtItsEnd(t *testing.T) {
 	}
 	unix.Close(fds[0])
 	r, fds, err = initstage.ReadReport(int(host.Fd()))
-	if err != nil || r.Stage != "exec" || r.ExitCode != 127 || len(fds) != 0 {
+	if err != nil || r.Stage != initstage.StageExec || r.ExitCode != 127 || len(fds) != 0 {
 		t.Fatalf("second report %+v, fds %v, %v", r, fds, err)
 	}
 }

@@ -115,8 +115,14 @@ type Outcome struct {
 	// LimitsHit names the limits the jail itself enforced.
 	LimitsHit []string
 	// InitStage names the set-up step that failed, for internal errors
-	// (StageBindSource among them).
-	InitStage string
+	// (StageBindSource among them), and InitLayer the layer that step
+	// applies: a host without it fails there (see initstage.Layer).
+	InitStage initstage.Stage
+	InitLayer initstage.Layer
+	// Err is the supervisor's own error behind a failed set-up (nil when
+	// the init stage reported it), for errors.Is: a cgroup the host cannot
+	// make wraps cgroup.ErrNotSupported.
+	Err error
 	// Prestarted says the init stage came from a Pool, started before
 	// the run; RootPrepared that its root was mounted then too.
 	Prestarted   bool
@@ -225,10 +231,11 @@ func (s *supervision) killTree() {
 	}
 }
 
-func (s *supervision) fail(stage string, err error) {
+func (s *supervision) fail(stage initstage.Stage, err error) {
 	s.out.Status = StatusInternalError
 	s.out.ExitCode = 125
 	s.out.InitStage = stage
+	s.out.Err = err
 	s.out.Message = fmt.Sprintf("%s: %v", stage, err)
 }
 
@@ -263,7 +270,7 @@ func (s *supervision) run(ctx context.Context) {
 	case c == nil && job.CgroupAtBirth:
 		cg, err := job.MakeCgroup()
 		if err != nil {
-			s.fail("cgroup", err)
+			s.fail(initstage.StageCgroup, err)
 			return
 		}
 		s.setCgroup(cg)
@@ -273,7 +280,7 @@ func (s *supervision) run(ctx context.Context) {
 	if c != nil {
 		s.out.Prestarted = true
 	} else {
-		var stage string
+		var stage initstage.Stage
 		var err error
 		if c, stage, err = startChild(flags, s.cg()); err != nil {
 			s.fail(stage, err)
@@ -407,7 +414,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	ctl := c.ctl
 	hostMountNS, err := ownMountNS()
 	if err != nil {
-		s.fail("mount namespace", err)
+		s.fail(initstage.StageHostMountNS, err)
 		return nil, err
 	}
 	cfg := initstage.ConfigFor(job.Spec)
@@ -422,7 +429,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
 	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
 	if err := sendConfig(ctl, &cfg); err != nil {
-		s.fail("send configuration", err)
+		s.fail(initstage.StageSendConfig, err)
 		return nil, err
 	}
 	// The init stage mounts the root meanwhile; it waits for the join
@@ -431,7 +438,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		made := <-s.making
 		s.making = nil
 		if made.err != nil {
-			s.fail("cgroup", made.err)
+			s.fail(initstage.StageCgroup, made.err)
 			return nil, made.err
 		}
 		s.setCgroup(made.cg)
@@ -444,14 +451,14 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		// A join that found the init stage gone says nothing about the
 		// cgroup.
 		if joinErr != nil && !peerGone(joinErr) {
-			s.fail("cgroup", joinErr)
+			s.fail(initstage.StageCgroup, joinErr)
 			return nil, joinErr
 		}
-		s.fail("init stage", s.initFailure(err))
+		s.fail(initstage.StageInit, s.initFailure(err))
 		return nil, err
 	}
 	if report.Error == "" && joinErr != nil {
-		report.Error, report.Stage = joinErr.Error(), "cgroup"
+		report.Error, report.Stage = joinErr.Error(), initstage.StageCgroup
 	}
 	if report.Error != "" {
 		for _, fd := range fds {
@@ -459,7 +466,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		}
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = 125
-		s.out.InitStage = report.Stage
+		s.out.InitStage, s.out.InitLayer = report.Stage, report.Layer
 		s.out.Message = "jail set-up failed: " + report.Error
 		return nil, errors.New(report.Error)
 	}
@@ -509,12 +516,12 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 			conn.Close()
 		}
 		if err != nil {
-			s.fail("exec", s.initFailure(err))
+			s.fail(initstage.StageExec, s.initFailure(err))
 			return nil, err
 		}
 		s.out.Status = StatusInternalError
 		s.out.ExitCode = after.ExitCode
-		s.out.InitStage = after.Stage
+		s.out.InitStage, s.out.InitLayer = after.Stage, after.Layer
 		s.out.Message = after.Error
 		return nil, errors.New(after.Error)
 	}
@@ -667,7 +674,7 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr 
 			}
 		}
 	} else if waitErr != nil {
-		s.fail("wait", waitErr)
+		s.fail(initstage.StageWait, waitErr)
 		return
 	}
 	if s.applyStopReason() {
@@ -698,7 +705,7 @@ func (s *supervision) applyStopReason() bool {
 	out := s.out
 	out.Status = reason.status
 	out.Message = reason.msg
-	out.InitStage = ""
+	out.InitStage, out.InitLayer, out.Err = initstage.StageNone, "", nil
 	if reason.limit != "" {
 		out.LimitsHit = append(out.LimitsHit, reason.limit)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 )
 
 // v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
@@ -54,7 +55,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 		res.Error = &jail.ErrorInfo{Code: "bind_source", Message: out.Message}
 	case out.Status == jail.StatusInternalError:
 		res.Error = &jail.ErrorInfo{Code: "internal", Message: out.Message}
-		if out.InitStage != "" && r.Mode == ModeRequired {
+		if out.InitStage != initstage.StageNone && r.Mode == ModeRequired {
 			res.Status = jail.StatusRefused
 			res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: " + out.Message}
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
@@ -116,20 +117,15 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		out := rn.attempt(ctx, r, opt, probed, cgs, res, logger)
 		prestarted = out != nil && out.Prestarted
 		rootPrepared = out != nil && out.RootPrepared
-		if out == nil || out.InitStage == "" || probed != nil || !setupLayerFailure(out) {
+		if out == nil || out.InitStage == initstage.StageNone || probed != nil || !setupLayerFailure(out) {
 			return res
 		}
-		logger.Warn("jail set-up failed; probing the host", "stage", out.InitStage, "err", out.Message)
+		logger.Warn("jail set-up failed; probing the host", "stage", out.InitStage, "layer", out.InitLayer, "err", out.Message)
 		cgs = cgs.probed()
 		probed = posture.Probe(ctx, cgs.options(rn.Install))
 		*res = jail.Result{ID: res.ID, Logs: []jail.LogEntry{}}
 	}
 }
-
-// cgroupStage is the set-up stage of a run whose own cgroup could not be
-// made: with a lazy manager (the CLI) that cgroup is the host's only cgroup
-// probe, so its failure is a missing layer like the init stage's.
-const cgroupStage = "cgroup creation"
 
 // cgroups is the cgroup manager a run uses, or why it has none.
 type cgroups struct {
@@ -154,13 +150,13 @@ func (c cgroups) options(in *runtimes.Install) posture.Options {
 	return posture.Options{Install: in, Cgroups: c.mgr, CgroupReason: c.reason}
 }
 
-// setupLayerFailure reports a set-up failure that a missing layer explains.
+// setupLayerFailure reports a set-up failure that a missing layer explains:
+// a step that applies one (its layer), the start into the job's namespaces
+// (one the kernel refused), or the run's own cgroup, which the host could
+// not make: with a lazy manager (the CLI) that cgroup is the host's only
+// cgroup probe.
 func setupLayerFailure(out *jail.Outcome) bool {
-	switch out.InitStage {
-	case cgroupStage, "start", "seccomp", "mount namespace", "pivot_root", "root", "mounts", "cgroup namespace", "hostname", "privileges":
-		return true
-	}
-	return false
+	return out.InitLayer != "" || out.InitStage == initstage.StageStart || errors.Is(out.Err, cgroup.ErrNotSupported)
 }
 
 func (rn *Runner) refuse(res *jail.Result, report *posture.Report) {
@@ -313,7 +309,7 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		if probed == nil && errors.Is(cgErr, cgroup.ErrNotSupported) {
 			// Not proven before: Run probes the host and retries without
 			// what cannot be used.
-			return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: cgroupStage, Message: cgErr.Error()}
+			return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: initstage.StageCgroup, Err: cgErr, Message: cgErr.Error()}
 		}
 		return nil
 	}

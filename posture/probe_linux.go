@@ -19,6 +19,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
@@ -118,7 +119,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 		}
 	default:
 		inside, out, err := probeJail(ctx, namespaces, filter)
-		if err != nil && filter != nil && out != nil && out.InitStage == "seccomp" {
+		if err != nil && filter != nil && out != nil && out.InitStage == initstage.StageSeccomp {
 			set(Seccomp, Missing, "installing the filter failed: "+out.Message)
 			inside, out, err = probeJail(ctx, namespaces, nil)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/netns"
 )
 
@@ -52,7 +53,7 @@ func ForRun(f RunFacts) *Report {
 	// A process that ended before it could be read back still had every
 	// layer the init stage applies: it fails closed before exec.
 	verified := o != nil && o.Error == ""
-	started := out != nil && out.InitStage == "" && out.Status != jail.StatusInternalError
+	started := out != nil && out.InitStage == initstage.StageNone && out.Status != jail.StatusInternalError
 	unread := "enforced by the init stage before exec (the process exited before it could be read back)"
 
 	for _, ns := range namespaceProbes {

@@ -41,3 +41,18 @@ func joinCgroups(fds []int) (int, error) {
 	}
 	return len(fds), nil
 }
+
+// awaitJoin reads the supervisor's Join and joins the job's cgroups
+// through the task files that came with it.
+func awaitJoin() error {
+	var join Join
+	fds, err := receive(ControlFD, &join, maxJoinSize, maxJoin)
+	if err != nil {
+		return fmt.Errorf("read the supervisor's join: %w", err)
+	}
+	joined, err := joinCgroups(fds)
+	if err == nil && joined != join.TaskFiles {
+		err = fmt.Errorf("joined %d cgroup hierarchies, want %d", joined, join.TaskFiles)
+	}
+	return err
+}

@@ -104,8 +104,10 @@ func (c *Config) HasNamespace(t specs.LinuxNamespaceType) bool {
 // report that it runs (Started, with a pidfd of it) or that it could not
 // be executed (Error); last, when the runtime has ended, how (Exited).
 type Report struct {
-	Error    string
-	Stage    string
+	Error string
+	// Stage is the step that failed, and Layer the layer it applies.
+	Stage    Stage
+	Layer    Layer
 	ExitCode int
 	// Landlock is the ABI version enforced, 0 for none.
 	Landlock int

@@ -1,6 +1,7 @@
 package initstage
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -170,5 +171,37 @@ func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
 	var nilRoot *preparedRoot
 	if nilRoot.serves(bind(file)) {
 		t.Error("no prepared root: served")
+	}
+}
+
+// TestSetUpNamesTheFailedStep: a set-up that stops reports the step's
+// stage and layer, and runs nothing after it. Both cases stop before any
+// mount: in the test's own mount namespace the check refuses to go on.
+func TestSetUpNamesTheFailedStep(t *testing.T) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &st); err != nil {
+		t.Fatal(err)
+	}
+	joined := false
+	join := func() error { joined = true; return nil }
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		stage Stage
+		layer Layer
+		text  string
+	}{
+		{"no process", Config{HostMountNS: st.Ino}, StageConfig, "", "config: no process to run"},
+		{"host's mounts", Config{Process: &specs.Process{Args: []string{"/bin/true"}}, HostMountNS: st.Ino},
+			StageMountNS, LayerMountNS, "mount namespace: not in a private mount namespace"},
+	} {
+		_, err := setUp(&tc.cfg, nil, join)
+		var se *stageError
+		if !errors.As(err, &se) || se.stage != tc.stage || se.layer != tc.layer || !strings.HasPrefix(err.Error(), tc.text) {
+			t.Errorf("%s: %v (%+v), want stage %s, layer %q, %q", tc.name, err, se, tc.stage, tc.layer, tc.text)
+		}
+	}
+	if joined {
+		t.Error("a set-up that stopped at its first steps joined the cgroup")
 	}
 }

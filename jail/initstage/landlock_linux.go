@@ -71,7 +71,7 @@ func landlockABI() (int, error) {
 // Main runs the set-up on its locked thread and execs from it, execve ends
 // every other thread of the process, and no guest code runs before that.
 // The thread gets no_new_privs here, as landlock_restrict_self requires
-// (dropPrivileges sets it again).
+// (dropCredentials sets it again).
 func applyLandlock(mounts []specs.Mount, rwFiles []string) (int, string) {
 	abi, err := landlockABI()
 	if err != nil {

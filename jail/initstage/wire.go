@@ -203,7 +203,8 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	var e encoder
 	e.begin(reportMagic)
 	e.string(r.Error)
-	e.string(r.Stage)
+	e.uint(uint64(r.Stage))
+	e.string(string(r.Layer))
 	e.int(r.ExitCode)
 	e.int(r.Landlock)
 	e.string(r.LandlockReason)
@@ -219,7 +220,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 func (r *Report) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
 	d.magic(reportMagic)
-	rep := Report{Error: d.string(), Stage: d.string(), ExitCode: d.int(), Landlock: d.int(),
+	rep := Report{Error: d.string(), Stage: d.stage(), Layer: Layer(d.string()), ExitCode: d.int(), Landlock: d.int(),
 		LandlockReason: d.string(), FDs: d.strings(), Prepared: d.bool(), Started: d.bool(), Exited: d.bool(),
 		Signal: d.int()}
 	if err := d.finish(); err != nil {
@@ -378,6 +379,15 @@ func (d *decoder) uint32() uint32 {
 		return 0
 	}
 	return uint32(v)
+}
+
+func (d *decoder) stage() Stage {
+	v := d.uint()
+	if v >= uint64(stageEnd) {
+		d.fail(fmt.Errorf("unknown stage %d", v))
+		return StageNone
+	}
+	return Stage(v)
 }
 
 func (d *decoder) int() int {

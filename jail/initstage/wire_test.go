@@ -184,7 +184,8 @@ func TestConfigRefusesMalformedMessages(t *testing.T) {
 func TestReportRoundTrip(t *testing.T) {
 	for _, sent := range []Report{
 		{},
-		{Error: "mount /proc: permission denied", Stage: "root", ExitCode: 125},
+		{Error: "mount /proc: permission denied", Stage: StageRoot, Layer: LayerRootfs, ExitCode: 125},
+		{Error: "exec /bin/x: no such file or directory", Stage: StageExec, ExitCode: 127},
 		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}, Prepared: true},
 		{Landlock: 0, LandlockReason: "not supported", ExitCode: -1},
 		{Started: true, FDs: []string{FDRuntime}},

@@ -1,0 +1,187 @@
+package initstage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/kfile"
+)
+
+// What the guest's process keeps: its rlimits, its fds, and no privilege.
+
+// readLastCap reads the highest capability the kernel knows, from the
+// host's /proc: the pivot hides it.
+func (s *setup) readLastCap() error {
+	var err error
+	s.lastCap, err = lastCapability()
+	return err
+}
+
+func lastCapability() (int, error) {
+	data, err := kfile.Read("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
+	}
+	return n, nil
+}
+
+func (s *setup) setRlimits() error {
+	for _, l := range s.cfg.Process.Rlimits {
+		res, ok := rlimitNames[l.Type]
+		if !ok {
+			return fmt.Errorf("unknown rlimit %s", l.Type)
+		}
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
+			return os.NewSyscallError("setrlimit "+l.Type, err)
+		}
+	}
+	return nil
+}
+
+var rlimitNames = map[string]int{
+	"RLIMIT_CORE":   unix.RLIMIT_CORE,
+	"RLIMIT_NOFILE": unix.RLIMIT_NOFILE,
+	"RLIMIT_FSIZE":  unix.RLIMIT_FSIZE,
+	"RLIMIT_CPU":    unix.RLIMIT_CPU,
+	"RLIMIT_NPROC":  unix.RLIMIT_NPROC,
+	"RLIMIT_STACK":  unix.RLIMIT_STACK,
+	"RLIMIT_AS":     unix.RLIMIT_AS,
+}
+
+// closeExtraFDs marks every fd above the channel close-on-exec (and the
+// channel's placeholder too when there is no channel): the guest inherits
+// stdin, stdout, stderr and the channel, nothing else.
+func (s *setup) closeExtraFDs() error {
+	first := uint(ControlFD)
+	if !s.cfg.Channel {
+		first = ChannelFD
+	}
+	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return os.NewSyscallError("close_range", err)
+	}
+	return nil
+}
+
+// Securebits (linux/securebits.h): no capabilities for uid 0 and no
+// ambient raise, each locked, and KEEP_CAPS / NO_SETUID_FIXUP locked off.
+const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
+
+// dropPrivileges drops every privilege (dropCredentials), then the other
+// threads' capabilities (dropOtherThreads).
+func (s *setup) dropPrivileges() error {
+	if err := dropCredentials(s.cfg.Process.User, s.lastCap); err != nil {
+		return err
+	}
+	dropOtherThreads()
+	return nil
+}
+
+// dropCredentials empties the bounding, ambient and inheritable capability
+// sets, switches to the guest's ids, sets no_new_privs, re-arms the parent
+// death signal (a credential change clears it) and then checks that nothing
+// can be regained.
+//
+// Every step acts on the calling thread's credentials only, the id changes
+// included: setresuid(2) and friends are per-thread system calls, which Go's
+// syscall package (and so unix.Setresuid) turns into a signal round trip
+// through every runtime thread to keep a Go program's ids uniform. Here one
+// thread is enough, and the right one: Main runs the set-up on its locked
+// thread and starts the runtime from it (runRuntime), which begins with
+// this thread's credentials alone. The process's other threads keep the
+// namespace's root ids but never run guest code, nor anything but the Go
+// runtime's own work. The checks at the end are on this thread too.
+func dropCredentials(user specs.User, lastCap int) error {
+	for c := 0; c <= lastCap; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return os.NewSyscallError(fmt.Sprintf("drop bounding capability %d", c), err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return os.NewSyscallError("clear ambient capabilities", err)
+	}
+	// Without SECBIT_KEEP_CAPS the switch away from uid 0 clears the
+	// permitted and effective sets; the locked NOROOT bits keep an exec from
+	// granting any back.
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
+		return os.NewSyscallError("set securebits", err)
+	}
+	if err := threadSyscall(sysSetgroups, 0, 0, 0); err != nil {
+		return os.NewSyscallError("setgroups", err)
+	}
+	uid, gid := uintptr(user.UID), uintptr(user.GID)
+	if err := threadSyscall(sysSetresgid, gid, gid, gid); err != nil {
+		return os.NewSyscallError("setresgid", err)
+	}
+	if err := threadSyscall(sysSetresuid, uid, uid, uid); err != nil {
+		return os.NewSyscallError("setresuid", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capset", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return os.NewSyscallError("set no_new_privs", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return os.NewSyscallError("set parent death signal", err)
+	}
+	// Trust, but verify: none of this may be undone.
+	if threadSyscall(sysSetresuid, 0, 0, 0) == nil {
+		return errors.New("regained uid 0 after dropping it")
+	}
+	if gid != 0 && threadSyscall(sysSetresgid, 0, 0, 0) == nil {
+		return errors.New("regained gid 0 after dropping it")
+	}
+	ruid, euid, suid := unix.Getresuid()
+	rgid, egid, sgid := unix.Getresgid()
+	if ruid != int(uid) || euid != int(uid) || suid != int(uid) || rgid != int(gid) || egid != int(gid) || sgid != int(gid) {
+		return fmt.Errorf("ids %d/%d/%d:%d/%d/%d after the switch, want %d:%d", ruid, euid, suid, rgid, egid, sgid, uid, gid)
+	}
+	if n, err := unix.Getgroups(); err != nil || len(n) != 0 {
+		return fmt.Errorf("supplementary groups %v (%v) after dropping them", n, err)
+	}
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capget", err)
+	}
+	if data[0].Effective|data[0].Permitted|data[0].Inheritable|data[1].Effective|data[1].Permitted|data[1].Inheritable != 0 {
+		return errors.New("capabilities left after dropping them")
+	}
+	return nil
+}
+
+// dropOtherThreads empties the capabilities of the process's other
+// threads too: the init stage outlives the set-up as the runtime's parent
+// (runRuntime), and its Go runtime's threads, which never run guest code,
+// need none. They keep the namespace's root ids, unprivileged on the host
+// and no task of the guest's uid (RLIMIT_NPROC counts by uid). Best effort,
+// before the seccomp filter (which refuses capset): AllThreadsSyscall
+// needs a program built without cgo, as pmjail-init is; a cgo binary
+// serving as its own init stage leaves them as they are. On the locked
+// thread, whose sets are empty already, the call changes nothing.
+func dropOtherThreads() {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	_, _, _ = syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0)
+}
+
+// threadSyscall makes a credential system call on the calling thread alone
+// (see dropCredentials).
+func threadSyscall(nr, a1, a2, a3 uintptr) error {
+	if _, _, errno := unix.RawSyscall(nr, a1, a2, a3); errno != 0 {
+		return errno
+	}
+	return nil
+}
