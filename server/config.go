@@ -269,8 +269,8 @@ func (c *Config) check() error {
 // a set of namespaces while it waits.
 const MaxPrestart = 64
 
-// prestartLen is the pool size as jail.Pool takes it.
-func (c *Config) prestartLen() int {
+// poolSize is the pool size as jail.Pool takes it.
+func (c *Config) poolSize() int {
 	if c.Prestart < 0 {
 		return 0
 	}

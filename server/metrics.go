@@ -16,7 +16,7 @@ type metrics struct {
 	rejected *prometheus.CounterVec
 }
 
-func newMetrics(lim *limiter, warm *jail.Pool) *metrics {
+func newMetrics(lim *limiter, pool *jail.Pool) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -44,7 +44,7 @@ func newMetrics(lim *limiter, warm *jail.Pool) *metrics {
 	prestarted := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_init_stages_prestarted",
 		Help: "Init stages started ahead of runs, waiting for one.",
-	}, func() float64 { return float64(warm.Idle()) })
+	}, func() float64 { return float64(pool.Idle()) })
 	m.reg.MustRegister(m.runs, m.duration, m.rejected, inFlight, queued, prestarted,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
