@@ -26,7 +26,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	for cfg, want := range map[string]int{`{"version": 1, "prestart": -1}`: 0, `{"version": 1, "prestart": 3}`: 3,
 		// The default follows max_concurrency up to the bound an explicit value has.
-		`{"version": 1, "max_concurrency": 100}`: MaxPrestart} {
+		`{"version": 1, "max_concurrency": 100}`: MaxPool} {
 		c, err := ParseConfig(strings.NewReader(cfg))
 		if err != nil {
 			t.Errorf("%s: %v", cfg, err)

@@ -299,7 +299,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	running, queued, max, queue := s.lim.stats()
 	h := client.Health{
 		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
-		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Prestarted: s.pool.Idle(),
+		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 	}
 	if s.draining.Load() {
