@@ -461,17 +461,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		s.fail("mount namespace", err)
 		return nil, err
 	}
-	cfg := initstage.ConfigFor(job.Spec)
-	proc := *cfg.Process
-	proc.User = specs.User{UID: guestID, GID: guestID}
-	if !cfg.HasNamespace(specs.UserNamespace) {
-		// Without a user namespace the guest takes the lease's host ids
-		// directly: still unprivileged and unique to this job.
-		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
-	}
-	cfg.Process = &proc
-	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
-	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	cfg := configFor(job, c, hostMountNS)
 	if err := sendConfig(ctl, &cfg); err != nil {
 		s.fail("send configuration", err)
 		return nil, err
@@ -512,38 +502,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	}
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
 	s.out.PooledRoot = report.Prepared
-	named := map[string]*os.File{}
-	for i, fd := range fds {
-		if i < len(report.FDs) {
-			named[report.FDs[i]] = os.NewFile(uintptr(fd), report.FDs[i])
-		} else {
-			unix.Close(fd)
-		}
-	}
-	if f := named[initstage.FDSeccomp]; f != nil {
-		if job.Denials != nil {
-			// The server owns the fd from here. Close-on-exec, as every fd
-			// of the supervisor's: a child started meanwhile (the daemon's
-			// next init stage) must not hold a copy, which would keep the
-			// listener open once the server closes it (seccomp.NotifyBudget)
-			// and leave the guest's calls waiting for an answer.
-			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-			if err == nil {
-				go job.Denials(ctx, fd)
-			}
-		}
-		f.Close()
-	}
-	var conn net.Conn
-	if in, out := named[initstage.FDChannelIn], named[initstage.FDChannelOut]; in != nil && out != nil {
-		conn = &fifoConn{r: out, w: in}
-	} else {
-		for _, f := range []*os.File{in, out} {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}
+	conn := s.hostEnds(ctx, report.FDs, fds)
 	// The init stage starts the runtime as its child and reports it
 	// running (with a pidfd of it) or not executable.
 	after, afterFDs, err := initstage.ReadReport(int(ctl.Fd()))
@@ -565,15 +524,77 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		s.out.Message = after.Error
 		return nil, errors.New(after.Error)
 	}
+	s.takeRuntime(after.FDs, afterFDs)
+	return conn, nil
+}
+
+// configFor is the init stage's configuration for job, run by child c:
+// the guest runs under the guest ids of c's lease.
+func configFor(job *Job, c *child, hostMountNS uint64) initstage.Config {
+	cfg := initstage.ConfigFor(job.Spec)
+	proc := *cfg.Process
+	proc.User = specs.User{UID: guestID, GID: guestID}
+	if !cfg.HasNamespace(specs.UserNamespace) {
+		// Without a user namespace the guest takes the lease's host ids
+		// directly: still unprivileged and unique to this job.
+		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
+	}
+	cfg.Process = &proc
+	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
+	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	return cfg
+}
+
+// takeRuntime keeps, of the fds the init stage sent with its exec report
+// by their names, the pidfd of the runtime; it closes the others.
+func (s *supervision) takeRuntime(names []string, fds []int) {
 	s.runtime = -1
-	for i, fd := range afterFDs {
-		if i < len(after.FDs) && after.FDs[i] == initstage.FDRuntime && s.runtime < 0 {
+	for i, fd := range fds {
+		if i < len(names) && names[i] == initstage.FDRuntime && s.runtime < 0 {
 			s.runtime = fd
 		} else {
 			unix.Close(fd)
 		}
 	}
-	return conn, nil
+}
+
+// hostEnds takes the fds the init stage sent with its set-up report, by
+// their names: the seccomp listener goes to Job.Denials, and the guest
+// channel's two fifos become its host end, returned (nil: none).
+func (s *supervision) hostEnds(ctx context.Context, names []string, fds []int) net.Conn {
+	job := s.job
+	named := map[string]*os.File{}
+	for i, fd := range fds {
+		if i < len(names) {
+			named[names[i]] = os.NewFile(uintptr(fd), names[i])
+		} else {
+			unix.Close(fd)
+		}
+	}
+	if f := named[initstage.FDSeccomp]; f != nil {
+		if job.Denials != nil {
+			// The server owns the fd from here. Close-on-exec, as every fd
+			// of the supervisor's: a child started meanwhile (the daemon's
+			// next init stage) must not hold a copy, which would keep the
+			// listener open once the server closes it (seccomp.NotifyBudget)
+			// and leave the guest's calls waiting for an answer.
+			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err == nil {
+				go job.Denials(ctx, fd)
+			}
+		}
+		f.Close()
+	}
+	in, out := named[initstage.FDChannelIn], named[initstage.FDChannelOut]
+	if in != nil && out != nil {
+		return &fifoConn{r: out, w: in}
+	}
+	for _, f := range []*os.File{in, out} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	return nil
 }
 
 // observeRuntime reads the runtime's state back, through the pidfd of it
