@@ -257,3 +257,41 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestRunAccountsAndReleasesItsCgroup: the jail makes the job's cgroup
+// through Job.Cgroups, reads its usage back into the outcome once the run
+// is over, and leaves it in place until Release removes it.
+func TestRunAccountsAndReleasesItsCgroup(t *testing.T) {
+	m := cgroupManager(t)
+	h := &testCgroups{t: t, m: m}
+	job := cgroupJob(t, h, `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done`)
+	out := Run(context.Background(), job)
+	t.Cleanup(func() { _ = out.Release() })
+	if out.Status != StatusOK || out.CgroupErr != nil || out.UsageErr != nil {
+		t.Fatalf("status %s message %q cgroup error %v usage error %v", out.Status, out.Message, out.CgroupErr, out.UsageErr)
+	}
+	cg, ok := out.Cgroup.(*cgroup.Job)
+	if !ok {
+		t.Fatalf("the outcome holds %v, want the job's cgroup", out.Cgroup)
+	}
+	if m.Host().Has(cgroup.CPU) && out.Usage.CPUTime <= 0 {
+		t.Errorf("the cgroup's usage %+v has no CPU time of the run's loop", out.Usage)
+	}
+	paths := cg.Paths()
+	for _, dir := range paths {
+		if _, err := os.Lstat(dir); err != nil {
+			t.Errorf("the job's cgroup %s is gone before Release: %v", dir, err)
+		}
+	}
+	if err := out.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if out.Cgroup != nil {
+		t.Error("the outcome still holds its cgroup after Release")
+	}
+	for _, dir := range paths {
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the job's cgroup %s outlived Release (%v)", dir, err)
+		}
+	}
+}
