@@ -136,11 +136,11 @@ func (d *Daemon) awaitPool(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		if h.Prestarted >= n {
+		if h.Pooled >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the pool of init stages holds %d, not %d, 5s after a run", h.Prestarted, n)
+			return fmt.Errorf("the pool of init stages holds %d, not %d, 5s after a run", h.Pooled, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -174,15 +174,15 @@ func (d *Daemon) SettledStats(ctx context.Context) (DaemonStats, error) {
 		if err != nil {
 			return DaemonStats{}, err
 		}
-		if h.Prestarted == last {
+		if h.Pooled == last {
 			same++
 		} else {
-			last, same = h.Prestarted, 0
+			last, same = h.Pooled, 0
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	st, err := d.Stats()
-	st.Prestarted = last
+	st.Pooled = last
 	return st, err
 }
 
@@ -198,7 +198,7 @@ func (d *Daemon) PoolFullStats(ctx context.Context) (DaemonStats, error) {
 	}
 	for tries := 0; ; tries++ {
 		st, err := d.SettledStats(ctx)
-		if err != nil || st.Prestarted >= h.MaxConcurrency || tries == 5 {
+		if err != nil || st.Pooled >= h.MaxConcurrency || tries == 5 {
 			return st, err
 		}
 		if err := d.Hello(ctx); err != nil {
@@ -227,8 +227,8 @@ type DaemonStats struct {
 	// stages it keeps started ahead of runs) and ChildRSS their RSS in all.
 	Children int
 	ChildRSS int64 // KiB
-	// Prestarted is what the daemon's health reports (SettledStats only).
-	Prestarted int
+	// Pooled is what the daemon's health reports (SettledStats only).
+	Pooled int
 }
 
 func (d *Daemon) Stats() (DaemonStats, error) {

@@ -153,7 +153,7 @@ func (b *Bench) servedHello(ctx context.Context) (_ *served, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pooled, err := b.Daemon.helloVariant("pmjail daemon (POST /v1/runs)", string(src), "hello\n", full.Prestarted)
+	pooled, err := b.Daemon.helloVariant("pmjail daemon (POST /v1/runs)", string(src), "hello\n", full.Pooled)
 	if err != nil {
 		return nil, err
 	}

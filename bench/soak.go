@@ -148,13 +148,13 @@ func (b *Bench) soak(ctx context.Context) error {
 	leaked := len(added(before.Cgroups, after.Cgroups)) + len(added(before.Mounts, after.Mounts)) + len(added(before.TmpDirs, after.TmpDirs)) + len(added(before.Zombies, after.Zombies))
 	if b.Daemon != nil {
 		leakRows = append(leakRows,
-			[]string{"daemon init stages waiting (prestart)", fmt.Sprint(dStart.Prestarted), fmt.Sprint(dEnd.Prestarted), signedInt(dEnd.Prestarted - dStart.Prestarted)},
+			[]string{"daemon init stages waiting (prestart)", fmt.Sprint(dStart.Pooled), fmt.Sprint(dEnd.Pooled), signedInt(dEnd.Pooled - dStart.Pooled)},
 			[]string{"their cgroups (`pmjail-*-prestart-*`), one each", fmt.Sprint(len(before.Reserved)), fmt.Sprint(len(after.Reserved)), signedInt(len(after.Reserved) - len(before.Reserved))},
 			[]string{"daemon open fds", fmt.Sprint(dStart.FDs), fmt.Sprint(dEnd.FDs), signedInt(dEnd.FDs - dStart.FDs)},
 			[]string{"daemon RSS", kib(dStart.RSS), kib(dEnd.RSS), fmt.Sprintf("%+.1f MiB", float64(dEnd.RSS-dStart.RSS)/1024)})
 		// Fds are comparable only with as many init stages waiting: a pool
 		// that could not be levelled counts against the check.
-		if dEnd.FDs > dStart.FDs || dEnd.Prestarted != dStart.Prestarted || len(after.Reserved) != dEnd.Prestarted {
+		if dEnd.FDs > dStart.FDs || dEnd.Pooled != dStart.Pooled || len(after.Reserved) != dEnd.Pooled {
 			leaked++
 		}
 	} else {

@@ -44,8 +44,9 @@ type Health struct {
 	Queued         int    `json:"queued"`
 	MaxConcurrency int    `json:"max_concurrency"`
 	MaxQueue       int    `json:"max_queue"`
-	// Prestarted is how many init stages wait, started, for runs.
-	Prestarted    int     `json:"prestarted"`
+	// Pooled is how many init stages wait, started, for runs (the
+	// daemon's pool).
+	Pooled        int     `json:"prestarted"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
 	PID           int     `json:"pid"`
 }

@@ -138,7 +138,7 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 	for {
 		kids := childrenOf(d.pid())
 		h, err := d.c.Health(context.Background())
-		settled := err == nil && len(kids) == h.Prestarted
+		settled := err == nil && len(kids) == h.Pooled
 		for _, pid := range kids {
 			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 			settled = settled && exe == initStage && procState(pid) == "S"

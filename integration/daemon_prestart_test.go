@@ -49,7 +49,7 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 	} else {
 		// The pool decides whether to refill inside the run, before its
 		// answer is written: nothing can start after it.
-		if h, err := d.c.Health(ctx); err != nil || h.Prestarted != 0 {
+		if h, err := d.c.Health(ctx); err != nil || h.Pooled != 0 {
 			t.Fatalf("one CPU: health %+v (%v), want no init stage started ahead", h, err)
 		}
 	}
@@ -100,7 +100,7 @@ func waitPrestarted(t *testing.T, d *daemon) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		h, err := d.c.Health(context.Background())
-		if err == nil && h.Prestarted > 0 {
+		if err == nil && h.Pooled > 0 {
 			return
 		}
 		if time.Now().After(deadline) {

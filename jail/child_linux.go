@@ -25,9 +25,9 @@ type child struct {
 	stdout, stderr *os.File
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
-	// held is the cgroup a pooled child waits with (PoolOptions.Cgroup)
+	// cgroup is the cgroup a pooled child waits with (PoolOptions.Cgroups)
 	// until a run adopts it; nil otherwise.
-	held HeldCgroup
+	cgroup Cgroup
 	// plan is the root a pooled child mounts ahead (an encoded
 	// initstage.Prepare), nil for none.
 	plan []byte
@@ -36,7 +36,7 @@ type child struct {
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
 // into one at hand-over. A failure names the step (stage) that failed.
-func startChild(flags uintptr, cg CgroupJob) (c *child, stage initstage.Stage, err error) {
+func startChild(flags uintptr, cg Cgroup) (c *child, stage initstage.Stage, err error) {
 	fail := func(step initstage.Stage, e error) (*child, initstage.Stage, error) {
 		return nil, step, e
 	}
@@ -135,10 +135,10 @@ func (c *child) discard() error {
 	c.stdout.Close()
 	c.stderr.Close()
 	c.lease.release()
-	if c.held == nil {
+	if c.cgroup == nil {
 		return nil
 	}
-	return c.held.Delete()
+	return c.cgroup.Delete()
 }
 
 // childAttr is the whole contract of starting the init stage: the

@@ -11,6 +11,11 @@
 // namespace, so even a supervisor killed with SIGKILL leaves nothing on the
 // host's disk.
 //
+// The job's cgroup has one owner, the jail: Run makes it through the
+// job's Cgroups, or adopts the one a pooled child waits with, places the
+// child in it, kills through it and reads its usage back; the Outcome
+// holds it until Release removes it.
+//
 // A Pool (the daemon's) keeps init stages started ahead of their runs,
 // waiting for a configuration; Run takes one when the job's cgroup allows.
 package jail

@@ -36,16 +36,40 @@ func cgroupManager(t *testing.T) *cgroup.Manager {
 	return m
 }
 
-// heldCgroups is a PoolOptions.Cgroup that reserves real cgroups and
-// remembers them.
-type heldCgroups struct {
-	m    *cgroup.Manager
-	mu   sync.Mutex
-	made []*cgroup.Job
-	seq  atomic.Int64
+// testCgroups is a Cgroups of real cgroups that remembers those it
+// reserved, and refuses their limits once refuse is set.
+type testCgroups struct {
+	t      *testing.T
+	m      *cgroup.Manager
+	mu     sync.Mutex
+	made   []*cgroup.Job
+	seq    atomic.Int64
+	refuse atomic.Pointer[error]
 }
 
-func (h *heldCgroups) reserve() (HeldCgroup, error) {
+// reservedCgroup is a cgroup the pool's child waits with.
+type reservedCgroup struct {
+	*cgroup.Job
+	h *testCgroups
+}
+
+func (r reservedCgroup) SetLimits(res *specs.LinuxResources) error {
+	if err := r.h.refuse.Load(); err != nil {
+		return *err
+	}
+	return r.Job.SetLimits(res)
+}
+
+func (h *testCgroups) Make(id string, res *specs.LinuxResources) (Cgroup, error) {
+	j, err := h.m.Create(fmt.Sprintf("jailtest-run-%d-%d", time.Now().UnixNano()%1e9, h.seq.Add(1)), res)
+	if err != nil {
+		return nil, err
+	}
+	h.t.Cleanup(func() { _ = j.Delete() })
+	return j, nil
+}
+
+func (h *testCgroups) Reserve(id string) (Cgroup, error) {
 	j, err := h.m.Reserve(fmt.Sprintf("jailtest-%d-%d", time.Now().UnixNano()%1e9, h.seq.Add(1)))
 	if err != nil {
 		return nil, err
@@ -53,31 +77,39 @@ func (h *heldCgroups) reserve() (HeldCgroup, error) {
 	h.mu.Lock()
 	h.made = append(h.made, j)
 	h.mu.Unlock()
-	return j, nil
+	return reservedCgroup{j, h}, nil
 }
 
-// cgroupJob is a shell job with a real cgroup: made by its run, or adopted
-// from the pool's with pids limited to 16 (adopted records which).
-func cgroupJob(t *testing.T, m *cgroup.Manager, script string, adopted *[]*cgroup.Job) *Job {
+func (h *testCgroups) AtBirth() bool { return h.m.Host().Mode == cgroup.V2 }
+
+// cgroupJob is a shell job with a real cgroup, made by its run or adopted
+// from the pool's, with pids limited to 16.
+func cgroupJob(t *testing.T, h *testCgroups, script string) *Job {
 	t.Helper()
 	job := shellJob(t, script, testLimits)
 	pids := int64(16)
-	res := &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &pids}}
-	job.CgroupAtBirth = m.Host().Mode == cgroup.V2
-	job.MakeCgroup = func() (CgroupJob, error) {
-		j, err := m.Create(fmt.Sprintf("jailtest-run-%p", job), res)
-		if err == nil {
-			t.Cleanup(func() { _ = j.Delete() })
-		}
-		return j, err
-	}
-	job.AdoptCgroup = func(held HeldCgroup) error {
-		j := held.(*cgroup.Job)
-		*adopted = append(*adopted, j)
-		t.Cleanup(func() { _ = j.Delete() })
-		return j.SetLimits(res)
-	}
+	job.Spec.Linux.Resources = &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &pids}}
+	job.Cgroups = h
 	return job
+}
+
+// runReleased runs job and releases its cgroup when the test ends.
+func runReleased(t *testing.T, job *Job) *Outcome {
+	out := Run(context.Background(), job)
+	t.Cleanup(func() {
+		if err := out.Release(); err != nil {
+			t.Errorf("release the run's cgroup: %v", err)
+		}
+	})
+	return out
+}
+
+// adopted is the reserved cgroup the run adopted, nil if it made its own.
+func adopted(out *Outcome) *cgroup.Job {
+	if r, ok := out.Cgroup.(reservedCgroup); ok {
+		return r.Job
+	}
+	return nil
 }
 
 // inCgroup reports whether pid's /proc/<pid>/cgroup places it in one of
@@ -94,48 +126,47 @@ func inCgroup(t *testing.T, pid int, j *cgroup.Job) bool {
 // heldCgroupPool returns a pool of one child whose children wait with
 // real cgroups, filled after a first run that took none (it made its own
 // cgroup and adopted nothing); the pool is closed when the test ends.
-func heldCgroupPool(t *testing.T) (*cgroup.Manager, *heldCgroups, *Pool) {
+func heldCgroupPool(t *testing.T) (*cgroup.Manager, *testCgroups, *Pool) {
 	t.Helper()
 	m := cgroupManager(t)
-	h := &heldCgroups{m: m}
-	p := NewPool(1, PoolOptions{Cgroup: h.reserve})
+	h := &testCgroups{t: t, m: m}
+	p := NewPool(1, PoolOptions{Cgroups: h})
 	t.Cleanup(p.Close)
-	var adopted []*cgroup.Job
-	first := cgroupJob(t, m, `echo one`, &adopted)
-	first.Warm = p
-	if out := Run(context.Background(), first); out.Status != StatusOK || out.Prestarted || len(adopted) != 0 {
-		t.Fatalf("first run: status %s prestarted %v adopted %d message %q", out.Status, out.Prestarted, len(adopted), out.Message)
+	first := cgroupJob(t, h, `echo one`)
+	first.Pool = p
+	if out := runReleased(t, first); out.Status != StatusOK || out.Pooled || out.Cgroup == nil || adopted(out) != nil {
+		t.Fatalf("first run: status %s pooled %v cgroup %v message %q", out.Status, out.Pooled, out.Cgroup, out.Message)
 	}
 	waitIdle(t, p, 1)
 	return m, h, p
 }
 
-// TestPoolChildWaitsWithItsCgroup: with PoolOptions.Cgroup each pooled
+// TestPoolChildWaitsWithItsCgroup: with PoolOptions.Cgroups each pooled
 // child holds a cgroup made ahead (on cgroup v2 it is born in it); a run
 // that takes the child adopts that cgroup and gives it its limits, and its
 // process runs there under them. Cgroups the pool still holds go with
 // Close.
 func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 	m, h, p := heldCgroupPool(t)
-	var adopted []*cgroup.Job
 	waiting := firstIdle(p)
-	held, ok := waiting.held.(*cgroup.Job)
-	if !ok || !cgroup.Reserved(held.Name()) {
-		t.Fatalf("the pooled child holds %v, want a reserved cgroup", waiting.held)
+	r, ok := waiting.cgroup.(reservedCgroup)
+	if !ok || !cgroup.Reserved(r.Name()) {
+		t.Fatalf("the pooled child holds %v, want a reserved cgroup", waiting.cgroup)
 	}
+	held := r.Job
 	if v2 := m.Host().Mode == cgroup.V2; inCgroup(t, waiting.proc.Pid, held) != v2 {
 		t.Errorf("cgroup v2 %v: the waiting child in its cgroup: %v (born in it on v2 only)", v2, !v2)
 	}
 
 	// It keeps busy for a while, so that its state is read back.
-	second := cgroupJob(t, m, `echo two; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, &adopted)
-	second.Warm = p
-	out := Run(context.Background(), second)
-	if out.Status != StatusOK || !strings.HasPrefix(string(out.Stdout), "two\n") || !out.Prestarted {
-		t.Fatalf("second run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	second := cgroupJob(t, h, `echo two; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
+	second.Pool = p
+	out := runReleased(t, second)
+	if out.Status != StatusOK || !strings.HasPrefix(string(out.Stdout), "two\n") || !out.Pooled {
+		t.Fatalf("second run: status %s stdout %q pooled %v message %q", out.Status, out.Stdout, out.Pooled, out.Message)
 	}
-	if len(adopted) != 1 || adopted[0] != held {
-		t.Fatalf("the run adopted %v, want the pooled child's cgroup %s", adopted, held.Name())
+	if got := adopted(out); got != held {
+		t.Fatalf("the run adopted %v, want the pooled child's cgroup %s", got, held.Name())
 	}
 	o := out.Observed
 	if o == nil || o.Error != "" {
@@ -180,34 +211,31 @@ func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 	}
 }
 
-// TestPoolHeldCgroupsServeOnlyAdopters: a child waiting with a cgroup
+// TestPoolCgroupsServeOnlyRunsWithOne: a child waiting with a cgroup
 // serves only a run that adopts it; a run without a cgroup starts its own.
 // A run whose adoption fails ends at stage "cgroup" before its program,
 // leaving no child.
-func TestPoolHeldCgroupsServeOnlyAdopters(t *testing.T) {
-	m, _, p := heldCgroupPool(t)
-	var adopted []*cgroup.Job
+func TestPoolCgroupsServeOnlyRunsWithOne(t *testing.T) {
+	_, h, p := heldCgroupPool(t)
 	pooled := idlePids(p)[0]
 
 	plain := shellJob(t, `echo plain`, testLimits)
-	plain.Warm = p
-	if out := Run(context.Background(), plain); out.Status != StatusOK || out.Prestarted {
-		t.Fatalf("a run without a cgroup: status %s prestarted %v message %q", out.Status, out.Prestarted, out.Message)
+	plain.Pool = p
+	if out := Run(context.Background(), plain); out.Status != StatusOK || out.Pooled {
+		t.Fatalf("a run without a cgroup: status %s pooled %v message %q", out.Status, out.Pooled, out.Message)
 	}
 	if ids := idlePids(p); len(ids) != 1 || ids[0] != pooled {
 		t.Errorf("the pool holds %v after a run without a cgroup, want its child %d", ids, pooled)
 	}
 
-	failing := cgroupJob(t, m, `echo started`, &adopted)
-	failing.Warm = p
-	failing.AdoptCgroup = func(held HeldCgroup) error {
-		t.Cleanup(func() { _ = held.Delete() })
-		return errors.New("no limits for you")
-	}
+	failing := cgroupJob(t, h, `echo started`)
+	failing.Pool = p
+	refused := errors.New("no limits for you")
+	h.refuse.Store(&refused)
 	before := children(t)
-	out := Run(context.Background(), failing)
-	if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || !out.Prestarted || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
-		t.Fatalf("status %s stage %q prestarted %v message %q stdout %q", out.Status, out.InitStage, out.Prestarted, out.Message, out.Stdout)
+	out := runReleased(t, failing)
+	if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || !out.Pooled || !errors.Is(out.CgroupErr, refused) || adopted(out) == nil || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
+		t.Fatalf("status %s stage %q pooled %v cgroup error %v message %q stdout %q", out.Status, out.InitStage, out.Pooled, out.CgroupErr, out.Message, out.Stdout)
 	}
 	if !gone(pooled) {
 		t.Errorf("the child whose cgroup was not adopted (pid %d) outlived its run", pooled)
@@ -229,4 +257,42 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestRunAccountsAndReleasesItsCgroup: the jail makes the job's cgroup
+// through Job.Cgroups, reads its usage back into the outcome once the run
+// is over, and leaves it in place until Release removes it.
+func TestRunAccountsAndReleasesItsCgroup(t *testing.T) {
+	m := cgroupManager(t)
+	h := &testCgroups{t: t, m: m}
+	job := cgroupJob(t, h, `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done`)
+	out := Run(context.Background(), job)
+	t.Cleanup(func() { _ = out.Release() })
+	if out.Status != StatusOK || out.CgroupErr != nil || out.UsageErr != nil {
+		t.Fatalf("status %s message %q cgroup error %v usage error %v", out.Status, out.Message, out.CgroupErr, out.UsageErr)
+	}
+	cg, ok := out.Cgroup.(*cgroup.Job)
+	if !ok {
+		t.Fatalf("the outcome holds %v, want the job's cgroup", out.Cgroup)
+	}
+	if m.Host().Has(cgroup.CPU) && out.Usage.CPUTime <= 0 {
+		t.Errorf("the cgroup's usage %+v has no CPU time of the run's loop", out.Usage)
+	}
+	paths := cg.Paths()
+	for _, dir := range paths {
+		if _, err := os.Lstat(dir); err != nil {
+			t.Errorf("the job's cgroup %s is gone before Release: %v", dir, err)
+		}
+	}
+	if err := out.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if out.Cgroup != nil {
+		t.Error("the outcome still holds its cgroup after Release")
+	}
+	for _, dir := range paths {
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the job's cgroup %s outlived Release (%v)", dir, err)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/jail/initstage"
 )
 
@@ -15,7 +16,7 @@ import (
 // are about half of a run's set-up (~3 of ~6 ms here); a pooled child has
 // done them while the previous run was going, on a core that run left
 // idle. A pooled child holds its namespaces, its lease of host ids, the
-// init stage's own code and, with PoolOptions.Cgroup, a cgroup without
+// init stage's own code and, with PoolOptions.Cgroups, a cgroup without
 // limits; nothing of any job: what to build and run arrives with its
 // configuration, the run that takes it gives the cgroup the job's limits,
 // and it joins the job's cgroup before it writes anything of the job's.
@@ -43,14 +44,15 @@ type PoolOptions struct {
 	// OnError hears why a refill failed (nil: nobody). Runs then start
 	// their own init stages, and report their own failures.
 	OnError func(error)
-	// Cgroup, when set, makes the cgroup each child waits with, without
-	// limits (cgroup.Manager.Reserve): on cgroup v2 the child is born in
+	// Cgroups, when set, reserves the cgroup each child waits with,
+	// without limits (Cgroups.Reserve): on cgroup v2 the child is born in
 	// it, on v1 it joins at hand-over as a run's own child does. Such a
-	// child serves only runs that adopt its cgroup (Job.AdoptCgroup): the
-	// cgroup's making is then off the run's path, and on v2 a run can take
-	// a child at all, which must be born in its job's cgroup. Without it,
-	// children serve the runs whose child need not be born in a cgroup.
-	Cgroup func() (HeldCgroup, error)
+	// child serves only runs with a cgroup (Job.Cgroups), which adopt its
+	// cgroup: the cgroup's making is then off the run's path, and on v2 a
+	// run can take a child at all, which must be born in its job's cgroup.
+	// Without it, children serve the runs whose child need not be born in
+	// a cgroup.
+	Cgroups Cgroups
 }
 
 // NewPool returns a pool that keeps up to size children for each set of
@@ -60,19 +62,18 @@ func NewPool(size int, opt PoolOptions) *Pool {
 }
 
 // serves reports whether the pool's children can serve job's run (see
-// PoolOptions.Cgroup); a nil pool serves none.
+// PoolOptions.Cgroups); a nil pool serves none.
 func (p *Pool) serves(job *Job) bool {
 	switch {
 	case p == nil:
 		return false
-	case p.opt.Cgroup != nil:
-		return job.AdoptCgroup != nil && job.Cgroup == nil
+	case p.opt.Cgroups != nil:
+		return job.Cgroups != nil
 	}
 	// A child started outside any cgroup cannot serve a run whose child
 	// must be born in its cgroup: moving one in from outside waits for an
 	// RCU grace period (~8 ms).
-	_, v2 := cgroupFD(job.Cgroup)
-	return !v2 && (job.MakeCgroup == nil || !job.CgroupAtBirth)
+	return job.Cgroups == nil || !job.Cgroups.AtBirth()
 }
 
 // plan is the preparation of job's root for the pool's children (nil: no
@@ -190,24 +191,25 @@ func (p *Pool) fill(flags uintptr) {
 
 // start starts one child for the pool, with its cgroup if the pool holds
 // them, and has it mount plan's root while it waits (nil: none).
-func (p *Pool) start(flags uintptr, plan []byte) (*child, initstage.Stage, error) {
-	var cg HeldCgroup
-	if p.opt.Cgroup != nil {
-		var err error
-		if cg, err = p.opt.Cgroup(); err != nil {
+func (p *Pool) start(flags uintptr, plan []byte) (c *child, stage initstage.Stage, err error) {
+	var cu cleanup.Cleanup
+	defer cu.Clean()
+	var cg Cgroup
+	if p.opt.Cgroups != nil {
+		if cg, err = p.opt.Cgroups.Reserve(reserveID()); err != nil {
 			return nil, initstage.StageCgroup, err
 		}
-	}
-	c, stage, err := startChild(flags, cg)
-	if err != nil {
-		if cg != nil {
+		cu.Add(func() {
 			if derr := cg.Delete(); derr != nil {
 				err = errors.Join(err, derr)
 			}
-		}
+		})
+	}
+	if c, stage, err = startChild(flags, cg); err != nil {
 		return nil, stage, err
 	}
-	c.held = cg
+	cu.Release()
+	c.cgroup = cg
 	if plan != nil {
 		if err := initstage.SendMessage(int(c.ctl.Fd()), plan, nil); err != nil {
 			return c, initstage.StagePrepare, err

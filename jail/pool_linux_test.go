@@ -37,7 +37,7 @@ func filledPool(t *testing.T, size int) *Pool {
 	p := NewPool(size, PoolOptions{})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
-	job.Warm = p
+	job.Pool = p
 	if out := Run(context.Background(), job); out.Status != StatusOK {
 		t.Fatalf("warm-up run: %s %q", out.Status, out.Message)
 	}
@@ -73,14 +73,14 @@ func gone(pid int) bool {
 	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
-func TestPoolRunTakesAPrestartedChild(t *testing.T) {
+func TestPoolRunTakesAPooledChild(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := NewPool(1, PoolOptions{})
 	first := shellJob(t, `echo one`, testLimits)
-	first.Warm = p
+	first.Pool = p
 	out := Run(context.Background(), first)
-	if out.Status != StatusOK || string(out.Stdout) != "one\n" || out.Prestarted {
-		t.Fatalf("first run: status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	if out.Status != StatusOK || string(out.Stdout) != "one\n" || out.Pooled {
+		t.Fatalf("first run: status %s stdout %q pooled %v message %q", out.Status, out.Stdout, out.Pooled, out.Message)
 	}
 	// The pool learnt the namespaces from that run and started one.
 	waitIdle(t, p, 1)
@@ -89,13 +89,13 @@ func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 	// It keeps busy for a while, so that its state is read back before it
 	// ends.
 	second := shellJob(t, `echo two; (echo x > /x) 2>/dev/null || echo root-readonly; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, testLimits)
-	second.Warm = p
+	second.Pool = p
 	out = Run(context.Background(), second)
-	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Prestarted || !out.RootPrepared {
-		t.Fatalf("second run: status %s stdout %q prestarted %v root prepared %v message %q", out.Status, out.Stdout, out.Prestarted, out.RootPrepared, out.Message)
+	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Pooled || !out.PooledRoot {
+		t.Fatalf("second run: status %s stdout %q pooled %v pooled root %v message %q", out.Status, out.Stdout, out.Pooled, out.PooledRoot, out.Message)
 	}
 	if o := out.Observed; o == nil || o.Error != "" || !o.NoNewPrivs || !o.NoCapabilities() || o.HostUID < idBase {
-		t.Errorf("the prestarted run's process read back as %+v", o)
+		t.Errorf("the pooled run's process read back as %+v", o)
 	}
 	if !gone(pooled) {
 		t.Errorf("the child the second run took (pid %d) outlived its run", pooled)
@@ -109,9 +109,9 @@ func TestPoolRunTakesAPrestartedChild(t *testing.T) {
 		t.Errorf("after Close: pid %d exists %v, pool holds %d", waiting, !gone(waiting), p.Idle())
 	}
 	third := shellJob(t, `echo three`, testLimits)
-	third.Warm = p
-	if out := Run(context.Background(), third); out.Status != StatusOK || out.Prestarted {
-		t.Errorf("a run after Close: status %s prestarted %v", out.Status, out.Prestarted)
+	third.Pool = p
+	if out := Run(context.Background(), third); out.Status != StatusOK || out.Pooled {
+		t.Errorf("a run after Close: status %s pooled %v", out.Status, out.Pooled)
 	}
 }
 
@@ -130,10 +130,10 @@ func TestPoolSkipsADeadChild(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	job := shellJob(t, `echo alive`, testLimits)
-	job.Warm = p
+	job.Pool = p
 	out := Run(context.Background(), job)
-	if out.Status != StatusOK || !strings.Contains(string(out.Stdout), "alive") || out.Prestarted {
-		t.Fatalf("status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+	if out.Status != StatusOK || !strings.Contains(string(out.Stdout), "alive") || out.Pooled {
+		t.Fatalf("status %s stdout %q pooled %v message %q", out.Status, out.Stdout, out.Pooled, out.Message)
 	}
 	if !gone(dead) {
 		t.Errorf("the dead child (pid %d) was not reaped", dead)
@@ -167,7 +167,7 @@ func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 	p := NewPool(1, PoolOptions{Spare: func() bool { v := spare.Load(); asked <- v; return v }})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
-	job.Warm = p
+	job.Pool = p
 	if out := Run(context.Background(), job); out.Status != StatusOK {
 		t.Fatalf("run: %s %q", out.Status, out.Message)
 	}
@@ -182,7 +182,7 @@ func TestPoolRefillsOnlyWithASpareCore(t *testing.T) {
 	}
 	spare.Store(true)
 	job = shellJob(t, `true`, testLimits)
-	job.Warm = p
+	job.Pool = p
 	if out := Run(context.Background(), job); out.Status != StatusOK {
 		t.Fatalf("run: %s %q", out.Status, out.Message)
 	}
@@ -199,7 +199,7 @@ func TestPoolRefillsWhenARunEnds(t *testing.T) {
 	p := NewPool(1, PoolOptions{Spare: func() bool { return asked.Add(1) > 1 }})
 	t.Cleanup(p.Close)
 	job := shellJob(t, `true`, testLimits)
-	job.Warm = p
+	job.Pool = p
 	if out := Run(context.Background(), job); out.Status != StatusOK {
 		t.Fatalf("run: %s %q", out.Status, out.Message)
 	}
@@ -246,12 +246,12 @@ func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
 	bigger.TmpBytes = 2 << 20
 	run := func(job *Job, wantPrepared bool, want string) {
 		t.Helper()
-		job.Warm = p
+		job.Pool = p
 		waitIdle(t, p, 1)
 		out := Run(context.Background(), job)
-		if out.Status != StatusOK || !out.Prestarted || out.RootPrepared != wantPrepared || !strings.Contains(string(out.Stdout), want) {
-			t.Fatalf("status %s prestarted %v root prepared %v (want %v) stdout %q (want %q) message %q",
-				out.Status, out.Prestarted, out.RootPrepared, wantPrepared, out.Stdout, want, out.Message)
+		if out.Status != StatusOK || !out.Pooled || out.PooledRoot != wantPrepared || !strings.Contains(string(out.Stdout), want) {
+			t.Fatalf("status %s pooled %v pooled root %v (want %v) stdout %q (want %q) message %q",
+				out.Status, out.Pooled, out.PooledRoot, wantPrepared, out.Stdout, want, out.Message)
 		}
 	}
 	run(shellJob(t, tmpLine, bigger), false, "size=2048k")

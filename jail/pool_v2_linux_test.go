@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/testenv"
 )
 
@@ -85,6 +87,18 @@ func (u *unifiedCgroup) CPUTime() (time.Duration, error) {
 func (u *unifiedCgroup) Kill() error {
 	return os.WriteFile(filepath.Join(u.dir, "cgroup.kill"), []byte("1"), 0)
 }
+func (u *unifiedCgroup) SetLimits(*specs.LinuxResources) error { return nil }
+func (u *unifiedCgroup) Stats() (cgroup.Usage, error)          { return cgroup.Usage{}, nil }
+
+// Delete leaves the removal to the test's cleanup.
+func (u *unifiedCgroup) Delete() error { return nil }
+
+// bornIn is a Cgroups whose every run is born in one cgroup2 cgroup.
+type bornIn struct{ cg *unifiedCgroup }
+
+func (b bornIn) Make(string, *specs.LinuxResources) (Cgroup, error) { return b.cg, nil }
+func (bornIn) Reserve(string) (Cgroup, error)                       { return nil, errors.New("bornIn: no reserve") }
+func (bornIn) AtBirth() bool                                        { return true }
 
 // cgroup2Mount is where the host mounts its cgroup2 hierarchy.
 func cgroup2Mount(t *testing.T) string {
@@ -137,10 +151,10 @@ func TestPoolUnusedOnCgroupV2(t *testing.T) {
 		p := filledPool(t, 1)
 		pooled := idlePids(p)[0]
 		job := shellJob(t, script, testLimits)
-		job.Cgroup, job.Warm = cg, p
+		job.Cgroups, job.Pool = bornIn{cg}, p
 		out := Run(context.Background(), job)
-		if out.Status != StatusOK || string(out.Stdout) != "v2\n" || out.Prestarted {
-			t.Fatalf("status %s stdout %q prestarted %v message %q", out.Status, out.Stdout, out.Prestarted, out.Message)
+		if out.Status != StatusOK || string(out.Stdout) != "v2\n" || out.Pooled {
+			t.Fatalf("status %s stdout %q pooled %v message %q", out.Status, out.Stdout, out.Pooled, out.Message)
 		}
 		if ids := idlePids(p); len(ids) != 1 || ids[0] != pooled {
 			t.Errorf("the pool holds %v after a v2 run, want the child it held (%d)", ids, pooled)
@@ -158,9 +172,9 @@ func TestPoolUnusedOnCgroupV2(t *testing.T) {
 		p := NewPool(1, PoolOptions{})
 		t.Cleanup(p.Close)
 		job := shellJob(t, script, testLimits)
-		job.Cgroup, job.Warm = cg, p
-		if out := Run(context.Background(), job); out.Status != StatusOK || out.Prestarted {
-			t.Fatalf("status %s prestarted %v message %q", out.Status, out.Prestarted, out.Message)
+		job.Cgroups, job.Pool = bornIn{cg}, p
+		if out := Run(context.Background(), job); out.Status != StatusOK || out.Pooled {
+			t.Fatalf("status %s pooled %v message %q", out.Status, out.Pooled, out.Message)
 		}
 		// A refill starts before Run returns; wait for any to end.
 		p.fills.Wait()

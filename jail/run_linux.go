@@ -16,6 +16,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/runtimes"
@@ -25,7 +27,8 @@ import (
 type Job struct {
 	ID string
 	// Spec is the OCI description of the process, hostname, mounts and
-	// rlimits. Namespaces are always all of them; see cloneFlags.
+	// rlimits. Namespaces are always all of them; see cloneFlags. Its
+	// Linux.Resources are the limits of the job's cgroup.
 	Spec *specs.Spec
 	// Files are written into the job's root (bootstrap and source).
 	Files []runtimes.File
@@ -38,25 +41,20 @@ type Job struct {
 	CPUTime     time.Duration
 	OutputLimit int64
 
-	// Cgroup is the job's cgroup, created by the caller, or nil.
-	Cgroup CgroupJob
-	// MakeCgroup, set instead of Cgroup, makes the job's cgroup; Run calls
-	// it once. Where the child must be born in it (CgroupAtBirth: cgroup
-	// v2) that is before the child starts; otherwise while the child starts
-	// and the init stage mounts the root, joining only then (see
-	// initstage.Join): with a core to spare the cgroup costs the run little.
-	// Run returns only after MakeCgroup has; the caller reads back and
-	// removes what it made. An error ends the run at stage "cgroup".
-	MakeCgroup    func() (CgroupJob, error)
-	CgroupAtBirth bool
-	// AdoptCgroup, set with MakeCgroup, takes instead the cgroup of a
-	// pooled child the run took (PoolOptions.Cgroup): it gives cg the job's
-	// limits, while the init stage mounts the root, and owns cg from then
-	// as if MakeCgroup had made it, whatever it returns. An error ends the
-	// run at stage "cgroup".
-	AdoptCgroup func(cg HeldCgroup) error
-	// Channel, when set, receives the host end of the guest channel once
-	// the guest runs. A non-nil error ends the run as a protocol error.
+	// Cgroups, when set, makes the job's cgroup (nil: the run has none).
+	// Where the child must be born in it (Cgroups.AtBirth: cgroup v2) that
+	// is before the child starts; otherwise while the child starts and the
+	// init stage mounts the root, joining only then (see initstage.Join):
+	// with a core to spare the cgroup costs the run little. A run that takes
+	// a pooled child adopts the cgroup the child waits with instead
+	// (PoolOptions.Cgroups) and gives it the job's limits meanwhile. Either
+	// way Run returns only once the cgroup is made, and the Outcome holds it
+	// until Release; a cgroup not made ends the run at stage "cgroup"
+	// (Outcome.CgroupErr).
+	Cgroups Cgroups
+	// Channel, when set, serves the host end of the guest channel once the
+	// guest runs; Run returns only after it has. A non-nil error ends the
+	// run as a protocol error.
 	Channel func(ctx context.Context, conn net.Conn) error
 	// Denials, when set, receives the seccomp listener fd and serves it
 	// until ctx ends; it owns (closes) the fd.
@@ -64,36 +62,12 @@ type Job struct {
 	// Stdout and Stderr, when set, receive the guest's output as it comes
 	// (up to the output limit), besides the captured copy.
 	Stdout, Stderr io.Writer
-	// Warm, when set, supplies an init stage started ahead of the run.
-	Warm *Pool
-}
-
-// CgroupJob is the part of a job's cgroup the jail drives.
-type CgroupJob interface {
-	// TaskFiles opens, for writing, the per-thread task file of each of the
-	// job's cgroup v1 hierarchies: they go to the init stage in its join
-	// (initstage.Join), and it joins through them itself, before it writes
-	// anything of the job's. An error (cgroup v2) means none.
-	TaskFiles() ([]*os.File, error)
-	// AddProc moves a process in, when neither FD nor TaskFiles can.
-	AddProc(pid int) error
-	// FD is the cgroup directory for CLONE_INTO_CGROUP (cgroup v2).
-	FD() (int, bool)
-	// CPUTime is the CPU time the job's tasks have used so far.
-	CPUTime() (time.Duration, error)
-	// Kill kills every task in the cgroup.
-	Kill() error
-}
-
-// HeldCgroup is a cgroup made for a pooled child (PoolOptions.Cgroup).
-type HeldCgroup interface {
-	CgroupJob
-	// Delete kills what is left in it and removes it.
-	Delete() error
+	// Pool, when set, supplies an init stage started ahead of the run.
+	Pool *Pool
 }
 
 // Outcome is how the contained process ended, before the caller adds what
-// the broker, the cgroup and the posture say.
+// the broker and the posture say.
 type Outcome struct {
 	Status    Status
 	ExitCode  int
@@ -123,10 +97,21 @@ type Outcome struct {
 	// the init stage reported it), for errors.Is: a cgroup the host cannot
 	// make wraps cgroup.ErrNotSupported.
 	Err error
-	// Prestarted says the init stage came from a Pool, started before
-	// the run; RootPrepared that its root was mounted then too.
-	Prestarted   bool
-	RootPrepared bool
+	// Pooled says the init stage came from a Pool, started before the
+	// run; PooledRoot that its root was mounted then too.
+	Pooled     bool
+	PooledRoot bool
+
+	// Cgroup is the job's cgroup (Job.Cgroups), nil if the run had none.
+	// It stays until Release, for the caller to read its limits back.
+	Cgroup Cgroup
+	// CgroupErr is why the job's cgroup could not be made, or given its
+	// limits; the run then ended at stage "cgroup".
+	CgroupErr error
+	// Usage is the cgroup's account of the run, read once nothing of the
+	// job was left in it; UsageErr is why it could not be read.
+	Usage    cgroup.Usage
+	UsageErr error
 }
 
 // InitTasks is the room a job's bound on tasks must leave for the jail's
@@ -150,12 +135,14 @@ type killReason struct {
 
 // Run starts job's contained child, waits for it under the job's limits,
 // kills whatever is left of it and returns how it ended. It always cleans up
-// what it created; the caller owns the cgroup.
+// what it created, but for the job's cgroup, which the outcome holds until
+// its Release.
 func Run(ctx context.Context, job *Job) *Outcome {
 	start := time.Now()
 	s := &supervision{job: job, out: &Outcome{}, runtime: -1}
 	s.run(ctx)
 	s.out.Wall = time.Since(start)
+	s.account()
 	return s.out
 }
 
@@ -165,6 +152,10 @@ func Run(ctx context.Context, job *Job) *Outcome {
 // cycle (−0.9 ms a run, measured); the memory limit still bounds its heap.
 var initStageEnv = []string{"GOMAXPROCS=1", "GOGC=off", "GOMEMLIMIT=64MiB"}
 
+// supervision is one run under way. Its phases, in order: start (a child,
+// and the job's cgroup), handOver (the child's set-up), supervise (the
+// guest under its limits), finish (the outcome), and account (the
+// cgroup's usage).
 type supervision struct {
 	job *Job
 	out *Outcome
@@ -176,40 +167,46 @@ type supervision struct {
 	child *child
 	// cgroup is the job's cgroup once it exists (under mu: a stop may
 	// come while it is being made).
-	cgroup CgroupJob
+	cgroup Cgroup
 	// runtime is a pidfd of the runtime, the init stage's child, once it
 	// runs (-1 before, and after it was read back).
 	runtime int
-	// making delivers the job's cgroup while MakeCgroup runs; handOver
-	// takes it, and run waits for it if nothing did.
+	// making delivers the job's cgroup while it is made (or adopted);
+	// handOver takes it, and settleCgroup if nothing did.
 	making chan madeCgroup
 }
 
-type madeCgroup struct {
-	cg  CgroupJob
-	err error
-}
-
-func (s *supervision) cg() CgroupJob {
+func (s *supervision) cg() Cgroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cgroup
 }
 
-func (s *supervision) setCgroup(cg CgroupJob) {
+// ownCgroup makes the job's cgroup, once made, the run's: the supervisor
+// kills through it, and the outcome holds it (or why it was not made).
+func (s *supervision) ownCgroup(made madeCgroup) {
 	s.mu.Lock()
-	s.cgroup = cg
+	s.cgroup = made.cg
 	s.mu.Unlock()
+	s.out.Cgroup, s.out.CgroupErr = made.cg, made.err
 }
 
 // makeCgroup makes the job's cgroup (or gives an adopted one its limits)
 // while the child starts and mounts the root; handOver takes the result.
-func (s *supervision) makeCgroup(fn func() (CgroupJob, error)) {
+func (s *supervision) makeCgroup(fn func() madeCgroup) {
 	s.making = make(chan madeCgroup, 1)
-	go func() {
-		cg, err := fn()
-		s.making <- madeCgroup{cg, err}
-	}()
+	go func() { s.making <- fn() }()
+}
+
+// awaitCgroup waits for the cgroup being made, if one is, and makes it
+// the run's.
+func (s *supervision) awaitCgroup() {
+	if s.making == nil {
+		return
+	}
+	made := <-s.making
+	s.making = nil
+	s.ownCgroup(made)
 }
 
 // stop records the first reason to end the run and kills the tree.
@@ -233,110 +230,147 @@ func (s *supervision) killTree() {
 
 func (s *supervision) fail(stage initstage.Stage, err error) {
 	s.out.Status = StatusInternalError
-	s.out.ExitCode = 125
+	s.out.ExitCode, _ = StatusInternalError.ExitCode()
 	s.out.InitStage = stage
 	s.out.Err = err
 	s.out.Message = fmt.Sprintf("%s: %v", stage, err)
 }
 
 func (s *supervision) run(ctx context.Context) {
-	job := s.job
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	flags := cloneFlags(job.Spec)
-	s.setCgroup(job.Cgroup)
+	flags := cloneFlags(s.job.Spec)
 	// A run the pool cannot serve neither takes from it nor fills it.
-	warm := job.Warm
-	if !warm.serves(job) {
-		warm = nil
+	pool := s.job.Pool
+	if !pool.serves(s.job) {
+		pool = nil
 	}
+	// What the run holds goes back last to first, whichever phase ends it.
+	var cu cleanup.Cleanup
+	defer cu.Clean()
 	// A run that ends may leave a core spare that its start did not: the
 	// last runs of a burst top the pool up for the next, which would
 	// otherwise start cold.
-	defer warm.replenish(flags)
-	defer func() {
-		if s.making != nil {
-			<-s.making
-		}
-	}()
-	c := warm.take(flags, warm.plan(job))
-	switch {
-	case c != nil && c.held != nil:
-		held := c.held
-		c.held = nil
-		s.makeCgroup(func() (CgroupJob, error) { return held, job.AdoptCgroup(held) })
-	case job.MakeCgroup == nil:
-	case c == nil && job.CgroupAtBirth:
-		cg, err := job.MakeCgroup()
-		if err != nil {
-			s.fail(initstage.StageCgroup, err)
-			return
-		}
-		s.setCgroup(cg)
-	default:
-		s.makeCgroup(job.MakeCgroup)
+	cu.Add(func() { pool.replenish(flags) })
+	// Run returns only once the job's cgroup is made, and owns it.
+	cu.Add(s.awaitCgroup)
+	c := s.start(pool, flags)
+	if c == nil {
+		return
 	}
-	if c != nil {
-		s.out.Prestarted = true
-	} else {
-		var stage initstage.Stage
-		var err error
-		if c, stage, err = startChild(flags, s.cg()); err != nil {
-			s.fail(stage, err)
-			return
-		}
-	}
-	defer c.lease.release()
-	defer c.ctl.Close()
-	proc := c.proc
+	cu.Add(c.lease.release)
+	cu.Add(func() { c.ctl.Close() })
 	s.child = c
 
 	// The wall clock covers everything from here, set-up included.
-	timer := time.AfterFunc(job.Timeout, func() {
-		s.stop(killReason{status: StatusTimeout, limit: "wall", msg: fmt.Sprintf("wall-clock limit of %s exceeded", job.Timeout)})
+	timer := time.AfterFunc(s.job.Timeout, func() {
+		s.stop(killReason{status: StatusTimeout, limit: "wall", msg: fmt.Sprintf("wall-clock limit of %s exceeded", s.job.Timeout)})
 	})
-	defer timer.Stop()
+	cu.Add(func() { timer.Stop() })
+	out := s.capture()
+	conn, setupErr := s.handOver(ctx)
+	pool.replenish(flags)
+	if setupErr != nil {
+		s.killTree()
+		_, _ = c.proc.Wait()
+		out.wait()
+		// The guest may have started, and hit the output limit, before the
+		// hand-over ended (pid 1 starts it before it reports).
+		s.takeOutput(out)
+		// A limit or a cancellation that ended the set-up is the reason,
+		// not the broken pipe it left behind.
+		s.applyStopReason()
+		return
+	}
+	end := s.supervise(ctx, cancel, conn, out, &cu)
+	s.finish(end.state, end.err, out)
+}
 
-	var outputs sync.WaitGroup
-	stdout := &capture{limit: job.OutputLimit, live: job.Stdout}
-	stderr := &capture{limit: job.OutputLimit, live: job.Stderr}
+// start takes a pooled child or starts one, and starts making the job's
+// cgroup: before a child that must be born in it, beside one that joins
+// it at hand-over. It returns nil when the run ended there.
+func (s *supervision) start(pool *Pool, flags uintptr) *child {
+	job := s.job
+	c := pool.take(flags, pool.plan(job))
+	switch {
+	case c != nil && c.cgroup != nil:
+		// The pooled child's cgroup becomes the job's, whatever its
+		// limits' fate: the outcome owns it from here.
+		cg := c.cgroup
+		c.cgroup = nil
+		s.makeCgroup(func() madeCgroup { return madeCgroup{cg, cg.SetLimits(job.Spec.Linux.Resources)} })
+	case job.Cgroups == nil:
+	case c == nil && job.Cgroups.AtBirth():
+		cg, err := job.Cgroups.Make(job.ID, job.Spec.Linux.Resources)
+		s.ownCgroup(madeCgroup{cg, err})
+		if err != nil {
+			s.fail(initstage.StageCgroup, err)
+			return nil
+		}
+	default:
+		s.makeCgroup(func() madeCgroup {
+			cg, err := job.Cgroups.Make(job.ID, job.Spec.Linux.Resources)
+			return madeCgroup{cg, err}
+		})
+	}
+	if c != nil {
+		s.out.Pooled = true
+		return c
+	}
+	c, stage, err := startChild(flags, s.cg())
+	if err != nil {
+		s.fail(stage, err)
+		return nil
+	}
+	return c
+}
+
+// outputs are the child's two output streams, drained as they come.
+type outputs struct {
+	stdout, stderr *capture
+	drained        sync.WaitGroup
+}
+
+// wait waits until both streams are drained (the child's tree is gone).
+func (o *outputs) wait() { o.drained.Wait() }
+
+// capture drains the child's output into captures bounded by the output
+// limit, whose overflow stops the run.
+func (s *supervision) capture() *outputs {
+	job, c := s.job, s.child
+	out := &outputs{
+		stdout: &capture{limit: job.OutputLimit, live: job.Stdout},
+		stderr: &capture{limit: job.OutputLimit, live: job.Stderr},
+	}
 	onOverflow := func() {
 		s.stop(killReason{status: StatusOutputLimit, limit: "output", msg: fmt.Sprintf("output limit of %d bytes exceeded", job.OutputLimit)})
 	}
 	for _, o := range []struct {
 		r *os.File
 		c *capture
-	}{{c.stdout, stdout}, {c.stderr, stderr}} {
-		outputs.Add(1)
+	}{{c.stdout, out.stdout}, {c.stderr, out.stderr}} {
+		out.drained.Add(1)
 		go func() {
-			defer outputs.Done()
+			defer out.drained.Done()
 			defer o.r.Close()
 			o.c.drain(o.r, onOverflow)
 		}()
 	}
+	return out
+}
 
-	type exit struct {
-		state *os.ProcessState
-		err   error
-	}
-	waited := make(chan exit, 1)
-	var end exit
-	conn, setupErr := s.handOver(ctx)
-	warm.replenish(flags)
-	if setupErr != nil {
-		s.killTree()
-		_, _ = proc.Wait()
-		outputs.Wait()
-		// The guest may have started, and hit the output limit, before the
-		// hand-over ended (pid 1 starts it before it reports).
-		s.takeOutput(stdout, stderr)
-		// A limit or a cancellation that ended the set-up is the reason,
-		// not the broken pipe it left behind.
-		s.applyStopReason()
-		return
-	}
+// exit is how the child's wait ended.
+type exit struct {
+	state *os.ProcessState
+	err   error
+}
 
+// supervise serves the guest channel and holds the running guest to its
+// limits until the child exits; then it kills what is left and waits for
+// the output and the session to end. cu takes what must outlive it until
+// the run ends.
+func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, conn net.Conn, out *outputs, cu *cleanup.Cleanup) exit {
+	job, proc := s.job, s.child.proc
 	// The broker's session ends on its own when the guest's end closes, and
 	// Run waits for it: its outcome is part of the run's.
 	var session sync.WaitGroup
@@ -358,41 +392,17 @@ func (s *supervision) run(ctx context.Context) {
 	// the tmpfs's pages, an RCU grace period) out of the runtime's exit,
 	// which the result waits for, to after the result.
 	if ns, err := unix.Open("/proc/"+strconv.Itoa(proc.Pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-		defer func() { go unix.Close(ns) }()
+		cu.Add(func() { go unix.Close(ns) })
 	}
+	waited := make(chan exit, 1)
 	go func() {
 		state, err := proc.Wait()
 		waited <- exit{state, err}
 	}()
-
-	var cpuTick <-chan time.Time
-	cg := s.cg()
-	if cg != nil && job.CPUTime > 0 {
-		t := time.NewTicker(25 * time.Millisecond)
-		defer t.Stop()
-		cpuTick = t.C
-	}
-	// Each stop happens once: a done context or a passed limit stays that
-	// way, and its case is switched off (a nil channel) after it fires.
-	done := ctx.Done()
-wait:
-	for {
-		select {
-		case end = <-waited:
-			break wait
-		case <-done:
-			done = nil
-			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
-		case <-cpuTick:
-			if used, err := cg.CPUTime(); err == nil && used >= job.CPUTime {
-				cpuTick = nil
-				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
-			}
-		}
-	}
+	end := s.enforce(ctx, waited)
 	// Nothing of the job may outlive Run.
 	s.killTree()
-	outputs.Wait()
+	out.wait()
 	// The guest is gone: the session drains what it sent and ends at EOF,
 	// unless it is stuck in a call on the guest's behalf.
 	sessionDone := make(chan struct{})
@@ -403,7 +413,46 @@ wait:
 		cancel()
 		<-sessionDone
 	}
-	s.finish(end.state, end.err, stdout, stderr)
+	return end
+}
+
+// enforce waits for the child's exit, stopping the run when ctx ends or
+// the job's cgroup has used its CPU time.
+func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
+	job := s.job
+	var cpuTick <-chan time.Time
+	cg := s.cg()
+	if cg != nil && job.CPUTime > 0 {
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		cpuTick = t.C
+	}
+	// Each stop happens once: a done context or a passed limit stays that
+	// way, and its case is switched off (a nil channel) after it fires.
+	done := ctx.Done()
+	for {
+		select {
+		case end := <-waited:
+			return end
+		case <-done:
+			done = nil
+			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
+		case <-cpuTick:
+			if used, err := cg.CPUTime(); err == nil && used >= job.CPUTime {
+				cpuTick = nil
+				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
+			}
+		}
+	}
+}
+
+// account reads the job cgroup's usage into the outcome, once the run
+// has ended and nothing of the job is left in it.
+func (s *supervision) account() {
+	if s.out.Cgroup == nil || s.out.CgroupErr != nil {
+		return
+	}
+	s.out.Usage, s.out.UsageErr = s.out.Cgroup.Stats()
 }
 
 // handOver sends the child its configuration, places it in its cgroup and
@@ -417,31 +466,17 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		s.fail(initstage.StageHostMountNS, err)
 		return nil, err
 	}
-	cfg := initstage.ConfigFor(job.Spec)
-	proc := *cfg.Process
-	proc.User = specs.User{UID: guestID, GID: guestID}
-	if !cfg.HasNamespace(specs.UserNamespace) {
-		// Without a user namespace the guest takes the lease's host ids
-		// directly: still unprivileged and unique to this job.
-		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
-	}
-	cfg.Process = &proc
-	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
-	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	cfg := configFor(job, c, hostMountNS)
 	if err := sendConfig(ctl, &cfg); err != nil {
 		s.fail(initstage.StageSendConfig, err)
 		return nil, err
 	}
 	// The init stage mounts the root meanwhile; it waits for the join
 	// before it writes anything of the job's.
-	if s.making != nil {
-		made := <-s.making
-		s.making = nil
-		if made.err != nil {
-			s.fail(initstage.StageCgroup, made.err)
-			return nil, made.err
-		}
-		s.setCgroup(made.cg)
+	s.awaitCgroup()
+	if err := s.out.CgroupErr; err != nil {
+		s.fail(initstage.StageCgroup, err)
+		return nil, err
 	}
 	// A join that failed killed the child; a report it sent before (a
 	// set-up that failed first) still says why.
@@ -465,45 +500,14 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 			unix.Close(fd)
 		}
 		s.out.Status = StatusInternalError
-		s.out.ExitCode = 125
+		s.out.ExitCode, _ = StatusInternalError.ExitCode()
 		s.out.InitStage, s.out.InitLayer = report.Stage, report.Layer
 		s.out.Message = "jail set-up failed: " + report.Error
 		return nil, errors.New(report.Error)
 	}
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
-	s.out.RootPrepared = report.Prepared
-	named := map[string]*os.File{}
-	for i, fd := range fds {
-		if i < len(report.FDs) {
-			named[report.FDs[i]] = os.NewFile(uintptr(fd), report.FDs[i])
-		} else {
-			unix.Close(fd)
-		}
-	}
-	if f := named[initstage.FDSeccomp]; f != nil {
-		if job.Denials != nil {
-			// The server owns the fd from here. Close-on-exec, as every fd
-			// of the supervisor's: a child started meanwhile (the daemon's
-			// next init stage) must not hold a copy, which would keep the
-			// listener open once the server closes it (seccomp.NotifyBudget)
-			// and leave the guest's calls waiting for an answer.
-			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-			if err == nil {
-				go job.Denials(ctx, fd)
-			}
-		}
-		f.Close()
-	}
-	var conn net.Conn
-	if in, out := named[initstage.FDChannelIn], named[initstage.FDChannelOut]; in != nil && out != nil {
-		conn = &fifoConn{r: out, w: in}
-	} else {
-		for _, f := range []*os.File{in, out} {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}
+	s.out.PooledRoot = report.Prepared
+	conn := s.hostEnds(ctx, report.FDs, fds)
 	// The init stage starts the runtime as its child and reports it
 	// running (with a pidfd of it) or not executable.
 	after, afterFDs, err := initstage.ReadReport(int(ctl.Fd()))
@@ -525,15 +529,77 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		s.out.Message = after.Error
 		return nil, errors.New(after.Error)
 	}
+	s.takeRuntime(after.FDs, afterFDs)
+	return conn, nil
+}
+
+// configFor is the init stage's configuration for job, run by child c:
+// the guest runs under the guest ids of c's lease.
+func configFor(job *Job, c *child, hostMountNS uint64) initstage.Config {
+	cfg := initstage.ConfigFor(job.Spec)
+	proc := *cfg.Process
+	proc.User = specs.User{UID: guestID, GID: guestID}
+	if !cfg.HasNamespace(specs.UserNamespace) {
+		// Without a user namespace the guest takes the lease's host ids
+		// directly: still unprivileged and unique to this job.
+		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
+	}
+	cfg.Process = &proc
+	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
+	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	return cfg
+}
+
+// takeRuntime keeps, of the fds the init stage sent with its exec report
+// by their names, the pidfd of the runtime; it closes the others.
+func (s *supervision) takeRuntime(names []string, fds []int) {
 	s.runtime = -1
-	for i, fd := range afterFDs {
-		if i < len(after.FDs) && after.FDs[i] == initstage.FDRuntime && s.runtime < 0 {
+	for i, fd := range fds {
+		if i < len(names) && names[i] == initstage.FDRuntime && s.runtime < 0 {
 			s.runtime = fd
 		} else {
 			unix.Close(fd)
 		}
 	}
-	return conn, nil
+}
+
+// hostEnds takes the fds the init stage sent with its set-up report, by
+// their names: the seccomp listener goes to Job.Denials, and the guest
+// channel's two fifos become its host end, returned (nil: none).
+func (s *supervision) hostEnds(ctx context.Context, names []string, fds []int) net.Conn {
+	job := s.job
+	named := map[string]*os.File{}
+	for i, fd := range fds {
+		if i < len(names) {
+			named[names[i]] = os.NewFile(uintptr(fd), names[i])
+		} else {
+			unix.Close(fd)
+		}
+	}
+	if f := named[initstage.FDSeccomp]; f != nil {
+		if job.Denials != nil {
+			// The server owns the fd from here. Close-on-exec, as every fd
+			// of the supervisor's: a child started meanwhile (the daemon's
+			// next init stage) must not hold a copy, which would keep the
+			// listener open once the server closes it (seccomp.NotifyBudget)
+			// and leave the guest's calls waiting for an answer.
+			fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err == nil {
+				go job.Denials(ctx, fd)
+			}
+		}
+		f.Close()
+	}
+	in, out := named[initstage.FDChannelIn], named[initstage.FDChannelOut]
+	if in != nil && out != nil {
+		return &fifoConn{r: out, w: in}
+	}
+	for _, f := range []*os.File{in, out} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	return nil
 }
 
 // observeRuntime reads the runtime's state back, through the pidfd of it
@@ -642,14 +708,14 @@ func peerGone(err error) bool {
 
 // takeOutput puts what the streams kept, and whether each was cut, in the
 // outcome; the streams are drained.
-func (s *supervision) takeOutput(stdout, stderr *capture) {
-	s.out.Stdout, s.out.Stderr = stdout.text(), stderr.text()
-	s.out.Truncated = Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated}
+func (s *supervision) takeOutput(o *outputs) {
+	s.out.Stdout, s.out.Stderr = o.stdout.text(), o.stderr.text()
+	s.out.Truncated = Truncated{Stdout: o.stdout.truncated, Stderr: o.stderr.truncated}
 }
 
 // finish turns the child's end into the outcome.
-func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr *capture) {
-	s.takeOutput(stdout, stderr)
+func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
+	s.takeOutput(o)
 	out := s.out
 	if ps != nil {
 		out.CPU = ps.UserTime() + ps.SystemTime()
@@ -681,7 +747,8 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, stdout, stderr 
 		return
 	}
 	if out.Signal == "SIGXCPU" {
-		out.Status, out.ExitCode = StatusCPULimit, 124
+		out.Status = StatusCPULimit
+		out.ExitCode, _ = out.Status.ExitCode()
 		out.LimitsHit = append(out.LimitsHit, "cpu")
 		out.Message = fmt.Sprintf("CPU-time limit of %s exceeded", s.job.CPUTime)
 		return
@@ -753,15 +820,6 @@ func cloneFlags(spec *specs.Spec) uintptr {
 		}
 	}
 	return flags
-}
-
-// cgroupFD is the job cgroup's directory for CLONE_INTO_CGROUP, if it has
-// one (cgroup v2).
-func cgroupFD(cg CgroupJob) (int, bool) {
-	if cg == nil {
-		return -1, false
-	}
-	return cg.FD()
 }
 
 func closeAll(files []*os.File) {

@@ -51,7 +51,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	case out.Status == jail.StatusInternalError && out.InitStage == jail.StageBindSource && r.Request.Exec != nil:
 		// An exec's --ro-bind path that is missing or not readable by
 		// others: the job's own bad input.
-		res.Status, res.ExitCode = jail.StatusRefused, 125
+		setStatus(res, jail.StatusRefused)
 		res.Error = &jail.ErrorInfo{Code: "bind_source", Message: out.Message}
 	case out.Status == jail.StatusInternalError:
 		res.Error = &jail.ErrorInfo{Code: "internal", Message: out.Message}
@@ -60,7 +60,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: " + out.Message}
 		}
 	case (out.Status == jail.StatusOK || out.Status == jail.StatusError) && (oom || heapOOM):
-		res.Status, res.ExitCode = jail.StatusMemoryLimit, 137
+		setStatus(res, jail.StatusMemoryLimit)
 		res.LimitsHit = appendOnce(res.LimitsHit, "memory")
 		how := "the cgroup memory limit"
 		if !oom {
@@ -68,10 +68,10 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 		}
 		res.Error = &jail.ErrorInfo{Code: "memory_limit", Message: fmt.Sprintf("memory limit of %v exceeded (%s)", r.Limits.Memory, how)}
 	case session.ProtocolError != nil && out.Status != jail.StatusTimeout && out.Status != jail.StatusOutputLimit:
-		res.Status, res.ExitCode = jail.StatusProtocolError, 125
+		setStatus(res, jail.StatusProtocolError)
 		res.Error = &jail.ErrorInfo{Code: "protocol_error", Message: session.ProtocolError.Error()}
 	case session.HostError != nil:
-		res.Status, res.ExitCode = jail.StatusInternalError, 125
+		setStatus(res, jail.StatusInternalError)
 		res.Error = &jail.ErrorInfo{Code: "internal", Message: session.HostError.Error()}
 	case out.Status == jail.StatusOK || out.Status == jail.StatusError:
 		if g := session.Error; g != nil {
@@ -100,4 +100,10 @@ func appendOnce(list []string, v string) []string {
 		}
 	}
 	return append(list, v)
+}
+
+// setStatus gives res status st and the exit code that status has.
+func setStatus(res *jail.Result, st jail.Status) {
+	res.Status = st
+	res.ExitCode, _ = st.ExitCode()
 }

@@ -43,9 +43,9 @@ type Runner struct {
 	Ceiling Ceiling
 	// Prober, when set, holds the host's probed posture (the daemon).
 	Prober *posture.Prober
-	// Warm, when set, supplies init stages started ahead of the runs (the
+	// Pool, when set, supplies init stages started ahead of the runs (the
 	// daemon's).
-	Warm   *jail.Pool
+	Pool   *jail.Pool
 	Logger *slog.Logger
 
 	filtersMu sync.Mutex
@@ -79,12 +79,13 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	start := time.Now()
 	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
 	logger := rn.logger().With("job", res.ID)
-	// prestarted: the run's init stage came from the daemon's pool;
-	// rootPrepared: with the run's root mounted ahead.
-	var prestarted, rootPrepared bool
+	// pooled: the run's init stage came from the daemon's pool;
+	// pooledRoot: with the run's root mounted ahead. (The log's keys are
+	// what operators and tests read.)
+	var pooled, pooledRoot bool
 	defer func() {
 		res.Usage.WallMS = time.Since(start).Milliseconds()
-		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", prestarted, "root_prepared", rootPrepared)
+		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot)
 	}()
 	logger.Info("run starting", "spec", r.String())
 
@@ -114,9 +115,9 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 				return res
 			}
 		}
-		out := rn.attempt(ctx, r, opt, probed, cgs, res, logger)
-		prestarted = out != nil && out.Prestarted
-		rootPrepared = out != nil && out.RootPrepared
+		out := (&attempt{rn: rn, r: r, opt: opt, probed: probed, cgs: cgs, res: res, logger: logger}).run(ctx)
+		pooled = out != nil && out.Pooled
+		pooledRoot = out != nil && out.PooledRoot
 		if out == nil || out.InitStage == initstage.StageNone || probed != nil || !setupLayerFailure(out) {
 			return res
 		}
@@ -160,41 +161,96 @@ func setupLayerFailure(out *jail.Outcome) bool {
 }
 
 func (rn *Runner) refuse(res *jail.Result, report *posture.Report) {
-	res.Status, res.ExitCode = jail.StatusRefused, 125
+	setStatus(res, jail.StatusRefused)
 	res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: missing layers: " + strings.Join(report.Missing, ", ")}
 	res.Posture = report
 }
 
-// attempt runs the job once with the layers probed allows (all of them
-// when probed is nil) and fills res. It returns the jail's outcome, or nil
-// when the run never reached the jail.
-func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed *posture.Probed, cgs cgroups, res *jail.Result, logger *slog.Logger) *jail.Outcome {
-	fail := func(code, format string, args ...any) *jail.Outcome {
-		res.Status, res.ExitCode = jail.StatusInternalError, 125
-		res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
+// attempt is one try at running a resolved job, with the layers probed
+// allows (all of them when probed is nil). It fills res.
+type attempt struct {
+	rn     *Runner
+	r      *Resolved
+	opt    Options
+	probed *posture.Probed
+	cgs    cgroups
+	res    *jail.Result
+	logger *slog.Logger
+}
+
+// run runs the job once, in four phases: resolve its launch, build its
+// spec, run it in the jail, and assemble the result. It returns the
+// jail's outcome, or nil when the run never reached the jail.
+func (a *attempt) run(ctx context.Context) *jail.Outcome {
+	launch, ok := a.launch()
+	if !ok {
 		return nil
 	}
-	// A native program this jail cannot run is the job's own bad input:
-	// refused with a shell's exit code, not pmjail's failure. A runtime's
-	// launch failing is pmjail's own (an incomplete install).
-	failProgram := func(code string, err error, exit int) {
-		fail(code, "%v", err)
-		if r.Request.Exec != nil {
-			res.Status, res.ExitCode = jail.StatusRefused, exit
-		}
+	spec, flt, ok := a.spec(launch)
+	if !ok {
+		return nil
 	}
-	launch, err := rn.launch(r)
+	out, broker, denials := a.contain(ctx, spec, launch, flt)
+	// The jail made the job's cgroup and keeps it until the posture has
+	// read its limits back.
+	defer func() {
+		if err := out.Release(); err != nil {
+			a.logger.Error("remove job cgroup", "err", err)
+		}
+	}()
+	if cgErr := out.CgroupErr; cgErr != nil {
+		a.fail("cgroup", "%v", cgErr)
+		if a.probed == nil && errors.Is(cgErr, cgroup.ErrNotSupported) {
+			// Not proven before: Run probes the host and retries without
+			// what cannot be used.
+			code, _ := jail.StatusInternalError.ExitCode()
+			return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: code, InitStage: initstage.StageCgroup, Err: cgErr, Message: cgErr.Error()}
+		}
+		return nil
+	}
+	a.assemble(out, launch, flt, broker, denials)
+	return out
+}
+
+// fail ends the attempt as pmjail's own failure.
+func (a *attempt) fail(code, format string, args ...any) {
+	setStatus(a.res, jail.StatusInternalError)
+	a.res.Error = &jail.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// failProgram ends the attempt on a program the jail cannot run. A native
+// program is the job's own bad input: refused with a shell's exit code,
+// not pmjail's failure. A runtime's launch failing is pmjail's own (an
+// incomplete install).
+func (a *attempt) failProgram(code string, err error, exit int) {
+	a.fail(code, "%v", err)
+	if a.r.Request.Exec != nil {
+		a.res.Status, a.res.ExitCode = jail.StatusRefused, exit
+	}
+}
+
+// launch resolves what the run execs.
+func (a *attempt) launch() (*runtimes.Launch, bool) {
+	launch, err := a.rn.launch(a.r)
 	if err != nil {
-		exit := 125 // a bad --ro-bind
+		exit, _ := jail.StatusRefused.ExitCode() // a bad --ro-bind
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
 			exit = 127 // the program could not be found
 		case errors.Is(err, fs.ErrPermission):
 			exit = 126 // found, but not executable
 		}
-		failProgram("runtime", err, exit)
-		return nil
+		a.failProgram("runtime", err, exit)
+		return nil, false
 	}
+	return launch, true
+}
+
+// spec builds the jail's description of the run: its root and rlimits,
+// its namespaces (less what the host lacks), its cgroup limits and its
+// seccomp filter.
+func (a *attempt) spec(launch *runtimes.Launch) (*specs.Spec, filter, bool) {
+	rn, r, cgs := a.rn, a.r, a.cgs
 	lim := r.Limits
 	rootLimits := rootfs.Limits{
 		TmpBytes:   int64(lim.Tmp),
@@ -209,8 +265,8 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	root, err := rootfs.NewSpec(launch, rootLimits)
 	if err != nil {
-		failProgram("spec", err, 126) // not a program this jail can execute
-		return nil
+		a.failProgram("spec", err, 126) // not a program this jail can execute
+		return nil, filter{}, false
 	}
 	if rn.Install != nil {
 		// Where no tree of links may stand for the libraries, each stays
@@ -219,19 +275,42 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 	}
 	spec := root.Spec
 	var flt filter
-	if probed == nil || probed.Has(posture.Seccomp) {
+	if a.probed == nil || a.probed.Has(posture.Seccomp) {
 		if flt, err = rn.filter(r); err != nil {
-			return fail("seccomp", "%v", err)
+			a.fail("seccomp", "%v", err)
+			return nil, filter{}, false
 		}
 	}
-	if probed != nil {
-		degrade(spec, probed)
+	if a.probed != nil {
+		degrade(spec, a.probed)
 	}
+	if cgs.mgr != nil {
+		spec.Linux.Resources = resources(lim, cgs.mgr.Host())
+	}
+	return spec, flt, true
+}
 
-	var denials seccomp.Denials
-	var outcome ipc.Outcome
+// broker is the host's end of a run's guest channel.
+type broker struct {
+	cfg ipc.SessionConfig
+	// out is the session's outcome, once serve has returned.
+	out ipc.Outcome
+}
+
+// serve serves the guest channel (jail.Job.Channel): jail.Run returns
+// only after it has, so out is read once Run has returned.
+func (b *broker) serve(ctx context.Context, conn net.Conn) error {
+	b.out = ipc.Serve(ctx, conn, b.cfg)
+	return b.out.ProtocolError
+}
+
+// contain runs the job in the jail: the jail makes its cgroup (see
+// jail.Job.Cgroups), and the broker serves its guest channel.
+func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Outcome, *broker, *seccomp.Denials) {
+	r, lim := a.r, a.r.Limits
+	denials := &seccomp.Denials{}
 	job := &jail.Job{
-		ID:          res.ID,
+		ID:          a.res.ID,
 		Spec:        spec,
 		Files:       launch.Files,
 		Seccomp:     flt.program,
@@ -239,106 +318,62 @@ func (rn *Runner) attempt(ctx context.Context, r *Resolved, opt Options, probed 
 		Timeout:     time.Duration(lim.Timeout),
 		CPUTime:     time.Duration(lim.CPUTime),
 		OutputLimit: int64(lim.Output),
-		Stdout:      opt.Stdout,
-		Stderr:      opt.Stderr,
-		Warm:        rn.Warm,
+		Cgroups:     NewCgroups(a.cgs.mgr),
+		Stdout:      a.opt.Stdout,
+		Stderr:      a.opt.Stderr,
+		Pool:        a.rn.Pool,
 		Denials: func(ctx context.Context, fd int) {
 			_ = denials.Serve(ctx, fd, flt.errno)
 		},
 	}
-	// The jail makes the job's cgroup while its child starts (see
-	// jail.Job.MakeCgroup); what it made is read back and removed here.
-	var (
-		cg    *cgroup.Job
-		cgErr error
-	)
-	if cgs.mgr != nil {
-		spec.Linux.Resources = resources(lim, cgs.mgr.Host())
-		job.CgroupAtBirth = cgs.mgr.Host().Mode == cgroup.V2
-		job.MakeCgroup = func() (jail.CgroupJob, error) {
-			cg, cgErr = cgs.mgr.Create(res.ID, spec.Linux.Resources)
-			if cgErr != nil {
-				return nil, cgErr
-			}
-			return cg, nil
-		}
-		// A pooled init stage's cgroup (cgroup.Manager.Reserve, the
-		// daemon's) is made already: the run gives it its limits.
-		job.AdoptCgroup = func(held jail.HeldCgroup) error {
-			j, ok := held.(*cgroup.Job)
-			if !ok {
-				cgErr = fmt.Errorf("adopt cgroup: %T is not a job cgroup", held)
-				if err := held.Delete(); err != nil {
-					cgErr = errors.Join(cgErr, err)
-				}
-				return cgErr
-			}
-			cg = j
-			cgErr = cg.SetLimits(spec.Linux.Resources)
-			return cgErr
-		}
-	}
+	b := &broker{}
 	if launch.Channel {
 		timing := "precise"
 		if r.Profile.CoarseTime {
 			timing = "coarse"
 		}
-		job.Channel = func(ctx context.Context, conn net.Conn) error {
-			outcome = ipc.Serve(ctx, conn, ipc.SessionConfig{
-				Input:        r.Request.Input,
-				Capabilities: r.Request.Capabilities,
-				Ceiling:      rn.Ceiling.Broker,
-				Timing:       timing,
-				OnLog:        opt.OnLog,
-				Logger:       logger,
-			})
-			return outcome.ProtocolError
+		b.cfg = ipc.SessionConfig{
+			Input:        r.Request.Input,
+			Capabilities: r.Request.Capabilities,
+			Ceiling:      a.rn.Ceiling.Broker,
+			Timing:       timing,
+			OnLog:        a.opt.OnLog,
+			Logger:       a.logger,
 		}
+		job.Channel = b.serve
 	}
+	return jail.Run(ctx, job), b, denials
+}
 
-	out := jail.Run(ctx, job)
+// assemble fills the result from what the jail, its cgroup, the broker
+// and the seccomp filter saw, and the run's posture.
+func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filter, b *broker, denials *seccomp.Denials) {
+	rn, r, res := a.rn, a.r, a.res
+	cg, _ := out.Cgroup.(*cgroup.Job)
+	usage := out.Usage
 	if cg != nil {
-		defer func() {
-			if err := cg.Delete(); err != nil {
-				logger.Error("remove job cgroup", "err", err)
-			}
-		}()
-	}
-	if cgErr != nil {
-		fail("cgroup", "%v", cgErr)
-		if probed == nil && errors.Is(cgErr, cgroup.ErrNotSupported) {
-			// Not proven before: Run probes the host and retries without
-			// what cannot be used.
-			return &jail.Outcome{Status: jail.StatusInternalError, ExitCode: 125, InitStage: initstage.StageCgroup, Err: cgErr, Message: cgErr.Error()}
-		}
-		return nil
-	}
-
-	var usage cgroup.Usage
-	if cg != nil {
-		if usage, err = cg.Stats(); err != nil {
-			logger.Warn("read job cgroup usage", "err", err)
+		if out.UsageErr != nil {
+			a.logger.Warn("read job cgroup usage", "err", out.UsageErr)
 		}
 		// The jail's pid 1 is no task of the guest's (see resources).
-		if cgs.mgr.Host().Mode == cgroup.V1 && usage.PidsPeak >= jail.InitTasks {
+		if a.cgs.mgr.Host().Mode == cgroup.V1 && usage.PidsPeak >= jail.InitTasks {
 			usage.PidsPeak -= jail.InitTasks
 		}
 	}
-	rn.assemble(res, r, out, &outcome, cg != nil, usage)
+	rn.assemble(res, r, out, &b.out, cg != nil, usage)
 	res.Denied = denials.Counts()
 	if denials.Saturated() {
 		// The supervisor stopped answering the filter's notifications:
 		// the counts are lower bounds, later denials went unnamed.
 		res.LimitsHit = appendOnce(res.LimitsHit, "denied_syscalls")
 	}
-	facts := rn.facts(r, out, cgs, cg, flt.program != nil)
+	facts := rn.facts(r, out, a.cgs, cg, flt.program != nil)
 	facts.DenoFlags = denoFlags(launch)
 	facts.Start = launch.Start
-	if probed != nil {
-		facts.Host = &probed.Host
+	if a.probed != nil {
+		facts.Host = &a.probed.Host
 	}
 	res.Posture = posture.ForRun(facts)
-	return out
 }
 
 // degrade leaves out of the spec the namespaces the host lacks (mode auto).

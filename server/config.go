@@ -38,10 +38,11 @@ type Config struct {
 	// MaxQueue bounds the runs waiting for a slot (default 2×MaxConcurrency;
 	// -1 means no queue). Beyond it a run is refused with 429.
 	MaxQueue int `json:"max_queue"`
-	// Prestart is how many init stages the daemon keeps started ahead of
-	// runs (default MaxConcurrency; -1 means none): a run that takes one
-	// skips the clone, exec and start-up of its own (see jail.Pool).
-	Prestart int `json:"prestart"`
+	// Pool is how many init stages the daemon keeps started ahead of runs
+	// (default MaxConcurrency; -1 means none): a run that takes one skips
+	// the clone, exec and start-up of its own (see jail.Pool). Its key,
+	// "prestart", is the operators'.
+	Pool int `json:"prestart"`
 	// QueueTimeout bounds the wait for a slot (default 60s; then 503).
 	QueueTimeout profiles.Duration `json:"queue_timeout"`
 	// ShutdownGrace is how long SIGTERM lets in-flight runs finish before
@@ -225,12 +226,12 @@ func (c *Config) normalize() error {
 		c.MaxQueue = 2 * c.MaxConcurrency
 	}
 	switch {
-	case c.Prestart < -1:
-		return fmt.Errorf("prestart: %d (want -1 for none, or a count)", c.Prestart)
-	case c.Prestart > MaxPrestart:
-		return fmt.Errorf("prestart: %d is over the %d this daemon keeps at most", c.Prestart, MaxPrestart)
-	case c.Prestart == 0:
-		c.Prestart = min(c.MaxConcurrency, MaxPrestart)
+	case c.Pool < -1:
+		return fmt.Errorf("prestart: %d (want -1 for none, or a count)", c.Pool)
+	case c.Pool > MaxPool:
+		return fmt.Errorf("prestart: %d is over the %d this daemon keeps at most", c.Pool, MaxPool)
+	case c.Pool == 0:
+		c.Pool = min(c.MaxConcurrency, MaxPool)
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)
@@ -265,16 +266,16 @@ func (c *Config) check() error {
 	return c.normalize()
 }
 
-// MaxPrestart bounds Prestart: each pooled init stage holds a few MiB and
+// MaxPool bounds Pool: each pooled init stage holds a few MiB and
 // a set of namespaces while it waits.
-const MaxPrestart = 64
+const MaxPool = 64
 
-// prestartLen is the pool size as jail.Pool takes it.
-func (c *Config) prestartLen() int {
-	if c.Prestart < 0 {
+// poolSize is the pool size as jail.Pool takes it.
+func (c *Config) poolSize() int {
+	if c.Pool < 0 {
 		return 0
 	}
-	return c.Prestart
+	return c.Pool
 }
 
 // queueLen is the queue bound as the limiter takes it.

@@ -21,17 +21,17 @@ func TestConfigDefaults(t *testing.T) {
 	if c.MaxConcurrency != runtime.NumCPU() || c.MaxQueue != 2*runtime.NumCPU() {
 		t.Errorf("concurrency %d queue %d, want NumCPU and twice that", c.MaxConcurrency, c.MaxQueue)
 	}
-	if c.prestartLen() != c.MaxConcurrency {
-		t.Errorf("prestart %d, want max_concurrency %d", c.prestartLen(), c.MaxConcurrency)
+	if c.poolSize() != c.MaxConcurrency {
+		t.Errorf("prestart %d, want max_concurrency %d", c.poolSize(), c.MaxConcurrency)
 	}
 	for cfg, want := range map[string]int{`{"version": 1, "prestart": -1}`: 0, `{"version": 1, "prestart": 3}`: 3,
 		// The default follows max_concurrency up to the bound an explicit value has.
-		`{"version": 1, "max_concurrency": 100}`: MaxPrestart} {
+		`{"version": 1, "max_concurrency": 100}`: MaxPool} {
 		c, err := ParseConfig(strings.NewReader(cfg))
 		if err != nil {
 			t.Errorf("%s: %v", cfg, err)
-		} else if c.prestartLen() != want {
-			t.Errorf("%s: prestart %d, want %d", cfg, c.prestartLen(), want)
+		} else if c.poolSize() != want {
+			t.Errorf("%s: prestart %d, want %d", cfg, c.poolSize(), want)
 		}
 	}
 	if c.Socket.Path != DefaultSocketPath || c.Socket.Mode != "0660" {

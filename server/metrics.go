@@ -16,7 +16,7 @@ type metrics struct {
 	rejected *prometheus.CounterVec
 }
 
-func newMetrics(lim *limiter, warm *jail.Pool) *metrics {
+func newMetrics(lim *limiter, pool *jail.Pool) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -41,11 +41,11 @@ func newMetrics(lim *limiter, warm *jail.Pool) *metrics {
 		Name: "pmjail_runs_queued",
 		Help: "Runs waiting for a slot.",
 	}, func() float64 { _, q, _, _ := lim.stats(); return float64(q) })
-	prestarted := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	pooled := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_init_stages_prestarted",
 		Help: "Init stages started ahead of runs, waiting for one.",
-	}, func() float64 { return float64(warm.Idle()) })
-	m.reg.MustRegister(m.runs, m.duration, m.rejected, inFlight, queued, prestarted,
+	}, func() float64 { return float64(pool.Idle()) })
+	m.reg.MustRegister(m.runs, m.duration, m.rejected, inFlight, queued, pooled,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every status and reason shows from the start, at zero, so that

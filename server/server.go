@@ -68,9 +68,9 @@ type Server struct {
 	log   *slog.Logger
 	state atomic.Pointer[state]
 	lim   *limiter
-	// warm keeps init stages started ahead of runs, shared by every
+	// pool keeps init stages started ahead of runs, shared by every
 	// Runner the server has had.
-	warm    *jail.Pool
+	pool    *jail.Pool
 	metrics *metrics
 	http    *http.Server
 	started time.Time
@@ -118,9 +118,9 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		// Each waiting init stage holds its cgroup, made ahead: a run
 		// only gives it its limits, and on cgroup v2, where a child is
 		// born in its cgroup, runs can take one at all.
-		poolOpt.Cgroup = func() (jail.HeldCgroup, error) { return opt.Cgroups.Reserve(job.NewID()) }
+		poolOpt.Cgroups = job.NewCgroups(opt.Cgroups)
 	}
-	s.warm = jail.NewPool(cfg.prestartLen(), poolOpt)
+	s.pool = jail.NewPool(cfg.poolSize(), poolOpt)
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
-	s.metrics = newMetrics(s.lim, s.warm)
+	s.metrics = newMetrics(s.lim, s.pool)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
@@ -170,7 +170,7 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 		Ceiling:      ceil,
 		Logger:       s.log,
 		Prober:       s.opt.Prober,
-		Warm:         s.warm,
+		Pool:         s.pool,
 	}
 	return &state{cfg: cfg, ceil: ceil, runner: rn, peers: peers}, nil
 }
@@ -188,14 +188,14 @@ func (s *Server) Reload(cfg *Config) error {
 		s.log.Warn("config reload: socket settings change only at restart")
 	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
-	s.warm.Resize(cfg.prestartLen())
+	s.pool.Resize(cfg.poolSize())
 	// A reload is also the operator's way to have the host probed again.
 	probed, err := s.opt.Prober.Refresh(context.Background(), time.Now())
 	if err != nil {
 		return fmt.Errorf("config reload: %w", err)
 	}
 	report := s.postureReport(probed)
-	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.prestartLen(),
+	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.poolSize(),
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
 }
@@ -231,7 +231,7 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	defer s.shutdownMu.Unlock()
 	// The runs are over or cancelled when this runs: nothing takes from
 	// the pool any more.
-	defer s.warm.Close()
+	defer s.pool.Close()
 	defer s.opt.Prober.Close()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
@@ -299,7 +299,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	running, queued, max, queue := s.lim.stats()
 	h := client.Health{
 		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
-		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Prestarted: s.warm.Idle(),
+		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 	}
 	if s.draining.Load() {
