@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -222,7 +223,8 @@ func (m *Manager) Reserve(id string) (*Job, error) {
 
 // Sweep removes the job cgroups whose owning supervisor is dead, killing
 // their tasks first. Jobs of a live supervisor, this one included, are
-// never touched. It returns the names removed.
+// never touched. It returns the names removed. The directories are read
+// here: neither cgroup1 nor cgroup2 lists a cgroup's children.
 func (m *Manager) Sweep() ([]string, error) {
 	found := map[string]map[string]string{} // name -> key -> dir
 	for key, parent := range m.host.Parent {
@@ -256,7 +258,10 @@ func (m *Manager) Sweep() ([]string, error) {
 			continue
 		}
 		j := m.newJob(n, found[n])
-		j.learn()
+		if err := m.load(j); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: cgroup %s: %w", n, err))
+			continue
+		}
 		if err := j.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("sweep: %w", err))
 			continue
@@ -264,6 +269,21 @@ func (m *Manager) Sweep() ([]string, error) {
 		removed = append(removed, n)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// load gives a job found on disk what it offers and the library's handle
+// on it. A v1 job whose every directory went meanwhile needs none: Delete
+// finds nothing to remove.
+func (m *Manager) load(j *Job) error {
+	if m.host.Mode == V2 {
+		j.learnV2()
+		return m.loadV2(j)
+	}
+	j.learnV1()
+	if err := m.loadV1(j); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return err
+	}
+	return nil
 }
 
 // killTimeout bounds Kill and Delete: a task stuck in uninterruptible
