@@ -14,6 +14,7 @@ import (
 // This file holds what is particular to cgroup v2, the unified hierarchy,
 // where a job is a single directory.
 
+// createV2 makes the job's one directory, with the limits l.
 func (m *Manager) createV2(name string, l limits) (*Job, error) {
 	parent := m.host.Parent[UnifiedKey]
 	dir := filepath.Join(parent, name)

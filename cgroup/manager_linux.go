@@ -90,7 +90,8 @@ func (m *Manager) Probed() (*Manager, error) {
 func (m *Manager) Host() *Host { return m.host }
 
 // enableV2 enables the job controllers in <own>/cgroup.subtree_control,
-// one at a time so that one refused controller does not cost the others.
+// one at a time so that one refused controller does not cost the others
+// (cgroup2's ToggleControllers writes them all in one write).
 func enableV2(h *Host) error {
 	dir := h.Parent[UnifiedKey]
 	ctl := filepath.Join(dir, "cgroup.subtree_control")
@@ -150,7 +151,9 @@ func enableOne(dir, ctl, c string) error {
 }
 
 // evacuate moves every process of dir into dir/pmjail-supervisor, retrying
-// while processes keep appearing (forks racing with the move).
+// while processes keep appearing (forks racing with the move). Not
+// cgroup2's MoveTo: it lists recursively, so it would move the jobs'
+// tasks out of their cgroups too.
 func evacuate(dir string) error {
 	leaf := filepath.Join(dir, leafName)
 	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
