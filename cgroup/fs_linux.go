@@ -93,37 +93,6 @@ func hasChildren(dir string) bool {
 	return unix.Stat(dir, &st) != nil || st.Nlink != 2
 }
 
-// readProcs returns the pids in dir's cgroup.procs and in every cgroup
-// beneath it. A directory that vanished reads as empty.
-func readProcs(dir string) ([]int, error) {
-	if !hasChildren(dir) {
-		pids, err := readProcsFile(dir)
-		if err != nil {
-			return nil, fmt.Errorf("list processes of %s: %w", dir, err)
-		}
-		return pids, nil
-	}
-	var out []int
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		pids, err := readProcsFile(p)
-		out = append(out, pids...)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list processes of %s: %w", dir, err)
-	}
-	return out, nil
-}
-
 // readProcsFile returns the pids of one cgroup; one that vanished has none.
 func readProcsFile(dir string) ([]int, error) {
 	data, err := readFile(filepath.Join(dir, "cgroup.procs"))

@@ -425,3 +425,36 @@ func TestDeleteReachesNestedCgroups(t *testing.T) {
 	}
 	assertGone(t, j)
 }
+
+// TestDeleteWithAHierarchyGone: a busy v1 job one of whose hierarchies is
+// already gone (Delete's first pass removes the empty ones) is still
+// listed in the others, killed and removed.
+func TestDeleteWithAHierarchyGone(t *testing.T) {
+	m := requireMode(t, V1)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(32)}})
+	// exec: one task, which the cleanup ends if the test fails.
+	c := start(t, j, "exec sleep 300")
+	pid := c.cmd.Process.Pid
+	dir, ok := j.paths[Pids]
+	if !ok || len(j.paths) < 2 {
+		t.Skipf("job has hierarchies %v; want pids and another", j.Paths())
+	}
+	// Out of the job's pids cgroup, back into our own, so that it can go.
+	if err := writeString(filepath.Join(m.host.Parent[Pids], "cgroup.procs"), itoa(pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if pids, err := j.procs(); err != nil || !slices.Contains(pids, pid) {
+		t.Fatalf("procs %v, %v: want pid %d from the other hierarchies", pids, err, pid)
+	}
+	if err := j.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := c.wait(t, 5*time.Second); !errors.As(err, &ee) {
+		t.Fatalf("task: want killed, got %v", err)
+	}
+	assertGone(t, j)
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -89,7 +90,8 @@ func (m *Manager) Probed() (*Manager, error) {
 func (m *Manager) Host() *Host { return m.host }
 
 // enableV2 enables the job controllers in <own>/cgroup.subtree_control,
-// one at a time so that one refused controller does not cost the others.
+// one at a time so that one refused controller does not cost the others
+// (cgroup2's ToggleControllers writes them all in one write).
 func enableV2(h *Host) error {
 	dir := h.Parent[UnifiedKey]
 	ctl := filepath.Join(dir, "cgroup.subtree_control")
@@ -149,7 +151,9 @@ func enableOne(dir, ctl, c string) error {
 }
 
 // evacuate moves every process of dir into dir/pmjail-supervisor, retrying
-// while processes keep appearing (forks racing with the move).
+// while processes keep appearing (forks racing with the move). Not
+// cgroup2's MoveTo: it lists recursively, so it would move the jobs'
+// tasks out of their cgroups too.
 func evacuate(dir string) error {
 	leaf := filepath.Join(dir, leafName)
 	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -222,7 +226,8 @@ func (m *Manager) Reserve(id string) (*Job, error) {
 
 // Sweep removes the job cgroups whose owning supervisor is dead, killing
 // their tasks first. Jobs of a live supervisor, this one included, are
-// never touched. It returns the names removed.
+// never touched. It returns the names removed. The directories are read
+// here: neither cgroup1 nor cgroup2 lists a cgroup's children.
 func (m *Manager) Sweep() ([]string, error) {
 	found := map[string]map[string]string{} // name -> key -> dir
 	for key, parent := range m.host.Parent {
@@ -256,7 +261,10 @@ func (m *Manager) Sweep() ([]string, error) {
 			continue
 		}
 		j := m.newJob(n, found[n])
-		j.learn()
+		if err := m.load(j); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: cgroup %s: %w", n, err))
+			continue
+		}
 		if err := j.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("sweep: %w", err))
 			continue
@@ -264,6 +272,21 @@ func (m *Manager) Sweep() ([]string, error) {
 		removed = append(removed, n)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// load gives a job found on disk what it offers and the library's handle
+// on it. A v1 job whose every directory went meanwhile needs none: Delete
+// finds nothing to remove.
+func (m *Manager) load(j *Job) error {
+	if m.host.Mode == V2 {
+		j.learnV2()
+		return m.loadV2(j)
+	}
+	j.learnV1()
+	if err := m.loadV1(j); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return err
+	}
+	return nil
 }
 
 // killTimeout bounds Kill and Delete: a task stuck in uninterruptible

@@ -9,7 +9,7 @@ import (
 )
 
 // Stats reads the job's usage now. It reads only the few files it reports
-// (the library's Stat parses every controller's full statistics), once a
+// (statsV1 and statsV2 say what the library's Stat reads instead), once a
 // run, after the job has ended; the CPU-time poll reads CPUTime.
 func (j *Job) Stats() (Usage, error) {
 	j.mu.Lock()
@@ -71,47 +71,6 @@ func (r *reader) keyed(path string, optional bool) map[string]uint64 {
 	return m
 }
 
-// statsV1 reads what a run's result reports: the kernel's memory peak,
-// the limit's fail counts (memsw's only where swap accounting exists) and
-// OOM kills, CPU time, the tasks' peak and refused forks.
-func (j *Job) statsV1(u *Usage) error {
-	var r reader
-	if dir, ok := j.paths[Memory]; ok {
-		u.MemoryPeakBytes, _ = r.single(filepath.Join(dir, "memory.max_usage_in_bytes"), false)
-		fail, _ := r.single(filepath.Join(dir, "memory.failcnt"), false)
-		var swfail uint64
-		if j.swapCapped {
-			swfail, _ = r.single(filepath.Join(dir, "memory.memsw.failcnt"), true)
-		}
-		oom := r.keyed(filepath.Join(dir, "memory.oom_control"), false)
-		u.OOMKills = oom["oom_kill"]
-		u.MemoryLimitHit = fail > 0 || swfail > 0 || u.OOMKills > 0
-	}
-	if dir, ok := j.paths[CPUAcct]; ok {
-		u.CPUTime = cpuUsageV1(&r, dir)
-	}
-	if dir, ok := j.paths[Pids]; ok {
-		j.readPids(&r, dir, u)
-	}
-	return r.err
-}
-
-func (j *Job) statsV2(dir string, u *Usage) error {
-	var r reader
-	h := j.m.host
-	if h.Has(Memory) {
-		u.MemoryPeakBytes = j.memPeakNow(&r, dir)
-		ev := r.keyed(filepath.Join(dir, "memory.events"), false)
-		u.OOMKills = ev["oom_kill"]
-		u.MemoryLimitHit = ev["max"] > 0 || ev["oom"] > 0 || ev["oom_kill"] > 0
-	}
-	u.CPUTime = cpuStatV2(&r, dir)
-	if h.Has(Pids) {
-		j.readPids(&r, dir, u)
-	}
-	return r.err
-}
-
 // readPids reads the tasks' peak and whether a fork was refused.
 func (j *Job) readPids(r *reader, dir string, u *Usage) {
 	u.PidsPeak = j.pidsPeakNow(r, dir)
@@ -119,28 +78,10 @@ func (j *Job) readPids(r *reader, dir string, u *Usage) {
 	u.PidsLimitHit = ev["max"] > 0
 }
 
-// cpuUsageV1 reads cpuacct.usage (nanoseconds).
-func cpuUsageV1(r *reader, dir string) time.Duration {
-	ns, _ := r.single(filepath.Join(dir, "cpuacct.usage"), false)
-	return time.Duration(ns)
-}
-
-// cpuStatV2 reads usage_usec from cpu.stat, a core file: present without
-// the cpu controller.
-func cpuStatV2(r *reader, dir string) time.Duration {
-	cs := r.keyed(filepath.Join(dir, "cpu.stat"), false)
-	return time.Duration(cs["usage_usec"]) * time.Microsecond
-}
-
 // pidsPeakNow returns pids.peak, or where the kernel keeps none the highest
 // pids.current seen so far, this read included.
 func (j *Job) pidsPeakNow(r *reader, dir string) uint64 {
 	return peakNow(r, &j.pidsPeak, &j.pidsSeen, filepath.Join(dir, "pids.peak"), filepath.Join(dir, "pids.current"))
-}
-
-// memPeakNow is pidsPeakNow for v2 memory (memory.peak is Linux 5.19+).
-func (j *Job) memPeakNow(r *reader, dir string) uint64 {
-	return peakNow(r, &j.memPeak, &j.memSeen, filepath.Join(dir, "memory.peak"), filepath.Join(dir, "memory.current"))
 }
 
 func peakNow(r *reader, kept *peakFile, seen *uint64, peakPath, currentPath string) uint64 {
@@ -174,20 +115,9 @@ func (j *Job) CPUTime() (time.Duration, error) {
 	var r reader
 	var cpu time.Duration
 	if dir, ok := j.paths[UnifiedKey]; ok {
-		cpu = cpuStatV2(&r, dir)
-		if j.m.host.Has(Memory) && j.memPeak != peakKept {
-			j.memPeakNow(&r, dir)
-		}
-		if j.m.host.Has(Pids) && j.pidsPeak != peakKept {
-			j.pidsPeakNow(&r, dir)
-		}
+		cpu = j.cpuTimeV2(&r, dir)
 	} else {
-		if dir, ok := j.paths[CPUAcct]; ok {
-			cpu = cpuUsageV1(&r, dir)
-		}
-		if dir, ok := j.paths[Pids]; ok && j.pidsPeak != peakKept {
-			j.pidsPeakNow(&r, dir)
-		}
+		cpu = j.cpuTimeV1(&r)
 	}
 	if r.err != nil {
 		return 0, fmt.Errorf("CPU time of cgroup %s: %w", j.name, r.err)

@@ -115,7 +115,7 @@ func TestKillFindsTaskJoinedThroughTaskFiles(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		pids, err := readProcs(j.paths[j.order[len(j.order)-1]])
+		pids, err := readProcsFile(j.paths[j.order[len(j.order)-1]])
 		if err != nil {
 			t.Fatal(err)
 		}
