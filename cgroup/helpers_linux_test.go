@@ -53,7 +53,7 @@ func requireManager(t *testing.T) *Manager {
 var idSeq atomic.Int64
 
 // create makes a job with a unique id and removes it at the end of the test.
-func create(t *testing.T, m *Manager, res *specs.LinuxResources) *Job {
+func create(t *testing.T, m *Manager, res *specs.LinuxResources) *Group {
 	t.Helper()
 	id := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, idSeq.Add(1))
 	j, err := m.Create(id, res)
@@ -77,7 +77,7 @@ type child struct {
 
 // start runs script under /bin/sh inside j: the shell waits on stdin until
 // AddProc has placed it, so everything the script does is accounted to j.
-func start(t *testing.T, j *Job, script string) *child {
+func start(t *testing.T, j *Group, script string) *child {
 	t.Helper()
 	c := &child{cmd: exec.Command("/bin/sh", "-c", "read go; "+script), done: make(chan struct{})}
 	in, err := c.cmd.StdinPipe()
@@ -120,7 +120,7 @@ func (c *child) wait(t *testing.T, limit time.Duration) error {
 }
 
 // assertGone fails unless every directory of j has been removed.
-func assertGone(t *testing.T, j *Job) {
+func assertGone(t *testing.T, j *Group) {
 	t.Helper()
 	for k, dir := range j.Paths() {
 		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Job is one job's cgroup: one directory per controller on v1, a single
+// Group is one job's cgroup: one directory per controller on v1, a single
 // directory on v2.
-type Job struct {
+type Group struct {
 	m     *Manager
 	name  string
 	paths map[string]string // controller (v1) or UnifiedKey (v2) -> dir
@@ -52,11 +52,11 @@ const (
 )
 
 // Name returns the job's cgroup name ("pmjail-<pid>-<id>").
-func (j *Job) Name() string { return j.name }
+func (j *Group) Name() string { return j.name }
 
 // Paths returns controller -> directory (v1) or UnifiedKey -> directory
 // (v2), for the posture and the report.
-func (j *Job) Paths() map[string]string {
+func (j *Group) Paths() map[string]string {
 	out := make(map[string]string, len(j.paths))
 	for k, v := range j.paths {
 		out[k] = v
@@ -67,7 +67,7 @@ func (j *Job) Paths() map[string]string {
 // FD returns an O_PATH directory fd of the job's cgroup for
 // SysProcAttr.UseCgroupFD/CgroupFD (clone3 CLONE_INTO_CGROUP), which puts
 // the child in the job at birth. v2 only; it stays open until Delete.
-func (j *Job) FD() (int, bool) {
+func (j *Group) FD() (int, bool) {
 	if j.fd < 0 {
 		return -1, false
 	}
@@ -77,8 +77,8 @@ func (j *Job) FD() (int, bool) {
 // newJob returns the Job of cgroup name at paths (filled in as they are
 // made), with what a proven host offers it. A lazy Manager's job learns
 // that from its own directories instead (learnV1, learnV2).
-func (m *Manager) newJob(name string, paths map[string]string) *Job {
-	j := &Job{m: m, name: name, paths: paths, fd: -1}
+func (m *Manager) newJob(name string, paths map[string]string) *Group {
+	j := &Group{m: m, name: name, paths: paths, fd: -1}
 	if !m.lazy {
 		j.swapCapped, j.kill = m.host.SwapCapped, m.host.Kill
 		j.freezer = m.host.Has(Freezer)
@@ -101,7 +101,7 @@ func (m *Manager) mkdir(dir string) error {
 // SetLimits gives a reserved cgroup (Manager.Reserve) its job's limits, as
 // Create would have: res is validated the same way, and a limit whose
 // controller the job lacks is an error wrapping ErrNotSupported.
-func (j *Job) SetLimits(res *specs.LinuxResources) error {
+func (j *Group) SetLimits(res *specs.LinuxResources) error {
 	l, err := limitsFrom(res)
 	if err != nil {
 		return fmt.Errorf("set limits of cgroup %s: %w", j.name, err)
@@ -131,7 +131,7 @@ func (j *Job) SetLimits(res *specs.LinuxResources) error {
 
 // AddProc moves process pid (all its threads) into the job, writing the
 // cgroup.procs of each controller the job uses.
-func (j *Job) AddProc(pid int) error {
+func (j *Group) AddProc(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("add pid %d to cgroup %s: invalid pid", pid, j.name)
 	}
@@ -152,7 +152,7 @@ func (j *Job) AddProc(pid int) error {
 
 // procs returns every pid in the job (all hierarchies, nested cgroups
 // included), listed by the library. A cgroup that is gone holds none.
-func (j *Job) procs() ([]int, error) {
+func (j *Group) procs() ([]int, error) {
 	switch {
 	case j.v1 != nil:
 		return j.procsV1()
@@ -174,7 +174,7 @@ func (j *Job) procs() ([]int, error) {
 // leaves all of them at once when it exits, so the first hierarchy holds
 // every task any of them holds. Only a job found busy there, or with
 // nested cgroups, is listed in every hierarchy and killed.
-func (j *Job) Kill() error {
+func (j *Group) Kill() error {
 	// Not the library's listing here: it walks and stats every file of
 	// every hierarchy, where an ended job needs one read.
 	if len(j.order) > 0 {
@@ -196,7 +196,7 @@ func (j *Job) Kill() error {
 // where there is one, then freeze, signal and thaw until none is left.
 // The signalling is ours: cgroup1 has no kill, and cgroup2's fallback
 // waits for the killed processes, reaping the caller's own children.
-func (j *Job) killAll() error {
+func (j *Group) killAll() error {
 	if j.v2 != nil && j.kill {
 		if err := j.v2.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
@@ -227,7 +227,7 @@ func (j *Job) killAll() error {
 
 // signal sends SIGKILL to pids with the job frozen, when it can be, so
 // that no task forks between the listing and the signals.
-func (j *Job) signal(pids []int, deadline time.Time) error {
+func (j *Group) signal(pids []int, deadline time.Time) error {
 	self := os.Getpid()
 	frozen := j.freeze(true, time.Now().Add(100*time.Millisecond))
 	if frozen {
@@ -249,7 +249,7 @@ func (j *Job) signal(pids []int, deadline time.Time) error {
 // freeze freezes (on=true) or thaws the job and reports whether it reached
 // that state by deadline. Freezing stops forks between reading the pids and
 // signalling them. Without a freezer it returns false.
-func (j *Job) freeze(on bool, deadline time.Time) bool {
+func (j *Group) freeze(on bool, deadline time.Time) bool {
 	if dir, ok := j.paths[Freezer]; ok {
 		return freezeV1(dir, on, deadline)
 	}
@@ -291,7 +291,7 @@ func awaitState(file, value, statePath, want string, deadline time.Time) bool {
 // then removed with its nested cgroups. Not the library's Delete: it
 // lists every hierarchy first, and gives up after five fixed retries
 // where a dying job may stay busy longer (killTimeout bounds ours).
-func (j *Job) Delete() error {
+func (j *Group) Delete() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.deleted {
@@ -314,7 +314,7 @@ func (j *Job) Delete() error {
 // removeEmpty closes the fd and removes each directory of the job that
 // the kernel lets go (one already gone counts), and reports whether all
 // of them went.
-func (j *Job) removeEmpty() bool {
+func (j *Group) removeEmpty() bool {
 	j.closeFD()
 	all := true
 	for _, dir := range j.paths {
@@ -327,7 +327,7 @@ func (j *Job) removeEmpty() bool {
 
 // closeFD closes the v2 directory fd, if open: a cgroup is removed only
 // once nothing holds it.
-func (j *Job) closeFD() {
+func (j *Group) closeFD() {
 	if j.fd >= 0 {
 		unix.Close(j.fd)
 		j.fd = -1
@@ -335,7 +335,7 @@ func (j *Job) closeFD() {
 }
 
 // removeDirs closes the fd and removes every directory of the job.
-func (j *Job) removeDirs() error {
+func (j *Group) removeDirs() error {
 	j.closeFD()
 	deadline := time.Now().Add(killTimeout)
 	var errs []error

@@ -228,7 +228,7 @@ func TestKillEndsWholeTree(t *testing.T) {
 
 // pidsCurrent reads the job's pids.current (which Stats leaves unread
 // where the kernel keeps pids.peak).
-func pidsCurrent(t *testing.T, j *Job) uint64 {
+func pidsCurrent(t *testing.T, j *Group) uint64 {
 	t.Helper()
 	dir, ok := j.Paths()[Pids]
 	if !ok {
@@ -381,7 +381,7 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 	if err := inOrphan.wait(t, 5*time.Second); !errors.As(err, &ee) {
 		t.Errorf("task of the orphan: want killed, got %v", err)
 	}
-	for _, j := range []*Job{sibling, mine} {
+	for _, j := range []*Group{sibling, mine} {
 		for k, dir := range j.Paths() {
 			if _, err := os.Stat(dir); err != nil {
 				t.Errorf("live job %s lost %q: %v", j.Name(), k, err)

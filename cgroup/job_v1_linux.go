@@ -19,7 +19,7 @@ import (
 // createV1 makes the job's directory in each hierarchy its limits use, or
 // in every hierarchy the host has (all: a reserved cgroup, whose limits
 // come later).
-func (m *Manager) createV1(name string, l limits, all bool) (*Job, error) {
+func (m *Manager) createV1(name string, l limits, all bool) (*Group, error) {
 	j := m.newJob(name, map[string]string{})
 	for _, c := range m.host.Controllers {
 		// cpu only carries the quota: leave it out when there is none,
@@ -51,7 +51,7 @@ func (m *Manager) createV1(name string, l limits, all bool) (*Job, error) {
 
 // loadV1 gives a job found on disk (Sweep) the library's handle on the
 // hierarchies it has.
-func (m *Manager) loadV1(j *Job) error {
+func (m *Manager) loadV1(j *Group) error {
 	path, hier, err := m.v1Handle(j.paths)
 	if err == nil {
 		j.v1, err = cgroup1.Load(path, hier)
@@ -103,7 +103,7 @@ func (m *Manager) v1Handle(paths map[string]string) (cgroup1.Path, cgroup1.InitO
 // learnV1 reads, for a lazy Manager, what the host offers from the job's
 // own directories, as a probe's throwaway child would have shown it: swap
 // accounting in the memory cgroup; a freezer is a hierarchy the job has.
-func (j *Job) learnV1() {
+func (j *Group) learnV1() {
 	if !j.m.lazy {
 		return
 	}
@@ -119,7 +119,7 @@ func (j *Job) learnV1() {
 // unprivileged init stage can join through files the supervisor opened.
 // Unlike a cgroup.procs write for another process, a thread moving itself
 // does not wait for an RCU grace period. v2 has no such file.
-func (j *Job) TaskFiles() ([]*os.File, error) {
+func (j *Group) TaskFiles() ([]*os.File, error) {
 	if j.v1 == nil {
 		return nil, fmt.Errorf("cgroup %s: task files are a cgroup v1 interface", j.name)
 	}
@@ -164,7 +164,7 @@ func closeFiles(files []*os.File) {
 
 // procsV1 lists the processes of every hierarchy of the job, nested
 // cgroups included; a hierarchy whose directory is gone holds none.
-func (j *Job) procsV1() ([]int, error) {
+func (j *Group) procsV1() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, s := range j.v1.Subsystems() {
@@ -204,7 +204,7 @@ func freezeV1(dir string, on bool, deadline time.Time) bool {
 // library's Stat: it reads memory.stat and the usage, peak, failcnt and
 // limit of each of memory, memsw, kmem and kmem.tcp, where a result needs
 // two of them, and neither pids.peak nor pids.events.
-func (j *Job) statsV1(u *Usage) error {
+func (j *Group) statsV1(u *Usage) error {
 	var r reader
 	if dir, ok := j.paths[Memory]; ok {
 		u.MemoryPeakBytes, _ = r.single(filepath.Join(dir, "memory.max_usage_in_bytes"), false)
@@ -228,7 +228,7 @@ func (j *Job) statsV1(u *Usage) error {
 
 // cpuTimeV1 is CPUTime on v1: cpuacct.usage, and pids.current where the
 // kernel keeps no pids.peak.
-func (j *Job) cpuTimeV1(r *reader) time.Duration {
+func (j *Group) cpuTimeV1(r *reader) time.Duration {
 	var cpu time.Duration
 	if dir, ok := j.paths[CPUAcct]; ok {
 		cpu = cpuUsageV1(r, dir)

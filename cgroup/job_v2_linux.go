@@ -15,7 +15,7 @@ import (
 // where a job is a single directory.
 
 // createV2 makes the job's one directory, with the limits l.
-func (m *Manager) createV2(name string, l limits) (*Job, error) {
+func (m *Manager) createV2(name string, l limits) (*Group, error) {
 	parent := m.host.Parent[UnifiedKey]
 	dir := filepath.Join(parent, name)
 	j := m.newJob(name, map[string]string{UnifiedKey: dir})
@@ -47,7 +47,7 @@ func (m *Manager) createV2(name string, l limits) (*Job, error) {
 
 // loadV2 gives the job the library's handle on its directory. The
 // mountpoint is our own cgroup, the top it may touch.
-func (m *Manager) loadV2(j *Job) error {
+func (m *Manager) loadV2(j *Group) error {
 	cg, err := cgroup2.Load("/"+j.name, cgroup2.WithMountpoint(m.host.Parent[UnifiedKey]))
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (m *Manager) loadV2(j *Job) error {
 // learnV2 reads, for a lazy Manager, what the host offers from the job's
 // own directory, as a probe's throwaway child would have shown it: swap
 // accounting, cgroup.kill and cgroup.freeze.
-func (j *Job) learnV2() {
+func (j *Group) learnV2() {
 	if !j.m.lazy {
 		return
 	}
@@ -71,7 +71,7 @@ func (j *Job) learnV2() {
 
 // procsV2 lists the processes of the job and its nested cgroups; a job
 // whose directory is gone holds none.
-func (j *Job) procsV2() ([]int, error) {
+func (j *Group) procsV2() ([]int, error) {
 	dir := j.paths[UnifiedKey]
 	ps, err := j.v2.Procs(true)
 	if errors.Is(err, os.ErrNotExist) && !exists(dir) {
@@ -105,7 +105,7 @@ func freezeV2(dir string, on bool, deadline time.Time) bool {
 // refused forks. Not the library's Stat: it reads memory.stat, the swap
 // and pressure files besides, reports an absent memory.peak as 0, and
 // reads neither pids.peak nor pids.events.
-func (j *Job) statsV2(dir string, u *Usage) error {
+func (j *Group) statsV2(dir string, u *Usage) error {
 	var r reader
 	h := j.m.host
 	if h.Has(Memory) {
@@ -123,7 +123,7 @@ func (j *Job) statsV2(dir string, u *Usage) error {
 
 // cpuTimeV2 is CPUTime on v2: cpu.stat, and memory.current and
 // pids.current where the kernel keeps no peak of them.
-func (j *Job) cpuTimeV2(r *reader, dir string) time.Duration {
+func (j *Group) cpuTimeV2(r *reader, dir string) time.Duration {
 	cpu := cpuStatV2(r, dir)
 	if j.m.host.Has(Memory) && j.memPeak != peakKept {
 		j.memPeakNow(r, dir)
@@ -142,6 +142,6 @@ func cpuStatV2(r *reader, dir string) time.Duration {
 }
 
 // memPeakNow is pidsPeakNow for v2 memory (memory.peak is Linux 5.19+).
-func (j *Job) memPeakNow(r *reader, dir string) uint64 {
+func (j *Group) memPeakNow(r *reader, dir string) uint64 {
 	return peakNow(r, &j.memPeak, &j.memSeen, filepath.Join(dir, "memory.peak"), filepath.Join(dir, "memory.current"))
 }

@@ -184,7 +184,7 @@ func evacuate(dir string) error {
 // Create makes the cgroup of job id with the limits of res (see limitsFrom)
 // and returns it empty. It fails with ErrNotSupported when a limit needs a
 // controller the host lacks.
-func (m *Manager) Create(id string, res *specs.LinuxResources) (*Job, error) {
+func (m *Manager) Create(id string, res *specs.LinuxResources) (*Group, error) {
 	if strings.HasPrefix(id, reservePrefix) {
 		return nil, fmt.Errorf("create cgroup: job id %q: %q starts only reserved cgroups' ids", id, reservePrefix)
 	}
@@ -213,7 +213,7 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Job, error) {
 // gives it its limits (SetLimits) before anything of the job's is in it.
 // The name, "pmjail-<pid>-prestart-<id>", tells it from a job's own; Sweep
 // treats it as one.
-func (m *Manager) Reserve(id string) (*Job, error) {
+func (m *Manager) Reserve(id string) (*Group, error) {
 	name, err := jobName(m.pid, reservePrefix+id)
 	if err != nil {
 		return nil, fmt.Errorf("reserve cgroup: %w", err)
@@ -277,7 +277,7 @@ func (m *Manager) Sweep() ([]string, error) {
 // load gives a job found on disk what it offers and the library's handle
 // on it. A v1 job whose every directory went meanwhile needs none: Delete
 // finds nothing to remove.
-func (m *Manager) load(j *Job) error {
+func (m *Manager) load(j *Group) error {
 	if m.host.Mode == V2 {
 		j.learnV2()
 		return m.loadV2(j)

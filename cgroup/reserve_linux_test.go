@@ -30,7 +30,7 @@ func limitFiles(m *Manager) map[string][2]string {
 	}
 }
 
-func limitFile(t *testing.T, j *Job, ctl, file string) string {
+func limitFile(t *testing.T, j *Group, ctl, file string) string {
 	t.Helper()
 	dir, ok := j.paths[ctl]
 	if !ok {

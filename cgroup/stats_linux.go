@@ -11,7 +11,7 @@ import (
 // Stats reads the job's usage now. It reads only the few files it reports
 // (statsV1 and statsV2 say what the library's Stat reads instead), once a
 // run, after the job has ended; the CPU-time poll reads CPUTime.
-func (j *Job) Stats() (Usage, error) {
+func (j *Group) Stats() (Usage, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.deleted {
@@ -72,7 +72,7 @@ func (r *reader) keyed(path string, optional bool) map[string]uint64 {
 }
 
 // readPids reads the tasks' peak and whether a fork was refused.
-func (j *Job) readPids(r *reader, dir string, u *Usage) {
+func (j *Group) readPids(r *reader, dir string, u *Usage) {
 	u.PidsPeak = j.pidsPeakNow(r, dir)
 	ev := r.keyed(filepath.Join(dir, "pids.events"), true)
 	u.PidsLimitHit = ev["max"] > 0
@@ -80,7 +80,7 @@ func (j *Job) readPids(r *reader, dir string, u *Usage) {
 
 // pidsPeakNow returns pids.peak, or where the kernel keeps none the highest
 // pids.current seen so far, this read included.
-func (j *Job) pidsPeakNow(r *reader, dir string) uint64 {
+func (j *Group) pidsPeakNow(r *reader, dir string) uint64 {
 	return peakNow(r, &j.pidsPeak, &j.pidsSeen, filepath.Join(dir, "pids.peak"), filepath.Join(dir, "pids.current"))
 }
 
@@ -106,7 +106,7 @@ func peakNow(r *reader, kept *peakFile, seen *uint64, peakPath, currentPath stri
 // on v2, of memory (memory.peak), it also samples the current value, so
 // that Stats reports the highest seen; otherwise it reads one file, where
 // a whole Stats would read up to eight every poll.
-func (j *Job) CPUTime() (time.Duration, error) {
+func (j *Group) CPUTime() (time.Duration, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.deleted {

@@ -42,7 +42,7 @@ func named(paths []string, base string) []string {
 
 // ended returns a job whose one task has come and gone, as every job is
 // once the jail has reaped its pid 1.
-func ended(t *testing.T, m *Manager) *Job {
+func ended(t *testing.T, m *Manager) *Group {
 	t.Helper()
 	j := create(t, m, &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: i64(64 << 20), Swap: i64(64 << 20)},

@@ -42,14 +42,14 @@ type testCgroups struct {
 	t      *testing.T
 	m      *cgroup.Manager
 	mu     sync.Mutex
-	made   []*cgroup.Job
+	made   []*cgroup.Group
 	seq    atomic.Int64
 	refuse atomic.Pointer[error]
 }
 
 // reservedCgroup is a cgroup the pool's child waits with.
 type reservedCgroup struct {
-	*cgroup.Job
+	*cgroup.Group
 	h *testCgroups
 }
 
@@ -57,7 +57,7 @@ func (r reservedCgroup) SetLimits(res *specs.LinuxResources) error {
 	if err := r.h.refuse.Load(); err != nil {
 		return *err
 	}
-	return r.Job.SetLimits(res)
+	return r.Group.SetLimits(res)
 }
 
 func (h *testCgroups) Make(id string, res *specs.LinuxResources) (Cgroup, error) {
@@ -105,16 +105,16 @@ func runReleased(t *testing.T, job *Job) *Outcome {
 }
 
 // adopted is the reserved cgroup the run adopted, nil if it made its own.
-func adopted(out *Outcome) *cgroup.Job {
+func adopted(out *Outcome) *cgroup.Group {
 	if r, ok := out.Cgroup.(reservedCgroup); ok {
-		return r.Job
+		return r.Group
 	}
 	return nil
 }
 
 // inCgroup reports whether pid's /proc/<pid>/cgroup places it in one of
 // j's directories.
-func inCgroup(t *testing.T, pid int, j *cgroup.Job) bool {
+func inCgroup(t *testing.T, pid int, j *cgroup.Group) bool {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
@@ -153,7 +153,7 @@ func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 	if !ok || !cgroup.Reserved(r.Name()) {
 		t.Fatalf("the pooled child holds %v, want a reserved cgroup", waiting.cgroup)
 	}
-	held := r.Job
+	held := r.Group
 	if v2 := m.Host().Mode == cgroup.V2; inCgroup(t, waiting.proc.Pid, held) != v2 {
 		t.Errorf("cgroup v2 %v: the waiting child in its cgroup: %v (born in it on v2 only)", v2, !v2)
 	}
@@ -271,7 +271,7 @@ func TestRunAccountsAndReleasesItsCgroup(t *testing.T) {
 	if out.Status != StatusOK || out.CgroupErr != nil || out.UsageErr != nil {
 		t.Fatalf("status %s message %q cgroup error %v usage error %v", out.Status, out.Message, out.CgroupErr, out.UsageErr)
 	}
-	cg, ok := out.Cgroup.(*cgroup.Job)
+	cg, ok := out.Cgroup.(*cgroup.Group)
 	if !ok {
 		t.Fatalf("the outcome holds %v, want the job's cgroup", out.Cgroup)
 	}

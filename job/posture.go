@@ -7,7 +7,7 @@ import (
 )
 
 // facts gathers what the run's posture is built from.
-func (rn *Runner) facts(r *Resolved, out *jail.Outcome, cgs cgroups, cg *cgroup.Job, filtered bool) posture.RunFacts {
+func (rn *Runner) facts(r *Resolved, out *jail.Outcome, cgs cgroups, cg *cgroup.Group, filtered bool) posture.RunFacts {
 	f := posture.RunFacts{
 		Mode:         r.Mode,
 		Required:     r.Required,

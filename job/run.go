@@ -349,7 +349,7 @@ func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtime
 // and the seccomp filter saw, and the run's posture.
 func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filter, b *broker, denials *seccomp.Denials) {
 	rn, r, res := a.rn, a.r, a.res
-	cg, _ := out.Cgroup.(*cgroup.Job)
+	cg, _ := out.Cgroup.(*cgroup.Group)
 	usage := out.Usage
 	if cg != nil {
 		if out.UsageErr != nil {

@@ -20,7 +20,7 @@ type RunFacts struct {
 	// Seccomp says a filter was asked for.
 	Seccomp bool
 	// Cgroup is the job's cgroup, nil if it had none.
-	Cgroup     *cgroup.Job
+	Cgroup     *cgroup.Group
 	CgroupHost *cgroup.Host
 	// CgroupReason says why there is no cgroup.
 	CgroupReason string
