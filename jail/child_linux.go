@@ -29,7 +29,7 @@ type child struct {
 	// until a run adopts it; nil otherwise.
 	cgroup Cgroup
 	// plan is the root a pooled child mounts ahead (an encoded
-	// initstage.Prepare), nil for none.
+	// initstage.Premount), nil for none.
 	plan []byte
 }
 

@@ -28,7 +28,7 @@ type Pool struct {
 	idle    map[uintptr][]*child
 	filling map[uintptr]bool
 	// plans are, per set of namespaces, the root the last run asked for
-	// (an encoded initstage.Prepare), which new children mount ahead.
+	// (an encoded initstage.Premount), which new children mount ahead.
 	plans  map[uintptr][]byte
 	closed bool
 	fills  sync.WaitGroup
@@ -76,7 +76,7 @@ func (p *Pool) serves(job *Job) bool {
 	return job.Cgroups == nil || !job.Cgroups.AtBirth()
 }
 
-// plan is the preparation of job's root for the pool's children (nil: no
+// plan is the premount of job's root for the pool's children (nil: no
 // pool, or none can be made).
 func (p *Pool) plan(job *Job) []byte {
 	if p == nil {
@@ -86,7 +86,7 @@ func (p *Pool) plan(job *Job) []byte {
 	if err != nil {
 		return nil
 	}
-	plan, err := (&initstage.Prepare{Mounts: job.Spec.Mounts, HostMountNS: hostMountNS}).MarshalBinary()
+	plan, err := (&initstage.Premount{Mounts: job.Spec.Mounts, HostMountNS: hostMountNS}).MarshalBinary()
 	if err != nil {
 		return nil
 	}
@@ -94,10 +94,10 @@ func (p *Pool) plan(job *Job) []byte {
 }
 
 // take returns a live child started in the namespaces flags, or nil when
-// there is none (or no pool): one whose root was prepared as plan (an
-// encoded initstage.Prepare of the run's mounts) if any, else another,
+// there is none (or no pool): one whose root was premounted as plan (an
+// encoded initstage.Premount of the run's mounts) if any, else another,
 // whose init stage then builds the run's root itself. Children started
-// from now on prepare plan's root.
+// from now on premount plan's root.
 func (p *Pool) take(flags uintptr, plan []byte) *child {
 	if p == nil {
 		return nil
@@ -212,7 +212,7 @@ func (p *Pool) start(flags uintptr, plan []byte) (c *child, stage initstage.Stag
 	c.cgroup = cg
 	if plan != nil {
 		if err := initstage.SendMessage(int(c.ctl.Fd()), plan, nil); err != nil {
-			return c, initstage.StagePrepare, err
+			return c, initstage.StagePremount, err
 		}
 		c.plan = plan
 	}

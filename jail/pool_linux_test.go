@@ -231,27 +231,27 @@ func TestPoolReportsAFailedRefill(t *testing.T) {
 	}
 }
 
-// TestPoolPreparedRootServesOnlyItsOwnRun: a pooled child mounts ahead the
+// TestPoolPremountedRootServesOnlyItsOwnRun: a pooled child mounts ahead the
 // root of the last run the pool served; a run whose root differs (here a
 // /tmp of another size), or whose bind source has been replaced since,
-// gets its own root built afresh, and the pool prepares the new one for
-// the runs after it. The bind source lies under /tmp, which the prepared
+// gets its own root built afresh, and the pool premounts the new one for
+// the runs after it. The bind source lies under /tmp, which the premounted
 // root's tmpfs covers in the child's mount namespace.
-func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
+func TestPoolPremountedRootServesOnlyItsOwnRun(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := filledPool(t, 1)
 	// The /tmp line of the job's own mountinfo, with builtins only.
 	const tmpLine = `while read -r l; do case "$l" in *" /tmp "*) echo "$l";; esac; done < /proc/self/mountinfo`
 	bigger := testLimits
 	bigger.TmpBytes = 2 << 20
-	run := func(job *Job, wantPrepared bool, want string) {
+	run := func(job *Job, wantPremounted bool, want string) {
 		t.Helper()
 		job.Pool = p
 		waitIdle(t, p, 1)
 		out := Run(context.Background(), job)
-		if out.Status != StatusOK || !out.Pooled || out.PooledRoot != wantPrepared || !strings.Contains(string(out.Stdout), want) {
+		if out.Status != StatusOK || !out.Pooled || out.PooledRoot != wantPremounted || !strings.Contains(string(out.Stdout), want) {
 			t.Fatalf("status %s pooled %v pooled root %v (want %v) stdout %q (want %q) message %q",
-				out.Status, out.Pooled, out.PooledRoot, wantPrepared, out.Stdout, want, out.Message)
+				out.Status, out.Pooled, out.PooledRoot, wantPremounted, out.Stdout, want, out.Message)
 		}
 	}
 	run(shellJob(t, tmpLine, bigger), false, "size=2048k")
@@ -275,7 +275,7 @@ func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
 	}
 	run(bound(), false, "one")
 	run(bound(), true, "one")
-	waitPrepared(t, p)
+	waitPremounted(t, p)
 	// Replaced, as an upgrade replaces a runtime's files, after the
 	// waiting child mounted it.
 	next := filepath.Join(dir, "next")
@@ -289,10 +289,10 @@ func TestPoolPreparedRootServesOnlyItsOwnRun(t *testing.T) {
 	run(bound(), true, "two")
 }
 
-// waitPrepared waits until the pool's waiting child has mounted its root
+// waitPremounted waits until the pool's waiting child has mounted its root
 // ahead: its root's tmpfs is up and it reads the control socket again
 // (recvmsg), which it does once every mount is made.
-func waitPrepared(t *testing.T, p *Pool) {
+func waitPremounted(t *testing.T, p *Pool) {
 	t.Helper()
 	waitIdle(t, p, 1)
 	pid := idlePids(p)[0]
@@ -305,5 +305,5 @@ func waitPrepared(t *testing.T, p *Pool) {
 			return
 		}
 	}
-	t.Fatalf("the pooled child %d did not prepare its root within 10s", pid)
+	t.Fatalf("the pooled child %d did not premount its root within 10s", pid)
 }

@@ -506,7 +506,7 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		return nil, errors.New(report.Error)
 	}
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
-	s.out.PooledRoot = report.Prepared
+	s.out.PooledRoot = report.Premounted
 	conn := s.hostEnds(ctx, report.FDs, fds)
 	// The init stage starts the runtime as its child and reports it
 	// running (with a pidfd of it) or not executable.

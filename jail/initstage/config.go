@@ -65,17 +65,17 @@ type Join struct {
 	TaskFiles int
 }
 
-// Prepare, sent to an init stage started ahead of its job (jail.Pool)
+// Premount, sent to an init stage started ahead of its job (jail.Pool)
 // before any configuration, names the root's mounts the next job will most
 // likely ask for: the init stage mounts them while it waits, its
 // namespace's mounts slaves of the host's meanwhile (so that its view of
 // the host stays current), private from the configuration on. Its
 // configuration's mounts must then equal these, with every bind and copy
 // source still the file it opened, or it takes them down and builds the
-// root afresh; a preparation that fails is undone and leaves the build to
+// root afresh; a premount that fails is undone and leaves the build to
 // the configuration, which reports what failed. Nothing of any job is in a
-// prepared root: the job's files and copies come after the join, as ever.
-type Prepare struct {
+// premounted root: the job's files and copies come after the join, as ever.
+type Premount struct {
 	Mounts []specs.Mount
 	// HostMountNS is the supervisor's mount namespace inode (see Config).
 	HostMountNS uint64
@@ -116,8 +116,8 @@ type Report struct {
 	// FDs names the descriptors passed with the report, in order.
 	FDs []string
 	fds []int
-	// Prepared says the root was the one mounted ahead (Prepare).
-	Prepared bool
+	// Premounted says the root was the one mounted ahead (Premount).
+	Premounted bool
 	// Started says the runtime runs, as the init stage's child; the report
 	// carries a pidfd of it (FDRuntime).
 	Started bool

@@ -1,7 +1,7 @@
 // Package initstage is a job's init stage: the first code that runs in the
 // job's new namespaces. On the thread that will exec the runtime it reads
 // its Config from the supervisor (one started ahead of its job may first
-// get a Prepare, and mount the likely root while it waits), mounts the
+// get a Premount, and mount the likely root while it waits), mounts the
 // root's file systems, joins the job's cgroups when the supervisor's Join
 // comes, writes the job's files, makes the root read-only, drops every
 // privilege, installs the seccomp filter last, reports back and execs the

@@ -103,12 +103,12 @@ func TestFilesOutsideMounts(t *testing.T) {
 	}
 }
 
-// TestPreparedRootServesOnlyTheSameFiles: a prepared root serves mounts
+// TestPremountedRootServesOnlyTheSameFiles: a premounted root serves mounts
 // equal to its own whose sources are still the files it opened, looked up
 // beneath newRootBase through the directory it covered; a changed option,
 // a replaced file or a source path that is not clean does not. No mount is
 // made: the root's record alone is checked.
-func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
+func TestPremountedRootServesOnlyTheSameFiles(t *testing.T) {
 	dir, err := os.MkdirTemp(newRootBase, "initstage-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
 			{Destination: "/f", Type: "bind", Source: src, Options: append([]string{"ro"}, opts...)},
 		}
 	}
-	r := &preparedRoot{mounts: bind(file), sources: []int{-1, fd}, ids: []fileID{{}, {st.Dev, st.Ino}}, under: under}
+	r := &premountedRoot{mounts: bind(file), sources: []int{-1, fd}, ids: []fileID{{}, {st.Dev, st.Ino}}, under: under}
 	if !r.serves(bind(file)) {
 		t.Fatal("the same mounts over the same files: not served")
 	}
@@ -151,10 +151,10 @@ func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
 			t.Errorf("%s: served", name)
 		}
 	}
-	// Prepared and asked for alike, yet not clean: here both reach the
-	// file, but in a child they could reach the prepared root instead.
+	// Premounted and asked for alike, yet not clean: here both reach the
+	// file, but in a child they could reach the premounted root instead.
 	for _, src := range []string{"/" + file, newRootBase + "/../" + file} {
-		unclean := &preparedRoot{mounts: bind(src), sources: r.sources, ids: r.ids, under: under}
+		unclean := &premountedRoot{mounts: bind(src), sources: r.sources, ids: r.ids, under: under}
 		if unclean.serves(bind(src)) {
 			t.Errorf("source %s: served", src)
 		}
@@ -168,9 +168,9 @@ func TestPreparedRootServesOnlyTheSameFiles(t *testing.T) {
 	if r.serves(bind(file)) {
 		t.Error("a replaced source: served")
 	}
-	var nilRoot *preparedRoot
+	var nilRoot *premountedRoot
 	if nilRoot.serves(bind(file)) {
-		t.Error("no prepared root: served")
+		t.Error("no premounted root: served")
 	}
 }
 

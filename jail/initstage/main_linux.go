@@ -22,13 +22,13 @@ func Main() {
 	// job's cgroups, joined during the set-up (see Join).
 	runtime.LockOSThread()
 	control := os.NewFile(ControlFD, "control")
-	var prepared *preparedRoot
-	cfg, err := readConfig(newRightsReader(ControlFD, 0), func(p *Prepare) { prepared = prepareRoot(p) })
+	var premounted *premountedRoot
+	cfg, err := readConfig(newRightsReader(ControlFD, 0), func(p *Premount) { premounted = premountRoot(p) })
 	if err != nil {
 		// The supervisor is gone or broken; nothing to report to.
 		os.Exit(125)
 	}
-	report, err := setUp(&cfg, prepared, awaitJoin)
+	report, err := setUp(&cfg, premounted, awaitJoin)
 	if err != nil {
 		report.Error = err.Error()
 		var se *stageError

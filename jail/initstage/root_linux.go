@@ -20,29 +20,29 @@ import (
 const newRootBase = "/tmp"
 
 // The root's steps (see steps): the job's root is built on a tmpfs at
-// newRootBase, or taken from the one prepared ahead (Prepare), filled,
+// newRootBase, or taken from the one premounted ahead (Premount), filled,
 // pivoted into and made read-only.
 
 func (s *setup) checkMountNS() error { return checkPrivateMountNS(s.cfg.HostMountNS) }
 
 // privateMounts makes every mount of the namespace private: nothing
-// propagates to the host from here, nor from it. A prepared root was
+// propagates to the host from here, nor from it. A premounted root was
 // mounted as a slave of the host's mounts, which kept the namespace's view
 // of the host current until now; from here it is the job's alone, and it
 // is checked in that view: kept if it serves the configuration's mounts
-// (report.Prepared, and the mounting steps skip), else taken down.
+// (report.Premounted, and the mounting steps skip), else taken down.
 func (s *setup) privateMounts() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return os.NewSyscallError("make mounts private", err)
 	}
-	p := s.prepared
+	p := s.premounted
 	if p == nil {
 		return nil
 	}
 	serves := p.serves(s.cfg.Mounts)
 	unix.Close(p.under)
 	if serves {
-		s.sources, s.report.Prepared = p.sources, true
+		s.sources, s.report.Premounted = p.sources, true
 		return nil
 	}
 	return p.undo()
@@ -52,7 +52,7 @@ func (s *setup) privateMounts() error {
 // tmpfs can hide any of them (a source under /tmp, say); the binds are
 // mounted through their fds.
 func (s *setup) openSources() error {
-	if s.report.Prepared {
+	if s.report.Premounted {
 		return nil
 	}
 	var err error
@@ -61,14 +61,14 @@ func (s *setup) openSources() error {
 }
 
 func (s *setup) mountTmpfs() error {
-	if s.report.Prepared {
+	if s.report.Premounted {
 		return nil
 	}
 	return mountRootTmpfs()
 }
 
 func (s *setup) mountAll() error {
-	if s.report.Prepared {
+	if s.report.Premounted {
 		return nil
 	}
 	return mountEach(s.cfg.Mounts, s.sources)
@@ -136,7 +136,7 @@ func checkPrivateMountNS(host uint64) error {
 // mountRoot mounts the root's tmpfs at newRootBase and every mount of it
 // but the per-run copies, whose sources it opens with the binds' and
 // returns in mounts' order (-1 for other types): the steps from
-// openSources to mountAll, for a root prepared ahead. The caller has made
+// openSources to mountAll, for a root premounted. The caller has made
 // the namespace's mounts private, or slaves, so that none of these
 // reaches the host. mounted says the tmpfs went up. On an error the
 // sources opened so far are returned too.
@@ -204,8 +204,8 @@ func closeFDs(fds []int) {
 	}
 }
 
-// preparedRoot is a root mounted ahead of its configuration (Prepare).
-type preparedRoot struct {
+// premountedRoot is a root mounted ahead of its configuration (Premount).
+type premountedRoot struct {
 	mounts  []specs.Mount
 	sources []int
 	// ids are the sources' files as opened (zero for no source).
@@ -217,10 +217,10 @@ type preparedRoot struct {
 
 type fileID struct{ dev, ino uint64 }
 
-// prepareRoot mounts p's root while the init stage waits for its
+// premountRoot mounts p's root while the init stage waits for its
 // configuration. A failure is undone and yields nil: the configuration's
 // own build meets it again and reports it, with the job's stage names.
-func prepareRoot(p *Prepare) *preparedRoot {
+func premountRoot(p *Premount) *premountedRoot {
 	if checkPrivateMountNS(p.HostMountNS) != nil {
 		return nil
 	}
@@ -228,7 +228,7 @@ func prepareRoot(p *Prepare) *preparedRoot {
 	if err != nil {
 		return nil
 	}
-	// The namespace's mounts become slaves: the root, prepared ahead, goes
+	// The namespace's mounts become slaves: the root, premounted ahead, goes
 	// on receiving the host's mounts and unmounts until its job comes.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		unix.Close(under)
@@ -241,7 +241,7 @@ func prepareRoot(p *Prepare) *preparedRoot {
 		// root.
 		err = unix.Mount("", newRootBase, "", unix.MS_REC|unix.MS_PRIVATE, "")
 	}
-	r := &preparedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
+	r := &premountedRoot{mounts: p.Mounts, sources: sources, ids: make([]fileID, len(sources)), under: under}
 	for i, fd := range sources {
 		if err != nil {
 			break
@@ -268,13 +268,13 @@ func prepareRoot(p *Prepare) *preparedRoot {
 	return r
 }
 
-// serves reports whether the prepared root is the one mounts describe:
+// serves reports whether the premounted root is the one mounts describe:
 // the same mounts in the same order, each bind and copy source still the
 // file opened for it (a runtime upgraded since names another). A source
 // path that is not clean ("//", "..") is never taken for the same: it
-// could lead into the prepared root itself, whose binds are the very
+// could lead into the premounted root itself, whose binds are the very
 // files recorded.
-func (r *preparedRoot) serves(mounts []specs.Mount) bool {
+func (r *premountedRoot) serves(mounts []specs.Mount) bool {
 	if r == nil || len(mounts) != len(r.mounts) {
 		return false
 	}
@@ -299,7 +299,7 @@ func (r *preparedRoot) serves(mounts []specs.Mount) bool {
 
 // stat stats path as the supervisor sees it: beneath newRootBase, which
 // the root's tmpfs now covers, through the directory it covers.
-func (r *preparedRoot) stat(path string, st *unix.Stat_t) error {
+func (r *premountedRoot) stat(path string, st *unix.Stat_t) error {
 	if path == newRootBase {
 		return unix.Fstat(r.under, st)
 	}
@@ -309,13 +309,13 @@ func (r *preparedRoot) stat(path string, st *unix.Stat_t) error {
 	return unix.Stat(path, st)
 }
 
-// undo takes the prepared root down (its tmpfs and everything under it)
+// undo takes the premounted root down (its tmpfs and everything under it)
 // and closes its sources.
-func (r *preparedRoot) undo() error {
+func (r *premountedRoot) undo() error {
 	closeFDs(r.sources)
 	r.sources = nil
 	if err := unix.Unmount(newRootBase, unix.MNT_DETACH); err != nil {
-		return os.NewSyscallError("detach the root prepared ahead", err)
+		return os.NewSyscallError("detach the root premounted", err)
 	}
 	return nil
 }

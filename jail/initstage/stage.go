@@ -20,14 +20,14 @@ const (
 	StageNone Stage = iota
 
 	// The supervisor starts the init stage (jail's startChild, and its
-	// pool's preparation of one started ahead).
+	// pool's premount of one started ahead).
 	StageIDs           // lease the job's host ids
 	StageControlSocket // the control socket's pair
 	StagePlaceholder   // the guest channel's placeholder fd
 	StageStdoutPipe
 	StageStderrPipe
 	StageStart // clone into the job's namespaces: the kernel refused one
-	StagePrepare
+	StagePremount
 
 	// The supervisor hands the job over.
 	StageHostMountNS // read the supervisor's own mount namespace
@@ -72,7 +72,7 @@ var stageNames = [stageEnd]string{
 	StageStdoutPipe:    "stdout pipe",
 	StageStderrPipe:    "stderr pipe",
 	StageStart:         "start",
-	StagePrepare:       "prepare",
+	StagePremount:      "premount",
 	StageHostMountNS:   "mount namespace",
 	StageSendConfig:    "send configuration",
 	StageCgroup:        "cgroup",

@@ -40,7 +40,7 @@ var steps = []step{
 	{StageConfig, "", (*setup).checkConfig},                       // a process to run
 	{StageMountNS, LayerMountNS, (*setup).checkMountNS},           // never the host's mounts
 	{StageCapabilities, "", (*setup).readLastCap},                 // from the host's /proc, before the pivot
-	{StageRoot, LayerRootfs, (*setup).privateMounts},              // nothing propagates; the prepared root kept or undone
+	{StageRoot, LayerRootfs, (*setup).privateMounts},              // nothing propagates; the premounted root kept or undone
 	{StageBindSource, "", (*setup).openSources},                   // before the tmpfs can hide one
 	{StageRoot, LayerRootfs, (*setup).mountTmpfs},                 // the root's tmpfs
 	{StageMounts, LayerRootfs, (*setup).mountAll},                 // binds through their fds, proc, tmpfs...
@@ -63,8 +63,8 @@ var steps = []step{
 // earlier steps made, and the report they fill.
 type setup struct {
 	cfg *Config
-	// prepared is the root mounted ahead (Prepare), nil for none.
-	prepared *preparedRoot
+	// premounted is the root mounted ahead (Premount), nil for none.
+	premounted *premountedRoot
 	// join waits for the supervisor's Join and joins the job's cgroups.
 	join    func() error
 	report  Report
@@ -74,11 +74,11 @@ type setup struct {
 	sources []int
 }
 
-// setUp runs the steps on cfg, on the root prepared ahead if it is the
+// setUp runs the steps on cfg, on the root premounted if it is the
 // configuration's (nil: none); join places it in the job's cgroup (see
 // Join). A failure is a *stageError naming the step.
-func setUp(cfg *Config, prepared *preparedRoot, join func() error) (Report, error) {
-	s := &setup{cfg: cfg, prepared: prepared, join: join}
+func setUp(cfg *Config, premounted *premountedRoot, join func() error) (Report, error) {
+	s := &setup{cfg: cfg, premounted: premounted, join: join}
 	defer func() { closeFDs(s.sources) }()
 	for _, st := range steps {
 		if err := st.run(s); err != nil {

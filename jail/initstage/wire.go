@@ -13,7 +13,7 @@ import (
 	"github.com/pmjail/pmjail/runtimes/layout"
 )
 
-// The control socket's messages (perhaps a Prepare, then a Config and a
+// The control socket's messages (perhaps a Premount, then a Config and a
 // Join one way, Reports the other) are length-prefixed records of varints
 // and byte strings, written and read field by field. A fresh init stage decodes one configuration and encodes
 // one report in its life, and encoding/json's first use of a type builds
@@ -27,19 +27,19 @@ import (
 // Magic numbers open each message: a peer from another build, or a stray
 // write, fails at once rather than partway through.
 const (
-	configMagic  = 0x706d6a63 // "pmjc"
-	joinMagic    = 0x706d6a6a // "pmjj"
-	prepareMagic = 0x706d6a70 // "pmjp"
-	reportMagic  = 0x706d6a72 // "pmjr"
+	configMagic   = 0x706d6a63 // "pmjc"
+	joinMagic     = 0x706d6a6a // "pmjj"
+	premountMagic = 0x706d6a70 // "pmjp"
+	reportMagic   = 0x706d6a72 // "pmjr"
 )
 
 // Limits on a message's length. A configuration carries the guest's files,
 // which the supervisor bounds far below this; a report carries one error.
 const (
-	maxConfigSize  = 1 << 30
-	maxJoinSize    = 64
-	maxPrepareSize = 1 << 20
-	maxReportSize  = 1 << 20
+	maxConfigSize   = 1 << 30
+	maxJoinSize     = 64
+	maxPremountSize = 1 << 20
+	maxReportSize   = 1 << 20
 )
 
 // MarshalBinary encodes the configuration as the init stage reads it. It
@@ -155,24 +155,24 @@ func (d *decoder) mounts() []specs.Mount {
 	})
 }
 
-// MarshalBinary encodes the preparation.
-func (p *Prepare) MarshalBinary() ([]byte, error) {
+// MarshalBinary encodes the premount.
+func (p *Premount) MarshalBinary() ([]byte, error) {
 	var e encoder
-	e.begin(prepareMagic)
+	e.begin(premountMagic)
 	if err := e.mounts(p.Mounts); err != nil {
 		return nil, err
 	}
 	e.uint(p.HostMountNS)
-	return e.end(maxPrepareSize)
+	return e.end(maxPremountSize)
 }
 
-// UnmarshalBinary decodes a preparation MarshalBinary encoded.
-func (p *Prepare) UnmarshalBinary(data []byte) error {
+// UnmarshalBinary decodes a premount MarshalBinary encoded.
+func (p *Premount) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
-	d.magic(prepareMagic)
-	prep := Prepare{Mounts: d.mounts(), HostMountNS: d.uint()}
+	d.magic(premountMagic)
+	prep := Premount{Mounts: d.mounts(), HostMountNS: d.uint()}
 	if err := d.finish(); err != nil {
-		return fmt.Errorf("decode preparation: %w", err)
+		return fmt.Errorf("decode premount: %w", err)
 	}
 	*p = prep
 	return nil
@@ -209,7 +209,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	e.int(r.Landlock)
 	e.string(r.LandlockReason)
 	e.strings(r.FDs)
-	e.bool(r.Prepared)
+	e.bool(r.Premounted)
 	e.bool(r.Started)
 	e.bool(r.Exited)
 	e.int(r.Signal)
@@ -221,7 +221,7 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
 	d.magic(reportMagic)
 	rep := Report{Error: d.string(), Stage: d.stage(), Layer: Layer(d.string()), ExitCode: d.int(), Landlock: d.int(),
-		LandlockReason: d.string(), FDs: d.strings(), Prepared: d.bool(), Started: d.bool(), Exited: d.bool(),
+		LandlockReason: d.string(), FDs: d.strings(), Premounted: d.bool(), Started: d.bool(), Exited: d.bool(),
 		Signal: d.int()}
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode init report: %w", err)
@@ -232,23 +232,23 @@ func (r *Report) UnmarshalBinary(data []byte) error {
 
 // readConfig reads the supervisor's configuration: one message, which the
 // supervisor writes in one piece and follows with nothing until the join.
-// Before it, an init stage started ahead may get a preparation (Prepare),
-// which readConfig hands to prepare (nil: a preparation is an error) while
+// Before it, an init stage started ahead may get a premount (Premount),
+// which readConfig hands to premount (nil: a premount is an error) while
 // the configuration is yet to come.
-func readConfig(r io.Reader, prepare func(*Prepare)) (Config, error) {
+func readConfig(r io.Reader, premount func(*Premount)) (Config, error) {
 	msg, err := readMessage(r, maxConfigSize)
 	if err != nil {
 		return Config{}, err
 	}
-	if prepare != nil && len(msg) >= 4 && binary.LittleEndian.Uint32(msg) == prepareMagic {
-		if len(msg) > maxPrepareSize {
-			return Config{}, fmt.Errorf("preparation of %d bytes exceeds %d", len(msg), maxPrepareSize)
+	if premount != nil && len(msg) >= 4 && binary.LittleEndian.Uint32(msg) == premountMagic {
+		if len(msg) > maxPremountSize {
+			return Config{}, fmt.Errorf("premount of %d bytes exceeds %d", len(msg), maxPremountSize)
 		}
-		var p Prepare
+		var p Premount
 		if err := p.UnmarshalBinary(msg); err != nil {
 			return Config{}, err
 		}
-		prepare(&p)
+		premount(&p)
 		if msg, err = readMessage(r, maxConfigSize); err != nil {
 			return Config{}, err
 		}

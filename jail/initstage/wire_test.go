@@ -186,7 +186,7 @@ func TestReportRoundTrip(t *testing.T) {
 		{},
 		{Error: "mount /proc: permission denied", Stage: StageRoot, Layer: LayerRootfs, ExitCode: 125},
 		{Error: "exec /bin/x: no such file or directory", Stage: StageExec, ExitCode: 127},
-		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}, Prepared: true},
+		{Landlock: 4, FDs: []string{FDChannelIn, FDChannelOut, FDSeccomp}, Premounted: true},
 		{Landlock: 0, LandlockReason: "not supported", ExitCode: -1},
 		{Started: true, FDs: []string{FDRuntime}},
 		{Exited: true, ExitCode: 137, Signal: 9},
@@ -248,13 +248,13 @@ func TestJoinRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPrepareThenConfig: a preparation decodes to what was sent and is
+// TestPremountThenConfig: a premount decodes to what was sent and is
 // handed over before the configuration that follows it; a configuration
-// alone comes through without one; readConfig without prepare and a join
+// alone comes through without one; readConfig without premount and a join
 // refuse one.
-func TestPrepareThenConfig(t *testing.T) {
+func TestPremountThenConfig(t *testing.T) {
 	cfg := fullConfig()
-	prep := Prepare{Mounts: cfg.Mounts, HostMountNS: 4026531840}
+	prep := Premount{Mounts: cfg.Mounts, HostMountNS: 4026531840}
 	prepData, err := prep.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -266,31 +266,31 @@ func TestPrepareThenConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []*Prepare
-	decoded, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), cfgData...)), func(p *Prepare) { got = append(got, p) })
+	var got []*Premount
+	decoded, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), cfgData...)), func(p *Premount) { got = append(got, p) })
 	if err != nil || !reflect.DeepEqual(decoded, cfg) {
-		t.Fatalf("configuration after a preparation: %+v, %v", decoded, err)
+		t.Fatalf("configuration after a premount: %+v, %v", decoded, err)
 	}
 	if len(got) != 1 || !reflect.DeepEqual(*got[0], prep) {
-		t.Errorf("preparations handed over: %+v, want one: %+v", got, prep)
+		t.Errorf("premounts handed over: %+v, want one: %+v", got, prep)
 	}
 	got = nil
-	if decoded, err := readConfig(bytes.NewReader(cfgData), func(p *Prepare) { got = append(got, p) }); err != nil || !reflect.DeepEqual(decoded, cfg) || len(got) != 0 {
-		t.Errorf("a configuration alone: %+v, %v, preparations %+v", decoded, err, got)
+	if decoded, err := readConfig(bytes.NewReader(cfgData), func(p *Premount) { got = append(got, p) }); err != nil || !reflect.DeepEqual(decoded, cfg) || len(got) != 0 {
+		t.Errorf("a configuration alone: %+v, %v, premounts %+v", decoded, err, got)
 	}
 	if _, err := readConfig(bytes.NewReader(prepData), nil); err == nil {
-		t.Error("readConfig without prepare took a preparation for a configuration")
+		t.Error("readConfig without premount took a premount for a configuration")
 	}
-	// Two preparations: the second is no configuration.
-	if _, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), prepData...)), func(*Prepare) {}); err == nil {
-		t.Error("a second preparation was taken for a configuration")
+	// Two premounts: the second is no configuration.
+	if _, err := readConfig(bytes.NewReader(append(slices.Clone(prepData), prepData...)), func(*Premount) {}); err == nil {
+		t.Error("a second premount was taken for a configuration")
 	}
 	var j Join
 	if err := j.UnmarshalBinary(prepData[4:]); err == nil {
-		t.Errorf("a preparation decoded as a join: %+v", j)
+		t.Errorf("a premount decoded as a join: %+v", j)
 	}
-	if _, err := (&Prepare{Mounts: []specs.Mount{{Destination: "/x", UIDMappings: []specs.LinuxIDMapping{{Size: 1}}}}}).MarshalBinary(); err == nil {
-		t.Error("an ID-mapped mount was encoded in a preparation")
+	if _, err := (&Premount{Mounts: []specs.Mount{{Destination: "/x", UIDMappings: []specs.LinuxIDMapping{{Size: 1}}}}}).MarshalBinary(); err == nil {
+		t.Error("an ID-mapped mount was encoded in a premount")
 	}
 }
 
