@@ -32,6 +32,10 @@ type Install struct {
 	// StateDir holds what pmjail derives from the runtimes (the Pyodide
 	// memory snapshot); it is writable by the supervisor only.
 	StateDir string
+	// Warmer runs the warm runs that build the Deno caches (EnsureDenoCache,
+	// EnsureGuestCache) in the jail; without one no cache is built, and
+	// runs start without one. Locate leaves it unset: see job.Warm.
+	Warmer Warmer
 }
 
 // Locate finds the runtime files: $PMJAIL_RUNTIME_DIR if set, else

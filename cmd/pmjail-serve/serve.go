@@ -13,6 +13,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
@@ -46,6 +47,7 @@ func cmdServe(args []string) int {
 	if opt.Install, err = runtimes.Locate(); err != nil {
 		return fail("serve: %v", err)
 	}
+	opt.Install.Warmer = job.Warm
 	if mgr, err := cgroup.NewManager(); err != nil {
 		opt.CgroupReason = err.Error()
 		logger.Warn("running without job cgroups", "reason", err)
