@@ -32,10 +32,11 @@ deps:
 		npm ci --no-audit --no-fund && cp package-lock.json node_modules/.pmjail-lock; fi
 
 # Three binaries from one build, installed side by side: pmjail (the CLI),
-# pmjail-serve (the daemon, which `pmjail serve` execs: the HTTP server,
-# Prometheus and go-systemd stay out of the CLI's start-up) and pmjail-init
-# (a job's init stage, pure Go and static: it starts in a quarter of
-# pmjail's time). Each records the Go build IDs of the ones it runs and
+# pmjail-serve (the daemon, which `pmjail serve` execs: built with the
+# nodaemon tag, pmjail leaves the HTTP server, Prometheus and go-systemd
+# out of its start-up) and pmjail-init (a job's init stage, pure Go and
+# static: it starts in a quarter of pmjail's time). A pmjail built alone
+# (`go install ./cmd/pmjail`) plays both roles itself, a little slower. Each records the Go build IDs of the ones it runs and
 # uses them only when they match. pmjail and pmjail-serve link libseccomp
 # and libc statically too: no dynamic loader on every start (the netgo and
 # osusergo tags keep glibc's NSS, which a static binary cannot load, out).
@@ -44,7 +45,7 @@ INITID   = -X github.com/pmjail/pmjail/jail.initBuildID=$$($(GO) tool buildid $(
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
 	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)" -o $(SERVE) ./cmd/pmjail-serve
-	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
+	$(GO) build $(STATIC),nodaemon -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts

@@ -18,6 +18,10 @@ const EnvRuntimeDir = "PMJAIL_RUNTIME_DIR"
 // .cache/pmjail directory beside the node_modules directory.
 const EnvStateDir = "PMJAIL_STATE_DIR"
 
+// SystemRuntimeDir is the host-wide place of the runtime files, Locate's
+// last resort.
+const SystemRuntimeDir = "/usr/local/lib/pmjail/node_modules"
+
 // ErrNotInstalled is returned when the runtime files cannot be found.
 var ErrNotInstalled = errors.New("runtime not installed")
 
@@ -39,8 +43,11 @@ type Install struct {
 }
 
 // Locate finds the runtime files: $PMJAIL_RUNTIME_DIR if set, else
-// <binary>/../node_modules (a source checkout's bin/pmjail) or
-// <binary>/../lib/pmjail/node_modules (an installed layout).
+// <binary>/../node_modules (a source checkout's bin/pmjail),
+// <binary>/../lib/pmjail/node_modules (an installed layout) or
+// SystemRuntimeDir (where docs/daemon.md installs them, and so where a
+// `go install`ed pmjail, in $GOBIN, finds them). It never looks in the
+// working directory: the supervisor runs what it finds there.
 func Locate() (*Install, error) {
 	var candidates []string
 	if dir := os.Getenv(EnvRuntimeDir); dir != "" {
@@ -57,6 +64,7 @@ func Locate() (*Install, error) {
 		candidates = []string{
 			filepath.Join(base, "node_modules"),
 			filepath.Join(base, "lib", "pmjail", "node_modules"),
+			SystemRuntimeDir,
 		}
 	}
 	for _, dir := range candidates {
