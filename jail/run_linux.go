@@ -68,6 +68,11 @@ type Job struct {
 	Stdout, Stderr io.Writer
 	// Warm, when set, supplies an init stage started ahead of the run.
 	Warm *Pool
+	// GuestOwned are host directories the guest writes through writable
+	// binds of the spec (a cache warm run's DENO_DIR): Run gives each to
+	// the guest's host id, leased for the run, before the root is built
+	// (see giveToGuest).
+	GuestOwned []string
 }
 
 // CgroupJob is the part of a job's cgroup the jail drives.
@@ -421,6 +426,10 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
 	}
 	cfg.Process = &proc
+	if err := giveToGuest(job.GuestOwned, c.lease.guestID()); err != nil {
+		s.fail(StageGuestOwned, err)
+		return nil, err
+	}
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
 	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
 	if err := sendConfig(ctl, &cfg); err != nil {

@@ -26,7 +26,8 @@ const (
 // Warm carries out a runtimes.WarmRun in pmjail's own jail; a supervisor
 // sets runtimes.Install.Warmer to it. The root is a job's for the same
 // launch (the caches are keyed by in-jail paths), with the cache directory
-// bound writable at its target. It runs pmjail's own code only, as the
+// bound writable at its target and given to the guest's host id for the
+// run (jail.Job.GuestOwned). It runs pmjail's own code only, as the
 // Pyodide snapshot build does, so it has the jail's namespaces and rlimits
 // but no cgroup, seccomp filter or guest channel, as the bubblewrap run it
 // replaces had none.
@@ -48,6 +49,7 @@ func Warm(ctx context.Context, run runtimes.WarmRun) error {
 		Files:       run.Launch.Files,
 		Timeout:     timeout,
 		OutputLimit: warmOutput,
+		GuestOwned:  []string{run.Cache},
 	})
 	if out.Status != jail.StatusOK || out.ExitCode != 0 {
 		msg := out.Message

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyOut copies the tree at src, which the jail's ids could write, into
+// copyOut copies the tree at src, which a jail's guest wrote, into
 // dst, a new directory of the supervisor's own: directories, and regular
 // files that have no other name, and nothing else. Each entry is opened
 // below its parent's descriptor without following links, so nothing

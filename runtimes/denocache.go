@@ -134,9 +134,9 @@ type Warmer func(ctx context.Context, run WarmRun) error
 
 // WarmRun is one run that warms a Deno cache: Launch, exactly as a job's
 // root would hold it, with the host directory Cache bound writable at
-// Target (DENO_DIR). The jail's guest runs under a host id leased for the
-// run, so Cache is writable by any id, in a directory only the supervisor
-// can list.
+// Target (DENO_DIR). Cache is the supervisor's, 0700, beneath directories
+// any id may pass: the Warmer gives it to the guest's host id, which the
+// jail leases only when the run starts (jail.Job.GuestOwned).
 type WarmRun struct {
 	Launch *Launch
 	Cache  string
@@ -164,14 +164,11 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 		return err
 	}
 	defer os.RemoveAll(work)
-	// The guest's host id is leased when the run starts: the directory it
-	// writes is open to every id, beneath one that lets ids pass but not
-	// list it (the jail opens bind sources with the guest's ids).
+	// The directory the guest writes, its own for the run (see WarmRun),
+	// beneath one that the jail's ids may pass but not list: the init stage
+	// opens bind sources with them.
 	written := filepath.Join(work, "deno")
-	if err := os.Mkdir(written, 0o777); err != nil {
-		return err
-	}
-	if err := os.Chmod(written, 0o777); err != nil { // past the umask
+	if err := os.Mkdir(written, 0o700); err != nil {
 		return err
 	}
 	if err := os.Chmod(work, 0o711); err != nil {
@@ -192,8 +189,9 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 		Cache:  written,
 		Target: denoDir,
 	})
-	// No id but the supervisor's enters work from here on: what is
-	// published is a copy made below it.
+	// No id but the supervisor's enters work from here on, and the
+	// guest's id goes to another job: what is published is a copy made
+	// below it, the supervisor's.
 	if cerr := os.Chmod(work, 0o700); err == nil {
 		err = cerr
 	}
