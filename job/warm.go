@@ -51,14 +51,17 @@ func Warm(ctx context.Context, run runtimes.WarmRun) error {
 		OutputLimit: warmOutput,
 		GuestOwned:  []string{run.Cache},
 	})
-	if out.Status != jail.StatusOK || out.ExitCode != 0 {
-		msg := out.Message
-		if msg == "" {
-			msg = fmt.Sprintf("exit code %d", out.ExitCode)
-		}
-		return fmt.Errorf("warm run %s: %s: %s", out.Status, msg, strings.TrimSpace(out.Stderr+out.Stdout))
+	if out.Status == jail.StatusOK && out.ExitCode == 0 {
+		return nil
 	}
-	return nil
+	msg := out.Message
+	if msg == "" {
+		msg = fmt.Sprintf("exit code %d", out.ExitCode)
+	}
+	if output := strings.TrimSpace(out.Stderr + out.Stdout); output != "" {
+		msg += ": " + output
+	}
+	return fmt.Errorf("%s: %s", out.Status, msg)
 }
 
 var _ runtimes.Warmer = Warm
