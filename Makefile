@@ -9,14 +9,16 @@ SERVE   := bin/pmjail-serve
 # init stage).
 LDFLAGS := -s -w
 # gcc and libc6-dev: cgo (libseccomp) and the tests' C programs;
-# bubblewrap: the bench's comparison; strace: profiles/trace-syscalls.sh,
-# which derives the seccomp policies; libfakeroot: a library only
-# /etc/ld.so.conf.d's directories hold, which the root's library tests
-# load through a jail.
-DEB     := gcc libc6-dev libseccomp-dev pkg-config bubblewrap strace libfakeroot
+# strace: profiles/trace-syscalls.sh, which derives the seccomp policies;
+# libfakeroot: a library only /etc/ld.so.conf.d's directories hold, which
+# the root's library tests load through a jail.
+DEB     := gcc libc6-dev libseccomp-dev pkg-config strace libfakeroot
+# bubblewrap is the bench's comparison only: pmjail warms its caches in
+# its own jail, and neither `make run` nor `make test` needs it.
+BENCH_DEB := bubblewrap time
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: setup deps build run test test-host test-vm test-systemd bench soak lint clean
+.PHONY: setup deps build run test test-host test-vm test-systemd bench bench-deps soak lint clean
 
 setup: deps build
 	$(BIN) prepare
@@ -24,20 +26,17 @@ setup: deps build
 # Debian packages, Go modules and the pinned runtimes (Deno, Pyodide) from
 # the npm registry via package-lock.json.
 deps:
-	@missing=$$(for p in $(DEB); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
-	fi
+	@$(call install_deb,$(DEB))
 	$(GO) mod download
 	@if [ ! -x node_modules/@deno/linux-x64-glibc/deno ] || ! cmp -s package-lock.json node_modules/.pmjail-lock; then \
 		npm ci --no-audit --no-fund && cp package-lock.json node_modules/.pmjail-lock; fi
 
 # Three binaries from one build, installed side by side: pmjail (the CLI),
-# pmjail-serve (the daemon, which `pmjail serve` execs: the HTTP server,
-# Prometheus and go-systemd stay out of the CLI's start-up) and pmjail-init
-# (a job's init stage, pure Go and static: it starts in a quarter of
-# pmjail's time). Each records the Go build IDs of the ones it runs and
+# pmjail-serve (the daemon, which `pmjail serve` execs: built with the
+# nodaemon tag, pmjail leaves the HTTP server, Prometheus and go-systemd
+# out of its start-up) and pmjail-init (a job's init stage, pure Go and
+# static: it starts in a quarter of pmjail's time). A pmjail built alone
+# (`go install ./cmd/pmjail`) plays both roles itself, a little slower. Each records the Go build IDs of the ones it runs and
 # uses them only when they match. pmjail and pmjail-serve link libseccomp
 # and libc statically too: no dynamic loader on every start (the netgo and
 # osusergo tags keep glibc's NSS, which a static binary cannot load, out).
@@ -46,7 +45,7 @@ INITID   = -X github.com/pmjail/pmjail/jail.initBuildID=$$($(GO) tool buildid $(
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
 	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)" -o $(SERVE) ./cmd/pmjail-serve
-	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
+	$(GO) build $(STATIC),nodaemon -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts
@@ -122,10 +121,20 @@ test-systemd: setup
 		-d $(CURDIR)/node_modules/@deno:/usr/local/lib/pmjail/node_modules/@deno \
 		$(VMBIN)/unitcheck -bin $(VMUNIT) -deploy $(CURDIR)/deploy
 
+# install_deb installs the Debian packages of the list $(1) that are missing.
+install_deb = missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
 # Side-by-side costs (bare Deno/Pyodide, bubblewrap, the daemon, seccomp)
 # with a short soak; writes BENCHMARKS.md. FULL_SOAK=1 runs the full soak.
-bench: build
+bench: build bench-deps
 	$(GO) run ./bench $(if $(FULL_SOAK),-full-soak) $(BENCHFLAGS)
+
+bench-deps:
+	@$(call install_deb,$(BENCH_DEB))
 
 # The long soak alone (2,000 native + 200 Deno runs, then leak checks),
 # printed to stdout.

@@ -48,8 +48,8 @@ func StartDaemon(ctx context.Context, b *Bench) (*Daemon, error) {
 
 // startDaemon starts a daemon under config, its files named after name.
 func startDaemon(ctx context.Context, b *Bench, name, config string) (*Daemon, error) {
-	// `pmjail serve` execs pmjail-serve from beside pmjail; version says
-	// whether it is there, and from the same build.
+	// `pmjail serve` execs pmjail-serve from beside pmjail, or runs the
+	// daemon itself when built alone; version says whether it can.
 	out, _ := exec.Command(b.Pmjail, "version").Output()
 	if _, why, ok := strings.Cut(string(out), "daemon: unavailable"); ok {
 		why, _, _ = strings.Cut(why, "\n")

@@ -182,6 +182,6 @@ func buildPair(repoRoot, path string) error {
 	if err != nil {
 		return err
 	}
-	_, err = run("go", "build", "-ldflags=-X main.serveBuildID="+id, "-o", path, "./cmd/pmjail")
+	_, err = run("go", "build", "-tags", "nodaemon", "-ldflags=-X main.serveBuildID="+id, "-o", path, "./cmd/pmjail")
 	return err
 }

@@ -64,6 +64,11 @@ type Job struct {
 	Stdout, Stderr io.Writer
 	// Pool, when set, supplies an init stage started ahead of the run.
 	Pool *Pool
+	// GuestOwned are host directories the guest writes through writable
+	// binds of the spec (a cache warm run's DENO_DIR): Run gives each to
+	// the guest's host id, leased for the run, before the root is built
+	// (see giveToGuest).
+	GuestOwned []string
 }
 
 // Outcome is how the contained process ended, before the caller adds what
@@ -464,6 +469,10 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	hostMountNS, err := ownMountNS()
 	if err != nil {
 		s.fail(initstage.StageHostMountNS, err)
+		return nil, err
+	}
+	if err := giveToGuest(job.GuestOwned, c.lease.guestID()); err != nil {
+		s.fail(initstage.StageGuestOwned, err)
 		return nil, err
 	}
 	cfg := configFor(job, c, hostMountNS)

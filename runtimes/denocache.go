@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -107,7 +106,7 @@ func (in *Install) warmDenoCache(snap *Snapshot) (*DenoCache, error) {
 
 // EnsureDenoCache returns the warm cache, building it first when it is
 // missing: it runs the loader's warm mode (Pyodide restored from snapshot,
-// no guest code) under bubblewrap with the same paths, flags and
+// no guest code) in pmjail's own jail with the same paths, flags and
 // environment as a run (see warmInJail).
 func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCache, error) {
 	if c, err := in.warmDenoCache(snap); err == nil {
@@ -128,16 +127,34 @@ func (in *Install) EnsureDenoCache(ctx context.Context, snap *Snapshot) (*DenoCa
 	return in.warmDenoCache(snap)
 }
 
-// warmInJail runs a Deno command line under bubblewrap at the in-jail
-// paths (Deno at DenoTarget, files under GuestDir, binds read-only, the
-// run's environment) with DENO_DIR bound writable to a fresh directory,
-// then publishes that directory at dir, read-only, for the jail to copy.
-// Deno keys its caches by the modules' URLs and content, so a cache warmed
-// anywhere else would never be hit.
+// Warmer carries out a WarmRun in pmjail's own jail. Package runtimes
+// cannot start one (package jail imports it): the supervisor sets
+// Install.Warmer to one from a package above jail (job.Warm).
+type Warmer func(ctx context.Context, run WarmRun) error
+
+// WarmRun is one run that warms a Deno cache: Launch, exactly as a job's
+// root would hold it, with the host directory Cache bound writable at
+// Target (DENO_DIR). Cache is the supervisor's, 0700, beneath directories
+// any id may pass: the Warmer gives it to the guest's host id, which the
+// jail leases only when the run starts (jail.Job.GuestOwned).
+type WarmRun struct {
+	Launch *Launch
+	Cache  string
+	Target string
+}
+
+// ErrNoWarmer means the Install has no Warmer: nothing to warm a cache in.
+var ErrNoWarmer = errors.New("no jail to warm the cache in (Install.Warmer is unset)")
+
+// warmInJail runs a Deno command line in the jail (through in.Warmer) at
+// the in-jail paths (Deno at DenoTarget, files under GuestDir, binds
+// read-only, the run's environment) with DENO_DIR bound writable to a
+// fresh directory, then publishes a copy of it at dir, read-only, for the
+// runs to copy. Deno keys its caches by the modules' URLs and content, so
+// a cache warmed anywhere else would never be hit.
 func (in *Install) warmInJail(ctx context.Context, dir string, files []File, binds []Bind, args []string) error {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		return fmt.Errorf("%w (install bubblewrap)", err)
+	if in.Warmer == nil {
+		return ErrNoWarmer
 	}
 	if err := os.MkdirAll(in.StateDir, 0o755); err != nil {
 		return err
@@ -147,42 +164,43 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 		return err
 	}
 	defer os.RemoveAll(work)
-
-	guest, cache := filepath.Join(work, "guest"), filepath.Join(work, "cache")
-	if err := writeGuestDir(guest, files); err != nil {
+	// The directory the guest writes, its own for the run (see WarmRun),
+	// beneath one that the jail's ids may pass but not list: the init stage
+	// opens bind sources with them.
+	written := filepath.Join(work, "deno")
+	if err := os.Mkdir(written, 0o700); err != nil {
 		return err
 	}
-	if err := os.Mkdir(cache, 0o755); err != nil {
+	if err := os.Chmod(work, 0o711); err != nil {
 		return err
 	}
-
-	bargs := []string{
-		"--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-		"--ro-bind", "/usr", "/usr",
-		"--ro-bind-try", "/lib", "/lib",
-		"--ro-bind-try", "/lib64", "/lib64",
-		"--ro-bind", in.DenoPath, DenoTarget,
-		"--ro-bind", guest, GuestDir,
-		"--dev", "/dev", "--proc", "/proc", "--tmpfs", TmpDir,
-		"--bind", cache, denoDir,
-		"--chdir", "/",
-	}
-	for _, b := range binds {
-		bargs = append(bargs, "--ro-bind", b.Source, b.Target)
-	}
-	for _, e := range denoEnv() {
-		k, v, _ := strings.Cut(e, "=")
-		bargs = append(bargs, "--setenv", k, v)
-	}
-	bargs = append(append(bargs, "--"), args...)
 
 	ctx, cancel := context.WithTimeout(ctx, denoCacheBuildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bwrap, bargs...)
-	cmd.Dir = work
-	dieWithParent(cmd)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("warm run: %w: %s", err, msg)
+	err = in.Warmer(ctx, WarmRun{
+		Launch: &Launch{
+			Program: in.DenoPath,
+			Target:  DenoTarget,
+			Args:    args,
+			Env:     denoEnv(),
+			Binds:   binds,
+			Files:   files,
+		},
+		Cache:  written,
+		Target: denoDir,
+	})
+	// No id but the supervisor's enters work from here on, and the
+	// guest's id goes to another job: what is published is a copy made
+	// below it, the supervisor's.
+	if cerr := os.Chmod(work, 0o700); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("warm run: %w", err)
+	}
+	cache := filepath.Join(work, "cache")
+	if err := copyOut(written, cache); err != nil {
+		return fmt.Errorf("copy the warmed cache: %w", err)
 	}
 	if err := in.compactCache(ctx, work, cache); err != nil {
 		return err
@@ -199,8 +217,7 @@ func (in *Install) warmInJail(ctx context.Context, dir string, files []File, bin
 		case d.Type().IsRegular():
 			return os.Chmod(p, 0o644)
 		}
-		// Deno links node_compat_bin/node to itself; a jailed Deno cannot
-		// make that link (seccomp), and the cache needs none.
+		// Compaction makes no other kind; none belongs in the cache.
 		return os.Remove(p)
 	}); err != nil {
 		return err

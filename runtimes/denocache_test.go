@@ -2,11 +2,12 @@ package runtimes
 
 import (
 	"context"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pmjail/pmjail/internal/testenv"
@@ -17,8 +18,7 @@ import (
 // without a WAL, nothing writable by others, and a new key (so a rebuild)
 // when the snapshot changes.
 func TestDenoCache(t *testing.T) {
-	_, err := exec.LookPath("bwrap")
-	testenv.Need(t, err == nil, "bubblewrap (bwrap), which warms the cache")
+	testenv.RequireRoot(t)
 	in := snapshotInstall(t)
 	snap, err := in.PyodideSnapshot()
 	if err != nil {
@@ -39,6 +39,7 @@ func TestDenoCache(t *testing.T) {
 	if st.Mode().Perm() != 0o644 {
 		t.Errorf("%s mode %v", db, st.Mode())
 	}
+	checkPublished(t, c.Dir)
 	for _, pattern := range []string{"*-wal", "*-shm", "*-journal", ".deno-cache-build-*"} {
 		left, _ := filepath.Glob(filepath.Join(c.Dir, pattern))
 		more, _ := filepath.Glob(filepath.Join(in.StateDir, pattern))
@@ -86,9 +87,8 @@ func TestDenoCache(t *testing.T) {
 // JavaScript launch copies it to DENO_DIR; prune keeps it and removes a
 // stale key.
 func TestGuestCache(t *testing.T) {
-	_, err := exec.LookPath("bwrap")
-	testenv.Need(t, err == nil, "bubblewrap (bwrap), which warms the cache")
-	in := testInstall(t, t.TempDir())
+	testenv.RequireRoot(t)
+	in := testInstall(t, openStateDir(t))
 	if _, err := in.GuestCache(); err == nil {
 		t.Fatal("a fresh state directory has a guest cache")
 	}
@@ -107,6 +107,7 @@ func TestGuestCache(t *testing.T) {
 	if st, err := os.Stat(db); err != nil || st.Mode().Perm() != 0o644 {
 		t.Fatalf("%s: %v %v", db, st, err)
 	}
+	checkPublished(t, c.Dir)
 	for _, pattern := range []string{"*-wal", "*-shm", "*-journal"} {
 		if left, _ := filepath.Glob(filepath.Join(c.Dir, pattern)); len(left) > 0 {
 			t.Errorf("left behind: %v", left)
@@ -133,4 +134,82 @@ func TestGuestCache(t *testing.T) {
 	if _, err := in.GuestCache(); err != nil {
 		t.Errorf("the current guest cache is gone after prune: %v", err)
 	}
+}
+
+// checkPublished checks that a published cache is the supervisor's alone
+// to write: every entry its, a directory or a regular file, none of them
+// writable by others; the jail's ids, which wrote the warm run's files,
+// own nothing of it.
+func checkPublished(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		if int(st.Uid) != os.Geteuid() || !(d.IsDir() || d.Type().IsRegular()) || info.Mode().Perm()&0o022 != 0 {
+			t.Errorf("%s: uid %d, mode %v", p, st.Uid, info.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCopyOut copies a tree the jail's ids could write: directories and
+// regular files of one link come across, the supervisor's; a symbolic
+// link, a hard link to a file elsewhere and a FIFO do not.
+func TestCopyOut(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	secret := filepath.Join(t.TempDir(), "secret")
+	for _, f := range []struct{ path, data string }{{"a", "a"}, {"d/b", "b"}, {"d/e/c", "c"}} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, f.path)), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f.path), []byte(f.data), 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(src, "symlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(src, "d", "dirlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(secret, filepath.Join(src, "d", "hardlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(src, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyOut(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dst, p)
+		got = append(got, rel)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".", "a", "d", "d/b", "d/e", "d/e/c"}
+	if !slices.Equal(got, want) {
+		t.Errorf("copied %v, want %v", got, want)
+	}
+	if data, err := os.ReadFile(filepath.Join(dst, "d/e/c")); err != nil || string(data) != "c" {
+		t.Errorf("d/e/c = %q, %v", data, err)
+	}
+	checkPublished(t, dst)
 }

@@ -18,6 +18,10 @@ const EnvRuntimeDir = "PMJAIL_RUNTIME_DIR"
 // .cache/pmjail directory beside the node_modules directory.
 const EnvStateDir = "PMJAIL_STATE_DIR"
 
+// SystemRuntimeDir is the host-wide place of the runtime files, Locate's
+// last resort.
+const SystemRuntimeDir = "/usr/local/lib/pmjail/node_modules"
+
 // ErrNotInstalled is returned when the runtime files cannot be found.
 var ErrNotInstalled = errors.New("runtime not installed")
 
@@ -32,11 +36,18 @@ type Install struct {
 	// StateDir holds what pmjail derives from the runtimes (the Pyodide
 	// memory snapshot); it is writable by the supervisor only.
 	StateDir string
+	// Warmer runs the warm runs that build the Deno caches (EnsureDenoCache,
+	// EnsureGuestCache) in the jail; without one no cache is built, and
+	// runs start without one. Locate leaves it unset: see job.Warm.
+	Warmer Warmer
 }
 
 // Locate finds the runtime files: $PMJAIL_RUNTIME_DIR if set, else
-// <binary>/../node_modules (a source checkout's bin/pmjail) or
-// <binary>/../lib/pmjail/node_modules (an installed layout).
+// <binary>/../node_modules (a source checkout's bin/pmjail),
+// <binary>/../lib/pmjail/node_modules (an installed layout) or
+// SystemRuntimeDir (where docs/daemon.md installs them, and so where a
+// `go install`ed pmjail, in $GOBIN, finds them). It never looks in the
+// working directory: the supervisor runs what it finds there.
 func Locate() (*Install, error) {
 	var candidates []string
 	if dir := os.Getenv(EnvRuntimeDir); dir != "" {
@@ -53,6 +64,7 @@ func Locate() (*Install, error) {
 		candidates = []string{
 			filepath.Join(base, "node_modules"),
 			filepath.Join(base, "lib", "pmjail", "node_modules"),
+			SystemRuntimeDir,
 		}
 	}
 	for _, dir := range candidates {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/internal/testenv"
+	"github.com/pmjail/pmjail/jail/initstage"
 )
 
 // testInstall is the repository's own runtime install with its state in a
@@ -26,7 +27,23 @@ func testInstall(t testing.TB, stateDir string) *Install {
 		DenoPath:   deno,
 		PyodideDir: filepath.Join(modules, "pyodide"),
 		StateDir:   stateDir,
+		Warmer:     testWarmer,
 	}
+}
+
+// openStateDir is a fresh state directory the jail's ids can pass
+// through, as a real one (made 0755 below the runtime directory) is.
+func openStateDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "runtimes-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 var shared struct {
@@ -44,6 +61,10 @@ func snapshotInstall(t testing.TB) *Install {
 		if shared.err != nil {
 			return
 		}
+		// The jail's ids open what a run binds from it, as in a real one.
+		if shared.err = os.Chmod(shared.dir, 0o755); shared.err != nil {
+			return
+		}
 		_, shared.err = testInstall(t, shared.dir).EnsurePyodideSnapshot(context.Background())
 	})
 	if shared.err != nil {
@@ -52,7 +73,12 @@ func snapshotInstall(t testing.TB) *Install {
 	return testInstall(t, shared.dir)
 }
 
+// TestMain lets the test binary serve as the init stage of the jail the
+// caches are warmed in, as pmjail's binary does.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == initstage.Role {
+		initstage.Main()
+	}
 	code := m.Run()
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)

@@ -1,20 +1,19 @@
-// Command pmjail-serve is pmjail's daemon: the socket API, its metrics and
-// systemd integration, and the job supervisor behind them. Users start it as
-// `pmjail serve`, which execs it; it is a binary of its own so that the
-// daemon's dependencies (the HTTP server, the Prometheus client, go-systemd)
-// stay out of the CLI, whose start-up every `pmjail run` pays.
+// Command pmjail-serve is pmjail's daemon (package daemon) in a binary of
+// its own, which `pmjail serve` execs when it sits beside pmjail from the
+// same build: the daemon's dependencies (the HTTP server, the Prometheus
+// client, go-systemd) then stay out of the CLI, whose start-up every
+// `pmjail run` pays.
 package main
 
 import (
-	"fmt"
 	"os"
 
+	"github.com/pmjail/pmjail/internal/daemon"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/posture"
 )
 
-// exitFailure is the exit code of a daemon that could not start or stopped
-// on an error.
+// exitFailure is the exit code of a role that returned, which none does.
 const exitFailure = 125
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -34,11 +33,5 @@ func main() {
 			os.Exit(exitFailure) // roles never return
 		}
 	}
-	os.Exit(cmdServe(os.Args[1:]))
-}
-
-// fail prints one clear line and returns the failure exit code.
-func fail(format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "pmjail: "+format+"\n", args...)
-	return exitFailure
+	os.Exit(daemon.Main(os.Args[1:], version))
 }

@@ -35,6 +35,7 @@ func cmdPrepare(args []string) int {
 	if err != nil {
 		return fail("prepare: %v", oneLine(err))
 	}
+	in.Warmer = job.Warm
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := in.Prepare(ctx)

@@ -321,6 +321,9 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 	if err != nil && needRuntimes {
 		return nil, err
 	}
+	if in != nil {
+		in.Warmer = job.Warm
+	}
 	rn.Install = in
 	newManager := cgroup.NewManager
 	if lazyCgroups {

@@ -14,13 +14,15 @@ const serveBinaryName = "pmjail-serve"
 // binary (the Makefile passes -X main.serveBuildID=...).
 var serveBuildID string
 
-// cmdServe execs the daemon, pmjail-serve, from beside this binary: `pmjail
-// serve [--socket PATH] [--config FILE]`. The process stays the same, so a
-// systemd unit's notify socket, socket activation and MAINPID carry over.
+// cmdServe runs the daemon: `pmjail serve [--socket PATH] [--config FILE]`.
+// It execs pmjail-serve from beside this binary when that is of its build;
+// the process stays the same, so a systemd unit's notify socket, socket
+// activation and MAINPID carry over. Otherwise a pmjail built with the
+// daemon (the default; see serve_daemon.go) runs it in this process.
 func cmdServe(args []string) int {
 	path, err := sibling.Find(serveBinaryName, serveBuildID)
 	if err != nil {
-		return fail("serve: the daemon is %s, installed beside pmjail from the same build: %v", serveBinaryName, err)
+		return serveHere(args, err)
 	}
 	argv := append([]string{path}, args...)
 	err = syscall.Exec(path, argv, os.Environ())

@@ -26,9 +26,12 @@ func cmdVersion(args []string) int {
 	} else {
 		fmt.Printf("init stage: %s\n", init.Path)
 	}
-	if path, err := sibling.Find(serveBinaryName, serveBuildID); err != nil {
+	switch path, err := sibling.Find(serveBinaryName, serveBuildID); {
+	case err != nil && daemonBuiltIn:
+		fmt.Printf("daemon: this binary (%v)\n", err)
+	case err != nil:
 		fmt.Printf("daemon: unavailable (%v)\n", err)
-	} else {
+	default:
 		fmt.Printf("daemon: %s\n", path)
 	}
 	return 0

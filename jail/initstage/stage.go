@@ -31,6 +31,7 @@ const (
 
 	// The supervisor hands the job over.
 	StageHostMountNS // read the supervisor's own mount namespace
+	StageGuestOwned  // give the guest's host id the directories it writes
 	StageSendConfig
 	StageCgroup // make, adopt or enter the job's cgroup (the init stage's join too)
 	StageInit   // the init stage ended or broke off without a report
@@ -74,6 +75,7 @@ var stageNames = [stageEnd]string{
 	StageStart:         "start",
 	StagePremount:      "premount",
 	StageHostMountNS:   "mount namespace",
+	StageGuestOwned:    "guest-owned directories",
 	StageSendConfig:    "send configuration",
 	StageCgroup:        "cgroup",
 	StageInit:          "init stage",

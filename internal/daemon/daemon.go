@@ -1,8 +1,16 @@
-package main
+// Package daemon is pmjail's daemon: the socket API, its metrics and
+// systemd integration, and the job supervisor behind them. It is a role of
+// two binaries: pmjail-serve, built by the Makefile so that the daemon's
+// dependencies (the HTTP server, the Prometheus client, go-systemd) stay
+// out of the CLI, whose start-up every `pmjail run` pays; and pmjail
+// itself when built alone (`go install ./cmd/pmjail`), whose `serve` runs
+// it in-process when no pmjail-serve of its build sits beside it.
+package daemon
 
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,14 +20,21 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/cliflag"
+	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
 
-// cmdServe runs the daemon: `pmjail serve [--socket PATH] [--config FILE]`.
-// SIGTERM/SIGINT drain and stop it, SIGHUP reloads the config.
-func cmdServe(args []string) int {
+// exitFailure is the exit code of a daemon that could not start or stopped
+// on an error.
+const exitFailure = 125
+
+// Main runs the daemon, `pmjail serve [--socket PATH] [--config FILE]`
+// with args the flags, until a signal stops it, and returns the process's
+// exit code: SIGTERM/SIGINT drain and stop it, SIGHUP reloads the config.
+// version is what the daemon reports as its own.
+func Main(args []string, version string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	sock := fs.String("socket", "", "the Unix socket to listen on, `PATH` (default: the config's, or "+server.DefaultSocketPath+")")
@@ -46,6 +61,7 @@ func cmdServe(args []string) int {
 	if opt.Install, err = runtimes.Locate(); err != nil {
 		return fail("serve: %v", err)
 	}
+	opt.Install.Warmer = job.Warm
 	if mgr, err := cgroup.NewManager(); err != nil {
 		opt.CgroupReason = err.Error()
 		logger.Warn("running without job cgroups", "reason", err)
@@ -129,4 +145,10 @@ func loadServeConfig(path, sock string) (*server.Config, error) {
 		cfg.Socket.Path = sock
 	}
 	return cfg, nil
+}
+
+// fail prints one clear line and returns the failure exit code.
+func fail(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "pmjail: "+format+"\n", args...)
+	return exitFailure
 }
