@@ -20,8 +20,8 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/cliflag"
-	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/jail/rootfs"
+	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
