@@ -27,7 +27,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 	if rn.Install == nil {
 		return nil, fmt.Errorf("%w: no runtime files found", runtimes.ErrNotInstalled)
 	}
-	return rn.Install.Launch(runtimes.Job{
+	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
 		TypeScript:  strings.EqualFold(r.Request.Runtime, "typescript") || strings.EqualFold(r.Request.Runtime, "ts"),

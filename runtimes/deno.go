@@ -98,16 +98,16 @@ func denoArgs(memoryBytes int64, v8 []string, readable []string, codeCache bool,
 }
 
 // denoLaunch describes a JavaScript or TypeScript run.
-func (in *Install) denoLaunch(job Job) (*Launch, error) {
+func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	files, err := guestFiles()
 	if err != nil {
 		return nil, err
 	}
 	main := JobDir + "/main.js"
-	if job.TypeScript {
+	if guest.TypeScript {
 		main = JobDir + "/main.ts"
 	}
-	files = append(files, File{Path: main, Data: job.Source, Mode: 0o444})
+	files = append(files, File{Path: main, Data: guest.Source, Mode: 0o444})
 	var copies []Copy
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
@@ -115,7 +115,7 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    denoArgs(job.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
+		Args:    denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
 		Env:     denoEnv(),
 		Files:   files,
 		Copies:  copies,
@@ -124,12 +124,12 @@ func (in *Install) denoLaunch(job Job) (*Launch, error) {
 }
 
 // Launch describes the run of job on its runtime.
-func (in *Install) Launch(job Job) (*Launch, error) {
-	switch job.Runtime {
+func (in *Install) Launch(guest Guest) (*Launch, error) {
+	switch guest.Runtime {
 	case Deno:
-		return in.denoLaunch(job)
+		return in.denoLaunch(guest)
 	case Python:
-		return in.pythonLaunch(job)
+		return in.pythonLaunch(guest)
 	}
-	return nil, fmt.Errorf("%w %q", ErrUnknownRuntime, job.Runtime)
+	return nil, fmt.Errorf("%w %q", ErrUnknownRuntime, guest.Runtime)
 }

@@ -51,7 +51,7 @@ func TestDenoCache(t *testing.T) {
 		t.Errorf("WarmDenoCache() = %+v, %v", again, err)
 	}
 
-	l, err := in.Launch(Job{Runtime: Python, Source: []byte("pass\n"), MemoryBytes: 256 << 20})
+	l, err := in.Launch(Guest{Runtime: Python, Source: []byte("pass\n"), MemoryBytes: 256 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestDenoCache(t *testing.T) {
 	if !slices.Contains(l.Env, "DENO_DIR="+denoDir) {
 		t.Errorf("env %v", l.Env)
 	}
-	js, err := in.Launch(Job{Runtime: Deno, Source: []byte("1")})
+	js, err := in.Launch(Guest{Runtime: Deno, Source: []byte("1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestGuestCache(t *testing.T) {
 	if _, err := in.GuestCache(); err == nil {
 		t.Fatal("a fresh state directory has a guest cache")
 	}
-	js, err := in.Launch(Job{Runtime: Deno, Source: []byte("1")})
+	js, err := in.Launch(Guest{Runtime: Deno, Source: []byte("1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestGuestCache(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(in.StateDir, ".deno-cache-build-*")); len(left) > 0 {
 		t.Errorf("build directories left: %v", left)
 	}
-	js, err = in.Launch(Job{Runtime: Deno, Source: []byte("1")})
+	js, err = in.Launch(Guest{Runtime: Deno, Source: []byte("1")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func TestPyodideSnapshotBuilt(t *testing.T) {
 	if len(names) != 2 {
 		t.Errorf("state dir holds %v, want the snapshot and its sidecar", names)
 	}
-	l, err := in.Launch(Job{Runtime: Python, Source: []byte("pass\n")})
+	l, err := in.Launch(Guest{Runtime: Python, Source: []byte("pass\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestPyodideSnapshotStale(t *testing.T) {
 	if got := in.PythonStart(); !strings.HasPrefix(got, "cold: ") || !strings.Contains(got, "checksum") {
 		t.Errorf("PythonStart() = %q", got)
 	}
-	l, err := in.Launch(Job{Runtime: Python, Source: []byte("print('cold', 6 * 7)\n")})
+	l, err := in.Launch(Guest{Runtime: Python, Source: []byte("print('cold', 6 * 7)\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestPythonLaunchShape(t *testing.T) {
 		mem  int64
 		heap string
 	}{{0, ""}, {32 << 20, "--max-old-space-size=64"}, {1 << 30, "--max-old-space-size=768"}} {
-		l, err := in.Launch(Job{Runtime: Python, Source: []byte("pass\n"), MemoryBytes: c.mem})
+		l, err := in.Launch(Guest{Runtime: Python, Source: []byte("pass\n"), MemoryBytes: c.mem})
 		if err != nil {
 			t.Fatal(err)
 		}

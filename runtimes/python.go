@@ -54,12 +54,12 @@ func pythonReadable(snapshot bool) []string {
 // memory snapshot. A run starts from the snapshot when a valid one exists
 // (see PyodideSnapshot) and cold otherwise; Launch.Start says which. With a
 // warm code cache (see WarmDenoCache) DENO_DIR is a writable copy of it.
-func (in *Install) pythonLaunch(job Job) (*Launch, error) {
+func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	files, err := pyodideGuestFiles()
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, File{Path: pythonMain, Data: job.Source, Mode: 0o444})
+	files = append(files, File{Path: pythonMain, Data: guest.Source, Mode: 0o444})
 
 	binds := in.pyodideBinds()
 	snapshotArg, start := "-", "snapshot"
@@ -77,7 +77,7 @@ func (in *Install) pythonLaunch(job Job) (*Launch, error) {
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    pythonArgs(job.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
+		Args:    pythonArgs(guest.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
 		Env:     denoEnv(),
 		Binds:   binds,
 		Copies:  copies,

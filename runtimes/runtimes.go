@@ -47,8 +47,8 @@ func ForFile(name string) (Name, error) {
 	return "", fmt.Errorf("%w for %q: use a .js, .mjs, .ts or .py file or --runtime", ErrUnknownRuntime, name)
 }
 
-// Job is what a runtime needs to know about one run.
-type Job struct {
+// Guest is what a runtime needs to know about one run.
+type Guest struct {
 	Runtime Name
 	// Source is the guest program's text.
 	Source []byte
