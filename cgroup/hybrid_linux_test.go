@@ -50,7 +50,7 @@ func hybridV2(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	h := &Host{Mode: V2, Parent: map[string]string{UnifiedKey: dir}}
-	err = tryChild(dir, func(child string) {
+	err = probeChild(dir, func(child string) {
 		h.Kill = exists(filepath.Join(child, "cgroup.kill"))
 		if exists(filepath.Join(child, "cgroup.freeze")) {
 			h.Controllers = append(h.Controllers, Freezer)

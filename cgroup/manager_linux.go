@@ -118,7 +118,7 @@ func enableV2(h *Host) error {
 	}
 	// Now that memory is on for children, a child shows whether swap
 	// accounting exists.
-	err := tryChild(dir, func(child string) {
+	err := probeChild(dir, func(child string) {
 		h.SwapCapped = exists(filepath.Join(child, swapFileV2))
 	})
 	if err != nil {

@@ -89,9 +89,9 @@ func probeName() string {
 	return fmt.Sprintf("%s%d-probe-%s", namePrefix, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// tryChild creates and removes a child cgroup of dir, calling inspect with
+// probeChild creates and removes a child cgroup of dir, calling inspect with
 // the child's path while it exists.
-func tryChild(dir string, inspect func(child string)) error {
+func probeChild(dir string, inspect func(child string)) error {
 	child := filepath.Join(dir, probeName())
 	if err := os.Mkdir(child, 0o755); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", child, err)
@@ -134,7 +134,7 @@ func probeV1(mounts []mount, own map[string]string, prove bool) *Host {
 			continue
 		}
 		swap := false
-		err = tryChild(dir, func(child string) {
+		err = probeChild(dir, func(child string) {
 			swap = exists(filepath.Join(child, swapFileV1))
 		})
 		if err != nil {
@@ -200,7 +200,7 @@ func probeV2(mounts []mount, unified string, prove bool) *Host {
 	}
 	enabled, _ := controllerList(filepath.Join(dir, "cgroup.subtree_control"))
 	var freeze bool
-	err = tryChild(dir, func(child string) {
+	err = probeChild(dir, func(child string) {
 		freeze = exists(filepath.Join(child, freezeFileV2))
 		h.Kill = exists(filepath.Join(child, killFileV2))
 		if enabled[Memory] {

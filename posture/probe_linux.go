@@ -99,7 +99,7 @@ func Probe(ctx context.Context, opt Options) *Probed {
 
 	var namespaces []specs.LinuxNamespaceType
 	for _, ns := range namespaceProbes {
-		if err := tryNamespace(ctx, ns.flag); err != nil {
+		if err := probeNamespace(ctx, ns.flag); err != nil {
 			set(ns.name, Missing, err.Error())
 			continue
 		}
@@ -161,9 +161,9 @@ func Probe(ctx context.Context, opt Options) *Probed {
 	return p
 }
 
-// tryNamespace starts pmjail's probe role in a new user namespace plus
+// probeNamespace starts pmjail's probe role in a new user namespace plus
 // flag, and reports whether the kernel allowed it.
-func tryNamespace(ctx context.Context, flag uintptr) error {
+func probeNamespace(ctx context.Context, flag uintptr) error {
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", ProbeRole)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER | flag,
