@@ -6,8 +6,14 @@ import (
 	"github.com/pmjail/pmjail/seccomp/internal/int80"
 )
 
+// archDangerous are the dangerous-call probes only amd64 has, with the
+// answer every filter must give.
+var archDangerous = map[string]string{"iopl": "EPERM", "x32_getpid": "EPERM", "i386_getpid": "EPERM"}
+
 func init() {
-	// The 32-bit entry point exists on amd64 alone.
+	probes["iopl"] = func() error { return raw(unix.SYS_IOPL, 0, 0, 0) }
+	// x32 numbers and the 32-bit entry point exist on amd64 alone.
+	probes["x32_getpid"] = func() error { return raw(unix.SYS_GETPID|0x40000000, 0, 0, 0) }
 	probes["i386_getpid"] = func() error {
 		if r := int80.Getpid(); r < 0 {
 			return unix.Errno(-r)
