@@ -16,7 +16,7 @@ LDFLAGS := -s -w
 DEB     := gcc libc6-dev libseccomp-dev pkg-config bubblewrap strace libfakeroot
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: setup deps build run test test-host test-vm test-systemd bench soak lint clean
+.PHONY: setup deps build run test check test-host test-vm test-systemd bench soak lint clean
 
 setup: deps build
 	$(BIN) prepare
@@ -51,10 +51,23 @@ build:
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts
 
-# The whole suite: every package's tests and the integration suite on this
-# host, then the same containment checks in a cgroup v2 VM, then the
-# daemon installed from deploy/ under a real systemd in that VM.
-test: test-host test-vm test-systemd
+# The whole suite: the static checks, then every package's tests and the
+# integration suite on this host, then the same containment checks in a
+# cgroup v2 VM, then the daemon installed from deploy/ under a real systemd
+# in that VM.
+test: check test-host test-vm test-systemd
+
+# What needs no root and no VM, first: lint; vet as built without cgo and
+# for arm64 (the start path and the seccomp layer that such builds fall
+# back to, which nothing else compiles here); and the race detector on the
+# packages whose tests need no root (each passes as nobody, none skips):
+# the others start jails and pay -race's slowdown in every child.
+RACE_PKGS ?= ./client ./cmd/pmjail ./internal/... ./ipc ./job ./posture ./profiles ./runtimes
+check: deps
+	$(MAKE) --no-print-directory lint
+	CGO_ENABLED=0 $(GO) vet ./...
+	GOARCH=arm64 $(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
 # The integration suite tests the binaries `make build` made (pmjail and
 # its pmjail-init).

@@ -74,6 +74,10 @@ func TestReplyBudgetSharedByConcurrentCalls(t *testing.T) {
 	noLeak(t)
 	srv := controlServer(t)
 	ceil := PermissiveCeiling()
+	// The calls wait on each other for the budget, and the race detector
+	// slows their copying tenfold: the default per-call cap would time
+	// them out on a busy host, and this test is not about timeouts.
+	ceil.RequestTimeout = 2 * time.Minute
 	budget := replyBudget(ceil.WithDefaults())
 	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
 	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil, ReplyBudget: budget})
