@@ -153,7 +153,7 @@ func serveLinks(requests <-chan linksRequest) {
 			home.Close()
 		}
 		req.reply <- linksReply{err: nsError("open own network namespace", err), gone: true}
-		runtime.UnlockOSThread() // at home: never left it
+		runtime.UnlockOSThread() // never moved: it may serve others
 		return
 	}
 	for req := range requests {
@@ -172,8 +172,8 @@ func linksIn(ns netns.NsHandle) ([]netlink.Link, error) {
 	if err := netns.Set(ns); err != nil {
 		return nil, fmt.Errorf("enter network namespace: %w", os.NewSyscallError("setns", err))
 	}
-	// Listing links needs only the route family: a socket for each of the
-	// others (xfrm, netfilter) would cost a namespace switch apiece.
+	// Listing links needs only the route family: no socket for the others
+	// (xfrm, netfilter), which netlink.NewHandle would open by default.
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
