@@ -16,7 +16,7 @@ import (
 
 // Compile returns ErrNoCompiler: without libseccomp there is no compiler.
 func Compile(p *specs.LinuxSeccomp, opt Options) (*bpf.Program, error) {
-	return nil, fmt.Errorf("compile seccomp: %w", ErrNoCompiler)
+	return nil, ErrNoCompiler
 }
 
 // CheckSyscall returns ErrNoCompiler: the syscall table is libseccomp's.
