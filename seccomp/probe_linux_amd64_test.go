@@ -6,10 +6,6 @@ import (
 	"github.com/pmjail/pmjail/seccomp/internal/int80"
 )
 
-// archDangerous are the dangerous-call probes only amd64 has, with the
-// answer every filter must give.
-var archDangerous = map[string]string{"iopl": "EPERM", "x32_getpid": "EPERM", "i386_getpid": "EPERM"}
-
 func init() {
 	probes["iopl"] = func() error { return raw(unix.SYS_IOPL, 0, 0, 0) }
 	// x32 numbers and the 32-bit entry point exist on amd64 alone.
