@@ -18,7 +18,7 @@ DEB     := gcc libc6-dev libseccomp-dev pkg-config strace libfakeroot
 BENCH_DEB := bubblewrap time
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: setup deps build run test test-host test-vm test-systemd bench bench-deps soak lint clean
+.PHONY: setup deps build run test check test-host test-vm test-systemd bench bench-deps soak lint clean
 
 setup: deps build
 	$(BIN) prepare
@@ -50,10 +50,25 @@ build:
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts
 
-# The whole suite: every package's tests and the integration suite on this
-# host, then the same containment checks in a cgroup v2 VM, then the
-# daemon installed from deploy/ under a real systemd in that VM.
-test: test-host test-vm test-systemd
+# The whole suite: the static checks, then every package's tests and the
+# integration suite on this host, then the same containment checks in a
+# cgroup v2 VM, then the daemon installed from deploy/ under a real systemd
+# in that VM.
+test: check test-host test-vm test-systemd
+
+# The checks that need no VM, first: lint; go vet as built without cgo
+# and for arm64 (the fallback start path and the seccomp layer's stand-in,
+# which no other step compiles), and the tests of what a build without cgo
+# reports; then the race detector on the packages whose tests pass as
+# nobody without a skip, plus ipc (its one root test is cheap). The other
+# packages start jails and would pay -race's slowdown in every run.
+RACE_PKGS ?= ./client ./cmd/pmjail ./internal/... ./ipc ./job ./posture ./profiles ./runtimes
+check: deps
+	$(MAKE) --no-print-directory lint
+	CGO_ENABLED=0 $(GO) vet ./...
+	GOARCH=arm64 $(GO) vet ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -run NoCompiler ./seccomp ./posture
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
 # The integration suite tests the binaries `make build` made (pmjail and
 # its pmjail-init).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
@@ -403,20 +406,43 @@ func descendants(pid int) []int {
 }
 
 // outliving waits up to wait for pids to die and returns those still
-// alive when it ends.
+// alive when it ends. It waits on each one's pidfd, which becomes readable
+// when the process exits, so it returns as soon as the last one has.
 func outliving(pids []int, wait time.Duration) []int {
 	deadline := time.Now().Add(wait)
+	var living []int
+	for _, p := range pids {
+		if !exitsBy(p, deadline) {
+			living = append(living, p)
+		}
+	}
+	return living
+}
+
+// exitsBy reports whether pid has exited (or is a zombie) by deadline.
+func exitsBy(pid int, deadline time.Time) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	if err != nil { // no pidfds (before Linux 5.3): look every 20 ms
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return !alive(pid)
+	}
+	defer unix.Close(fd)
 	for {
-		var living []int
-		for _, p := range pids {
-			if alive(p) {
-				living = append(living, p)
-			}
+		ms := max(time.Until(deadline).Milliseconds(), 0)
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(ms))
+		switch {
+		case n > 0:
+			// Readable: the whole process has exited, though /proc may
+			// still show it on its way out (state X) for a moment.
+			return true
+		case !errors.Is(err, unix.EINTR):
+			return !alive(pid)
 		}
-		if len(living) == 0 || time.Now().After(deadline) {
-			return living
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

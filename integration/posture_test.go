@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,38 +67,6 @@ func init() {
 	err := syscall.Exec(os.Getenv("PMJAIL_BIN_UNDER_TEST"), append([]string{"pmjail"}, args...), os.Environ())
 	os.Stderr.WriteString("exec pmjail: " + err.Error() + "\n")
 	os.Exit(98)
-}
-
-func denyNetworkNamespaces() error {
-	f, err := libseccomp.NewFilter(libseccomp.ActAllow)
-	if err != nil {
-		return err
-	}
-	defer f.Release()
-	eperm := libseccomp.ActErrno.SetReturnCode(int16(unix.EPERM))
-	for _, name := range []string{"clone", "unshare"} {
-		sc, err := libseccomp.GetSyscallFromName(name)
-		if err != nil {
-			return err
-		}
-		cond, err := libseccomp.MakeCondition(0, libseccomp.CompareMaskedEqual, unix.CLONE_NEWNET, unix.CLONE_NEWNET)
-		if err != nil {
-			return err
-		}
-		if err := f.AddRuleConditional(sc, eperm, []libseccomp.ScmpCondition{cond}); err != nil {
-			return err
-		}
-	}
-	// clone3 hides its flags from a filter: make it unavailable, so that
-	// callers fall back to clone.
-	sc, err := libseccomp.GetSyscallFromName("clone3")
-	if err != nil {
-		return err
-	}
-	if err := f.AddRule(sc, libseccomp.ActErrno.SetReturnCode(int16(unix.ENOSYS))); err != nil {
-		return err
-	}
-	return f.Load()
 }
 
 // underOuterFilter runs pmjail with args beneath the outer filter.

@@ -74,9 +74,16 @@ func TestReplyBudgetSharedByConcurrentCalls(t *testing.T) {
 	noLeak(t)
 	srv := controlServer(t)
 	ceil := PermissiveCeiling()
+	// The calls wait on each other for the budget, and the race detector
+	// slows their copying tenfold: on a busy host the default caps (a
+	// call, a reply the guest takes, a frame the guest waits for) would
+	// time them out, and this test is not about timeouts.
+	ceil.RequestTimeout = 2 * time.Minute
+	ceil.WriteTimeout = 2 * time.Minute
 	budget := replyBudget(ceil.WithDefaults())
 	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
 	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil, ReplyBudget: budget})
+	r.g.wait = 2 * time.Minute
 
 	const fits = 600 << 10 // 3.6 MiB escaped: under the 4 MiB frame cap
 	urls := map[uint64]string{}

@@ -61,6 +61,9 @@ type testGuest struct {
 	mu     sync.Mutex
 	seen   bytes.Buffer
 	nextID uint64
+	// wait is how long recv waits for a frame: a hang fails in 20 s
+	// unless a test that moves many large frames allows more.
+	wait time.Duration
 }
 
 type teeReader struct{ g *testGuest }
@@ -74,7 +77,7 @@ func (r teeReader) Read(p []byte) (int, error) {
 }
 
 func newTestGuest(t testing.TB, conn net.Conn) *testGuest {
-	g := &testGuest{t: t, conn: conn}
+	g := &testGuest{t: t, conn: conn, wait: 20 * time.Second}
 	g.br = bufio.NewReader(teeReader{g})
 	return g
 }
@@ -88,7 +91,7 @@ func (g *testGuest) send(v any) {
 
 func (g *testGuest) recv() hostFrame {
 	g.t.Helper()
-	_ = g.conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_ = g.conn.SetReadDeadline(time.Now().Add(g.wait))
 	body, err := ReadFrame(g.br, 64<<20)
 	if err != nil {
 		g.t.Fatalf("guest recv: %v", err)

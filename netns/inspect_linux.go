@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -62,14 +64,7 @@ func Inspect(pid int) (Report, error) {
 		return Report{}, fmt.Errorf("inspect network namespace of pid %d: %w", pid, err)
 	}
 
-	// Listing links needs only the route family: a socket for each of the
-	// others (xfrm, netfilter) would cost a namespace switch apiece.
-	h, err := netlink.NewHandleAt(job, unix.NETLINK_ROUTE)
-	if err != nil {
-		return Report{}, fmt.Errorf("netlink in network namespace of pid %d: %w", pid, err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
+	links, err := listLinks(job)
 	if err != nil {
 		return Report{}, fmt.Errorf("list links of pid %d: %w", pid, err)
 	}
@@ -93,6 +88,98 @@ func Inspect(pid int) (Report, error) {
 		r.Isolated = true
 	}
 	return r, nil
+}
+
+// The links of a job's namespace are listed by one thread kept for that
+// alone: it enters the namespace, opens a netlink socket and goes back,
+// and no other goroutine ever runs on it. netlink.NewHandleAt would move
+// a shared thread instead, and a thread whose move back failed would go on
+// running the daemon's goroutines inside the job's namespace.
+//
+// Nor may that thread end after each use, although a thread that ends
+// takes its namespace with it: the parent-death signal of the children
+// the jail starts fires when the thread that started them ends, and any
+// pooled thread may have started one. So the worker locks its thread for
+// good, and if it cannot go back it stays parked there forever: a thread
+// and a namespace kept, never a job killed nor a daemon thread inside a
+// job.
+var worker struct {
+	sync.Mutex
+	requests chan linksRequest // nil until first used, or after it broke
+}
+
+type linksRequest struct {
+	ns    netns.NsHandle
+	reply chan<- linksReply
+}
+
+type linksReply struct {
+	links []netlink.Link
+	err   error
+	// gone: the worker has stopped serving (a new one is needed).
+	gone bool
+}
+
+// listLinks lists the links of the network namespace ns.
+func listLinks(ns netns.NsHandle) ([]netlink.Link, error) {
+	worker.Lock()
+	defer worker.Unlock()
+	if worker.requests == nil {
+		worker.requests = make(chan linksRequest)
+		go serveLinks(worker.requests)
+	}
+	reply := make(chan linksReply, 1)
+	worker.requests <- linksRequest{ns: ns, reply: reply}
+	r := <-reply
+	if r.gone {
+		worker.requests = nil
+	}
+	return r.links, r.err
+}
+
+// serveLinks is the worker: it owns its OS thread from its first
+// instruction to the end of the process.
+func serveLinks(requests <-chan linksRequest) {
+	runtime.LockOSThread()
+	// The process's namespace rather than netns.Get's calling thread's:
+	// this thread is whichever the scheduler had free.
+	home, err := netns.GetFromPid(os.Getpid())
+	if err == nil {
+		err = netns.Set(home)
+	}
+	if err != nil {
+		req := <-requests
+		if home.IsOpen() {
+			home.Close()
+		}
+		req.reply <- linksReply{err: nsError("open own network namespace", err), gone: true}
+		runtime.UnlockOSThread() // never moved: it may serve others
+		return
+	}
+	for req := range requests {
+		links, err := linksIn(req.ns)
+		if backErr := netns.Set(home); backErr != nil {
+			req.reply <- linksReply{err: errors.Join(err, fmt.Errorf("return to own network namespace: %w", os.NewSyscallError("setns", backErr))), gone: true}
+			select {} // see worker: parked in the job's namespace for good
+		}
+		req.reply <- linksReply{links: links, err: err}
+	}
+}
+
+// linksIn enters ns and lists its links. Only the calling worker's thread
+// moves, and the caller moves it back.
+func linksIn(ns netns.NsHandle) ([]netlink.Link, error) {
+	if err := netns.Set(ns); err != nil {
+		return nil, fmt.Errorf("enter network namespace: %w", os.NewSyscallError("setns", err))
+	}
+	// Listing links needs only the route family: no socket for the others
+	// (xfrm, netfilter), which netlink.NewHandle would open by default.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	return h.LinkList()
 }
 
 func inode(h netns.NsHandle) (uint64, error) {

@@ -94,11 +94,13 @@ func TestProberKeepsProvenLayers(t *testing.T) {
 func TestProberCallerGivesUp(t *testing.T) {
 	release := make(chan struct{})
 	probeErr := make(chan error, 1)
+	probing := make(chan struct{}) // the second probe has started
 	var calls atomic.Int32
 	pr := newProber(func(ctx context.Context) *Probed {
 		if calls.Add(1) == 1 {
 			return fakeHost("")
 		}
+		close(probing)
 		<-release
 		if _, ok := ctx.Deadline(); !ok {
 			probeErr <- errors.New("the probe has no deadline of its own")
@@ -112,9 +114,7 @@ func TestProberCallerGivesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := pr.Refresh(ctx, time.Now()); done <- err }()
-	for calls.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-probing
 	idle := pr.Idle()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -137,8 +137,10 @@ func TestProberCallerGivesUp(t *testing.T) {
 func TestProberSingleFlight(t *testing.T) {
 	var calls atomic.Int32
 	release := make(chan struct{})
+	probing := make(chan struct{}, 8) // a probe after the first has started
 	pr := newProber(func(context.Context) *Probed {
 		if calls.Add(1) > 1 {
+			probing <- struct{}{}
 			<-release
 		}
 		return fakeHost("")
@@ -155,9 +157,7 @@ func TestProberSingleFlight(t *testing.T) {
 			}
 		})
 	}
-	for calls.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-probing
 	close(release)
 	wg.Wait()
 	if n := calls.Load(); n != 2 {

@@ -15,7 +15,6 @@ import (
 	"sort"
 	"sync"
 
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/seccomp/bpf"
@@ -65,13 +64,10 @@ var buildIdentity = sync.OnceValues(func() ([]byte, error) {
 	if err := unix.Uname(&uts); err != nil {
 		return nil, fmt.Errorf("seccomp cache: identify kernel: %w", os.NewSyscallError("uname", err))
 	}
-	// libseccomp-golang queried the API level at init; this reads it back.
-	api, _ := libseccomp.GetAPI()
-	major, minor, micro := libseccomp.GetLibraryVersion()
 	// The change time as well as the modification time: no one can set it
 	// back, so a binary rewritten in place never passes for the old one.
-	return fmt.Appendf(nil, "exe %d:%d %d %d %d\x00libseccomp %d.%d.%d api %d\x00kernel %s %s\x00",
-		st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano(), major, minor, micro, api,
+	return fmt.Appendf(nil, "exe %d:%d %d %d %d\x00libseccomp %s\x00kernel %s %s\x00",
+		st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano(), libraryVersion(),
 		unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Version[:])), nil
 })
 

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package seccomp
 
 import (
@@ -14,23 +16,9 @@ import (
 	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
-// Options are the operator's choices that a profile cannot override.
-type Options struct {
-	// AllowDangerous names dangerous calls (see DangerousSyscalls) the
-	// operator explicitly allows; every other one stays denied even when
-	// the profile allows it.
-	AllowDangerous []string
-	// Log is development mode: what the profile denies is logged
-	// (SCMP_ACT_LOG) and let through. Dangerous calls stay denied. Never
-	// the default.
-	Log bool
-	// Notify turns denials into user notifications so the supervisor can
-	// name each denied syscall (Serve), answering with the profile's errno.
-	Notify bool
-}
-
 // Compile builds the filter for p under opt. It runs in the supervisor
-// (libseccomp is cgo); the result is plain BPF for Install.
+// (libseccomp is cgo); the result is plain BPF for Install. A build
+// without cgo has no compiler: there Compile returns ErrNoCompiler.
 func Compile(p *specs.LinuxSeccomp, opt Options) (*bpf.Program, error) {
 	if p == nil {
 		return nil, errors.New("compile seccomp: no profile")
@@ -98,6 +86,30 @@ func Compile(p *specs.LinuxSeccomp, opt Options) (*bpf.Program, error) {
 		return nil, fmt.Errorf("compile seccomp: %d instructions exceed the kernel's limit of %d", len(filter), bpf.MaxInsns)
 	}
 	return &bpf.Program{Filter: filter, Notify: opt.Notify, Flags: flags, Errno: c.errno}, nil
+}
+
+// actions maps each OCI action in supportedActions to its libseccomp
+// action. ERRNO still needs its errno, and log or notify mode may replace
+// a denial (see compiler.action).
+var actions = map[specs.LinuxSeccompAction]libseccomp.ScmpAction{
+	specs.ActAllow:       libseccomp.ActAllow,
+	specs.ActLog:         libseccomp.ActLog,
+	specs.ActErrno:       libseccomp.ActErrno,
+	specs.ActKill:        libseccomp.ActKillThread,
+	specs.ActKillThread:  libseccomp.ActKillThread,
+	specs.ActKillProcess: libseccomp.ActKillProcess,
+	specs.ActTrap:        libseccomp.ActTrap,
+}
+
+// compareOps maps each operator in operators to libseccomp's.
+var compareOps = map[specs.LinuxSeccompOperator]libseccomp.ScmpCompareOp{
+	specs.OpNotEqual:     libseccomp.CompareNotEqual,
+	specs.OpLessThan:     libseccomp.CompareLess,
+	specs.OpLessEqual:    libseccomp.CompareLessOrEqual,
+	specs.OpEqualTo:      libseccomp.CompareEqual,
+	specs.OpGreaterEqual: libseccomp.CompareGreaterEqual,
+	specs.OpGreaterThan:  libseccomp.CompareGreater,
+	specs.OpMaskedEqual:  libseccomp.CompareMaskedEqual,
 }
 
 // treeLayout is off only in tests that compare the two layouts.

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package seccomp
 
 // pattern matches a value v when v&mask == value.

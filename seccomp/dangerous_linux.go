@@ -1,3 +1,5 @@
+//go:build cgo
+
 package seccomp
 
 import "golang.org/x/sys/unix"

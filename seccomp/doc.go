@@ -12,6 +12,10 @@
 // listener fd; the child passes it to the supervisor, whose Serve names
 // every denied syscall and answers with the profile's errno.
 //
+// A build without cgo links no libseccomp and has no compiler: Compile and
+// CheckSyscall return ErrNoCompiler, a run that asks for a filter fails,
+// and the posture reports the seccomp layer missing.
+//
 // Compile enforces a fixed set of dangerous calls (ptrace, mount, unshare,
 // namespace flags to clone, bpf, io_uring, TIOCSTI, ...) whatever the policy
 // says, unless the operator lists them in Options.AllowDangerous; clone3

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package seccomp
 
 // SetTreeLayout switches Compile's filter layout for a test and returns

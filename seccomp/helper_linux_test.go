@@ -4,18 +4,25 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/pmjail/pmjail/seccomp/bpf"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/testenv"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/seccomp"
+	"github.com/pmjail/pmjail/seccomp/bpf"
 )
 
 // The tests install filters in throwaway children: the test binary re-execs
@@ -187,4 +194,52 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+func builtin(t *testing.T, name string) *specs.LinuxSeccomp {
+	t.Helper()
+	p, err := profiles.Seccomp(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// probeProfile is the deno profile plus wait4 (so a probe's clone can reap
+// its child) and any extra allowed names.
+func probeProfile(t *testing.T, extra ...string) *specs.LinuxSeccomp {
+	p := builtin(t, "deno")
+	p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: append([]string{"wait4"}, extra...), Action: specs.ActAllow})
+	return p
+}
+
+func compile(t *testing.T, p *specs.LinuxSeccomp, opt seccomp.Options) *bpf.Program {
+	t.Helper()
+	prog, err := seccomp.Compile(p, opt)
+	testenv.Need(t, !errors.Is(err, seccomp.ErrNoCompiler), "a seccomp compiler (cgo)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// runProbes runs the named probes in a child under prog and returns each
+// probe's result ("ok" or an errno name); with Notify it also serves the
+// listener and returns the denial counts.
+func runProbes(t *testing.T, prog *bpf.Program, names ...string) (map[string]string, map[string]uint64) {
+	t.Helper()
+	ctx := testContext(t)
+	c := startChild(t, ctx, "probe", prog, nil, names...)
+	var counts map[string]uint64
+	var wg sync.WaitGroup
+	if c.listener >= 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts = seccomp.Serve(ctx, c.listener).Counts()
+		}()
+	}
+	res := c.wait(t)
+	wg.Wait() // Serve returns when the child is gone (listener hangs up)
+	return res, counts
 }

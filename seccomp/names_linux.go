@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,17 +24,11 @@ var nativeArch = map[string]specs.Arch{
 // NativeArch is the only architecture a policy may list.
 func NativeArch() specs.Arch { return nativeArch }
 
-// actions maps each OCI action Compile supports to its libseccomp action.
-// ERRNO still needs its errno, and log or notify mode may replace a denial
-// (see compiler.action).
-var actions = map[specs.LinuxSeccompAction]libseccomp.ScmpAction{
-	specs.ActAllow:       libseccomp.ActAllow,
-	specs.ActLog:         libseccomp.ActLog,
-	specs.ActErrno:       libseccomp.ActErrno,
-	specs.ActKill:        libseccomp.ActKillThread,
-	specs.ActKillThread:  libseccomp.ActKillThread,
-	specs.ActKillProcess: libseccomp.ActKillProcess,
-	specs.ActTrap:        libseccomp.ActTrap,
+// supportedActions are the OCI actions Compile supports. compile_linux.go
+// maps each to libseccomp's (TestNamesMatchCompiler keeps the two equal).
+var supportedActions = []specs.LinuxSeccompAction{
+	specs.ActAllow, specs.ActLog, specs.ActErrno, specs.ActKill,
+	specs.ActKillThread, specs.ActKillProcess, specs.ActTrap,
 }
 
 // refusedActions are known to the spec but not supported, with why.
@@ -52,26 +46,22 @@ func CheckAction(a specs.LinuxSeccompAction) error {
 	if why, ok := refusedActions[a]; ok {
 		return fmt.Errorf("action %q %s", a, why)
 	}
-	if _, ok := actions[a]; !ok {
+	if !slices.Contains(supportedActions, a) {
 		return fmt.Errorf("unknown action %q", a)
 	}
 	return nil
 }
 
-var compareOps = map[specs.LinuxSeccompOperator]libseccomp.ScmpCompareOp{
-	specs.OpNotEqual:     libseccomp.CompareNotEqual,
-	specs.OpLessThan:     libseccomp.CompareLess,
-	specs.OpLessEqual:    libseccomp.CompareLessOrEqual,
-	specs.OpEqualTo:      libseccomp.CompareEqual,
-	specs.OpGreaterEqual: libseccomp.CompareGreaterEqual,
-	specs.OpGreaterThan:  libseccomp.CompareGreater,
-	specs.OpMaskedEqual:  libseccomp.CompareMaskedEqual,
+// operators are the argument comparisons Compile supports (compareOps in
+// compile_linux.go maps each to libseccomp's).
+var operators = []specs.LinuxSeccompOperator{
+	specs.OpNotEqual, specs.OpLessThan, specs.OpLessEqual, specs.OpEqualTo,
+	specs.OpGreaterEqual, specs.OpGreaterThan, specs.OpMaskedEqual,
 }
 
 // KnownOperator says whether Compile accepts op in an argument check.
 func KnownOperator(op specs.LinuxSeccompOperator) bool {
-	_, ok := compareOps[op]
-	return ok
+	return slices.Contains(operators, op)
 }
 
 var flagBits = map[specs.LinuxSeccompFlag]uint32{

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"unsafe"
 
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,7 +86,6 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 		unix.Close(wake)
 	}()
 
-	arch, archErr := libseccomp.GetNativeArch()
 	// Naming a number goes through libseccomp (cgo): once per syscall.
 	names := map[int32]string{}
 	fds := []unix.PollFd{{Fd: int32(listenerFD), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
@@ -119,7 +116,7 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 		}
 		name, ok := names[req.nr]
 		if !ok {
-			name = syscallName(req.nr, arch, archErr)
+			name = syscallName(req.nr)
 			names[req.nr] = name
 		}
 		spent := d.add(name) >= NotifyBudget
@@ -133,15 +130,6 @@ func (d *Denials) Serve(ctx context.Context, listenerFD int, errno unix.Errno) e
 			return nil // the deferred close hands the rest to the kernel
 		}
 	}
-}
-
-func syscallName(nr int32, arch libseccomp.ScmpArch, archErr error) string {
-	if archErr == nil {
-		if name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(arch); err == nil {
-			return name
-		}
-	}
-	return "syscall_" + strconv.Itoa(int(nr))
 }
 
 func ioctl(fd int, req uint, arg unsafe.Pointer) error {

@@ -7,7 +7,9 @@ import (
 )
 
 func init() {
-	// The 32-bit entry point exists on amd64 alone.
+	probes["iopl"] = func() error { return raw(unix.SYS_IOPL, 0, 0, 0) }
+	// x32 numbers and the 32-bit entry point exist on amd64 alone.
+	probes["x32_getpid"] = func() error { return raw(unix.SYS_GETPID|0x40000000, 0, 0, 0) }
 	probes["i386_getpid"] = func() error {
 		if r := int80.Getpid(); r < 0 {
 			return unix.Errno(-r)

@@ -38,7 +38,6 @@ var probes = map[string]func() error{
 	"io_uring_setup":       func() error { return raw(unix.SYS_IO_URING_SETUP, 0, 0, 0) },
 	"personality_linux32":  func() error { return raw(unix.SYS_PERSONALITY, 0x0008 /* PER_LINUX32 */, 0, 0) },
 	"personality_query":    func() error { return raw(unix.SYS_PERSONALITY, 0xffffffff, 0, 0) },
-	"iopl":                 func() error { return raw(unix.SYS_IOPL, 0, 0, 0) },
 	"ioctl_tiocsti":        func() error { return ioctlNull(unix.TIOCSTI) },
 	"ioctl_tiocsti_hibits": func() error { return ioctlNull(1<<32 | unix.TIOCSTI) },
 	"ioctl_tioclinux":      func() error { return ioctlNull(unix.TIOCLINUX) },
@@ -54,9 +53,8 @@ var probes = map[string]func() error{
 		var n int32
 		return raw(unix.SYS_IOCTL, uintptr(p[0]), unix.TIOCINQ /* FIONREAD */, uintptr(unsafe.Pointer(&n)))
 	},
-	"x32_getpid": func() error { return raw(unix.SYS_GETPID|0x40000000, 0, 0, 0) },
-	"getuid":     func() error { return raw(unix.SYS_GETUID, 0, 0, 0) },
-	"getppid":    func() error { return raw(unix.SYS_GETPPID, 0, 0, 0) },
+	"getuid":  func() error { return raw(unix.SYS_GETUID, 0, 0, 0) },
+	"getppid": func() error { return raw(unix.SYS_GETPPID, 0, 0, 0) },
 }
 
 func raw(nr, a0, a1, a2 uintptr) error {

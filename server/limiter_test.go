@@ -85,6 +85,8 @@ func TestLimiterResize(t *testing.T) {
 	rel()
 }
 
+// waitFor polls cond until it holds, for at most 10 s: the limiter's
+// counts and the captured log change with no event a test can wait on.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
