@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -198,7 +199,11 @@ func (j *Group) Kill() error {
 // waits for the killed processes, reaping the caller's own children.
 func (j *Group) killAll() error {
 	if j.v2 != nil && j.kill {
-		if err := j.v2.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// cgroup.kill written directly: the library's Kill falls back, when
+		// that write fails, to waiting for every killed pid, which would
+		// reap the supervisor's own child (the job's pid 1) and leave its
+		// wait nothing to read.
+		if err := writeString(filepath.Join(j.paths[UnifiedKey], killFileV2), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("kill cgroup %s: %w", j.name, err)
 		}
 	}

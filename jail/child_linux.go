@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/jail/internal/spawn"
 )
@@ -36,49 +37,47 @@ type child struct {
 // startChild starts an init stage in the namespaces flags. On cgroup v2
 // it starts in cg, the job's cgroup; otherwise it joins (v1) or is moved
 // into one at hand-over. A failure names the step (stage) that failed.
-func startChild(flags uintptr, cg Cgroup) (c *child, stage initstage.Stage, err error) {
-	fail := func(step initstage.Stage, e error) (*child, initstage.Stage, error) {
-		return nil, step, e
-	}
+func startChild(flags uintptr, cg Cgroup) (*child, initstage.Stage, error) {
+	// undo gives back what a start that fails holds; the child owns the
+	// rest (the lease, the control socket's host end, the pipes' read
+	// ends) once it runs. The child's own ends close either way: it has
+	// its copies once started.
+	var undo cleanup.Cleanup
+	defer undo.Clean()
+	var closing []*os.File
+	defer func() { closeAll(closing) }()
+
 	lease, err := leaseIDs()
 	if err != nil {
-		return fail(initstage.StageIDs, err)
+		return nil, initstage.StageIDs, err
 	}
-	defer func() {
-		if err != nil {
-			lease.release()
-		}
-	}()
+	undo.Add(lease.release)
 	ctlHost, ctlChild, err := socketPair()
 	if err != nil {
-		return fail(initstage.StageControlSocket, err)
+		return nil, initstage.StageControlSocket, err
 	}
-	// The child has its own copies of these once started.
-	defer ctlChild.Close()
-	defer func() {
-		if err != nil {
-			ctlHost.Close()
-		}
-	}()
+	undo.Add(func() { ctlHost.Close() })
+	closing = append(closing, ctlChild)
 	// fd 3 is the guest channel's slot: held by a placeholder until the init
 	// stage puts the channel there, so nothing of its own can take it. The
 	// same /dev/null serves as stdin.
 	placeholder, err := os.Open(os.DevNull)
 	if err != nil {
-		return fail(initstage.StagePlaceholder, err)
+		return nil, initstage.StagePlaceholder, err
 	}
-	defer placeholder.Close()
+	closing = append(closing, placeholder)
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return fail(initstage.StageStdoutPipe, err)
+		return nil, initstage.StageStdoutPipe, err
 	}
-	defer outW.Close()
+	undo.Add(func() { outR.Close() })
+	closing = append(closing, outW)
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		return fail(initstage.StageStderrPipe, err)
+		return nil, initstage.StageStderrPipe, err
 	}
-	defer errW.Close()
+	undo.Add(func() { errR.Close() })
+	closing = append(closing, errW)
 
 	cmd := &exec.Cmd{
 		Path:        FindInitStage().Path,
@@ -91,24 +90,20 @@ func startChild(flags uintptr, cg Cgroup) (c *child, stage initstage.Stage, err 
 		ExtraFiles:  []*os.File{placeholder, ctlChild},
 		SysProcAttr: childAttr(flags, lease),
 	}
-	c = &child{lease: lease, ctl: ctlHost, stdout: outR, stderr: errR}
 	if fd, ok := cgroupFD(cg); ok {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	c.proc, c.intoCgroup, err = spawn.Start(cmd)
+	proc, intoCgroup, err := spawn.Start(cmd)
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		return fail(initstage.StageStart, err)
+		return nil, initstage.StageStart, err
 	}
-	if err = lease.hold(c.proc.Pid); err != nil {
-		_ = c.proc.Signal(syscall.SIGKILL)
-		_, _ = c.proc.Wait()
-		outR.Close()
-		errR.Close()
-		return fail(initstage.StageIDs, err)
+	if err := lease.hold(proc.Pid); err != nil {
+		_ = proc.Signal(syscall.SIGKILL)
+		_, _ = proc.Wait()
+		return nil, initstage.StageIDs, err
 	}
-	return c, initstage.StageNone, nil
+	undo.Release()
+	return &child{proc: proc, lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, intoCgroup: intoCgroup}, initstage.StageNone, nil
 }
 
 // waiting reports whether the child is still waiting for its

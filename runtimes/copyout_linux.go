@@ -1,11 +1,11 @@
 package runtimes
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,35 +46,45 @@ func copyOutDir(dir *os.File, dst string) error {
 }
 
 func copyOutEntry(dir int, name, dst string) error {
-	// O_NONBLOCK: a FIFO opens without waiting for a writer, and is then
-	// skipped like any other kind.
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil // a symbolic link
-	}
+	// O_PATH first: it opens any kind of entry (a symbolic link itself, a
+	// socket, a FIFO) without acting on it, so that only directories and
+	// regular files are ever opened for reading, and through this very
+	// inode (its /proc/self/fd link), not its name again.
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: dst, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), name)
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		f.Close()
 		return &os.PathError{Op: "fstat", Path: dst, Err: err}
 	}
+	flags := unix.O_RDONLY | unix.O_CLOEXEC
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return copyOutDir(f, dst)
+		flags |= unix.O_DIRECTORY
 	case st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1:
-		defer f.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, f); err != nil {
-			out.Close()
-			return fmt.Errorf("copy %s: %w", dst, err)
-		}
-		return out.Close()
+	default:
+		// A link, a device, a socket or FIFO, or a file linked elsewhere
+		// too: nothing a cache needs, and nothing to follow.
+		return nil
 	}
-	return f.Close()
+	rfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), flags, 0)
+	if err != nil {
+		return &os.PathError{Op: "reopen", Path: dst, Err: err}
+	}
+	f := os.NewFile(uintptr(rfd), name)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return copyOutDir(f, dst)
+	}
+	defer f.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, f); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", dst, err)
+	}
+	return out.Close()
 }

@@ -75,14 +75,15 @@ func (in *Install) Prune(p *Prepared) []string {
 }
 
 // PreparePython is the first-use hook for a one-shot supervisor (the CLI)
-// about to run Python: it builds what is missing, so a run never starts
-// cold for lack of a `pmjail prepare`. The valid case costs one snapshot
-// check.
+// about to run Python: where the snapshot is missing it builds what
+// Prepare builds, so a run never starts cold for lack of a `pmjail
+// prepare`. With the snapshot there it builds nothing: a warm cache that
+// failed to build would otherwise be tried again, a jail run each time,
+// on every Python run; `pmjail prepare` and the daemon's start build it.
+// The valid case costs one snapshot check.
 func (in *Install) PreparePython(ctx context.Context) error {
-	if snap, err := in.PyodideSnapshot(); err == nil {
-		if _, err := in.warmDenoCache(snap); err == nil {
-			return nil
-		}
+	if _, err := in.PyodideSnapshot(); err == nil {
+		return nil
 	}
 	if _, err := in.Prepare(ctx); err != nil {
 		return fmt.Errorf("prepare python: %w", err)

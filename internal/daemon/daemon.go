@@ -20,6 +20,7 @@ import (
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/cliflag"
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/runtimes"
@@ -98,6 +99,11 @@ func Main(args []string, version string) int {
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())
 	defer stopWatchdog()
 	go srv.Watchdog(wdCtx)
+	if init := jail.FindInitStage(); init.Self {
+		// Said once at start: the daemon keeps this choice until it restarts.
+		logger.Warn("the jobs' init stage is this binary; a pmjail-init of the same build beside it starts faster and, pure Go, also empties its other threads' capabilities",
+			"reason", init.Reason)
+	}
 	logger.Info("serving", "socket", ln.Addr().String(), "socket_activated", activated, "pid", os.Getpid(),
 		"max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.MaxQueue)
 	server.Notify(logger, server.NotifyReady)

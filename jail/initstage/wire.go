@@ -25,12 +25,14 @@ import (
 // versioning beyond its magic.
 
 // Magic numbers open each message: a peer from another build, or a stray
-// write, fails at once rather than partway through.
+// write, fails at once rather than partway through. A message whose
+// format changes takes a new magic number, since a daemon keeps the init
+// stage it chose at start while the file may be replaced under it.
 const (
 	configMagic   = 0x706d6a63 // "pmjc"
 	joinMagic     = 0x706d6a6a // "pmjj"
 	premountMagic = 0x706d6a70 // "pmjp"
-	reportMagic   = 0x706d6a72 // "pmjr"
+	reportMagic   = 0x706d6a52 // "pmjR": typed stage and layer
 )
 
 // Limits on a message's length. A configuration carries the guest's files,
