@@ -114,6 +114,9 @@ func Main(args []string, version string) int {
 			ln.Close()
 			return fail(fmt.Errorf("serve: metrics.listen: %w", err))
 		}
+		// Logged before the socket answers: the address is known (a
+		// listen port of 0 picks one) by the time a client is served.
+		logger.Info("serving metrics", "listen", metricsLn.Addr().String())
 	}
 
 	sigs := make(chan os.Signal, 4)
@@ -126,7 +129,6 @@ func Main(args []string, version string) int {
 				served <- fmt.Errorf("metrics: %w", err)
 			}
 		}()
-		logger.Info("serving metrics", "listen", metricsLn.Addr().String())
 	}
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())
 	defer stopWatchdog()
