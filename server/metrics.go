@@ -1,11 +1,13 @@
 package server
 
 import (
+	"net/http"
 	"runtime"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/posture"
@@ -39,7 +41,9 @@ var (
 // metrics are the daemon's Prometheus series, on a registry of its own so
 // that two servers in one process (tests) do not collide.
 type metrics struct {
-	reg            *prometheus.Registry
+	reg *prometheus.Registry
+	// handler serves reg as Prometheus text.
+	handler        http.Handler
 	runs           *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	queueWait      *prometheus.HistogramVec
@@ -126,6 +130,7 @@ func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
 	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
 		m.rejected.WithLabelValues(r)
 	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
@@ -160,7 +158,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.metricsHTTP = &http.Server{
-		Handler:           s.MetricsHandler(),
+		Handler:           s.metricsHandler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -273,19 +271,15 @@ func (s *Server) ServeMetrics(ln net.Listener) error {
 	return err
 }
 
-// MetricsHandler is the metrics listener's routes: /metrics, and 404 for
+// metricsHandler is the metrics listener's routes: /metrics, and 404 for
 // every other path, the API's included.
-func (s *Server) MetricsHandler() http.Handler {
+func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", s.only(http.MethodGet, s.serveMetrics))
+	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path+" (this listener serves /metrics only)", "", 0)
 	})
 	return mux
-}
-
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
 // Shutdown stops taking requests and lets the runs in flight finish for up
@@ -327,7 +321,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+client.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
 	mux.HandleFunc("/"+client.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+client.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
-	mux.Handle("/metrics", s.only(http.MethodGet, s.serveMetrics))
+	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
 	})
