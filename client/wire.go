@@ -49,6 +49,17 @@ type Health struct {
 	Pooled        int     `json:"prestarted"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
 	PID           int     `json:"pid"`
+	// LastReload is the outcome of the last config reload (SIGHUP);
+	// absent before the first.
+	LastReload *Reload `json:"last_reload,omitempty"`
+}
+
+// Reload is the outcome of a config reload.
+type Reload struct {
+	At time.Time `json:"at"`
+	OK bool      `json:"ok"`
+	// Error says why the reload was refused; the daemon kept its config.
+	Error string `json:"error,omitempty"`
 }
 
 // ErrorBody is the body of every error response: {"error": {...}}.

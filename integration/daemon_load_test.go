@@ -94,8 +94,8 @@ func TestDaemonLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf(`pmjail_runs_total{status="ok"} %d`, total); !strings.Contains(m, want) {
-		t.Errorf("metrics lack %q", want)
+	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok"}); n != total {
+		t.Errorf("pmjail_runs_total{status=ok}: %v, want %d", n, total)
 	}
 	if cgs := runCgroups(d.pid()); len(cgs) > 0 {
 		t.Errorf("job cgroups left after the runs: %v", cgs)

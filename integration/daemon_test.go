@@ -178,7 +178,13 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_runs_total{status="ok"} 3`, `pmjail_run_duration_seconds_count{runtime="python"} 1`,
+	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok"}); n != 3 {
+		t.Errorf("pmjail_runs_total{status=ok}: %v, want 3", n)
+	}
+	if n := metricSum(t, m, "pmjail_run_duration_seconds_count", map[string]string{"runtime": "python"}); n != 1 {
+		t.Errorf("pmjail_run_duration_seconds_count{runtime=python}: %v, want 1", n)
+	}
+	for _, want := range []string{
 		"pmjail_runs_in_flight 0", "pmjail_runs_queued 0", `pmjail_requests_rejected_total{reason="queue_full"} 0`, "process_resident_memory_bytes"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

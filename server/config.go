@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/user"
 	"runtime"
@@ -52,6 +53,8 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// Ceiling bounds every job.
 	Ceiling CeilingConfig `json:"ceiling"`
+	// Metrics is where /metrics is served besides the socket.
+	Metrics MetricsConfig `json:"metrics"`
 
 	// derived is what normalize worked out from Ceiling and Allow, kept so
 	// that the server applies exactly what was checked: each secret's
@@ -74,6 +77,32 @@ type SocketConfig struct {
 	Owner string `json:"owner"` // user name or uid; default the daemon's
 	Group string `json:"group"` // group name or gid; default the daemon's
 	Mode  string `json:"mode"`  // octal; default "0660"
+}
+
+// MetricsConfig is the optional TCP listener for /metrics, for a
+// Prometheus that cannot reach the Unix socket. Changing it takes a
+// restart.
+type MetricsConfig struct {
+	// Listen is a host:port ("127.0.0.1:9464"); empty, there is no
+	// listener. It serves /metrics and nothing else, to anyone who can
+	// connect: bind it to loopback or a network only scrapers reach.
+	Listen string `json:"listen"`
+}
+
+// check refuses a listen address net.Listen would not take as a TCP
+// host:port with an explicit port.
+func (m MetricsConfig) check() error {
+	if m.Listen == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(m.Listen)
+	if err != nil {
+		return fmt.Errorf("metrics.listen: %q: want host:port, such as \"127.0.0.1:9464\"", m.Listen)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("metrics.listen: %q: port %q is not a number from 0 to 65535", m.Listen, port)
+	}
+	return nil
 }
 
 // Allow lists the peers that may use the API, matched by SO_PEERCRED: a
@@ -211,6 +240,9 @@ func (c *Config) normalize() error {
 		return err
 	}
 	if _, _, err := c.Socket.Owners(); err != nil {
+		return err
+	}
+	if err := c.Metrics.check(); err != nil {
 		return err
 	}
 	if c.MaxConcurrency < 0 {

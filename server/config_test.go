@@ -220,3 +220,23 @@ func TestConfigSecretReadOnce(t *testing.T) {
 		t.Errorf("a Config built in code without a version: %v", err)
 	}
 }
+
+func TestConfigMetricsListen(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"version": 1}`: "",
+		`{"version": 1, "metrics": {"listen": "127.0.0.1:9464"}}`:  "",
+		`{"version": 1, "metrics": {"listen": "[::1]:9464"}}`:      "",
+		`{"version": 1, "metrics": {"listen": "9464"}}`:            "metrics.listen",
+		`{"version": 1, "metrics": {"listen": "localhost:http"}}`:  "metrics.listen",
+		`{"version": 1, "metrics": {"listen": "127.0.0.1:70000"}}`: "metrics.listen",
+		`{"version": 1, "metrics": {"port": 9464}}`:                "metrics.port",
+	} {
+		_, err := ParseConfig(strings.NewReader(cfg))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", cfg, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error naming %s", cfg, err, want)
+		}
+	}
+}

@@ -1,38 +1,109 @@
 package server
 
 import (
+	"net/http"
+	"runtime"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/runtimes"
+	"github.com/pmjail/pmjail/seccomp"
+)
+
+// deniedOther is the syscall label of every denied call outside the
+// dangerous set: a guest can make hundreds of distinct calls, and each
+// name as a label would be a series of its own.
+const deniedOther = "other"
+
+// runLabelNames are the labels of the per-run series; runLabels gives
+// their values, in the same order. Adding a label is a change to both.
+var runLabelNames = []string{"runtime", "status"}
+
+// runLabels are the label values of a finished run.
+func runLabels(rt runtimes.Name, status jail.Status) []string {
+	return []string{string(rt), string(status)}
+}
+
+// Histogram buckets. Durations start at 1 ms: a warm Deno hello takes a
+// few, and buckets that start above it put every such run in one.
+var (
+	durationBuckets = prometheus.ExponentialBucketsRange(0.001, 300, 16)
+	queueBuckets    = prometheus.ExponentialBucketsRange(0.001, 60, 12)
+	cpuBuckets      = prometheus.ExponentialBucketsRange(0.001, 60, 12)
+	memoryBuckets   = prometheus.ExponentialBuckets(1<<20, 4, 8) // 1 MiB to 16 GiB
 )
 
 // metrics are the daemon's Prometheus series, on a registry of its own so
 // that two servers in one process (tests) do not collide.
 type metrics struct {
-	reg      *prometheus.Registry
-	runs     *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	rejected *prometheus.CounterVec
+	reg *prometheus.Registry
+	// handler serves reg as Prometheus text.
+	handler        http.Handler
+	runs           *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	queueWait      *prometheus.HistogramVec
+	cpu            *prometheus.HistogramVec
+	memory         *prometheus.HistogramVec
+	denied         *prometheus.CounterVec
+	rejected       *prometheus.CounterVec
+	posture        *prometheus.GaugeVec
+	reloadFailures prometheus.Counter
 }
 
-func newMetrics(lim *limiter, pool *jail.Pool) *metrics {
+func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pmjail_runs_total",
-			Help: "Runs finished, by result status.",
-		}, []string{"status"}),
+			Help: "Runs finished, by runtime and result status.",
+		}, runLabelNames),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pmjail_run_duration_seconds",
-			Help:    "Wall-clock time of finished runs, queueing excluded, by runtime.",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
-		}, []string{"runtime"}),
+			Help:    "Wall-clock time of finished runs, queueing excluded, by runtime and status.",
+			Buckets: durationBuckets,
+		}, runLabelNames),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pmjail_queue_wait_seconds",
+			Help:    "Time runs waited for a slot, by runtime and status.",
+			Buckets: queueBuckets,
+		}, runLabelNames),
+		cpu: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pmjail_run_cpu_seconds",
+			Help:    "CPU time of finished runs, by runtime and status.",
+			Buckets: cpuBuckets,
+		}, runLabelNames),
+		memory: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pmjail_run_peak_memory_bytes",
+			Help:    "Peak memory of finished runs, by runtime and status; runs without a cgroup to account for them are not observed.",
+			Buckets: memoryBuckets,
+		}, runLabelNames),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pmjail_denied_syscalls_total",
+			Help: `System calls the seccomp filter refused, by name for the dangerous ones and "other" for the rest.`,
+		}, []string{"syscall"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pmjail_requests_rejected_total",
 			Help: "Requests refused before a run, by reason (the error code).",
 		}, []string{"reason"}),
+		posture: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pmjail_posture_layer",
+			Help: "1 for each protection layer the host's posture applies, 0 for one it lacks.",
+		}, []string{"layer"}),
+		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pmjail_config_reload_failures_total",
+			Help: "Config reloads refused; the daemon kept the config it had.",
+		}),
 	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pmjail_build_info",
+		Help: "Always 1; the labels say which pmjail and Go built the daemon.",
+	}, []string{"version", "go"})
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_runs_in_flight",
 		Help: "Runs executing now.",
@@ -45,16 +116,55 @@ func newMetrics(lim *limiter, pool *jail.Pool) *metrics {
 		Name: "pmjail_init_stages_prestarted",
 		Help: "Init stages started ahead of runs, waiting for one.",
 	}, func() float64 { return float64(pool.Idle()) })
-	m.reg.MustRegister(m.runs, m.duration, m.rejected, inFlight, queued, pooled,
+	m.reg.MustRegister(m.runs, m.duration, m.queueWait, m.cpu, m.memory, m.denied, m.rejected,
+		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Every status and reason shows from the start, at zero, so that
-	// rate() and alerts work before the first occurrence.
-	for _, s := range jail.Statuses() {
-		m.runs.WithLabelValues(string(s))
+	// Every runtime's status and every reason shows from the start, at
+	// zero, so that rate() and alerts work before the first occurrence.
+	for _, rt := range []runtimes.Name{runtimes.Deno, runtimes.Python} {
+		for _, s := range jail.Statuses() {
+			m.runs.WithLabelValues(runLabels(rt, s)...)
+		}
 	}
 	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
 		m.rejected.WithLabelValues(r)
 	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// observe counts a finished run that waited queued for its slot.
+func (m *metrics) observe(rt runtimes.Name, res *jail.Result, queued float64) {
+	l := runLabels(rt, res.Status)
+	m.runs.WithLabelValues(l...).Inc()
+	m.duration.WithLabelValues(l...).Observe(float64(res.Usage.WallMS) / 1000)
+	m.queueWait.WithLabelValues(l...).Observe(queued)
+	m.cpu.WithLabelValues(l...).Observe(float64(res.Usage.CPUMS) / 1000)
+	if res.Usage.PeakMemoryBytes > 0 {
+		m.memory.WithLabelValues(l...).Observe(float64(res.Usage.PeakMemoryBytes))
+	}
+	for name, n := range res.Denied {
+		m.denied.WithLabelValues(deniedLabel(name)).Add(float64(n))
+	}
+}
+
+// deniedLabel bounds the syscall label to the dangerous calls, which the
+// built-in policies deny whatever the profile, and "other".
+func deniedLabel(name string) string {
+	if slices.Contains(seccomp.DangerousSyscalls(), name) {
+		return name
+	}
+	return deniedOther
+}
+
+// setPosture shows the layers of a posture report: 1 applied, 0 not.
+func (m *metrics) setPosture(r *posture.Report) {
+	for _, l := range r.Layers {
+		v := 0.0
+		if l.State == posture.Applied {
+			v = 1
+		}
+		m.posture.WithLabelValues(l.Name).Set(v)
+	}
 }

@@ -19,7 +19,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
 	reject := func(status int, code, msg, field string, retry time.Duration) {
 		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("run rejected", "code", code, "field", field, "msg", msg)
+		log.Info("run rejected", "code", code, "field", field, "detail", msg)
 		writeError(w, status, code, msg, field, retry)
 	}
 	if s.draining.Load() {
@@ -99,8 +99,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	// The slot and the counters are settled before the answer goes out, so
 	// that a client reading /metrics after its result sees its run.
 	release()
-	s.metrics.runs.WithLabelValues(string(res.Status)).Inc()
-	s.metrics.duration.WithLabelValues(string(resolved.Runtime)).Observe(float64(res.Usage.WallMS) / 1000)
+	s.metrics.observe(resolved.Runtime, res, wait.Seconds())
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
@@ -73,7 +71,12 @@ type Server struct {
 	pool    *jail.Pool
 	metrics *metrics
 	http    *http.Server
-	started time.Time
+	// metricsHTTP serves /metrics alone on the config's metrics.listen,
+	// for a Prometheus that cannot reach the Unix socket.
+	metricsHTTP *http.Server
+	started     time.Time
+	// lastReload is the outcome of the last reload, nil before the first.
+	lastReload atomic.Pointer[client.Reload]
 
 	// runCtx is every request's base context: cancelling it cancels every
 	// run (the end of a shutdown's grace period).
@@ -143,12 +146,19 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
-	s.metrics = newMetrics(s.lim, s.pool)
+	s.metrics = newMetrics(s.lim, s.pool, opt.Version)
+	s.metrics.setPosture(report)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       connContext,
 		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.metricsHTTP = &http.Server{
+		Handler:           s.metricsHandler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -176,9 +186,30 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 }
 
 // Reload applies a new config to the runs that start from now on: the
-// ceiling, the allowed peers and the concurrency bounds. The socket's own
-// settings take a restart.
+// ceiling, the allowed peers and the concurrency bounds. The socket's and
+// the metrics listener's own settings take a restart.
 func (s *Server) Reload(cfg *Config) error {
+	return s.ReloadFrom(func() (*Config, error) { return cfg, nil })
+}
+
+// ReloadFrom reloads with the config load returns, as Reload does, and
+// keeps the outcome, a failure to load included, for GET /v1/health and
+// the reload failures counter.
+func (s *Server) ReloadFrom(load func() (*Config, error)) error {
+	cfg, err := load()
+	if err == nil {
+		err = s.reload(cfg)
+	}
+	outcome := &client.Reload{At: time.Now().UTC(), OK: err == nil}
+	if err != nil {
+		outcome.Error = err.Error()
+		s.metrics.reloadFailures.Inc()
+	}
+	s.lastReload.Store(outcome)
+	return err
+}
+
+func (s *Server) reload(cfg *Config) error {
 	st, err := s.newState(cfg)
 	if err != nil {
 		return err
@@ -186,6 +217,9 @@ func (s *Server) Reload(cfg *Config) error {
 	old := s.state.Swap(st)
 	if old.cfg.Socket != cfg.Socket {
 		s.log.Warn("config reload: socket settings change only at restart")
+	}
+	if old.cfg.Metrics != cfg.Metrics {
+		s.log.Warn("config reload: metrics settings change only at restart")
 	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
 	s.pool.Resize(cfg.poolSize())
@@ -195,6 +229,7 @@ func (s *Server) Reload(cfg *Config) error {
 		return fmt.Errorf("config reload: %w", err)
 	}
 	report := s.postureReport(probed)
+	s.metrics.setPosture(report)
 	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.poolSize(),
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
@@ -224,6 +259,29 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
+// ServeMetrics answers GET /metrics, and nothing else, on ln (the
+// config's metrics.listen) until Shutdown. No peer check guards it: what
+// it shows is counts, and an operator who binds it beyond loopback has
+// chosen who may read them.
+func (s *Server) ServeMetrics(ln net.Listener) error {
+	err := s.metricsHTTP.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// metricsHandler is the metrics listener's routes: /metrics, and 404 for
+// every other path, the API's included.
+func (s *Server) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path+" (this listener serves /metrics only)", "", 0)
+	})
+	return mux
+}
+
 // Shutdown stops taking requests and lets the runs in flight finish for up
 // to grace; then it cancels them and waits for their results to be sent.
 func (s *Server) Shutdown(grace time.Duration) error {
@@ -233,6 +291,8 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	// the pool any more.
 	defer s.pool.Close()
 	defer s.opt.Prober.Close()
+	// Scrapes are cut, not drained: they hold no run.
+	defer s.metricsHTTP.Close()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)
@@ -261,7 +321,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+client.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
 	mux.HandleFunc("/"+client.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+client.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
-	mux.Handle("/metrics", s.only(http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
 	})
@@ -301,6 +361,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
 		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
+		LastReload: s.lastReload.Load(),
 	}
 	if s.draining.Load() {
 		writeError(w, http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 0)
@@ -329,7 +390,7 @@ func (s *Server) refreshPosture(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
 	reject := func(status int, code, msg string, retry time.Duration) {
 		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("posture refresh rejected", "code", code, "msg", msg)
+		log.Info("posture refresh rejected", "code", code, "detail", msg)
 		writeError(w, status, code, msg, "refresh", retry)
 	}
 	if self := uint32(os.Geteuid()); peer.UID != self {
@@ -365,7 +426,9 @@ func (s *Server) refreshPosture(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release()
-	writeJSON(w, http.StatusOK, s.postureReport(probed))
+	report := s.postureReport(probed)
+	s.metrics.setPosture(report)
+	writeJSON(w, http.StatusOK, report)
 }
 
 // postureReport is the host's posture in the mode the current config sets.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -70,7 +69,7 @@ func startServer(t *testing.T, cfgJSON string) *testServer {
 	}
 	cfg.Socket.Path = filepath.Join(t.TempDir(), "pmjail.sock")
 	logs := &syncBuffer{}
-	opt := Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	opt := Options{Logger: NewLogger(logs, nil), Version: "test-version"}
 	if opt.Install, err = runtimes.Locate(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +172,7 @@ func TestServerRunsAndStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_runs_total{status="ok"} 2`, "pmjail_run_duration_seconds_bucket", "pmjail_runs_in_flight 0", "pmjail_runs_queued 0", "pmjail_requests_rejected_total"} {
+	for _, want := range []string{`pmjail_runs_total{runtime="deno",status="ok"} 2`, "pmjail_run_duration_seconds_bucket", "pmjail_runs_in_flight 0", "pmjail_runs_queued 0", "pmjail_requests_rejected_total"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}

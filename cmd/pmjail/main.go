@@ -71,7 +71,7 @@ func usage() {
   pmjail posture [--json] [--mode auto|required]
                                      show what this host can enforce
   pmjail prepare                     build the Pyodide snapshot and warm code cache
-  pmjail serve [--socket PATH] [--config FILE]
+  pmjail serve [--socket PATH] [--config FILE] [--check-config]
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-
                                      send a job to a daemon, print it like run

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,36 +32,53 @@ import (
 // on an error.
 const exitFailure = 125
 
-// Main runs the daemon, `pmjail serve [--socket PATH] [--config FILE]`
-// with args the flags, until a signal stops it, and returns the process's
-// exit code: SIGTERM/SIGINT drain and stop it, SIGHUP reloads the config.
-// version is what the daemon reports as its own.
+// exitInvalidConfig is the exit code of --check-config for a config it
+// refuses: the check worked, its answer is no.
+const exitInvalidConfig = 1
+
+// Main runs the daemon, `pmjail serve [--socket PATH] [--config FILE]
+// [--check-config]` with args the flags, until a signal stops it, and
+// returns the process's exit code: SIGTERM/SIGINT drain and stop it,
+// SIGHUP reloads the config. version is what the daemon reports as its
+// own. With --check-config it loads and checks the config, says OK or
+// what is wrong, and starts nothing.
 func Main(args []string, version string) int {
+	// The log is JSON from the first line, a failure to start included:
+	// whatever collects the daemon's lines parses every one.
+	level := new(slog.LevelVar)
+	logger := server.NewLogger(os.Stderr, level)
+	fail := func(err error) int {
+		logger.Error("not started", "err", err)
+		return exitFailure
+	}
+
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	sock := fs.String("socket", "", "the Unix socket to listen on, `PATH` (default: the config's, or "+server.DefaultSocketPath+")")
 	cfgPath := fs.String("config", "", "the daemon's config `FILE` (JSON)")
+	check := fs.Bool("check-config", false, "load and check the config, print OK or what is wrong, and exit (0 valid, 1 invalid) without starting")
 	if err := cliflag.Parse(fs, args); err != nil {
-		if cliflag.Help(fs, "serve [--socket PATH] [--config FILE]", err) {
+		if cliflag.Help(fs, "serve [--socket PATH] [--config FILE] [--check-config]", err) {
 			return 0
 		}
-		return fail("serve: %v", err)
+		return fail(fmt.Errorf("serve: %w", err))
 	}
 	if fs.NArg() != 0 {
-		return fail("serve: unexpected arguments %q", fs.Args())
+		return fail(fmt.Errorf("serve: unexpected arguments %q", fs.Args()))
 	}
 	cfg, err := loadServeConfig(*cfgPath, *sock)
-	if err != nil {
-		return fail("serve: %v", err)
+	if *check {
+		return checkConfig(os.Stdout, os.Stderr, err)
 	}
-	level := new(slog.LevelVar)
+	if err != nil {
+		return fail(fmt.Errorf("serve: %w", err))
+	}
 	lvl, _ := cfg.Level()
 	level.Set(lvl)
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	opt := server.Options{Logger: logger, Version: version}
 	if opt.Install, err = runtimes.Locate(); err != nil {
-		return fail("serve: %v", err)
+		return fail(fmt.Errorf("serve: %w", err))
 	}
 	opt.Install.Warmer = job.Warm
 	if mgr, err := cgroup.NewManager(); err != nil {
@@ -85,17 +103,34 @@ func Main(args []string, version string) int {
 	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
 	if err != nil {
-		return fail("serve: %v", err)
+		return fail(fmt.Errorf("serve: %w", err))
 	}
 	ln, activated, err := server.Listen(cfg.Socket)
 	if err != nil {
-		return fail("serve: %v", err)
+		return fail(fmt.Errorf("serve: %w", err))
+	}
+	var metricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("serve: metrics.listen: %w", err))
+		}
+		// Logged before the socket answers: the address is known (a
+		// listen port of 0 picks one) by the time a client is served.
+		logger.Info("serving metrics", "listen", metricsLn.Addr().String())
 	}
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
+	if metricsLn != nil {
+		go func() {
+			if err := srv.ServeMetrics(metricsLn); err != nil {
+				served <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())
 	defer stopWatchdog()
 	go srv.Watchdog(wdCtx)
@@ -112,14 +147,17 @@ func Main(args []string, version string) int {
 		select {
 		case err := <-served:
 			server.Notify(logger, server.NotifyStopping)
-			return fail("serve: %v", err)
+			logger.Error("stopped on an error", "err", err)
+			return exitFailure
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				server.Notify(logger, server.NotifyReloading)
-				next, err := loadServeConfig(*cfgPath, *sock)
-				if err == nil {
-					err = srv.Reload(next)
-				}
+				var next *server.Config
+				err := srv.ReloadFrom(func() (*server.Config, error) {
+					c, err := loadServeConfig(*cfgPath, *sock)
+					next = c
+					return c, err
+				})
 				if err != nil {
 					logger.Error("config reload refused; keeping the old config", "err", err)
 				} else if l, err := next.Level(); err == nil {
@@ -153,8 +191,14 @@ func loadServeConfig(path, sock string) (*server.Config, error) {
 	return cfg, nil
 }
 
-// fail prints one clear line and returns the failure exit code.
-func fail(format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "pmjail: "+format+"\n", args...)
-	return exitFailure
+// checkConfig answers --check-config for the outcome of loading the
+// config: OK on stdout, or the error, which names the field at fault, on
+// stderr. Its lines are for a person or a script, not a log.
+func checkConfig(stdout, stderr io.Writer, err error) int {
+	if err != nil {
+		fmt.Fprintf(stderr, "pmjail: %v\n", err)
+		return exitInvalidConfig
+	}
+	fmt.Fprintln(stdout, "OK")
+	return 0
 }
