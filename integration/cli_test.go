@@ -78,6 +78,7 @@ func TestCLI_HandlerValueWithoutJSON(t *testing.T) {
 		"handler.js": `export default async (input) => { console.log("side"); return {n: input.n + 1, s: "a\nb"}; };`,
 		"nothing.js": `export default async () => { console.log("side"); };`,
 		"script.js":  `console.log("side")`,
+		"partial.js": `export default async () => { await Deno.stdout.write(new TextEncoder().encode("no newline")); return [1]; };`,
 		"handler.py": "def main(input, ctx):\n    print('side')\n    return {'n': input['n'] + 1, 's': 'a\\nb'}\n",
 	}
 	for name, src := range files {
@@ -88,6 +89,7 @@ func TestCLI_HandlerValueWithoutJSON(t *testing.T) {
 		{"handler.js", "side\n" + `{"n":2,"s":"a\nb"}` + "\n"},
 		{"nothing.js", "side\n"},
 		{"script.js", "side\n"},
+		{"partial.js", "no newline\n[1]\n"}, // the value on a line of its own
 		{"handler.py", "side\n" + `{"n":2,"s":"a\nb"}` + "\n"},
 	} {
 		path := filepath.Join(dir, c.file)

@@ -262,7 +262,7 @@ func (f *runFlags) execute(req *job.Request) int {
 	}
 	var opt job.Options
 	if !f.jsonOut {
-		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr
+		opt.Stdout, opt.Stderr = stdout, os.Stderr
 	}
 	res := runner.Run(ctx, resolved, opt)
 	return report(res, f.jsonOut)
@@ -302,7 +302,7 @@ func (f *runFlags) flagged(msg, field string) string {
 
 // report prints a result — the object with --json; otherwise a handler's
 // value, one line of JSON on stdout after the output that has passed
-// through already, and one line for a run that pmjail ended, or the
+// through already (on a line of its own), and one line for a run that pmjail ended, or the
 // guest's stack for one that threw — and returns the exit code.
 func report(res *jail.Result, jsonOut bool) int {
 	if jsonOut {
@@ -312,7 +312,7 @@ func report(res *jail.Result, jsonOut bool) int {
 		return exitCode(res)
 	}
 	if line, ok := valueLine(res.Value); ok {
-		_, _ = os.Stdout.Write(line)
+		stdout.line(line)
 	}
 	switch {
 	case res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil:
