@@ -160,6 +160,17 @@ func TestCLI_PrivilegesNeeded(t *testing.T) {
 	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	check("as nobody", nobody, "uid 65534", "CAP_SETUID", "/run/pmjail", "pmjail submit")
 
+	// posture still reports what this user's jail would lack, and says why.
+	posture := exec.Command(pmjail, "posture")
+	posture.Dir = dir
+	posture.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var pout, perr strings.Builder
+	posture.Stdout, posture.Stderr = &pout, &perr
+	_ = posture.Run()
+	if !strings.HasPrefix(perr.String(), "pmjail: posture: needs root (running as uid 65534)") || !strings.HasPrefix(pout.String(), "LAYER") {
+		t.Errorf("posture as nobody: stdout %q stderr %q, want the layers and why they lack", pout.String(), perr.String())
+	}
+
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("no setpriv to run root without CAP_SYS_ADMIN")
