@@ -39,13 +39,13 @@ var neededCaps = []capability{
 // A daemon needs none of them of its clients: `pmjail submit` is the way
 // in for other users.
 func checkPrivilege() error {
-	missing, err := missingCaps()
-	if err != nil {
-		return nil // no verdict: the run says what fails
-	}
 	if uid := os.Geteuid(); uid != 0 {
 		return fmt.Errorf("%w (running as uid %d): a job's ids are leased under %s, which is root's, and mapped to host ids of its own, which takes %s; run it as root, or send the job to a daemon with pmjail submit",
 			errPrivilege, uid, jail.LeaseDir, capNames(neededCaps))
+	}
+	missing, err := missingCaps()
+	if err != nil {
+		return nil // no verdict: the run says what fails
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w with %s, which this process lacks (a container's or a unit's capability bounding set?): a jail's ids and namespaces cannot be set up without them",

@@ -107,8 +107,8 @@ func (d *durationFlag) Set(v string) (err error) {
 	// profiles.ParseDuration reads a bare number as milliseconds, as the
 	// JSON job's numbers are; typed on a command line, `--timeout 5` is
 	// meant as seconds as often as not, so it takes a unit.
-	if _, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-		return fmt.Errorf("needs a unit, such as %[1]ss or %[1]sms", strings.TrimSpace(v))
+	if n := strings.TrimSpace(v); n != "" && strings.Trim(n, "0123456789.") == "" {
+		return fmt.Errorf("needs a unit, such as %[1]ss or %[1]sms", n)
 	}
 	d.v, err = profiles.ParseDuration(v)
 	if err == nil && d.v == 0 {
@@ -302,8 +302,8 @@ func (f *runFlags) flagged(msg, field string) string {
 
 // report prints a result — the object with --json; otherwise a handler's
 // value, one line of JSON on stdout after the output that has passed
-// through already (on a line of its own), and one line for a run that pmjail ended, or the
-// guest's stack for one that threw — and returns the exit code.
+// through already, and one line for a run that pmjail ended or the guest's
+// stack for one that threw, on stderr — and returns the exit code.
 func report(res *jail.Result, jsonOut bool) int {
 	if jsonOut {
 		enc := json.NewEncoder(os.Stdout)
