@@ -110,8 +110,11 @@ func (d *durationFlag) Set(v string) (err error) {
 	if n := strings.TrimSpace(v); n != "" && strings.Trim(n, "0123456789.") == "" {
 		return fmt.Errorf("needs a unit, such as %[1]ss or %[1]sms", n)
 	}
-	d.v, err = profiles.ParseDuration(v)
-	if err == nil && d.v == 0 {
+	if d.v, err = profiles.ParseDuration(v); err != nil {
+		// Its message offers milliseconds, which a flag does not take.
+		return errors.New("not a duration (want e.g. 2s, 500ms or 1m)")
+	}
+	if d.v == 0 {
 		err = errors.New("must be above zero")
 	}
 	return err

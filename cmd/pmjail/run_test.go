@@ -91,6 +91,10 @@ func TestRunFlags(t *testing.T) {
 			t.Errorf("%q: %v, want the flag named as needing a unit", args, err)
 		}
 	}
+	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
+	if err == nil || err.Error() != `--timeout "soon": not a duration (want e.g. 2s, 500ms or 1m)` {
+		t.Errorf("--timeout soon: %v", err)
+	}
 }
 
 func TestValueLine(t *testing.T) {
