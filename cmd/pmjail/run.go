@@ -112,7 +112,7 @@ func (d *durationFlag) Set(v string) (err error) {
 	}
 	if d.v, err = profiles.ParseDuration(v); err != nil {
 		// Its message offers milliseconds, which a flag does not take.
-		return errors.New("not a duration (want e.g. 2s, 500ms or 1m)")
+		return fmt.Errorf("invalid duration %q (want e.g. 2s, 500ms or 1m)", v)
 	}
 	if d.v == 0 {
 		err = errors.New("must be above zero")

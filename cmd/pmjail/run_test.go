@@ -92,7 +92,7 @@ func TestRunFlags(t *testing.T) {
 		}
 	}
 	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
-	if err == nil || err.Error() != `--timeout "soon": not a duration (want e.g. 2s, 500ms or 1m)` {
+	if err == nil || err.Error() != `--timeout "soon": invalid duration "soon" (want e.g. 2s, 500ms or 1m)` {
 		t.Errorf("--timeout soon: %v", err)
 	}
 }
