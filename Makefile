@@ -42,10 +42,15 @@ deps:
 # osusergo tags keep glibc's NSS, which a static binary cannot load, out).
 STATIC  := -tags netgo,osusergo
 INITID   = -X github.com/pmjail/pmjail/jail.initBuildID=$$($(GO) tool buildid $(INIT))
+# The version pmjail and the daemon report (`pmjail version`, /v1/health):
+# the checkout's commit, exactly; outside a git checkout the go command's
+# own record (internal/buildinfo).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+STAMP    = -X github.com/pmjail/pmjail/internal/buildinfo.stamp=$(VERSION)
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
-	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)" -o $(SERVE) ./cmd/pmjail-serve
-	$(GO) build $(STATIC),nodaemon -ldflags='$(LDFLAGS) -extldflags=-static '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
+	$(GO) build $(STATIC) -ldflags='$(LDFLAGS) -extldflags=-static $(STAMP) '"$(INITID)" -o $(SERVE) ./cmd/pmjail-serve
+	$(GO) build $(STATIC),nodaemon -ldflags='$(LDFLAGS) -extldflags=-static $(STAMP) '"$(INITID)"' -X main.serveBuildID='"$$($(GO) tool buildid $(SERVE))" -o $(BIN) ./cmd/pmjail
 
 run: setup
 	$(BIN) run --json --cap log --input '{"name":"operator"}' examples/handler.ts

@@ -101,9 +101,22 @@ func TestExecProgramNotFoundOrNotExecutable(t *testing.T) {
 func TestExecBindSourceRefused(t *testing.T) {
 	private := filepath.Join(t.TempDir(), "private") // its directory is 0700
 	writeFile(t, private, "root's own")
+	// Reachable, but a directory others cannot list, or a file they cannot
+	// read: bound, it would be of no use to the program.
+	reachable := outsideTmpDir(t, "itest-bindsrc-")
+	closed := filepath.Join(reachable, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(reachable, "secret")
+	if err := os.WriteFile(secret, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ source, want string }{
 		{"/nonexistent-pmjail-bind-source", "no such file"},
 		{private, "readable by others"},
+		{closed, "readable by others"},
+		{secret, "readable by others"},
 	} {
 		start := time.Now()
 		inv := pmjailCmd(t, "", "exec", "--ro-bind", c.source, "--", "/usr/bin/true")

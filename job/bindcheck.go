@@ -4,8 +4,45 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 )
+
+// ErrBindUnreadable marks an exec bind whose source the jail's ids cannot
+// use.
+var ErrBindUnreadable = errors.New("is not readable by others")
+
+// refuseUnreadable refuses a bind source that the jail's ids, unprivileged
+// on the host and in no group of its files, could not use: a directory
+// they cannot list and enter (mode o+rx), a file they can neither read nor
+// execute. The init stage opens the source with O_PATH, which needs only
+// its parents searchable: without this check such a source would be bound
+// and be of no use to the program, which would fail on it with a bare
+// "permission denied". A parent that others cannot search fails that open,
+// and the init stage reports it as the job's bad input. Below the source,
+// a file or directory others cannot read is left as it is, as it is on the
+// host (/etc holds shadow). flag and spec name the bind in errors, as the
+// job gave it.
+func refuseUnreadable(flag, spec, src string) error {
+	root, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return nil // the init stage says what is missing
+	}
+	st, err := os.Stat(root)
+	if err != nil {
+		return nil
+	}
+	perm := st.Mode().Perm()
+	usable := perm&0o004 != 0 || perm&0o001 != 0
+	if st.IsDir() {
+		usable = perm&0o005 == 0o005
+	}
+	if usable {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %q: %s %w (mode %04o): the jail's ids are unprivileged on the host",
+		ErrInvalid, flag, spec, root, ErrBindUnreadable, perm)
+}
 
 // ErrBindSocket and ErrBindFIFO mark an exec bind whose source is or holds
 // a Unix socket or a named pipe: a channel to a host process.

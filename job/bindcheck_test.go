@@ -72,3 +72,59 @@ func TestRefuseChannels(t *testing.T) {
 		}
 	}
 }
+
+// A bind source the jail's ids could not use is refused; what lies below
+// it is not checked.
+func TestRefuseUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, mode os.FileMode, isDir bool) string {
+		p := filepath.Join(dir, name)
+		var err error
+		if isDir {
+			err = os.Mkdir(p, mode)
+		} else {
+			err = os.WriteFile(p, nil, mode)
+		}
+		if err == nil {
+			err = os.Chmod(p, mode) // past the umask
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	private := mk("private", 0o700, true)
+	listless := mk("listless", 0o711, true)
+	mk("listless/secret", 0o600, false)
+	open := mk("open", 0o755, true)
+	mk("open/secret", 0o600, false)
+	toPrivate := filepath.Join(dir, "to-private")
+	if err := os.Symlink(private, toPrivate); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src     string
+		refused bool
+	}{
+		{private, true},
+		{listless, true},
+		{toPrivate, true}, // the source itself is resolved
+		{mk("unreadable", 0o600, false), true},
+		{open, false},
+		{filepath.Join(open, "secret"), true},
+		{mk("readable", 0o644, false), false},
+		{mk("exec-only", 0o711, false), false}, // a program the jail can run
+		{filepath.Join(dir, "missing"), false}, // the init stage says so
+	} {
+		err := refuseUnreadable("--ro-bind", c.src+":/x", c.src)
+		if !c.refused {
+			if err != nil {
+				t.Errorf("%s: %v, want it accepted", c.src, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrBindUnreadable) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `--ro-bind "`+c.src+`:/x"`) {
+			t.Errorf("%s: %v, want ErrBindUnreadable as the job's bad input naming the bind", c.src, err)
+		}
+	}
+}

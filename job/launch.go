@@ -66,6 +66,9 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 		if !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
 			return nil, invalid("--ro-bind %q: paths must be absolute", b)
 		}
+		if err := refuseUnreadable("--ro-bind", b, src); err != nil {
+			return nil, err
+		}
 		if err := refuseChannels("--ro-bind", b, src); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ package main
 import (
 	"os"
 
+	"github.com/pmjail/pmjail/internal/buildinfo"
 	"github.com/pmjail/pmjail/internal/daemon"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/posture"
@@ -15,9 +16,6 @@ import (
 
 // exitFailure is the exit code of a role that returned, which none does.
 const exitFailure = 125
-
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
 
 // roles are the parts this binary plays in a jail's life, as pmjail does:
 // its own init stage when pmjail-init is missing, and the posture probe.
@@ -33,5 +31,5 @@ func main() {
 			os.Exit(exitFailure) // roles never return
 		}
 	}
-	os.Exit(daemon.Main(os.Args[1:], version))
+	os.Exit(daemon.Main(os.Args[1:], buildinfo.Version()))
 }

@@ -52,9 +52,12 @@ func main() {
 	}
 	cmd, ok := commands[os.Args[1]]
 	if !ok {
-		if os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+		switch os.Args[1] {
+		case "help", "-h", "--help":
 			usage()
 			os.Exit(0)
+		case "--version", "-version", "-v":
+			os.Exit(cmdVersion(os.Args[2:]))
 		}
 		fmt.Fprintf(os.Stderr, "pmjail: unknown command %q\n", os.Args[1])
 		usage()
@@ -75,7 +78,7 @@ func usage() {
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-
                                      send a job to a daemon, print it like run
-  pmjail version
+  pmjail version | --version | -v    print this build's version
 
 run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --require LAYERS
   --memory 128M --cpu-time 5s --timeout 30s --pids N --output-limit 1M

@@ -30,6 +30,11 @@ func cmdPosture(args []string) int {
 	if err := cliflag.Parse(fs, args); err != nil {
 		return commandFailure(fs, "posture [--json] [--mode auto|required] [--require LAYERS]", err)
 	}
+	if err := checkPrivilege(); err != nil {
+		// The probe still runs: what this user's jail would lack is its
+		// report, but the reason is this, not the host.
+		fmt.Fprintf(os.Stderr, "pmjail: posture: %v (the layers below are as this process sees them)\n", err)
+	}
 	rn, err := newRunner(false, false) // the posture proves every layer
 	if err != nil {
 		return fail("posture: %v", err)

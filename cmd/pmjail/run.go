@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,8 +104,17 @@ type durationFlag struct{ v profiles.Duration }
 
 func (d *durationFlag) String() string { return d.v.String() }
 func (d *durationFlag) Set(v string) (err error) {
-	d.v, err = profiles.ParseDuration(v)
-	if err == nil && d.v == 0 {
+	// profiles.ParseDuration reads a bare number as milliseconds, as the
+	// JSON job's numbers are; typed on a command line, `--timeout 5` is
+	// meant as seconds as often as not, so it takes a unit.
+	if n := strings.TrimSpace(v); n != "" && strings.Trim(n, "0123456789.") == "" {
+		return fmt.Errorf("needs a unit, such as %[1]ss or %[1]sms", n)
+	}
+	if d.v, err = profiles.ParseDuration(v); err != nil {
+		// Its message offers milliseconds, which a flag does not take.
+		return fmt.Errorf("invalid duration %q (want e.g. 2s, 500ms or 1m)", v)
+	}
+	if d.v == 0 {
 		err = errors.New("must be above zero")
 	}
 	return err
@@ -212,7 +222,9 @@ func runtimeForFile(file string) string {
 
 func cmdExec(args []string) int {
 	f := newRunFlags("exec", true)
-	if err := cliflag.Parse(f.fs, args); err != nil {
+	// The program's command line starts at "--" or at the first argument
+	// that is not a flag: its flags are its own.
+	if err := cliflag.ParseHead(f.fs, args); err != nil {
 		return commandFailure(f.fs, execSynopsis, err)
 	}
 	if f.fs.NArg() < 1 {
@@ -235,6 +247,9 @@ func (f *runFlags) execute(req *job.Request) int {
 	if err != nil {
 		return fail("%s: %s", f.fs.Name(), f.refusal(err))
 	}
+	if err := checkPrivilege(); err != nil {
+		return fail("%s: %v", f.fs.Name(), err)
+	}
 	runner, err := newRunner(req.Exec == nil, true)
 	if err != nil {
 		return fail("%v", err)
@@ -250,7 +265,7 @@ func (f *runFlags) execute(req *job.Request) int {
 	}
 	var opt job.Options
 	if !f.jsonOut {
-		opt.Stdout, opt.Stderr = os.Stdout, os.Stderr
+		opt.Stdout, opt.Stderr = stdout, os.Stderr
 	}
 	res := runner.Run(ctx, resolved, opt)
 	return report(res, f.jsonOut)
@@ -288,20 +303,39 @@ func (f *runFlags) flagged(msg, field string) string {
 	return "--" + name + ": " + strings.TrimPrefix(msg, field+": ")
 }
 
-// report prints a result — the object with --json; otherwise one line for a
-// run that pmjail ended, or the guest's stack for one that threw (its
-// output has passed through already) — and returns the exit code.
+// report prints a result — the object with --json; otherwise a handler's
+// value, one line of JSON on stdout after the output that has passed
+// through already, and one line for a run that pmjail ended or the guest's
+// stack for one that threw, on stderr — and returns the exit code.
 func report(res *jail.Result, jsonOut bool) int {
 	if jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(res)
-	} else if res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil {
+		return exitCode(res)
+	}
+	if line, ok := valueLine(res.Value); ok {
+		stdout.line(line)
+	}
+	switch {
+	case res.Status != jail.StatusOK && res.Status != jail.StatusError && res.Error != nil:
 		fmt.Fprintf(os.Stderr, "pmjail: %s: %s\n", res.Status, res.Error.Message)
-	} else if res.Status == jail.StatusError && res.Error != nil && res.Error.Stack != "" {
+	case res.Status == jail.StatusError && res.Error != nil && res.Error.Stack != "":
 		fmt.Fprintln(os.Stderr, res.Error.Stack)
 	}
 	return exitCode(res)
+}
+
+// valueLine is a handler's value as one line of JSON, and false for none: a
+// plain script has none, and a handler that returns nothing (undefined or
+// null) has nothing to print.
+func valueLine(v json.RawMessage) ([]byte, bool) {
+	var b bytes.Buffer
+	if len(v) == 0 || json.Compact(&b, v) != nil || b.String() == "null" {
+		return nil, false
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), true
 }
 
 // newRunner finds the runtimes and the cgroups. A host without usable

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
@@ -60,5 +64,67 @@ func TestRefusalNamesTheFlagSet(t *testing.T) {
 		if got := f.refusal(err); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.args, got, tc.want)
 		}
+	}
+}
+
+// The run flags may follow the FILE; a duration takes its unit.
+func TestRunFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.js")
+	if err := os.WriteFile(file, []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newRunFlags("run", false)
+	req, err := f.programRequest([]string{file, "--json", "--timeout", "2s", "--cpu-time=1500ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.jsonOut || req.Limits.Timeout != profiles.Duration(2*time.Second) || req.Limits.CPUTime != profiles.Duration(1500*time.Millisecond) || req.Source != "1" {
+		t.Errorf("json %v limits %+v source %q", f.jsonOut, req.Limits, req.Source)
+	}
+	for _, args := range [][]string{
+		{"--timeout", "5", file},
+		{file, "--cpu-time", "2.5"},
+		{file, "--timeout", " 30 "},
+	} {
+		_, err := newRunFlags("run", false).programRequest(args)
+		if err == nil || !strings.Contains(err.Error(), "needs a unit") || !strings.HasPrefix(err.Error(), "--") {
+			t.Errorf("%q: %v, want the flag named as needing a unit", args, err)
+		}
+	}
+	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
+	if err == nil || err.Error() != `--timeout "soon": invalid duration "soon" (want e.g. 2s, 500ms or 1m)` {
+		t.Errorf("--timeout soon: %v", err)
+	}
+}
+
+func TestValueLine(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  string // "" for nothing printed
+	}{
+		{"", ""},
+		{"null", ""},
+		{" null ", ""},
+		{"0", "0\n"},
+		{`""`, "\"\"\n"},
+		{"{\n  \"a\": [1, 2],\n  \"s\": \"x\\ny\"\n}", `{"a":[1,2],"s":"x\ny"}` + "\n"},
+	} {
+		line, ok := valueLine(json.RawMessage(tc.value))
+		if got := string(line); ok != (tc.want != "") || got != tc.want {
+			t.Errorf("%q: %q %v, want %q", tc.value, got, ok, tc.want)
+		}
+	}
+}
+
+func TestLineWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := &lineWriter{w: &b, ended: true}
+	w.line([]byte("1\n"))
+	_, _ = w.Write([]byte("part"))
+	w.line([]byte("2\n"))
+	_, _ = w.Write([]byte("whole\n"))
+	w.line([]byte("3\n"))
+	if b.String() != "1\npart\n2\nwhole\n3\n" {
+		t.Errorf("%q", b.String())
 	}
 }

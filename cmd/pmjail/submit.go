@@ -33,7 +33,7 @@ func cmdSubmit(args []string) int {
 		res, err = c.Stream(ctx, req, func(ev client.Event) {
 			switch ev.Type {
 			case client.EventStdout:
-				_, _ = os.Stdout.WriteString(ev.Data)
+				_, _ = stdout.Write([]byte(ev.Data))
 			case client.EventStderr:
 				_, _ = os.Stderr.WriteString(ev.Data)
 			}

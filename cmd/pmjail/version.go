@@ -2,25 +2,22 @@ package main
 
 import (
 	"fmt"
-	"runtime/debug"
 
+	"github.com/pmjail/pmjail/internal/buildinfo"
 	"github.com/pmjail/pmjail/internal/sibling"
 	"github.com/pmjail/pmjail/jail"
 )
 
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
+// version is this build's, as the daemon's /v1/health reports it too.
+var version = buildinfo.Version()
 
+// cmdVersion answers `pmjail version`, `pmjail --version` and `pmjail -v`:
+// the version, then the init stage and daemon this binary uses.
 func cmdVersion(args []string) int {
-	rev := ""
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " (" + s.Value[:12] + ")"
-			}
-		}
+	if len(args) != 0 {
+		return fail("version: unexpected arguments %q", args)
 	}
-	fmt.Printf("pmjail %s%s\n", version, rev)
+	fmt.Printf("pmjail %s\n", version)
 	if init := jail.FindInitStage(); init.Self {
 		fmt.Printf("init stage: this binary (%s)\n", init.Reason)
 	} else {

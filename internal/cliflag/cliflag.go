@@ -26,11 +26,60 @@ func Help(fs *flag.FlagSet, synopsis string, err error) bool {
 	return true
 }
 
-// Parse parses args into fs, whose errors name the flag first and with two
-// dashes: `--memory "0": must be above zero`, `unknown flag --nosuch`,
-// `--memory needs a value` (package flag says "invalid value "0" for flag
-// -memory: ..."). A request for help returns flag.ErrHelp.
+// Parse parses args into fs, flags and arguments in any order: `run
+// hello.js --json` as `run --json hello.js` (package flag stops at the
+// first argument that is not a flag). Everything after "--" is an
+// argument; fs.Args() holds the arguments in their order. Errors name the
+// flag first and with two dashes: `--memory "0": must be above zero`,
+// `unknown flag --nosuch`, `--memory needs a value` (package flag says
+// "invalid value "0" for flag -memory: ..."). A request for help returns
+// flag.ErrHelp.
 func Parse(fs *flag.FlagSet, args []string) error {
+	flags, rest, complete := split(fs, args)
+	if !complete {
+		return parse(fs, flags) // for its error: the last flag's value is missing
+	}
+	return parse(fs, append(append(flags, "--"), rest...))
+}
+
+// ParseHead parses the flags at the head of args into fs, up to "--" or
+// the first argument that is not a flag, as package flag does: what
+// follows is a program's command line (`exec --timeout 5s -- ls -l`, or
+// `exec ls -l`), whose flags are its own. Errors are worded as Parse's.
+func ParseHead(fs *flag.FlagSet, args []string) error {
+	return parse(fs, args)
+}
+
+// split separates args into the flags, each with its value, and the other
+// arguments, which are all of those after "--". A flag that takes a value
+// and is not spelt --name=value takes the next argument, as package flag
+// has it, whatever that looks like; complete is false if the last flag
+// lacks its value.
+func split(fs *flag.FlagSet, args []string) (flags, rest []string, complete bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return flags, append(rest, args[i+1:]...), true
+		}
+		if len(a) < 2 || a[0] != '-' {
+			rest = append(rest, a) // "-" is an argument: stdin
+			continue
+		}
+		flags = append(flags, a)
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBool(f.Value) {
+			if i+1 == len(args) {
+				return flags, rest, false
+			}
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, rest, true
+}
+
+// parse runs package flag's Parse on args, rewording its errors.
+func parse(fs *flag.FlagSet, args []string) error {
 	var setErr error
 	fs.VisitAll(func(f *flag.Flag) { f.Value = &naming{Value: f.Value, name: f.Name, err: &setErr} })
 	defer fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(*naming).Value })

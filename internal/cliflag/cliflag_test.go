@@ -75,6 +75,7 @@ func TestParseErrorsUseDoubleDashes(t *testing.T) {
 		{[]string{"--nosuch"}, "unknown flag --nosuch"},
 		{[]string{"-nosuch=1"}, "unknown flag --nosuch"},
 		{[]string{"--memory"}, "--memory needs a value"},
+		{[]string{"x.js", "--memory"}, "--memory needs a value"},
 		{[]string{"---x"}, "bad flag syntax: ---x"},
 		// The first refusal is the one reported.
 		{[]string{"--memory", "0", "--pids", "x"}, `--memory "0": must be above zero`},
@@ -101,5 +102,57 @@ func TestParseErrorsUseDoubleDashes(t *testing.T) {
 	}
 	if fs, _, _ := newSet(); !isHelp(Parse(fs, []string{"--help"})) {
 		t.Error("--help: want flag.ErrHelp")
+	}
+}
+
+// Flags may follow the arguments (`run hello.js --json`); after "--"
+// everything is an argument; ParseHead stops at the first argument, for a
+// program's command line.
+func TestParseInterleaves(t *testing.T) {
+	newSet := func() (*flag.FlagSet, *string, *bool) {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		return fs, fs.String("input", "", "input"), fs.Bool("json", false, "json")
+	}
+	for _, tc := range []struct {
+		args  []string
+		input string
+		json  bool
+		rest  []string
+	}{
+		{[]string{"hello.js", "--json"}, "", true, []string{"hello.js"}},
+		{[]string{"hello.js", "--input", "{}", "--json"}, "{}", true, []string{"hello.js"}},
+		{[]string{"--input", "hello.js", "x.js"}, "hello.js", false, []string{"x.js"}},
+		// A value is the next argument, whatever it looks like.
+		{[]string{"a.js", "--input", "--json"}, "--json", false, []string{"a.js"}},
+		{[]string{"a.js", "--input=-", "-"}, "-", false, []string{"a.js", "-"}},
+		{[]string{"-", "-json"}, "", true, []string{"-"}},
+		{[]string{"a.js", "--", "--json", "b"}, "", false, []string{"a.js", "--json", "b"}},
+		{[]string{"--json=false", "a.js", "b.js"}, "", false, []string{"a.js", "b.js"}},
+	} {
+		fs, input, js := newSet()
+		if err := Parse(fs, tc.args); err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if *input != tc.input || *js != tc.json || strings.Join(fs.Args(), " ") != strings.Join(tc.rest, " ") || fs.NArg() != len(tc.rest) {
+			t.Errorf("%q: input %q json %v args %q, want %q %v %q", tc.args, *input, *js, fs.Args(), tc.input, tc.json, tc.rest)
+		}
+	}
+	fs, _, _ := newSet()
+	if err := Parse(fs, []string{"a.js", "--nosuch"}); err == nil || err.Error() != "unknown flag --nosuch" {
+		t.Errorf("an unknown flag after the file: %v", err)
+	}
+	fs, _, _ = newSet()
+	if err := Parse(fs, []string{"a.js", "--help"}); !isHelp(err) {
+		t.Errorf("--help after the file: %v", err)
+	}
+
+	fs, _, js := newSet()
+	if err := ParseHead(fs, []string{"--json", "ls", "--input", "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if !*js || strings.Join(fs.Args(), " ") != "ls --input x" {
+		t.Errorf("ParseHead: json %v args %q, want the program's flags left to it", *js, fs.Args())
 	}
 }
