@@ -7,9 +7,10 @@ import (
 )
 
 // TestMetricsShowEveryStatus: every run status the jail can report has its
-// series from the start, at zero.
+// series from the start, at zero, for the peers of no tenant too.
 func TestMetricsShowEveryStatus(t *testing.T) {
 	m := newMetrics(newLimiter(1, 0), jail.NewPool(0, jail.PoolOptions{}))
+	m.addTenants(&state{others: &tenant{name: othersName}})
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
