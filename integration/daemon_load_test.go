@@ -94,7 +94,7 @@ func TestDaemonLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf(`pmjail_runs_total{status="ok"} %d`, total); !strings.Contains(m, want) {
+	if want := fmt.Sprintf(`pmjail_runs_total{status="ok",tenant="others"} %d`, total); !strings.Contains(m, want) {
 		t.Errorf("metrics lack %q", want)
 	}
 	if cgs := runCgroups(d.pid()); len(cgs) > 0 {

@@ -178,7 +178,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_runs_total{status="ok"} 3`, `pmjail_run_duration_seconds_count{runtime="python"} 1`,
+	for _, want := range []string{`pmjail_runs_total{status="ok",tenant="others"} 3`, `pmjail_run_duration_seconds_count{runtime="python",tenant="others"} 1`,
 		"pmjail_runs_in_flight 0", "pmjail_runs_queued 0", `pmjail_requests_rejected_total{reason="queue_full"} 0`, "process_resident_memory_bytes"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
