@@ -52,7 +52,8 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// Ceiling bounds every job, and every tenant's ceiling.
 	Ceiling CeilingConfig `json:"ceiling"`
-	// Tenants share the daemon, each peer its own (see tenant.go).
+	// Tenants share the daemon: each peer runs under its tenant's ceiling,
+	// share and rate (TenantConfig).
 	Tenants []TenantConfig `json:"tenants"`
 	// Others says what a peer that matches no tenant gets: "allow" runs
 	// it under the global ceiling, "refuse" answers 403. Default: allow

@@ -340,3 +340,35 @@ func TestServerTenantRateAndShare(t *testing.T) {
 		}
 	}
 }
+
+// A reload applies new tenants to the runs that start after it.
+func TestServerTenantReload(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "ceiling": {"limits": {"memory": "512M"}}}`)
+	big := func() *job.Request {
+		m, err := profiles.ParseSize("384M")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &job.Request{Runtime: "deno", Source: "1", Limits: profiles.Limits{Memory: m}}
+	}
+	if res, err := ts.c.Run(context.Background(), big()); err != nil || res.Status != "ok" {
+		t.Fatalf("before the reload: %v %+v", err, res)
+	}
+	cfg := mustConfig(t, `{"version": 1, "ceiling": {"limits": {"memory": "512M"}},
+		"tenants": [{"name": "small", "match": {"uid": 0}, "ceiling": {"limits": {"memory": "256M"}}}]}`)
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ts.c.Run(context.Background(), big())
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Field != "limits.memory" {
+		t.Errorf("after a reload into a tenant of 256M: %v, want 400 naming limits.memory", err)
+	}
+	if err := ts.Reload(mustConfig(t, `{"version": 1, "tenants": [{"name": "other", "match": {"uid": 4242}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ts.c.Run(context.Background(), big())
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 403 || apiErr.Code != codeForbidden {
+		t.Errorf("after a reload with no tenant for uid 0: %v, want 403", err)
+	}
+}
