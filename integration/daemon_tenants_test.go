@@ -23,20 +23,23 @@ import (
 // Two tenants in one daemon, called over the real socket by two uids (the
 // test binary re-run as each): alpha (by uid) and beta (by gid) each get
 // their own ceiling, their own share of the slots, and beta its rate;
-// root, in no tenant, is refused.
+// root, in no tenant, is refused until a reload lets others in.
 func TestDaemonTenants(t *testing.T) {
 	dir := daemonDir(t)
 	const (
 		alphaUID = 65534 // nobody
 		betaID   = 65533
 	)
-	d := startDaemon(t, dir, fmt.Sprintf(`{"version": 1, "max_concurrency": 3, "max_queue": 4, "socket": {"mode": "0666"},
+	config := func(others string) string {
+		return fmt.Sprintf(`{"version": 1, "max_concurrency": 3, "max_queue": 4, "socket": {"mode": "0666"}, "others": %q,
 		"ceiling": {"limits": {"memory": "512M", "timeout": "60s"}},
 		"tenants": [
 			{"name": "alpha", "match": {"uid": %d}, "max_concurrency": 1, "max_queue": -1},
 			{"name": "beta", "match": {"gid": %d}, "ceiling": {"limits": {"memory": "256M"}},
 				"max_concurrency": 1, "max_queue": -1, "rate": "2/min"}
-		]}`, alphaUID, betaID))
+		]}`, others, alphaUID, betaID)
+	}
+	d := startDaemon(t, dir, config("refuse"))
 
 	self, err := os.Executable()
 	if err != nil {
@@ -155,11 +158,28 @@ func TestDaemonTenants(t *testing.T) {
 		t.Errorf("root, in no tenant: %v, want 403 saying it matches no tenant", err)
 	}
 
+	// SIGHUP with others allowed: root now runs, under the global ceiling.
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(config("allow")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(d.logs.String(), `"msg":"config reloaded"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload within a minute of SIGHUP:\n%s", d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if res, err := d.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "384M"}`)}); err != nil || res.Status != jail.StatusOK {
+		t.Errorf("root after a reload with others allowed: %v %+v", err, res)
+	}
+
 	m, err := d.c.Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_runs_total{status="ok",tenant="alpha"} 1`, `pmjail_runs_total{status="ok",tenant="beta"} 2`,
+	for _, want := range []string{`pmjail_runs_total{status="ok",tenant="alpha"} 1`, `pmjail_runs_total{status="ok",tenant="beta"} 2`, `pmjail_runs_total{status="ok",tenant="others"} 1`,
 		`pmjail_run_duration_seconds_count{runtime="deno",tenant="beta"} 2`, `pmjail_requests_rejected_total{reason="rate_limited"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
