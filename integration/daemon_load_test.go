@@ -94,8 +94,8 @@ func TestDaemonLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok"}); n != total {
-		t.Errorf("pmjail_runs_total{status=ok}: %v, want %d", n, total)
+	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok", "tenant": "others"}); n != total {
+		t.Errorf("pmjail_runs_total{status=ok,tenant=others}: %v, want %d", n, total)
 	}
 	if cgs := runCgroups(d.pid()); len(cgs) > 0 {
 		t.Errorf("job cgroups left after the runs: %v", cgs)

@@ -178,11 +178,11 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok"}); n != 3 {
-		t.Errorf("pmjail_runs_total{status=ok}: %v, want 3", n)
+	if n := metricSum(t, m, "pmjail_runs_total", map[string]string{"status": "ok", "tenant": "others"}); n != 3 {
+		t.Errorf("pmjail_runs_total{status=ok,tenant=others}: %v, want 3", n)
 	}
-	if n := metricSum(t, m, "pmjail_run_duration_seconds_count", map[string]string{"runtime": "python"}); n != 1 {
-		t.Errorf("pmjail_run_duration_seconds_count{runtime=python}: %v, want 1", n)
+	if n := metricSum(t, m, "pmjail_run_duration_seconds_count", map[string]string{"runtime": "python", "tenant": "others"}); n != 1 {
+		t.Errorf("pmjail_run_duration_seconds_count{runtime=python,tenant=others}: %v, want 1", n)
 	}
 	for _, want := range []string{
 		"pmjail_runs_in_flight 0", "pmjail_runs_queued 0", `pmjail_requests_rejected_total{reason="queue_full"} 0`, "process_resident_memory_bytes"} {

@@ -51,8 +51,15 @@ type Config struct {
 	ShutdownGrace profiles.Duration `json:"shutdown_grace"`
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string `json:"log_level"`
-	// Ceiling bounds every job.
+	// Ceiling bounds every job, and every tenant's ceiling.
 	Ceiling CeilingConfig `json:"ceiling"`
+	// Tenants share the daemon: each peer runs under its tenant's ceiling,
+	// share and rate (TenantConfig).
+	Tenants []TenantConfig `json:"tenants"`
+	// Others says what a peer that matches no tenant gets: "allow" runs
+	// it under the global ceiling, "refuse" answers 403. Default: allow
+	// when there are no tenants, refuse when there are.
+	Others string `json:"others"`
 	// Metrics is where /metrics is served besides the socket.
 	Metrics MetricsConfig `json:"metrics"`
 
@@ -66,8 +73,9 @@ type Config struct {
 
 // derivedConfig is the checked form of a config's ceiling and allow list.
 type derivedConfig struct {
-	ceil  job.Ceiling
-	peers peerSet
+	ceil    job.Ceiling
+	peers   peerSet
+	tenants []tenantRule
 }
 
 // SocketConfig is where the daemon listens when systemd does not hand it a
@@ -129,8 +137,10 @@ type CeilingConfig struct {
 	// default) lets the job choose.
 	Mode string `json:"mode"`
 	// Required adds layers that mode required insists on.
-	Required     []string           `json:"required"`
-	Capabilities CapabilitiesConfig `json:"capabilities"`
+	Required []string `json:"required"`
+	// Capabilities is a pointer so that a tenant's ceiling can tell a
+	// block left out (the global one's) from an empty one (none).
+	Capabilities *CapabilitiesConfig `json:"capabilities"`
 	// Secrets the broker may inject into requests, by name.
 	Secrets map[string]SecretConfig `json:"secrets"`
 }
@@ -285,7 +295,11 @@ func (c *Config) normalize() error {
 	if err != nil {
 		return err
 	}
-	c.derived = &derivedConfig{ceil: ceil, peers: peers}
+	tenants, err := c.tenantRules(ceil)
+	if err != nil {
+		return err
+	}
+	c.derived = &derivedConfig{ceil: ceil, peers: peers, tenants: tenants}
 	return nil
 }
 
@@ -440,8 +454,12 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 	}
 	ceil.Required = cc.Required
 
-	b := ipc.Ceiling{AllowLog: cc.Capabilities.Log == nil || *cc.Capabilities.Log}
-	if r := cc.Capabilities.Request; r != nil {
+	var caps CapabilitiesConfig
+	if cc.Capabilities != nil {
+		caps = *cc.Capabilities
+	}
+	b := ipc.Ceiling{AllowLog: caps.Log == nil || *caps.Log}
+	if r := caps.Request; r != nil {
 		b.AllowRequest = true
 		switch {
 		case len(r.Origins) == 0:

@@ -27,6 +27,10 @@ func TestConfigExampleParses(t *testing.T) {
 	if s := c.derived.ceil.Broker.Secrets["example-api"]; len(s.Origins) == 0 {
 		t.Errorf("the example secret names no origins: %+v", s)
 	}
+	// Its tenant narrows the global ceiling: no network, no secrets.
+	if len(c.derived.tenants) != 1 || c.derived.tenants[0].ceil.Broker.AllowRequest || len(c.derived.tenants[0].ceil.Broker.Secrets) != 0 {
+		t.Errorf("the example tenant: %+v", c.derived.tenants)
+	}
 }
 
 // TestConfigPrivateOrigins: private_origins reaches the broker's ceiling.

@@ -20,6 +20,8 @@ const (
 	// daemon's own uid, asked for the host to be probed again.
 	codeRefreshForbidden = "refresh_forbidden"
 	codeQueueFull        = "queue_full"
+	// codeRateLimited: the peer's tenant is over its rate.
+	codeRateLimited      = "rate_limited"
 	codeQueueTimeout     = "queue_timeout"
 	codeDraining         = "draining"
 	codeNotFound         = "not_found"

@@ -22,11 +22,13 @@ const deniedOther = "other"
 
 // runLabelNames are the labels of the per-run series; runLabels gives
 // their values, in the same order. Adding a label is a change to both.
-var runLabelNames = []string{"runtime", "status"}
+var runLabelNames = []string{"runtime", "status", "tenant"}
 
-// runLabels are the label values of a finished run.
-func runLabels(rt runtimes.Name, status jail.Status) []string {
-	return []string{string(rt), string(status)}
+// runLabels are the label values of a finished run of a tenant (its name
+// from the config, or "others": never from the request, so the series
+// stay bounded).
+func runLabels(rt runtimes.Name, status jail.Status, tenant string) []string {
+	return []string{string(rt), string(status), tenant}
 }
 
 // Histogram buckets. Durations start at 1 ms: a warm Deno hello takes a
@@ -60,26 +62,26 @@ func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pmjail_runs_total",
-			Help: "Runs finished, by runtime and result status.",
+			Help: "Runs finished, by runtime, result status and tenant.",
 		}, runLabelNames),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pmjail_run_duration_seconds",
-			Help:    "Wall-clock time of finished runs, queueing excluded, by runtime and status.",
+			Help:    "Wall-clock time of finished runs, queueing excluded, by runtime, status and tenant.",
 			Buckets: durationBuckets,
 		}, runLabelNames),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pmjail_queue_wait_seconds",
-			Help:    "Time runs waited for a slot, by runtime and status.",
+			Help:    "Time runs waited for a slot, by runtime, status and tenant.",
 			Buckets: queueBuckets,
 		}, runLabelNames),
 		cpu: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pmjail_run_cpu_seconds",
-			Help:    "CPU time of finished runs, by runtime and status.",
+			Help:    "CPU time of finished runs, by runtime, status and tenant.",
 			Buckets: cpuBuckets,
 		}, runLabelNames),
 		memory: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pmjail_run_peak_memory_bytes",
-			Help:    "Peak memory of finished runs, by runtime and status; runs without a cgroup to account for them are not observed.",
+			Help:    "Peak memory of finished runs, by runtime, status and tenant; runs without a cgroup to account for them are not observed.",
 			Buckets: memoryBuckets,
 		}, runLabelNames),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -120,23 +122,20 @@ func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
 		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Every runtime's status and every reason shows from the start, at
-	// zero, so that rate() and alerts work before the first occurrence.
-	for _, rt := range []runtimes.Name{runtimes.Deno, runtimes.Python} {
-		for _, s := range jail.Statuses() {
-			m.runs.WithLabelValues(runLabels(rt, s)...)
-		}
-	}
-	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeQueueTimeout, codeDraining} {
+	// Every reason shows from the start, at zero, so that rate() and
+	// alerts work before the first occurrence; every runtime's status
+	// too, once per tenant (addTenants).
+	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeRateLimited, codeQueueTimeout, codeDraining} {
 		m.rejected.WithLabelValues(r)
 	}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
-// observe counts a finished run that waited queued for its slot.
-func (m *metrics) observe(rt runtimes.Name, res *jail.Result, queued float64) {
-	l := runLabels(rt, res.Status)
+// observe counts a tenant's finished run that waited queued for its
+// slot.
+func (m *metrics) observe(rt runtimes.Name, tenant string, res *jail.Result, queued float64) {
+	l := runLabels(rt, res.Status, tenant)
 	m.runs.WithLabelValues(l...).Inc()
 	m.duration.WithLabelValues(l...).Observe(float64(res.Usage.WallMS) / 1000)
 	m.queueWait.WithLabelValues(l...).Observe(queued)
@@ -166,5 +165,25 @@ func (m *metrics) setPosture(r *posture.Report) {
 			v = 1
 		}
 		m.posture.WithLabelValues(l.Name).Set(v)
+	}
+}
+
+// addTenants shows every runtime's status of st's tenants at zero. The
+// tenants are the config's, so the series stay bounded; a tenant a
+// reload removes keeps its series: its counts stay true.
+func (m *metrics) addTenants(st *state) {
+	names := []string{}
+	for _, t := range st.tenants {
+		names = append(names, t.name)
+	}
+	if st.others != nil {
+		names = append(names, st.others.name)
+	}
+	for _, n := range names {
+		for _, rt := range []runtimes.Name{runtimes.Deno, runtimes.Python} {
+			for _, s := range jail.Statuses() {
+				m.runs.WithLabelValues(runLabels(rt, s, n)...)
+			}
+		}
 	}
 }

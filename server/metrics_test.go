@@ -74,43 +74,51 @@ func counted(t *testing.T, m *metrics, name string, want map[string]string) floa
 }
 
 // TestMetricsShowEveryStatus: every run status the jail can report has its
-// series from the start, at zero, for each runtime.
+// series from the start, at zero, for each runtime and each tenant, the
+// peers of no tenant included.
 func TestMetricsShowEveryStatus(t *testing.T) {
 	m := testMetrics()
-	for _, rt := range []runtimes.Name{runtimes.Deno, runtimes.Python} {
-		for _, s := range jail.Statuses() {
-			got := series(t, m, "pmjail_runs_total", map[string]string{"runtime": string(rt), "status": string(s)})
-			if len(got) != 1 {
-				t.Errorf("%s %s: %d series, want 1", rt, s, len(got))
-			}
-			for k, v := range got {
-				if v.GetCounter().GetValue() != 0 {
-					t.Errorf("%s: %v, want 0", k, v.GetCounter().GetValue())
+	m.addTenants(&state{tenants: []*tenant{{name: "ci"}}, others: &tenant{name: othersName}})
+	for _, tn := range []string{"ci", othersName} {
+		for _, rt := range []runtimes.Name{runtimes.Deno, runtimes.Python} {
+			for _, s := range jail.Statuses() {
+				got := series(t, m, "pmjail_runs_total", map[string]string{"runtime": string(rt), "status": string(s), "tenant": tn})
+				if len(got) != 1 {
+					t.Errorf("%s %s %s: %d series, want 1", tn, rt, s, len(got))
+				}
+				for k, v := range got {
+					if v.GetCounter().GetValue() != 0 {
+						t.Errorf("%s: %v, want 0", k, v.GetCounter().GetValue())
+					}
 				}
 			}
 		}
 	}
+	// No more than those: a tenant's series come from the config alone.
+	if got, want := len(series(t, m, "pmjail_runs_total", nil)), 2*2*len(jail.Statuses()); got != want {
+		t.Errorf("pmjail_runs_total: %d series, want %d (tenants × runtimes × statuses)", got, want)
+	}
 }
 
-// A finished run lands in every per-run series under its runtime and
-// status; its denied calls are counted by a bounded name.
+// A finished run lands in every per-run series under its runtime, status
+// and tenant; its denied calls are counted by a bounded name.
 func TestMetricsObserveRun(t *testing.T) {
 	m := testMetrics()
 	res := &jail.Result{Status: jail.StatusOK,
 		Usage:  jail.Usage{WallMS: 3, CPUMS: 2, PeakMemoryBytes: 40 << 20},
 		Denied: map[string]uint64{"ptrace": 2, "socket": 1, "connect": 4}}
-	m.observe(runtimes.Deno, res, 0.002)
-	m.observe(runtimes.Python, &jail.Result{Status: jail.StatusTimeout}, 0)
-	ok := map[string]string{"runtime": "deno", "status": "ok"}
+	m.observe(runtimes.Deno, "ci", res, 0.002)
+	m.observe(runtimes.Python, othersName, &jail.Result{Status: jail.StatusTimeout}, 0)
+	ok := map[string]string{"runtime": "deno", "status": "ok", "tenant": "ci"}
 	for _, name := range []string{"pmjail_runs_total", "pmjail_run_duration_seconds", "pmjail_queue_wait_seconds",
 		"pmjail_run_cpu_seconds", "pmjail_run_peak_memory_bytes"} {
 		if n := counted(t, m, name, ok); n != 1 {
-			t.Errorf("%s{runtime=deno,status=ok}: %v, want 1", name, n)
+			t.Errorf("%s{runtime=deno,status=ok,tenant=ci}: %v, want 1", name, n)
 		}
 	}
-	timeout := map[string]string{"runtime": "python", "status": "timeout"}
+	timeout := map[string]string{"runtime": "python", "status": "timeout", "tenant": othersName}
 	if n := counted(t, m, "pmjail_runs_total", timeout); n != 1 {
-		t.Errorf("pmjail_runs_total{python,timeout}: %v, want 1", n)
+		t.Errorf("pmjail_runs_total{python,timeout,others}: %v, want 1", n)
 	}
 	// No cgroup accounted for the python run's memory: a 0 is unknown,
 	// not a tiny run.
@@ -143,7 +151,7 @@ func TestDeniedSyscallsBounded(t *testing.T) {
 	for _, name := range seccomp.DangerousSyscalls() {
 		denied[name] = 1
 	}
-	m.observe(runtimes.Deno, &jail.Result{Status: jail.StatusOK, Denied: denied}, 0)
+	m.observe(runtimes.Deno, othersName, &jail.Result{Status: jail.StatusOK, Denied: denied}, 0)
 	got := series(t, m, "pmjail_denied_syscalls_total", nil)
 	if want := len(seccomp.DangerousSyscalls()) + 1; len(got) != want {
 		t.Errorf("%d syscall series, want %d (the dangerous calls and other)", len(got), want)

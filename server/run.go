@@ -12,8 +12,9 @@ import (
 	"github.com/pmjail/pmjail/job"
 )
 
-// handleRun is POST /v1/runs: decode, resolve against the ceiling, wait for
-// a slot, run, answer (at once or as a stream).
+// handleRun is POST /v1/runs: find the peer's tenant, decode, resolve
+// against its ceiling, charge its rate, wait for a slot of its share and
+// a global one, run, answer (at once or as a stream).
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	peer := peerFrom(r.Context())
 	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
@@ -26,6 +27,15 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
 		return
 	}
+	st := s.state.Load()
+	tn := st.tenantFor(peer)
+	if tn == nil {
+		reject(http.StatusForbidden, codeForbidden,
+			fmt.Sprintf("uid %d (gid %d) matches no tenant of this pmjail daemon, and its config refuses other peers (others: %q)",
+				peer.UID, peer.GID, st.cfg.Others), "", 0)
+		return
+	}
+	log = log.With("tenant", tn.name)
 	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
 			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source and %d of input, with room for the rest)",
@@ -50,19 +60,33 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}
-	st := s.state.Load()
-	resolved, err := job.Resolve(req, st.ceil, false)
+	resolved, err := job.Resolve(req, tn.ceil, false)
 	if err != nil {
 		msg, field := job.Refusal(err)
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}
+	// The rate counts runs, so a job refused above costs none of it.
+	if tn.share != nil {
+		if wait, ok := tn.share.bucket.take(time.Now()); !ok {
+			reject(http.StatusTooManyRequests, codeRateLimited,
+				fmt.Sprintf("tenant %s is over its rate of %s", tn.name, tn.share.bucket.rate()), "", wait)
+			return
+		}
+	}
 
 	qctx, cancelQueue := context.WithTimeout(r.Context(), time.Duration(st.cfg.QueueTimeout))
 	queued := time.Now()
-	release, err := s.lim.acquire(qctx)
+	release, err := s.admit(qctx, tn)
 	cancelQueue()
+	if err != nil && tn.share != nil {
+		tn.share.bucket.refund() // it never ran
+	}
 	switch {
+	case errors.Is(err, errShareFull):
+		reject(http.StatusTooManyRequests, codeQueueFull,
+			fmt.Sprintf("every run slot and queue place of tenant %s is taken", tn.name), "", time.Second)
+		return
 	case errors.Is(err, errQueueFull):
 		reject(http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", "", time.Second)
 		return
@@ -95,11 +119,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		stderr = &outputStream{e: ev, typ: client.EventStderr}
 		opt = job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
 	}
-	res = st.runner.Run(ctx, resolved, opt)
+	res = tn.runner.Run(ctx, resolved, opt)
 	// The slot and the counters are settled before the answer goes out, so
 	// that a client reading /metrics after its result sees its run.
 	release()
-	s.metrics.observe(resolved.Runtime, res, wait.Seconds())
+	s.metrics.observe(resolved.Runtime, tn.name, res, wait.Seconds())
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()
@@ -112,4 +136,31 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", wait.Milliseconds(),
 		"wall_ms", res.Usage.WallMS, "client_gone", r.Context().Err() != nil)
+}
+
+// errShareFull is admit's refusal when the tenant's own slots and queue
+// are taken.
+var errShareFull = errors.New("tenant share full")
+
+// admit takes a slot of the tenant's share, then a global one: a tenant
+// waits first behind its own runs, so that one tenant's burst fills its
+// own queue before the global one. The returned release gives both back
+// and may be called more than once.
+func (s *Server) admit(ctx context.Context, tn *tenant) (release func(), err error) {
+	if tn.share == nil {
+		return s.lim.acquire(ctx)
+	}
+	own, err := tn.share.lim.acquire(ctx)
+	if errors.Is(err, errQueueFull) {
+		return nil, errShareFull
+	}
+	if err != nil {
+		return nil, err
+	}
+	global, err := s.lim.acquire(ctx)
+	if err != nil {
+		own()
+		return nil, err
+	}
+	return func() { global(); own() }, nil
 }

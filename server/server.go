@@ -54,10 +54,13 @@ type Options struct {
 // state is what a reload replaces; runs in flight keep the one they
 // started with.
 type state struct {
-	cfg    *Config
-	ceil   job.Ceiling
-	runner *job.Runner
-	peers  peerSet
+	cfg   *Config
+	ceil  job.Ceiling
+	peers peerSet
+	// tenants are the config's, in its order; others is the peers that
+	// match none, nil when the config refuses them.
+	tenants []*tenant
+	others  *tenant
 }
 
 // Server is the daemon's API.
@@ -74,7 +77,11 @@ type Server struct {
 	// metricsHTTP serves /metrics alone on the config's metrics.listen,
 	// for a Prometheus that cannot reach the Unix socket.
 	metricsHTTP *http.Server
-	started     time.Time
+	// shares are the tenants' slots and rates by name, kept across
+	// reloads.
+	sharesMu sync.Mutex
+	shares   map[string]*share
+	started  time.Time
 	// lastReload is the outcome of the last reload, nil before the first.
 	lastReload atomic.Pointer[client.Reload]
 
@@ -89,7 +96,7 @@ type Server struct {
 // New builds a server and, before it takes any work, sweeps what a previous
 // instance left behind.
 func New(cfg *Config, opt Options) (*Server, error) {
-	s := &Server{opt: opt, log: opt.Logger, started: time.Now()}
+	s := &Server{opt: opt, log: opt.Logger, started: time.Now(), shares: map[string]*share{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -124,15 +131,14 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		poolOpt.Cgroups = job.NewCgroups(opt.Cgroups)
 	}
 	s.pool = jail.NewPool(cfg.poolSize(), poolOpt)
+	if s.opt.Prober == nil {
+		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason}, s.log)
+	}
 	st, err := s.newState(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s.state.Store(st)
-	if s.opt.Prober == nil {
-		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason}, s.log)
-		st.runner.Prober = s.opt.Prober
-	}
 	// Probe before accepting work, and say what protects the runs.
 	report := s.postureReport(s.opt.Prober.Get(context.Background()))
 	var applied, missing []string
@@ -148,6 +154,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
 	s.metrics = newMetrics(s.lim, s.pool, opt.Version)
 	s.metrics.setPosture(report)
+	s.metrics.addTenants(st)
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
@@ -172,17 +179,57 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 	}
 	ceil, peers := cfg.derived.ceil, cfg.derived.peers
 	// A Runner's ceiling is fixed for its life (the broker reads it), so a
-	// new ceiling takes a new Runner; the runtimes and cgroups are shared.
-	rn := &job.Runner{
-		Install:      s.opt.Install,
-		Cgroups:      s.opt.Cgroups,
-		CgroupReason: s.opt.CgroupReason,
-		Ceiling:      ceil,
-		Logger:       s.log,
-		Prober:       s.opt.Prober,
-		Pool:         s.pool,
+	// new ceiling takes a new Runner, and each tenant has its own; the
+	// runtimes, cgroups and pool are shared.
+	runner := func(tenant string, ceil job.Ceiling) *job.Runner {
+		return &job.Runner{
+			Install:      s.opt.Install,
+			Cgroups:      s.opt.Cgroups,
+			CgroupReason: s.opt.CgroupReason,
+			Ceiling:      ceil,
+			Logger:       s.log.With("tenant", tenant),
+			Prober:       s.opt.Prober,
+			Pool:         s.pool,
+		}
 	}
-	return &state{cfg: cfg, ceil: ceil, runner: rn, peers: peers}, nil
+	st := &state{cfg: cfg, ceil: ceil, peers: peers}
+	for _, r := range cfg.derived.tenants {
+		st.tenants = append(st.tenants, &tenant{name: r.name, ceil: r.ceil, runner: runner(r.name, r.ceil), share: s.shareFor(r)})
+	}
+	if cfg.Others == OthersAllow {
+		st.others = &tenant{name: othersName, ceil: ceil, runner: runner(othersName, ceil)}
+	}
+	return st, nil
+}
+
+// shareFor is the tenant's share: the one it had before a reload, or a
+// new one with the rule's bounds.
+func (s *Server) shareFor(r tenantRule) *share {
+	s.sharesMu.Lock()
+	defer s.sharesMu.Unlock()
+	if sh := s.shares[r.name]; sh != nil {
+		return sh
+	}
+	sh := &share{lim: newLimiter(r.max, r.queue), bucket: newBucket(r.rate)}
+	s.shares[r.name] = sh
+	return sh
+}
+
+// resizeShares gives the shares of st's tenants st's bounds and forgets
+// those of tenants st no longer has (runs they admitted release into
+// the forgotten share).
+func (s *Server) resizeShares(st *state) {
+	s.sharesMu.Lock()
+	defer s.sharesMu.Unlock()
+	now := time.Now()
+	kept := map[string]*share{}
+	for i, r := range st.cfg.derived.tenants {
+		sh := st.tenants[i].share
+		sh.lim.resize(r.max, r.queue)
+		sh.bucket.set(r.rate, now)
+		kept[r.name] = sh
+	}
+	s.shares = kept
 }
 
 // Reload applies a new config to the runs that start from now on: the
@@ -222,6 +269,8 @@ func (s *Server) reload(cfg *Config) error {
 		s.log.Warn("config reload: metrics settings change only at restart")
 	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
+	s.resizeShares(st)
+	s.metrics.addTenants(st)
 	s.pool.Resize(cfg.poolSize())
 	// A reload is also the operator's way to have the host probed again.
 	probed, err := s.opt.Prober.Refresh(context.Background(), time.Now())
@@ -231,6 +280,7 @@ func (s *Server) reload(cfg *Config) error {
 	report := s.postureReport(probed)
 	s.metrics.setPosture(report)
 	s.log.Info("config reloaded", "max_concurrency", cfg.MaxConcurrency, "max_queue", cfg.queueLen(), "prestart", cfg.poolSize(),
+		"tenants", len(st.tenants), "others", cfg.Others,
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
 }
@@ -332,7 +382,9 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) authorise(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerFrom(r.Context())
-		if !s.state.Load().peers.allowed(p) {
+		// A peer a tenant names is allowed as if the allow list named it.
+		st := s.state.Load()
+		if t := st.tenantFor(p); !st.peers.allowed(p) && (t == nil || t == st.others) {
 			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
 			s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
 				"method", r.Method, "path", r.URL.Path, "err", p.Err)

@@ -172,7 +172,7 @@ func TestServerRunsAndStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_runs_total{runtime="deno",status="ok"} 2`, "pmjail_run_duration_seconds_bucket", "pmjail_runs_in_flight 0", "pmjail_runs_queued 0", "pmjail_requests_rejected_total"} {
+	for _, want := range []string{`pmjail_runs_total{runtime="deno",status="ok",tenant="others"} 2`, "pmjail_run_duration_seconds_bucket", "pmjail_runs_in_flight 0", "pmjail_runs_queued 0", "pmjail_requests_rejected_total"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
