@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // The daemon's host posture decides what every later run in mode auto
@@ -168,7 +168,7 @@ func TestTrust_PostureRefreshHangupKeepsLayers(t *testing.T) {
 	defer cancel()
 	// The guest only looks: it lists its own /job and reads its own
 	// process status, harmless whatever the jail.
-	res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Mode: job.ModeAuto, Source: `
+	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Mode: api.ModeAuto, Source: `
 let listed = "denied";
 try { listed = [...Deno.readDirSync("/job")].map((e) => e.name).join(",") } catch (e) { listed = "denied: " + e.name }
 console.log(JSON.stringify({listed}));
