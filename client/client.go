@@ -104,12 +104,16 @@ func (c *Client) Stream(ctx context.Context, req *api.Job, fn func(api.Event)) (
 }
 
 // Posture returns the daemon's host posture (as `pmjail posture --json`).
-func (c *Client) Posture(ctx context.Context) (json.RawMessage, error) {
+func (c *Client) Posture(ctx context.Context) (*api.Posture, error) {
 	body, err := c.get(ctx, "/"+APIVersion+"/posture")
 	if err != nil {
 		return nil, err
 	}
-	return json.RawMessage(body), nil
+	var p api.Posture
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("read posture: %w", err)
+	}
+	return &p, nil
 }
 
 // Health returns the daemon's health. A draining daemon answers 503,

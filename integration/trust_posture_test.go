@@ -88,7 +88,11 @@ func needCore(t *testing.T, p *posture) {
 
 func daemonPosture(t *testing.T, d *daemon) *posture {
 	t.Helper()
-	raw, err := d.c.Posture(context.Background())
+	p, err := d.c.Posture(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +102,9 @@ func daemonPosture(t *testing.T, d *daemon) *posture {
 // probedAt is when the daemon's posture was last probed.
 func probedAt(t *testing.T, d *daemon) time.Time {
 	t.Helper()
-	raw, err := d.c.Posture(context.Background())
+	p, err := d.c.Posture(context.Background())
 	if err != nil {
 		t.Fatal(err)
-	}
-	var p struct {
-		ProbedAt time.Time `json:"probed_at"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatalf("decode posture: %v\n%s", err, raw)
 	}
 	return p.ProbedAt
 }

@@ -167,8 +167,8 @@ func TestServerRunsAndStreams(t *testing.T) {
 		t.Errorf("health %+v %v", h, err)
 	}
 	p, err := ts.c.Posture(ctx)
-	if err != nil || !json.Valid(p) {
-		t.Errorf("posture %s %v", p, err)
+	if err != nil || p.Decision != "run" || len(p.Layers) == 0 || p.Cgroup == nil {
+		t.Errorf("posture %+v %v", p, err)
 	}
 	m, err := ts.c.Metrics(ctx)
 	if err != nil {
