@@ -142,7 +142,7 @@ func (r *Request) Validate() error {
 }
 
 // validateLabels checks the client's labels against the contract's
-// bounds: they travel in every result and log line of the run.
+// bounds: they travel back in the run's result.
 func validateLabels(labels map[string]string) error {
 	if len(labels) > api.MaxLabels {
 		return invalidAt("labels", "%d labels is over the cap of %d", len(labels), api.MaxLabels)

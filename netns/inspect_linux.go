@@ -10,10 +10,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pmjail/pmjail/api"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/api"
 )
 
 // ErrNotSupported means the host cannot show a process's network namespace
