@@ -64,15 +64,20 @@ test: check test-host test-vm test-systemd
 # The checks that need no VM, first: lint; go vet as built without cgo
 # and for arm64 (the fallback start path and the seccomp layer's stand-in,
 # which no other step compiles), and the tests of what a build without cgo
-# reports; then the race detector on the packages whose tests pass as
-# nobody without a skip, plus ipc (its one root test is cheap). The other
-# packages start jails and would pay -race's slowdown in every run.
-RACE_PKGS ?= ./client ./cmd/pmjail ./internal/... ./ipc ./job ./posture ./profiles ./runtimes
+# reports; the Go client as a program of another platform builds it
+# (without cgo, for macOS), importing no pmjail package but api; then the
+# race detector on the packages whose tests pass as nobody without a skip,
+# plus ipc (its one root test is cheap). The other packages start jails
+# and would pay -race's slowdown in every run.
+RACE_PKGS ?= ./api ./client ./cmd/pmjail ./internal/... ./ipc ./job ./posture ./profiles ./runtimes
 check: deps
 	$(MAKE) --no-print-directory lint
 	CGO_ENABLED=0 $(GO) vet ./...
 	GOARCH=arm64 $(GO) vet ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -run NoCompiler ./seccomp ./posture
+	CGO_ENABLED=0 $(GO) build ./client ./api
+	GOOS=darwin GOARCH=arm64 $(GO) build ./client
+	$(GO) test -count=1 -run DependsOnAPIAlone ./client
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
 # The integration suite tests the binaries `make build` made (pmjail and

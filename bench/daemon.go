@@ -116,7 +116,11 @@ func (d *Daemon) Hello(ctx context.Context) error {
 
 // runDeno runs req and checks that it succeeded and printed stdout.
 func (d *Daemon) runDeno(ctx context.Context, req *job.Request, stdout string) error {
-	res, err := d.Client.Run(ctx, req)
+	wire, err := req.API()
+	if err != nil {
+		return err
+	}
+	res, err := d.Client.Run(ctx, wire)
 	if err != nil {
 		return fmt.Errorf("daemon run: %w", err)
 	}

@@ -14,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/api"
 )
 
 // DefaultSocketPath is where a daemon listens unless its config says
@@ -60,13 +59,13 @@ const base = "http://pmjail"
 // Run sends the job and waits for its result. A result whatever its status
 // (a timeout, an error in the guest) is not an error; a refusal by the
 // daemon is an *Error. Cancelling ctx cancels the run.
-func (c *Client) Run(ctx context.Context, req *job.Request) (*jail.Result, error) {
+func (c *Client) Run(ctx context.Context, req *api.Job) (*api.Result, error) {
 	resp, err := c.post(ctx, req, "application/json")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var res jail.Result
+	var res api.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&res); err != nil {
 		return nil, fmt.Errorf("read result: %w", err)
 	}
@@ -75,8 +74,8 @@ func (c *Client) Run(ctx context.Context, req *job.Request) (*jail.Result, error
 
 // Stream sends the job and calls fn with each event as it arrives (output
 // chunks, logs, and last the result), then returns the result.
-func (c *Client) Stream(ctx context.Context, req *job.Request, fn func(Event)) (*jail.Result, error) {
-	resp, err := c.post(ctx, req, NDJSON)
+func (c *Client) Stream(ctx context.Context, req *api.Job, fn func(api.Event)) (*api.Result, error) {
+	resp, err := c.post(ctx, req, api.NDJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -84,14 +83,14 @@ func (c *Client) Stream(ctx context.Context, req *job.Request, fn func(Event)) (
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
 	for sc.Scan() {
-		var ev Event
+		var ev api.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("read event: %w", err)
 		}
 		if fn != nil {
 			fn(ev)
 		}
-		if ev.Type == EventResult {
+		if ev.Type == api.EventResult {
 			if ev.Result == nil {
 				return nil, errors.New("read event: result event without a result")
 			}
@@ -105,22 +104,26 @@ func (c *Client) Stream(ctx context.Context, req *job.Request, fn func(Event)) (
 }
 
 // Posture returns the daemon's host posture (as `pmjail posture --json`).
-func (c *Client) Posture(ctx context.Context) (json.RawMessage, error) {
+func (c *Client) Posture(ctx context.Context) (*api.Posture, error) {
 	body, err := c.get(ctx, "/"+APIVersion+"/posture")
 	if err != nil {
 		return nil, err
 	}
-	return json.RawMessage(body), nil
+	var p api.Posture
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("read posture: %w", err)
+	}
+	return &p, nil
 }
 
 // Health returns the daemon's health. A draining daemon answers 503,
 // returned as an *Error.
-func (c *Client) Health(ctx context.Context) (*Health, error) {
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 	body, err := c.get(ctx, "/"+APIVersion+"/health")
 	if err != nil {
 		return nil, err
 	}
-	var h Health
+	var h api.Health
 	if err := json.Unmarshal(body, &h); err != nil {
 		return nil, fmt.Errorf("read health: %w", err)
 	}
@@ -133,10 +136,7 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 	return string(body), err
 }
 
-func (c *Client) post(ctx context.Context, req *job.Request, accept string) (*http.Response, error) {
-	if req.Exec != nil {
-		return nil, errors.New("submit job: native programs (exec) are not part of the socket API")
-	}
+func (c *Client) post(ctx context.Context, req *api.Job, accept string) (*http.Response, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode job: %w", err)

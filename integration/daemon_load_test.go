@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 	"golang.org/x/sys/unix"
 )
 
 // hello is the smallest real run.
-func hello() *job.Request { return &job.Request{Runtime: "deno", Source: `console.log(1)`} }
+func hello() *api.Job { return &api.Job{Runtime: "deno", Source: `console.log(1)`} }
 
 // runMany sends n hello runs through c from conc workers and returns how
 // many came back ok; every other outcome is reported.
@@ -203,7 +203,7 @@ func TestDaemonCrashRecovery(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = d.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 20000))`})
+			_, _ = d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 20000))`})
 		}()
 	}
 	deadline := time.Now().Add(60 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pmjail/pmjail/api"
 	"io"
 	"net/http"
 	"os"
@@ -18,9 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 var sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
@@ -125,7 +124,7 @@ func TestDaemonMetricsListener(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("hi")`})
+	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log("hi")`})
 	if err != nil || res.Status != jail.StatusOK {
 		t.Fatalf("run: %v %+v", err, res)
 	}
@@ -172,7 +171,7 @@ func TestDaemonMetricsListener(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	var h *client.Health
+	var h *api.Health
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if h, err = d.c.Health(ctx); err != nil {
 			t.Fatal(err)

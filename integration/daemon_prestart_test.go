@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
-	"github.com/pmjail/pmjail/profiles"
 )
 
 // TestDaemonPrestartedRunIsContained: a run that takes an init stage the
@@ -30,7 +29,7 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 
 	// The first run tells the pool which namespaces to start children in;
 	// it fills once that run's own set-up is done.
-	res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("first")`})
+	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log("first")`})
 	if err != nil || res.Status != jail.StatusOK {
 		t.Fatalf("first run: %v %+v", err, res)
 	}
@@ -54,9 +53,9 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 		}
 	}
 
-	res, err = d.c.Run(ctx, &job.Request{Runtime: "deno",
+	res, err = d.c.Run(ctx, &api.Job{Runtime: "deno",
 		Source: `console.log("started"); const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`,
-		Limits: profiles.Limits{Memory: 64 << 20, Timeout: profiles.Duration(20 * time.Second)}})
+		Limits: api.Limits{Memory: 64 << 20, Timeout: api.Duration(20 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}

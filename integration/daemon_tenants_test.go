@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pmjail/pmjail/api"
 	"io"
 	"os"
 	"os/exec"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // Two tenants in one daemon, called over the real socket by two uids (the
@@ -152,7 +152,7 @@ func TestDaemonTenants(t *testing.T) {
 	alphaDone()
 
 	// root matches no tenant, and the config does not let others in.
-	_, err = d.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: "1"})
+	_, err = d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: "1"})
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 403 || !strings.Contains(apiErr.Message, "matches no tenant") {
 		t.Errorf("root, in no tenant: %v, want 403 saying it matches no tenant", err)
@@ -171,7 +171,7 @@ func TestDaemonTenants(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if res, err := d.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "384M"}`)}); err != nil || res.Status != jail.StatusOK {
+	if res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "384M"}`)}); err != nil || res.Status != jail.StatusOK {
 		t.Errorf("root after a reload with others allowed: %v %+v", err, res)
 	}
 
@@ -230,8 +230,8 @@ func TestDaemonTenantHelper(t *testing.T) {
 		}
 		return "200 " + string(res.Status)
 	}
-	quick := func() *job.Request { return &job.Request{Runtime: "deno", Source: "1"} }
-	big := &job.Request{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "384M"}`)}
+	quick := func() *api.Job { return &api.Job{Runtime: "deno", Source: "1"} }
+	big := &api.Job{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "384M"}`)}
 
 	switch role := os.Getenv("PMJAIL_TENANT_HELPER_ROLE"); role {
 	case "alpha":
@@ -242,8 +242,8 @@ func TestDaemonTenantHelper(t *testing.T) {
 		slow := make(chan string, 1)
 		go func() {
 			var once sync.Once
-			res, err := c.Stream(sctx, &job.Request{Runtime: "deno", Source: `console.log(0); await new Promise(r => setTimeout(r, 60000))`},
-				func(client.Event) { once.Do(func() { close(started) }) })
+			res, err := c.Stream(sctx, &api.Job{Runtime: "deno", Source: `console.log(0); await new Promise(r => setTimeout(r, 60000))`},
+				func(api.Event) { once.Do(func() { close(started) }) })
 			slow <- outcome(res, err)
 		}()
 		select {

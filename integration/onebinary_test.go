@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // TestOneBinary builds pmjail as `go install ./cmd/pmjail` does (no tags,
@@ -134,7 +134,7 @@ func TestOneBinary(t *testing.T) {
 		if h, err := c.Health(ctx); err != nil || h.PID != cmd.Process.Pid {
 			t.Errorf("health %+v, %v: want the daemon in pmjail's own process %d", h, err, cmd.Process.Pid)
 		}
-		res, err := c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("hello from serve")`})
+		res, err := c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log("hello from serve")`})
 		if err != nil || res.Status != jail.StatusOK || res.Stdout != "hello from serve\n" {
 			t.Errorf("run through the daemon: %+v, %v", res, err)
 		}

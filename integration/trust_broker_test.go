@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
-	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // echoOrigin is a loopback origin started by a test: it records the headers
@@ -77,7 +76,7 @@ func trustDaemon(t *testing.T, ceilingRequest, secrets string) *daemon {
 		"ceiling": {"limits": {"timeout": "60s"}, "capabilities": {"log": true, "request": `+ceilingRequest+`}, "secrets": `+secrets+`}}`)
 }
 
-func runJob(t *testing.T, d *daemon, req *job.Request) (*jail.Result, *client.Error) {
+func runJob(t *testing.T, d *daemon, req *api.Job) (*jail.Result, *client.Error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -113,8 +112,8 @@ console.log(JSON.stringify(r));
 await host.log.info(r.ok ? r.value.body : r.error.message, r.ok ? r.value.headers : {});`
 	}
 	t.Run("mapped to another origin", func(t *testing.T) {
-		_, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: send(attacker.origin), Capabilities: ipc.Capabilities{Log: true,
-			Request: &ipc.RequestCapability{URLs: []string{attacker.origin}, Auth: map[string]string{attacker.origin: "api"}}}})
+		_, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: send(attacker.origin), Capabilities: api.Capabilities{Log: true,
+			Request: &api.RequestCapability{URLs: []string{attacker.origin}, Auth: map[string]string{attacker.origin: "api"}}}})
 		if apiErr == nil || apiErr.StatusCode != 400 || apiErr.Field != `capabilities.request.auth["`+attacker.origin+`"]` {
 			t.Errorf("a secret mapped to an origin outside its origins: %+v, want a 400 naming the auth entry", apiErr)
 		}
@@ -128,12 +127,12 @@ await host.log.info(r.ok ? r.value.body : r.error.message, r.ok ? r.value.header
 		// redirect goes without it.
 		hop := `const r = await host.request.send({ url: ` + jsString(allowed.origin+"/hop?to="+attacker.origin+"/echo") + `, auth: "api" });
 console.log(r.ok ? r.value.status : r.error.code);`
-		_, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: hop, Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{
+		_, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: hop, Capabilities: api.Capabilities{Request: &api.RequestCapability{
 			URLs: []string{allowed.origin, attacker.origin}, Auth: map[string]string{allowed.origin: "api", attacker.origin: "api"}}}})
 		if apiErr == nil || apiErr.StatusCode != 400 || apiErr.Field != `capabilities.request.auth["`+attacker.origin+`"]` {
 			t.Errorf("a secret mapped to the redirect's target: %+v, want a 400 naming the auth entry", apiErr)
 		}
-		res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: hop, Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{
+		res, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: hop, Capabilities: api.Capabilities{Request: &api.RequestCapability{
 			URLs: []string{allowed.origin, attacker.origin}, Auth: map[string]string{allowed.origin: "api"}}}})
 		if apiErr != nil || strings.TrimSpace(res.Stdout) != "200" {
 			t.Fatalf("a redirect away from the secret's origin: %+v %+v", res, apiErr)
@@ -149,8 +148,8 @@ console.log(r.ok ? r.value.status : r.error.code);`
 		}
 	})
 	t.Run("echoed back", func(t *testing.T) {
-		res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: send(allowed.origin), Capabilities: ipc.Capabilities{Log: true,
-			Request: &ipc.RequestCapability{URLs: []string{allowed.origin}, Auth: map[string]string{allowed.origin: "api"}}}})
+		res, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: send(allowed.origin), Capabilities: api.Capabilities{Log: true,
+			Request: &api.RequestCapability{URLs: []string{allowed.origin}, Auth: map[string]string{allowed.origin: "api"}}}})
 		if apiErr != nil {
 			t.Fatalf("the secret's own origin: %+v", apiErr)
 		}
@@ -189,8 +188,8 @@ func TestTrust_PrivateLiteralRefused(t *testing.T) {
 console.log(r.ok ? r.value.status : r.error.code);`
 	}
 	for _, origin := range []string{target.origin, "http://[::ffff:127.0.0.1]:" + target.port, "http://[::127.0.0.1]:" + target.port} {
-		res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: src(origin),
-			Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{URLs: []string{origin}}}})
+		res, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: src(origin),
+			Capabilities: api.Capabilities{Request: &api.RequestCapability{URLs: []string{origin}}}})
 		if apiErr == nil && strings.TrimSpace(res.Stdout) != "denied" {
 			t.Errorf("%s: the run got %q, want the job refused or the call denied", origin, res.Stdout)
 		} else if apiErr != nil && (apiErr.StatusCode != 400 || apiErr.Field != "capabilities.request.urls[0]") {
@@ -200,8 +199,8 @@ console.log(r.ok ? r.value.status : r.error.code);`
 	if got, _ := target.requests(); len(got) != 0 {
 		t.Errorf("the loopback listener got %d requests under allow_private_addresses false", len(got))
 	}
-	res, apiErr := runJob(t, d, &job.Request{Runtime: "deno", Source: src(listed.origin),
-		Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{URLs: []string{listed.origin}}}})
+	res, apiErr := runJob(t, d, &api.Job{Runtime: "deno", Source: src(listed.origin),
+		Capabilities: api.Capabilities{Request: &api.RequestCapability{URLs: []string{listed.origin}}}})
 	if apiErr != nil || strings.TrimSpace(res.Stdout) != "200" {
 		t.Errorf("the origin in private_origins: %+v %+v, want 200", res, apiErr)
 	}

@@ -13,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
-	"github.com/pmjail/pmjail/profiles"
 )
 
 // controlReplyServer answers every request with n bytes of \x01, the byte
@@ -112,24 +110,24 @@ func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak i
 	defer cancel()
 	// One ordinary run first, so that "idle" includes what any run costs
 	// once (the runtime's files, the first job's goroutines).
-	if res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("warm")`}); err != nil || res.Status != jail.StatusOK {
+	if res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log("warm")`}); err != nil || res.Status != jail.StatusOK {
 		tb.Fatalf("warm-up run: %+v %v", res, err)
 	}
 	idle = vmHWM(tb, d.pid())
 
-	req := &job.Request{
+	req := &api.Job{
 		Runtime:      "deno",
 		Source:       budgetAttack,
 		Input:        json.RawMessage(`{"url":` + strconv.Quote(origin+"/") + `}`),
-		Capabilities: ipc.Capabilities{Request: &ipc.RequestCapability{URLs: []string{origin}}},
-		Limits:       profiles.Limits{Output: 16 << 20, Memory: 1 << 30},
+		Capabilities: api.Capabilities{Request: &api.RequestCapability{URLs: []string{origin}}},
+		Limits:       api.Limits{Output: 16 << 20, Memory: 1 << 30},
 	}
 	var (
 		res *jail.Result
 		err error
 	)
 	if streamed {
-		res, err = d.c.Stream(ctx, req, func(client.Event) {})
+		res, err = d.c.Stream(ctx, req, func(api.Event) {})
 	} else {
 		res, err = d.c.Run(ctx, req)
 	}

@@ -20,8 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // Address families a native guest may not open: each reaches past the
@@ -236,7 +236,7 @@ func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		run := func() *jail.Result {
-			res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Source: jsDenialFlood})
+			res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Source: jsDenialFlood})
 			if err != nil {
 				t.Fatal(err)
 			}

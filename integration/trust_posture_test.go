@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // The daemon's host posture decides what every later run in mode auto
@@ -88,7 +88,11 @@ func needCore(t *testing.T, p *posture) {
 
 func daemonPosture(t *testing.T, d *daemon) *posture {
 	t.Helper()
-	raw, err := d.c.Posture(context.Background())
+	p, err := d.c.Posture(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +102,9 @@ func daemonPosture(t *testing.T, d *daemon) *posture {
 // probedAt is when the daemon's posture was last probed.
 func probedAt(t *testing.T, d *daemon) time.Time {
 	t.Helper()
-	raw, err := d.c.Posture(context.Background())
+	p, err := d.c.Posture(context.Background())
 	if err != nil {
 		t.Fatal(err)
-	}
-	var p struct {
-		ProbedAt time.Time `json:"probed_at"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatalf("decode posture: %v\n%s", err, raw)
 	}
 	return p.ProbedAt
 }
@@ -168,7 +166,7 @@ func TestTrust_PostureRefreshHangupKeepsLayers(t *testing.T) {
 	defer cancel()
 	// The guest only looks: it lists its own /job and reads its own
 	// process status, harmless whatever the jail.
-	res, err := d.c.Run(ctx, &job.Request{Runtime: "deno", Mode: job.ModeAuto, Source: `
+	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Mode: api.ModeAuto, Source: `
 let listed = "denied";
 try { listed = [...Deno.readDirSync("/job")].map((e) => e.name).join(",") } catch (e) { listed = "denied: " + e.name }
 console.log(JSON.stringify({listed}));

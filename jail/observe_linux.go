@@ -7,47 +7,15 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/netns"
 )
 
 // Observed is the contained process's real state, read back from /proc
-// once the runtime runs: the evidence behind a run's posture.
-type Observed struct {
-	PID            int               `json:"pid"`
-	NoNewPrivs     bool              `json:"no_new_privs"`
-	Seccomp        int               `json:"seccomp_mode"`
-	SeccompFilters int               `json:"seccomp_filters"`
-	CapEff         string            `json:"cap_eff"`
-	CapPrm         string            `json:"cap_prm"`
-	CapInh         string            `json:"cap_inh"`
-	CapBnd         string            `json:"cap_bnd"`
-	CapAmb         string            `json:"cap_amb"`
-	HostUID        int               `json:"host_uid"`
-	HostGID        int               `json:"host_gid"`
-	Namespaces     map[string]bool   `json:"namespaces"`
-	NamespaceIDs   map[string]uint64 `json:"namespace_inodes"`
-	Cgroups        []string          `json:"cgroups,omitempty"`
-	// RootReadOnly and Mounts describe the process's mount table.
-	RootReadOnly bool `json:"root_read_only"`
-	Mounts       int  `json:"mounts"`
-	// CoreLimit and NoFileLimit are its RLIMIT_CORE and RLIMIT_NOFILE.
-	CoreLimit   string `json:"rlimit_core"`
-	NoFileLimit string `json:"rlimit_nofile"`
-	// Network is what the process's network namespace holds.
-	Network *netns.Report `json:"network,omitempty"`
-	Error   string        `json:"error,omitempty"`
-}
-
-// NoCapabilities reports whether every capability set is empty.
-func (o *Observed) NoCapabilities() bool {
-	for _, c := range []string{o.CapEff, o.CapPrm, o.CapInh, o.CapBnd, o.CapAmb} {
-		if strings.Trim(c, "0") != "" {
-			return false
-		}
-	}
-	return true
-}
+// once the runtime runs: the evidence behind a run's posture, as the
+// socket contract carries it.
+type Observed = api.Observed
 
 var namespaceNames = []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"}
 

@@ -1,93 +1,40 @@
 package jail
 
-import "encoding/json"
+import "github.com/pmjail/pmjail/api"
 
-// Status says how a run ended. The names are the result object's contract.
-type Status string
+// Status says how a run ended: the socket contract's api.Status, which the
+// engine builds as it is.
+type Status = api.Status
 
 // The statuses of a run.
 const (
-	StatusOK            Status = "ok"
-	StatusError         Status = "error"
-	StatusTimeout       Status = "timeout"
-	StatusCPULimit      Status = "cpu_limit"
-	StatusMemoryLimit   Status = "memory_limit"
-	StatusOutputLimit   Status = "output_limit"
-	StatusProtocolError Status = "protocol_error"
-	StatusRefused       Status = "refused"
-	StatusInternalError Status = "internal_error"
+	StatusOK            = api.StatusOK
+	StatusError         = api.StatusError
+	StatusTimeout       = api.StatusTimeout
+	StatusCPULimit      = api.StatusCPULimit
+	StatusMemoryLimit   = api.StatusMemoryLimit
+	StatusOutputLimit   = api.StatusOutputLimit
+	StatusProtocolError = api.StatusProtocolError
+	StatusRefused       = api.StatusRefused
+	StatusInternalError = api.StatusInternalError
 )
 
-// Statuses returns every status, in the order above, for whoever lists
-// them all (the daemon's metrics show each from the start).
-func Statuses() []Status {
-	return []Status{StatusOK, StatusError, StatusTimeout, StatusCPULimit, StatusMemoryLimit,
-		StatusOutputLimit, StatusProtocolError, StatusRefused, StatusInternalError}
-}
+// Statuses returns every status, for whoever lists them all (the daemon's
+// metrics show each from the start).
+func Statuses() []Status { return api.Statuses() }
 
-// ExitCode is the CLI exit code for a status whose code does not come from
-// the guest itself: 124 for a time or output limit, 137 for memory, 125 for
-// a refusal or pmjail's own failure.
-func (s Status) ExitCode() (int, bool) {
-	switch s {
-	case StatusTimeout, StatusCPULimit, StatusOutputLimit:
-		return 124, true
-	case StatusMemoryLimit:
-		return 137, true
-	case StatusRefused, StatusInternalError, StatusProtocolError:
-		return 125, true
-	}
-	return 0, false
-}
-
-// Result is the one structured answer for a run (the contract's result
-// object).
-type Result struct {
-	ID        string          `json:"id"`
-	Status    Status          `json:"status"`
-	ExitCode  int             `json:"exit_code"`
-	Signal    string          `json:"signal,omitempty"`
-	Value     json.RawMessage `json:"value,omitempty"`
-	Error     *ErrorInfo      `json:"error,omitempty"`
-	Stdout    string          `json:"stdout"`
-	Stderr    string          `json:"stderr"`
-	Truncated Truncated       `json:"truncated"`
-	Logs      []LogEntry      `json:"logs"`
-	// LimitsHit names every limit the run met, even one the guest survived
-	// (a fork refused under the pids cap).
-	LimitsHit []string `json:"limits_hit,omitempty"`
-	// Denied counts the system calls the seccomp filter refused, by name.
-	Denied  map[string]uint64 `json:"denied_syscalls,omitempty"`
-	Usage   Usage             `json:"usage"`
-	Posture any               `json:"posture,omitempty"`
-}
+// Result is the one structured answer for a run: the engine fills the
+// contract's result object directly.
+type Result = api.Result
 
 // ErrorInfo describes why a run failed.
-type ErrorInfo struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Stack   string `json:"stack,omitempty"`
-}
+type ErrorInfo = api.ErrorInfo
 
 // Truncated says which output stream was cut at the output limit.
-type Truncated struct {
-	Stdout bool `json:"stdout"`
-	Stderr bool `json:"stderr"`
-}
+type Truncated = api.Truncated
 
 // LogEntry is one host.log call.
-type LogEntry struct {
-	Level   string          `json:"level"`
-	Message string          `json:"message"`
-	Meta    json.RawMessage `json:"meta,omitempty"`
-}
+type LogEntry = api.LogEntry
 
-// Usage holds the run's resource figures, from the cgroup's own accounting
-// where there is one.
-type Usage struct {
-	WallMS          int64  `json:"wall_ms"`
-	CPUMS           int64  `json:"cpu_ms"`
-	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
-	PeakTasks       uint64 `json:"peak_tasks,omitempty"`
-	BrokerCalls     int    `json:"broker_calls"`
-}
+// Usage holds the run's resource figures.
+type Usage = api.Usage

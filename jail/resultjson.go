@@ -20,7 +20,7 @@ const outputMembers = `,"stdout":"","stderr":""`
 // daemon must not hold that whole (nor a second copy of the output) to
 // answer. The rest of the result is bounded by the ceiling (the value by
 // the frame cap, the logs by the log budget) and is encoded as usual.
-func (r *Result) WriteJSON(w io.Writer) error {
+func WriteJSON(w io.Writer, r *Result) error {
 	rest := *r
 	rest.Stdout, rest.Stderr = "", ""
 	b, err := json.Marshal(&rest)

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/api"
 )
 
 // WriteJSON is json.Marshal's encoding of the result, whatever the output
@@ -25,7 +28,9 @@ func TestResultWriteJSONMatchesMarshal(t *testing.T) {
 			LimitsHit: []string{"output"},
 			Denied:    map[string]uint64{"ptrace": 2},
 			Usage:     Usage{WallMS: 5, CPUMS: 4, PeakMemoryBytes: 1 << 20, PeakTasks: 3, BrokerCalls: 9},
-			Posture:   map[string]any{"stdout": "", "mode": "auto"},
+			StartedAt: api.Time{Time: time.Unix(1, 5e6)}, FinishedAt: api.Time{Time: time.Unix(2, 0)},
+			QueuedMS: 7, Labels: map[string]string{"stdout": ""},
+			Posture: &api.Posture{Mode: "auto", Notes: []string{`,"stdout":"","stderr":""`}},
 		},
 	} {
 		want, err := json.Marshal(r)
@@ -33,7 +38,7 @@ func TestResultWriteJSONMatchesMarshal(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got bytes.Buffer
-		if err := r.WriteJSON(&got); err != nil {
+		if err := WriteJSON(&got, r); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got.Bytes(), want) {

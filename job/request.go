@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
@@ -25,8 +28,9 @@ const MaxRequestBytes = MaxSourceBytes + MaxInputBytes + 64<<10
 // ErrInvalid marks every error caused by the request itself.
 var ErrInvalid = errors.New("invalid job")
 
-// Request is the job object: the socket API's request body, and what the
-// CLI builds from its flags.
+// Request is the job object as the engine reads it: the socket API's
+// request body (api.Job, converted by FromAPI and API), and what the CLI
+// builds from its flags.
 type Request struct {
 	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
 	// type stripping.
@@ -37,6 +41,10 @@ type Request struct {
 	Limits       profiles.Limits  `json:"limits"`
 	Mode         string           `json:"mode,omitempty"`
 	Profile      string           `json:"profile,omitempty"`
+	// Labels and Posture are the client's: echoed in the result, and how
+	// much posture it carries (api.Job says more).
+	Labels  map[string]string `json:"labels,omitempty"`
+	Posture string            `json:"posture,omitempty"`
 	// Exec is set only by the CLI's `pmjail exec`: a native program instead
 	// of a runtime. It is not part of the socket API.
 	Exec *Exec `json:"-"`
@@ -125,11 +133,37 @@ func (r *Request) Validate() error {
 	if err := r.Capabilities.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	switch r.Posture {
+	case "", api.PostureFull, api.PostureSummary:
+	default:
+		return invalidAt("posture", "%q (want summary or full)", r.Posture)
+	}
+	return validateLabels(r.Labels)
+}
+
+// validateLabels checks the client's labels against the contract's
+// bounds: they travel back in the run's result.
+func validateLabels(labels map[string]string) error {
+	if len(labels) > api.MaxLabels {
+		return invalidAt("labels", "%d labels is over the cap of %d", len(labels), api.MaxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if k == "" || len(k) > api.LabelKeyMax || strings.IndexFunc(k, notLabelKeyRune) >= 0 {
+			return invalidAt("labels", "key %q: want 1 to %d bytes of a-z, 0-9, '_', '.' and '-'", k, api.LabelKeyMax)
+		}
+		if v := labels[k]; len(v) > api.LabelValueMax {
+			return invalidAt("labels."+k, "%d bytes is over the %d-byte cap", len(v), api.LabelValueMax)
+		}
+	}
 	return nil
+}
+
+func notLabelKeyRune(c rune) bool {
+	return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-')
 }
 
 // The modes of a run.
 const (
-	ModeAuto     = "auto"
-	ModeRequired = "required"
+	ModeAuto     = api.ModeAuto
+	ModeRequired = api.ModeRequired
 )

@@ -17,6 +17,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
@@ -84,7 +85,10 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	// what operators and tests read.)
 	var pooled, pooledRoot bool
 	defer func() {
-		res.Usage.WallMS = time.Since(start).Milliseconds()
+		end := time.Now()
+		res.Usage.WallMS = end.Sub(start).Milliseconds()
+		res.StartedAt, res.FinishedAt = api.Time{Time: start}, api.Time{Time: end}
+		res.Labels = r.Request.Labels
 		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot)
 	}()
 	logger.Info("run starting", "spec", r.String())
@@ -104,13 +108,13 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		if probed != nil {
 			report := probed.Report(r.Mode, r.Required)
 			if report.Decision == "refuse" {
-				rn.refuse(res, report)
+				rn.refuse(res, report, r.Request.Posture)
 				return res
 			}
 			if !probed.Has(posture.MountNS) || !probed.Has(posture.PIDNS) {
 				report.Decision = "refuse"
 				report.Missing = []string{posture.MountNS, posture.PIDNS}
-				rn.refuse(res, report)
+				rn.refuse(res, report, r.Request.Posture)
 				res.Error.Message = "this host cannot build a jail: no mount or pid namespace"
 				return res
 			}
@@ -160,10 +164,10 @@ func setupLayerFailure(out *jail.Outcome) bool {
 	return out.InitLayer != "" || out.InitStage == initstage.StageStart || errors.Is(out.Err, cgroup.ErrNotSupported)
 }
 
-func (rn *Runner) refuse(res *jail.Result, report *posture.Report) {
+func (rn *Runner) refuse(res *jail.Result, report *posture.Report, detail string) {
 	setStatus(res, jail.StatusRefused)
 	res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: missing layers: " + strings.Join(report.Missing, ", ")}
-	res.Posture = report
+	res.Posture = report.API(detail)
 }
 
 // attempt is one try at running a resolved job, with the layers probed
@@ -373,7 +377,7 @@ func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filte
 	if a.probed != nil {
 		facts.Host = &a.probed.Host
 	}
-	res.Posture = posture.ForRun(facts)
+	res.Posture = posture.ForRun(facts).API(r.Request.Posture)
 }
 
 // degrade leaves out of the spec the namespaces the host lacks (mode auto).

@@ -13,32 +13,21 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/api"
 )
 
 // ErrNotSupported means the host cannot show a process's network namespace
 // (no /proc/<pid>/ns/net, i.e. no network namespaces).
 var ErrNotSupported = errors.New("netns: network namespaces not supported")
 
-// Interface is one network interface seen inside a namespace.
-type Interface struct {
-	Name string `json:"name"`
-	Up   bool   `json:"up"`
-}
+// Interface is one network interface seen inside a namespace (the
+// socket contract's type: a run's posture carries it).
+type Interface = api.Interface
 
-// Report says whether a process is isolated from the host's network.
-type Report struct {
-	// Isolated is true when the process has a network namespace of its
-	// own (a different inode from the supervisor's) holding only "lo".
-	Isolated bool `json:"isolated"`
-	// HostInode and JobInode identify the supervisor's and the job's
-	// network namespaces (the inode of /proc/<pid>/ns/net).
-	HostInode uint64 `json:"host_inode"`
-	JobInode  uint64 `json:"job_inode"`
-	// Interfaces are the links inside the job's namespace.
-	Interfaces []Interface `json:"interfaces"`
-	// Reason explains a report that is not isolated.
-	Reason string `json:"reason,omitempty"`
-}
+// Report says whether a process is isolated from the host's network (the
+// socket contract's api.Network).
+type Report = api.Network
 
 // Inspect compares the network namespace of pid with the supervisor's own
 // and lists the links inside it.

@@ -4,18 +4,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
 )
 
 // State is a layer's state on a host or in a run.
-type State string
+type State = api.State
 
 // The states of a layer.
 const (
-	Applied  State = "applied"
-	Missing  State = "missing"
-	Degraded State = "degraded"
-	Off      State = "off" // available but not asked for (e.g. the timing mitigation)
+	Applied  = api.StateApplied
+	Missing  = api.StateMissing
+	Degraded = api.StateDegraded
+	Off      = api.StateOff // available but not asked for (e.g. the timing mitigation)
 )
 
 // Layer names: stable, used in reports, in the operator's "required" list
@@ -49,15 +50,10 @@ var Names = []string{UserNS, PIDNS, MountNS, NetNS, IPCNS, UTSNS, CgroupNS, Root
 	NoNewPrivs, Capabilities, Rlimits, CgroupMemory, CgroupPids, CgroupCPU, Landlock, DenoPermissions, Timing}
 
 // Layer is one hardening layer's state, with the evidence or the reason.
-type Layer struct {
-	Name   string `json:"name"`
-	State  State  `json:"state"`
-	Core   bool   `json:"core,omitempty"`
-	Detail string `json:"detail,omitempty"`
-}
+type Layer = api.Layer
 
 // Report is a posture: the host's (pmjail posture, the daemon) or a run's
-// (attached to every result).
+// (attached to every result as its api.Posture, see API).
 type Report struct {
 	Mode string `json:"mode"`
 	// Decision is "run" or "refuse".
@@ -77,20 +73,11 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// RunRuntime names a run's runtime and, for Python, how it started:
-// "snapshot" or "cold: <why>".
-type RunRuntime struct {
-	Name  string `json:"name"`
-	Start string `json:"start,omitempty"`
-}
+// RunRuntime names a run's runtime and, for Python, how it started.
+type RunRuntime = api.RunRuntime
 
 // Cgroup is the cgroup mechanic in use.
-type Cgroup struct {
-	// Mechanic is "v1", "v2" or "none".
-	Mechanic string            `json:"mechanic"`
-	Paths    map[string]string `json:"paths,omitempty"`
-	Reason   string            `json:"reason,omitempty"`
-}
+type Cgroup = api.Cgroup
 
 // Layer returns the named layer of the report.
 func (r *Report) Layer(name string) (Layer, bool) {
@@ -128,3 +115,16 @@ func (r *Report) decide(mode string, extra []string) {
 }
 
 func isCore(name string) bool { return slices.Contains(Core, name) }
+
+// API returns the report as the socket contract carries it in a result:
+// in full, or as its summary (api.PostureSummary). The full form is the
+// report's own JSON, member for member.
+func (r *Report) API(detail string) *api.Posture {
+	cg := r.Cgroup
+	p := &api.Posture{Mode: r.Mode, Decision: r.Decision, Missing: r.Missing, Layers: r.Layers,
+		Cgroup: &cg, Host: r.Host, Runtime: r.Runtime, Observed: r.Observed, ProbedAt: r.ProbedAt, Notes: r.Notes}
+	if detail == api.PostureSummary {
+		return p.Summary()
+	}
+	return p
+}

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/capread"
 )
 
-// The error codes of the API (client.ErrorDetail.Code).
+// The error codes of the API (api.ErrorDetail.Code).
 const (
 	codeInvalid   = "invalid_job"
 	codeTooLarge  = "too_large"
@@ -41,7 +41,7 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string, retr
 	if retry > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	}
-	writeJSON(w, status, client.ErrorBody{Error: client.ErrorDetail{Code: code, Message: msg, Field: field}})
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg, Field: field}})
 }
 
 // isTooLarge reports a job body over the cap, whichever reader found it:

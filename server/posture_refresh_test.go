@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 )
 
 // getPosture sends GET /v1/posture?query and returns the status and the
@@ -24,7 +24,7 @@ func (ts *testServer) getPosture(t *testing.T, query string) (int, string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var eb client.ErrorBody
+	var eb api.ErrorBody
 	data, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(data, &eb)
 	return resp.StatusCode, eb.Error.Code

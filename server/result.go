@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
 )
 
 // resultEventHead is how json.Encoder writes a result event up to the
-// result object: client.Event{Type: client.EventResult, Result: res}.
-const resultEventHead = `{"type":"` + client.EventResult + `","result":`
+// result object: api.Event{Type: api.EventResult, Result: res}.
+const resultEventHead = `{"type":"` + api.EventResult + `","result":`
 
 // writeResult answers a run with its result, the line writeJSON would
 // send, with the output streamed (jail.Result.WriteJSON): the answer to a
@@ -28,7 +28,7 @@ func writeResultLine(w io.Writer, res *jail.Result, head, tail string) error {
 	if _, err := io.WriteString(w, head); err != nil {
 		return err
 	}
-	if err := res.WriteJSON(w); err != nil {
+	if err := jail.WriteJSON(w, res); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, tail)

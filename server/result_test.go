@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
 )
 
@@ -31,7 +31,7 @@ func TestResultStreamedAsEncoded(t *testing.T) {
 	}
 
 	want.Reset()
-	_ = json.NewEncoder(&want).Encode(client.Event{Type: client.EventResult, Result: res})
+	_ = json.NewEncoder(&want).Encode(api.Event{Type: api.EventResult, Result: res})
 	rec = httptest.NewRecorder()
 	newEvents(rec).result(res)
 	if !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {

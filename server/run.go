@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 )
@@ -115,11 +115,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	)
 	if wantsStream(r) {
 		ev = newEvents(w)
-		stdout = &outputStream{e: ev, typ: client.EventStdout}
-		stderr = &outputStream{e: ev, typ: client.EventStderr}
+		stdout = &outputStream{e: ev, typ: api.EventStdout}
+		stderr = &outputStream{e: ev, typ: api.EventStderr}
 		opt = job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
 	}
 	res = tn.runner.Run(ctx, resolved, opt)
+	res.QueuedMS = wait.Milliseconds()
 	// The slot and the counters are settled before the answer goes out, so
 	// that a client reading /metrics after its result sees its run.
 	release()

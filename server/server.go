@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
-	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/posture"
@@ -83,7 +83,7 @@ type Server struct {
 	shares   map[string]*share
 	started  time.Time
 	// lastReload is the outcome of the last reload, nil before the first.
-	lastReload atomic.Pointer[client.Reload]
+	lastReload atomic.Pointer[api.Reload]
 
 	// runCtx is every request's base context: cancelling it cancels every
 	// run (the end of a shutdown's grace period).
@@ -247,7 +247,7 @@ func (s *Server) ReloadFrom(load func() (*Config, error)) error {
 	if err == nil {
 		err = s.reload(cfg)
 	}
-	outcome := &client.Reload{At: time.Now().UTC(), OK: err == nil}
+	outcome := &api.Reload{At: time.Now().UTC(), OK: err == nil}
 	if err != nil {
 		outcome.Error = err.Error()
 		s.metrics.reloadFailures.Inc()
@@ -368,9 +368,9 @@ func (s *Server) Shutdown(grace time.Duration) error {
 // Handler is the API's routes behind the peer check.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/"+client.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
-	mux.HandleFunc("/"+client.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
-	mux.HandleFunc("/"+client.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
+	mux.HandleFunc("/"+api.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
+	mux.HandleFunc("/"+api.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
+	mux.HandleFunc("/"+api.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
 	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
@@ -409,8 +409,8 @@ func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	running, queued, max, queue := s.lim.stats()
-	h := client.Health{
-		Status: "ok", Version: s.opt.Version, API: client.APIVersion,
+	h := api.Health{
+		Status: "ok", Version: s.opt.Version, API: api.APIVersion,
 		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 		LastReload: s.lastReload.Load(),
@@ -495,7 +495,7 @@ func (s *Server) postureReport(probed *posture.Probed) *posture.Report {
 
 func wantsStream(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
-		if strings.Contains(v, client.NDJSON) {
+		if strings.Contains(v, api.NDJSON) {
 			return true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/testenv"
@@ -103,7 +104,7 @@ func startServer(t *testing.T, cfgJSON string) *testServer {
 }
 
 // post sends a raw body and returns the status and the error body.
-func (ts *testServer) post(t *testing.T, body io.Reader) (int, client.ErrorBody, http.Header) {
+func (ts *testServer) post(t *testing.T, body io.Reader) (int, api.ErrorBody, http.Header) {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", ts.sock)
@@ -113,7 +114,7 @@ func (ts *testServer) post(t *testing.T, body io.Reader) (int, client.ErrorBody,
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var eb client.ErrorBody
+	var eb api.ErrorBody
 	data, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(data, &eb)
 	return resp.StatusCode, eb, resp.Header
@@ -122,7 +123,7 @@ func (ts *testServer) post(t *testing.T, body io.Reader) (int, client.ErrorBody,
 func TestServerRunsAndStreams(t *testing.T) {
 	ts := startServer(t, `{"version": 1}`)
 	ctx := context.Background()
-	res, err := ts.c.Run(ctx, &job.Request{Runtime: "deno", Source: `console.log("hi " + 6*7)`})
+	res, err := ts.c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log("hi " + 6*7)`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +134,13 @@ func TestServerRunsAndStreams(t *testing.T) {
 		t.Errorf("the daemon log has no line with job=%s:\n%s", res.ID, ts.logs)
 	}
 
-	var evs []client.Event
-	res, err = ts.c.Stream(ctx, &job.Request{
+	var evs []api.Event
+	res, err = ts.c.Stream(ctx, &api.Job{
 		Runtime:      "deno",
 		Source:       `export default async (input, ctx) => { console.log("out"); console.error("err"); await ctx.host.log.info("note", {n: input.n}); return input.n + 1 }`,
 		Input:        json.RawMessage(`{"n": 41}`),
-		Capabilities: mustCaps(t, `{"log": true}`),
-	}, func(ev client.Event) { evs = append(evs, ev) })
+		Capabilities: api.Capabilities{Log: true},
+	}, func(ev api.Event) { evs = append(evs, ev) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,14 +150,14 @@ func TestServerRunsAndStreams(t *testing.T) {
 	seen := map[string]string{}
 	for _, ev := range evs {
 		seen[ev.Type] += ev.Data
-		if ev.Type == client.EventLog {
+		if ev.Type == api.EventLog {
 			seen[ev.Type] += ev.Log.Message
 		}
 	}
 	if seen["stdout"] != "out\n" || seen["stderr"] != "err\n" || seen["log"] != "note" {
 		t.Errorf("events %+v", seen)
 	}
-	if last := evs[len(evs)-1]; last.Type != client.EventResult || len(evs) < 4 {
+	if last := evs[len(evs)-1]; last.Type != api.EventResult || len(evs) < 4 {
 		t.Errorf("%d events, last %q: want output and log events, then the result", len(evs), last.Type)
 	}
 
@@ -165,8 +166,8 @@ func TestServerRunsAndStreams(t *testing.T) {
 		t.Errorf("health %+v %v", h, err)
 	}
 	p, err := ts.c.Posture(ctx)
-	if err != nil || !json.Valid(p) {
-		t.Errorf("posture %s %v", p, err)
+	if err != nil || p.Decision != "run" || len(p.Layers) == 0 || p.Cgroup == nil {
+		t.Errorf("posture %+v %v", p, err)
 	}
 	m, err := ts.c.Metrics(ctx)
 	if err != nil {
@@ -222,8 +223,8 @@ func TestServerQueueFullAndDisconnect(t *testing.T) {
 	streamDone := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := ts.c.Stream(ctx, &job.Request{Runtime: "deno", Source: `console.log("up"); await new Promise(r => setTimeout(r, 60000))`},
-			func(ev client.Event) { once.Do(func() { close(started) }) })
+		_, err := ts.c.Stream(ctx, &api.Job{Runtime: "deno", Source: `console.log("up"); await new Promise(r => setTimeout(r, 60000))`},
+			func(ev api.Event) { once.Do(func() { close(started) }) })
 		streamDone <- err
 	}()
 	select {
@@ -231,7 +232,7 @@ func TestServerQueueFullAndDisconnect(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the slow run never started")
 	}
-	_, err := ts.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `1`})
+	_, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `1`})
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.RetryAfter <= 0 {
 		t.Fatalf("run beyond the bounds: %v, want 429 with Retry-After", err)
@@ -251,7 +252,7 @@ func TestServerShutdownCancelsAfterGrace(t *testing.T) {
 	ts := startServer(t, `{"version": 1}`)
 	got := make(chan *jail.Result, 1)
 	go func() {
-		res, err := ts.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 60000))`})
+		res, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 60000))`})
 		if err != nil {
 			t.Error(err)
 		}
@@ -283,8 +284,8 @@ func TestServerShutdownCancelsAfterGrace(t *testing.T) {
 
 func TestServerReload(t *testing.T) {
 	ts := startServer(t, `{"version": 1}`)
-	req := func() *job.Request {
-		return &job.Request{Runtime: "deno", Source: `console.log(1)`, Capabilities: mustCaps(t, `{"log": true}`)}
+	req := func() *api.Job {
+		return &api.Job{Runtime: "deno", Source: `console.log(1)`, Capabilities: api.Capabilities{Log: true}}
 	}
 	if _, err := ts.c.Run(context.Background(), req()); err != nil {
 		t.Fatal(err)

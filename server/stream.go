@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/ipc"
 )
 
@@ -27,7 +27,7 @@ type events struct {
 }
 
 func newEvents(w http.ResponseWriter) *events {
-	w.Header().Set("Content-Type", client.NDJSON)
+	w.Header().Set("Content-Type", api.NDJSON)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	e := &events{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
@@ -35,7 +35,7 @@ func newEvents(w http.ResponseWriter) *events {
 	return e
 }
 
-func (e *events) emit(ev client.Event) {
+func (e *events) emit(ev api.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
@@ -48,7 +48,8 @@ func (e *events) emit(ev client.Event) {
 }
 
 func (e *events) log(l ipc.Log) {
-	e.emit(client.Event{Type: client.EventLog, Log: &l})
+	wire := api.Log(l)
+	e.emit(api.Event{Type: api.EventLog, Log: &wire})
 }
 
 // outputStream is one output stream as an io.Writer of events. It never
@@ -68,7 +69,7 @@ func (o *outputStream) Write(p []byte) (int, error) {
 	cut := completeUTF8(buf)
 	o.pending = append([]byte(nil), buf[cut:]...)
 	if cut > 0 {
-		o.e.emit(client.Event{Type: o.typ, Data: string(buf[:cut])})
+		o.e.emit(api.Event{Type: o.typ, Data: string(buf[:cut])})
 	}
 	return len(p), nil
 }
@@ -78,7 +79,7 @@ func (o *outputStream) flush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.pending) > 0 {
-		o.e.emit(client.Event{Type: o.typ, Data: string(o.pending)})
+		o.e.emit(api.Event{Type: o.typ, Data: string(o.pending)})
 		o.pending = nil
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/pmjail/pmjail/api"
 	"log/slog"
 	"strings"
 	"sync"
@@ -292,8 +293,8 @@ func TestServerTenantRateAndShare(t *testing.T) {
 	streamDone := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := ts.c.Stream(ctx, &job.Request{Runtime: "deno", Source: `console.log("up"); await new Promise(r => setTimeout(r, 60000))`},
-			func(client.Event) { once.Do(func() { close(started) }) })
+		_, err := ts.c.Stream(ctx, &api.Job{Runtime: "deno", Source: `console.log("up"); await new Promise(r => setTimeout(r, 60000))`},
+			func(api.Event) { once.Do(func() { close(started) }) })
 		streamDone <- err
 	}()
 	select {
@@ -304,7 +305,7 @@ func TestServerTenantRateAndShare(t *testing.T) {
 		t.Fatal("the slow run never started")
 	}
 	var apiErr *client.Error
-	_, err := ts.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `1`})
+	_, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `1`})
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != codeQueueFull || !strings.Contains(apiErr.Message, "tenant root") {
 		t.Fatalf("a run beyond the tenant's share with a global slot free: %v, want 429 naming the tenant", err)
 	}
@@ -313,12 +314,12 @@ func TestServerTenantRateAndShare(t *testing.T) {
 	waitFor(t, func() bool { r, _, _, _ := ts.lim.stats(); return r == 0 })
 
 	// The refused run was refunded: one of the two left.
-	if res, err := ts.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `1`}); err != nil {
+	if res, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `1`}); err != nil {
 		t.Fatalf("second run of a 2/h rate: %v", err)
 	} else if res.Status != "ok" {
 		t.Errorf("second run: %s %+v", res.Status, res.Error)
 	}
-	_, err = ts.c.Run(context.Background(), &job.Request{Runtime: "deno", Source: `1`})
+	_, err = ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `1`})
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != codeRateLimited || apiErr.RetryAfter < 25*time.Minute {
 		t.Fatalf("third run of a 2/h rate: %v, want 429 rate_limited with Retry-After about 30 min", err)
 	}
@@ -349,12 +350,12 @@ func TestServerTenantRateAndShare(t *testing.T) {
 // A reload applies new tenants to the runs that start after it.
 func TestServerTenantReload(t *testing.T) {
 	ts := startServer(t, `{"version": 1, "ceiling": {"limits": {"memory": "512M"}}}`)
-	big := func() *job.Request {
-		m, err := profiles.ParseSize("384M")
+	big := func() *api.Job {
+		m, err := api.ParseSize("384M")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &job.Request{Runtime: "deno", Source: "1", Limits: profiles.Limits{Memory: m}}
+		return &api.Job{Runtime: "deno", Source: "1", Limits: api.Limits{Memory: m}}
 	}
 	if res, err := ts.c.Run(context.Background(), big()); err != nil || res.Status != "ok" {
 		t.Fatalf("before the reload: %v %+v", err, res)

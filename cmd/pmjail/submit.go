@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
 )
@@ -20,6 +21,10 @@ func cmdSubmit(args []string) int {
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
 	}
+	wire, err := req.API()
+	if err != nil {
+		return fail("submit: %v", err)
+	}
 
 	// Interrupting submit closes the connection, which cancels the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -28,13 +33,13 @@ func cmdSubmit(args []string) int {
 	defer c.Close()
 	var res *jail.Result
 	if f.jsonOut {
-		res, err = c.Run(ctx, req)
+		res, err = c.Run(ctx, wire)
 	} else {
-		res, err = c.Stream(ctx, req, func(ev client.Event) {
+		res, err = c.Stream(ctx, wire, func(ev api.Event) {
 			switch ev.Type {
-			case client.EventStdout:
+			case api.EventStdout:
 				_, _ = stdout.Write([]byte(ev.Data))
-			case client.EventStderr:
+			case api.EventStderr:
 				_, _ = os.Stderr.WriteString(ev.Data)
 			}
 		})

@@ -13,9 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
-	"github.com/pmjail/pmjail/jail"
-	"github.com/pmjail/pmjail/job"
 )
 
 // roleClient is argv[1] of this binary re-executed as a client of the
@@ -29,9 +28,9 @@ func (p peer) String() string { return fmt.Sprintf("uid %d gid %d", p.uid, p.gid
 
 // outcome is what the client role reports: an answer, or how it was refused.
 type outcome struct {
-	Health *client.Health `json:"health,omitempty"`
-	Result *jail.Result   `json:"result,omitempty"`
-	Err    string         `json:"error,omitempty"`
+	Health *api.Health `json:"health,omitempty"`
+	Result *api.Result `json:"result,omitempty"`
+	Err    string      `json:"error,omitempty"`
 	// Errno names a failed connection's error (EACCES), HTTPStatus a
 	// refusal by the daemon.
 	Errno      string `json:"errno,omitempty"`
@@ -82,7 +81,7 @@ func runClient(args []string) int {
 	case len(args) == 1 && args[0] == "health":
 		o.Health, err = c.Health(ctx)
 	case len(args) == 2 && args[0] == "run":
-		var req job.Request
+		var req api.Job
 		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
 			fmt.Fprintf(os.Stderr, "job: %v\n", err)
 			return 2

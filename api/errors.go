@@ -1,0 +1,59 @@
+package api
+
+import "time"
+
+// ErrorBody is the body of every error response: {"error": {...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes why a request was refused.
+type ErrorDetail struct {
+	// Code is one of the Code constants.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the job field at fault, where one is ("limits.memory").
+	Field string `json:"field,omitempty"`
+}
+
+// The error codes of ErrorDetail.Code.
+const (
+	CodeInvalidJob = "invalid_job"
+	CodeTooLarge   = "too_large"
+	CodeForbidden  = "forbidden"
+	// CodeRefreshForbidden: a peer allowed to use the API, but not the
+	// daemon's own uid, asked for the host to be probed again.
+	CodeRefreshForbidden = "refresh_forbidden"
+	CodeQueueFull        = "queue_full"
+	CodeQueueTimeout     = "queue_timeout"
+	CodeDraining         = "draining"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status         string `json:"status"` // "ok" or "draining"
+	Version        string `json:"version,omitempty"`
+	API            string `json:"api"`
+	InFlight       int    `json:"in_flight"`
+	Queued         int    `json:"queued"`
+	MaxConcurrency int    `json:"max_concurrency"`
+	MaxQueue       int    `json:"max_queue"`
+	// Pooled is how many init stages wait, started, for runs (the
+	// daemon's pool).
+	Pooled        int     `json:"prestarted"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	PID           int     `json:"pid"`
+	// LastReload is the outcome of the last config reload (SIGHUP);
+	// absent before the first.
+	LastReload *Reload `json:"last_reload,omitempty"`
+}
+
+// Reload is the outcome of a config reload.
+type Reload struct {
+	At time.Time `json:"at"`
+	OK bool      `json:"ok"`
+	// Error says why the reload was refused; the daemon kept its config.
+	Error string `json:"error,omitempty"`
+}

@@ -1,0 +1,78 @@
+package api
+
+import "encoding/json"
+
+// Job is the job object: the body of POST /v1/runs.
+type Job struct {
+	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
+	// type stripping.
+	Runtime      string          `json:"runtime"`
+	Source       string          `json:"source"`
+	Input        json.RawMessage `json:"input,omitempty"`
+	Capabilities Capabilities    `json:"capabilities"`
+	Limits       Limits          `json:"limits"`
+	// Mode is "auto" (the default) or "required".
+	Mode    string `json:"mode,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Labels are the client's own tags for the run, echoed in its result
+	// (at most MaxLabels; see LabelKeyMax and LabelValueMax).
+	Labels map[string]string `json:"labels,omitempty"`
+	// Posture is how much of the run's posture its result carries:
+	// PostureFull (the default) or PostureSummary.
+	Posture string `json:"posture,omitempty"`
+}
+
+// The modes of a run.
+const (
+	ModeAuto     = "auto"
+	ModeRequired = "required"
+)
+
+// The amounts of posture a result carries. Full is the default: v1's
+// results always carried every layer, and clients read them.
+const (
+	// PostureFull is every layer with its evidence, the cgroup, what ran
+	// and the process state read back.
+	PostureFull = "full"
+	// PostureSummary is the decision, the mode, and the names of the
+	// applied and missing layers: a tenth of a full one's size.
+	PostureSummary = "summary"
+)
+
+// The bounds of a job's labels: they are echoed in every result and in
+// the daemon's logs, so they stay small.
+const (
+	MaxLabels     = 16
+	LabelKeyMax   = 64  // bytes, of [a-z0-9_.-]
+	LabelValueMax = 256 // bytes
+)
+
+// Capabilities is what a job may ask of the host through the broker.
+type Capabilities struct {
+	Log     bool               `json:"log,omitempty"`
+	Request *RequestCapability `json:"request,omitempty"`
+}
+
+// RequestCapability lets the guest make HTTP requests to a fixed list of
+// origins.
+type RequestCapability struct {
+	// URLs are bare origins ("https://api.example.com", "http://10.0.0.5:8080").
+	URLs []string `json:"urls"`
+	// Methods the guest may use; empty means GET only.
+	Methods []string `json:"methods,omitempty"`
+	// Auth maps an origin (one of URLs) to the name of an operator secret
+	// the guest may ask the broker to inject there. The guest names the
+	// secret; it never sees its value.
+	Auth map[string]string `json:"auth,omitempty"`
+}
+
+// Limits are a job's resource limits; a zero field takes the profile's.
+type Limits struct {
+	Memory  Size     `json:"memory,omitempty"`
+	CPUTime Duration `json:"cpu_time,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+	Pids    int64    `json:"pids,omitempty"`
+	Output  Size     `json:"output,omitempty"`
+	// Tmp caps the job's writable /tmp.
+	Tmp Size `json:"tmp,omitempty"`
+}

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status says how a run ended. The names are the result object's contract.
+type Status string
+
+// The statuses of a run.
+const (
+	StatusOK            Status = "ok"
+	StatusError         Status = "error"
+	StatusTimeout       Status = "timeout"
+	StatusCPULimit      Status = "cpu_limit"
+	StatusMemoryLimit   Status = "memory_limit"
+	StatusOutputLimit   Status = "output_limit"
+	StatusProtocolError Status = "protocol_error"
+	StatusRefused       Status = "refused"
+	StatusInternalError Status = "internal_error"
+)
+
+// Statuses returns every status, in the order above, for whoever lists
+// them all (the daemon's metrics show each from the start).
+func Statuses() []Status {
+	return []Status{StatusOK, StatusError, StatusTimeout, StatusCPULimit, StatusMemoryLimit,
+		StatusOutputLimit, StatusProtocolError, StatusRefused, StatusInternalError}
+}
+
+// ExitCode is the CLI exit code for a status whose code does not come from
+// the guest itself: 124 for a time or output limit, 137 for memory, 125 for
+// a refusal or pmjail's own failure.
+func (s Status) ExitCode() (int, bool) {
+	switch s {
+	case StatusTimeout, StatusCPULimit, StatusOutputLimit:
+		return 124, true
+	case StatusMemoryLimit:
+		return 137, true
+	case StatusRefused, StatusInternalError, StatusProtocolError:
+		return 125, true
+	}
+	return 0, false
+}
+
+// Result is the one structured answer for a run (the contract's result
+// object).
+type Result struct {
+	ID        string          `json:"id"`
+	Status    Status          `json:"status"`
+	ExitCode  int             `json:"exit_code"`
+	Signal    string          `json:"signal,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Error     *ErrorInfo      `json:"error,omitempty"`
+	Stdout    string          `json:"stdout"`
+	Stderr    string          `json:"stderr"`
+	Truncated Truncated       `json:"truncated"`
+	Logs      []LogEntry      `json:"logs"`
+	// LimitsHit names every limit the run met, even one the guest survived
+	// (a fork refused under the pids cap).
+	LimitsHit []string `json:"limits_hit,omitempty"`
+	// Denied counts the system calls the seccomp filter refused, by name.
+	Denied map[string]uint64 `json:"denied_syscalls,omitempty"`
+	Usage  Usage             `json:"usage"`
+	// StartedAt is when the run began (after its wait in the queue);
+	// FinishedAt when its result was complete.
+	StartedAt  Time `json:"started_at,omitzero"`
+	FinishedAt Time `json:"finished_at,omitzero"`
+	// QueuedMS is how long the run waited for a run slot in the daemon
+	// (always 0 from the CLI, which has no queue).
+	QueuedMS int64 `json:"queued_ms"`
+	// Labels are the job's labels, echoed.
+	Labels  map[string]string `json:"labels,omitempty"`
+	Posture *Posture          `json:"posture,omitempty"`
+}
+
+// ErrorInfo describes why a run failed.
+type ErrorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+}
+
+// Truncated says which output stream was cut at the output limit.
+type Truncated struct {
+	Stdout bool `json:"stdout"`
+	Stderr bool `json:"stderr"`
+}
+
+// LogEntry is one host.log call.
+type LogEntry struct {
+	Level   string          `json:"level"`
+	Message string          `json:"message"`
+	Meta    json.RawMessage `json:"meta,omitempty"`
+}
+
+// Usage holds the run's resource figures, from the cgroup's own accounting
+// where there is one.
+type Usage struct {
+	WallMS          int64  `json:"wall_ms"`
+	CPUMS           int64  `json:"cpu_ms"`
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+	PeakTasks       uint64 `json:"peak_tasks,omitempty"`
+	BrokerCalls     int    `json:"broker_calls"`
+}
+
+// TimeLayout is how the result's times are written: RFC 3339 in UTC, to
+// the millisecond, always three digits (so that the strings sort).
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Time is an instant in a result, written in TimeLayout.
+type Time struct{ time.Time }
+
+// MarshalJSON writes t in UTC in TimeLayout.
+func (t Time) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + t.UTC().Format(TimeLayout) + `"`), nil
+}
+
+// UnmarshalJSON reads any RFC 3339 time.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	return t.Time.UnmarshalJSON(b)
+}
