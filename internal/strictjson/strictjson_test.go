@@ -182,7 +182,7 @@ func FuzzDecode(f *testing.F) {
 		`{"name":"n","limits":{"memory":"64M","pids":3},"list":[{"memory":1}],"by_name":{"k":{}}}`,
 		`{"list":[{},{"pids":"x"}]}`, `{"by_name":{"a":{"memory":[]}}}`, `{"":{"x":1}}`,
 		`{"ptr":null,"raw":{"a":[1,2]},"addr":"::1","quoted":"5"}`, `[1]`, `{} {}`, `{"shadow":"x"`,
-		`{"name":"a","NAME":"b"}`, `{"raw":{"k":1,"k":2}}`, `{"Plain":1,"plain":2}`, "{\"name\":\"\xff\"}",
+		`{"name":"a","NAME":"b"}`, `{"quoted":"00"}`, `{"raw":{"k":1,"k":2}}`, `{"Plain":1,"plain":2}`, "{\"name\":\"\xff\"}",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -206,7 +206,13 @@ func FuzzDecode(f *testing.F) {
 		if err == nil && stdErr != nil {
 			t.Fatalf("%q: Decode accepts it, encoding/json says %v", data, stdErr)
 		}
-		if err != nil && stdErr == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrUnknownField) {
+		// A ",string" number is read by JSON's number grammar, where
+		// encoding/json took Go's ("00"); pmjail's types have none.
+		quoted := false
+		if e, ok := errors.AsType[*Error](err); ok && e.Field == "quoted" {
+			quoted = true
+		}
+		if err != nil && stdErr == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrUnknownField) && !quoted {
 			t.Fatalf("%q: Decode says %v, encoding/json accepts it", data, err)
 		}
 		if err == nil && !reflect.DeepEqual(d, std) {
