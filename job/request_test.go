@@ -72,6 +72,30 @@ func TestDecodeOnlyDecodes(t *testing.T) {
 	}
 }
 
+// TestValidateInput: input given as it is (the CLI's --input) is held to
+// what a decoded job's is: one JSON value, no key twice, the place named.
+func TestValidateInput(t *testing.T) {
+	for _, tc := range []struct{ input, field, msg string }{
+		{`{"a":1,"a":2}`, "input.a", "input.a: duplicate key"},
+		{`[{"b":{"c":1,"c":1}}]`, "input[0].b.c", "input[0].b.c: duplicate key"},
+		{`{"a":1`, "input", "input: not valid JSON"},
+		{`1 2`, "input", "input: not valid JSON"},
+		{`{"A":1,"a":2}`, "", ""},
+	} {
+		req := &Request{Runtime: "deno", Source: "1", Input: json.RawMessage(tc.input)}
+		err := req.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want it accepted (keys in the guest's own data are its own)", tc.input, err)
+			}
+			continue
+		}
+		if msg, field := Refusal(err); !errors.Is(err, ErrInvalid) || field != tc.field || msg != tc.msg {
+			t.Errorf("%s: %v (field %q), want %q at %q", tc.input, err, field, tc.msg, tc.field)
+		}
+	}
+}
+
 func TestDecodeAndResolve(t *testing.T) {
 	req, err := Decode(strings.NewReader(`{"runtime":"typescript","source":"export default () => 1","input":{"a":1},
 		"capabilities":{"log":true},"limits":{"memory":"64M","timeout":2000}}`))
