@@ -26,9 +26,9 @@ func TestDaemonRefusesRepeatedAndCaseFoldedKeys(t *testing.T) {
 	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 1, 0, "0660"))
 	for _, tc := range []struct{ body, field, msg string }{
 		{`{"runtime":"deno","source":"console.log(1)","source":"console.log(2)"}`, "source", "duplicate key"},
-		{`{"RUNTIME":"deno","source":"console.log(1)"}`, "RUNTIME", "unknown field"},
-		{`{"runtime":"deno","Source":"console.log(1)"}`, "Source", "unknown field"},
-		{`{"runtime":"deno","source":"console.log(1)","Source":"console.log(2)"}`, "Source", "unknown field"},
+		{`{"RUNTIME":"deno","source":"console.log(1)"}`, "RUNTIME", `unknown field (keys match case: want "runtime")`},
+		{`{"runtime":"deno","Source":"console.log(1)"}`, "Source", `unknown field (keys match case: want "source")`},
+		{`{"runtime":"deno","source":"console.log(1)","Source":"console.log(2)"}`, "Source", `unknown field (keys match case: want "source")`},
 		{`{"runtime":"deno","source":"1","limits":{"memory":"64M","memory":"512M"}}`, "limits.memory", "duplicate key"},
 		{`{"runtime":"deno","source":"1","input":{"n":1,"n":2}}`, "input.n", "duplicate key"},
 	} {

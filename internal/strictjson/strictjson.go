@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -116,7 +118,8 @@ func describe(err error, t reflect.Type) error {
 	if syntax, ok := errors.AsType[*jsontext.SyntacticError](err); ok {
 		switch {
 		case errors.Is(syntax.Err, jsontext.ErrDuplicateName):
-			return &Error{Field: path(t, syntax.JSONPointer), Err: ErrDuplicateKey}
+			field, _ := path(t, syntax.JSONPointer)
+			return &Error{Field: field, Err: ErrDuplicateKey}
 		case errors.Is(syntax.Err, io.ErrUnexpectedEOF):
 			return &Error{Err: errors.New("unexpected end of the JSON")}
 		}
@@ -127,9 +130,15 @@ func describe(err error, t reflect.Type) error {
 	if !ok {
 		return &Error{Err: err}
 	}
-	field := path(t, sem.JSONPointer)
+	field, in := path(t, sem.JSONPointer)
 	switch {
 	case errors.Is(sem.Err, json.ErrUnknownName):
+		key := sem.JSONPointer.LastToken()
+		for _, name := range slices.Sorted(maps.Keys(fieldsOf(in))) {
+			if strings.EqualFold(name, key) {
+				return &Error{Field: field, Err: fmt.Errorf("%w (keys match case: want %q)", ErrUnknownField, name)}
+			}
+		}
 		return &Error{Field: field, Err: ErrUnknownField}
 	case sem.GoType == nil:
 		return &Error{Field: field, Err: errors.New(strings.TrimPrefix(err.Error(), "json: "))}
@@ -213,10 +222,12 @@ var (
 // after dots, a map's keys and keys that are no plain name as ["key"], an
 // array's elements as [i]. Under a key that names no field, and inside raw
 // JSON, the type no longer tells an index from a key: a number reads as
-// an index.
-func path(t reflect.Type, ptr jsontext.Pointer) string {
+// an index. in is the struct type whose field the last key is (or would
+// be), nil if that is no struct's.
+func path(t reflect.Type, ptr jsontext.Pointer) (p string, in reflect.Type) {
 	var b strings.Builder
 	for tok := range ptr.Tokens() {
+		in = nil
 		for t != nil && t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
@@ -226,6 +237,7 @@ func path(t reflect.Type, ptr jsontext.Pointer) string {
 		}
 		switch kind {
 		case reflect.Struct:
+			in = t
 			f, ok := fieldsOf(t)[tok]
 			t = nil
 			if ok {
@@ -247,7 +259,7 @@ func path(t reflect.Type, ptr jsontext.Pointer) string {
 			}
 		}
 	}
-	return b.String()
+	return b.String(), in
 }
 
 // name writes one key of a path: after a dot if it is a field's plain
@@ -282,6 +294,9 @@ func plainName(key string) bool {
 // shadowing theirs).
 func fieldsOf(t reflect.Type) map[string]reflect.Type {
 	set := map[string]reflect.Type{}
+	if t == nil {
+		return set
+	}
 	collectFields(t, set, map[reflect.Type]bool{})
 	return set
 }
