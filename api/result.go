@@ -19,25 +19,31 @@ const (
 	StatusProtocolError Status = "protocol_error"
 	StatusRefused       Status = "refused"
 	StatusInternalError Status = "internal_error"
+	// StatusCancelled is a run stopped before its end because whoever
+	// asked for it no longer waits: its client went away, or a daemon's
+	// shutdown ended its grace period. Not a fault of pmjail's, which
+	// StatusInternalError stays for.
+	StatusCancelled Status = "cancelled"
 )
 
 // Statuses returns every status, in the order above, for whoever lists
 // them all (the daemon's metrics show each from the start).
 func Statuses() []Status {
 	return []Status{StatusOK, StatusError, StatusTimeout, StatusCPULimit, StatusMemoryLimit,
-		StatusOutputLimit, StatusProtocolError, StatusRefused, StatusInternalError}
+		StatusOutputLimit, StatusProtocolError, StatusRefused, StatusInternalError, StatusCancelled}
 }
 
 // ExitCode is the CLI exit code for a status whose code does not come from
 // the guest itself: 124 for a time or output limit, 137 for memory, 125 for
-// a refusal or pmjail's own failure.
+// a run pmjail did not see through (refused, cancelled, or its own
+// failure; the status tells which).
 func (s Status) ExitCode() (int, bool) {
 	switch s {
 	case StatusTimeout, StatusCPULimit, StatusOutputLimit:
 		return 124, true
 	case StatusMemoryLimit:
 		return 137, true
-	case StatusRefused, StatusInternalError, StatusProtocolError:
+	case StatusRefused, StatusInternalError, StatusProtocolError, StatusCancelled:
 		return 125, true
 	}
 	return 0, false

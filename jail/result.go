@@ -17,6 +17,7 @@ const (
 	StatusProtocolError = api.StatusProtocolError
 	StatusRefused       = api.StatusRefused
 	StatusInternalError = api.StatusInternalError
+	StatusCancelled     = api.StatusCancelled
 )
 
 // Statuses returns every status, for whoever lists them all (the daemon's

@@ -441,7 +441,7 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 			return end
 		case <-done:
 			done = nil
-			s.stop(killReason{status: StatusInternalError, msg: "run cancelled: " + context.Cause(ctx).Error()})
+			s.stop(cancelled(ctx))
 		case <-cpuTick:
 			if used, err := cg.CPUTime(); err == nil && used >= job.CPUTime {
 				cpuTick = nil
@@ -449,6 +449,18 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 			}
 		}
 	}
+}
+
+// cancelled is why a run whose context ended stops. A cancelled context
+// is its caller giving up (a client gone, a shutdown): status cancelled.
+// A deadline is not: the run's own wall-clock limit should have ended it
+// first, so a deadline that did is pmjail's fault.
+func cancelled(ctx context.Context) killReason {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.DeadlineExceeded) {
+		return killReason{status: StatusInternalError, msg: "run cancelled: " + cause.Error()}
+	}
+	return killReason{status: StatusCancelled, msg: "run cancelled: " + cause.Error()}
 }
 
 // account reads the job cgroup's usage into the outcome, once the run

@@ -59,6 +59,10 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			res.Status = jail.StatusRefused
 			res.Error = &jail.ErrorInfo{Code: "refused", Message: "mode required: " + out.Message}
 		}
+	case out.Status == jail.StatusCancelled:
+		// The session ends with the run's context, as it would on a
+		// protocol error; the cancellation is the reason.
+		res.Error = &jail.ErrorInfo{Code: string(jail.StatusCancelled), Message: out.Message}
 	case (out.Status == jail.StatusOK || out.Status == jail.StatusError) && (oom || heapOOM):
 		setStatus(res, jail.StatusMemoryLimit)
 		res.LimitsHit = appendOnce(res.LimitsHit, "memory")

@@ -31,6 +31,9 @@ func FuzzDecodeResolve(f *testing.F) {
 		`{"runtime":"deno","source":"x","mode":"often"}`,
 		`{"runtime":"deno","source":"x","limits":{"memory":"1M"}}`,
 		`{"runtime":"deno","source":"x","limits":{"pids":99999}}`,
+		// Refused by Decode: a key twice, a key in the wrong case.
+		`{"runtime":"deno","source":"x","source":"y"}`,
+		`{"runtime":"deno","Source":"x","input":{"k":1,"k":2}}`,
 		`{"runtime":"deno","source":"x","capabilities":{"request":{"urls":["ftp://a"]}}}`,
 		// Within the narrow ceiling, and just above it.
 		`{"runtime":"deno","source":"x","profile":"strict","limits":{"memory":"96M","pids":12},"capabilities":{"request":{"urls":["https://A.example:443"]}}}`,

@@ -122,8 +122,8 @@ func (r *Request) Validate() error {
 	if len(r.Input) > MaxInputBytes {
 		return invalidAt("input", "%d bytes is over the %d-byte cap", len(r.Input), MaxInputBytes)
 	}
-	if len(r.Input) > 0 && !json.Valid(r.Input) {
-		return invalidAt("input", "not valid JSON")
+	if err := checkInput(r.Input); err != nil {
+		return err
 	}
 	switch r.Mode {
 	case "", ModeAuto, ModeRequired:
@@ -160,6 +160,29 @@ func validateLabels(labels map[string]string) error {
 
 func notLabelKeyRune(c rune) bool {
 	return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-')
+}
+
+// checkInput refuses input that is not one JSON value, or that holds a
+// key twice in one object: decoded, the job's JSON had that checked, but
+// the CLI's --input was not decoded, and the guest's parser would take
+// one of the two where a reader before pmjail may have taken the other.
+func checkInput(input json.RawMessage) error {
+	if len(input) == 0 {
+		return nil
+	}
+	var v json.RawMessage
+	err := strictjson.Decode(input, &v)
+	if err == nil {
+		return nil
+	}
+	if e, ok := errors.AsType[*strictjson.Error](err); ok && e.Field != "" {
+		field := "input." + e.Field
+		if strings.HasPrefix(e.Field, "[") {
+			field = "input" + e.Field
+		}
+		return invalidAt(field, "%w", e.Err)
+	}
+	return invalidAt("input", "not valid JSON")
 }
 
 // The modes of a run.

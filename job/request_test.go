@@ -18,6 +18,8 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 		"malformed":       {`{"runtime": "deno",`, "malformed job JSON"},
 		"unknown field":   {`{"runtime":"deno","source":"1","sauce":"x"}`, "sauce: unknown field"},
 		"nested unknown":  {`{"runtime":"deno","source":"1","limits":{"lg":1}}`, "limits.lg: unknown field"},
+		"repeated key":    {`{"runtime":"deno","source":"1","source":"2"}`, "source: duplicate key"},
+		"case-folded key": {`{"runtime":"deno","Source":"1"}`, "Source: unknown field"},
 		"trailing data":   {`{"runtime":"deno","source":"1"} {}`, "data after the JSON value"},
 		"wrong type":      {`{"runtime":"deno","source":1}`, "source: want a string, got JSON number"},
 		"not an object":   {`[{"runtime":"deno","source":"1"}]`, "malformed job JSON: want an object, got JSON array"},
@@ -67,6 +69,30 @@ func TestDecodeOnlyDecodes(t *testing.T) {
 	}
 	if _, err := Resolve(req, DefaultCeiling(), false); err == nil || !strings.Contains(err.Error(), "runtime: missing") {
 		t.Fatalf("Resolve: %v, want the job's content checked", err)
+	}
+}
+
+// TestValidateInput: input given as it is (the CLI's --input) is held to
+// what a decoded job's is: one JSON value, no key twice, the place named.
+func TestValidateInput(t *testing.T) {
+	for _, tc := range []struct{ input, field, msg string }{
+		{`{"a":1,"a":2}`, "input.a", "input.a: duplicate key"},
+		{`[{"b":{"c":1,"c":1}}]`, "input[0].b.c", "input[0].b.c: duplicate key"},
+		{`{"a":1`, "input", "input: not valid JSON"},
+		{`1 2`, "input", "input: not valid JSON"},
+		{`{"A":1,"a":2}`, "", ""},
+	} {
+		req := &Request{Runtime: "deno", Source: "1", Input: json.RawMessage(tc.input)}
+		err := req.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want it accepted (keys in the guest's own data are its own)", tc.input, err)
+			}
+			continue
+		}
+		if msg, field := Refusal(err); !errors.Is(err, ErrInvalid) || field != tc.field || msg != tc.msg {
+			t.Errorf("%s: %v (field %q), want %q at %q", tc.input, err, field, tc.msg, tc.field)
+		}
 	}
 }
 
@@ -137,6 +163,16 @@ func TestJobErrorNamesTheField(t *testing.T) {
 		{`{"runtime":"deno","source":"1","limits":{"lg":1}}`, "limits.lg"},
 		{`{"runtime":"deno","source":"1","limits":{"memory":"lots"}}`, "limits.memory"},
 		{`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"metods":[]}}}`, "capabilities.request.metods"},
+		// A key twice, or in the wrong case: what runs would depend on
+		// which of two readings wins.
+		{`{"runtime":"deno","source":"1","source":"2"}`, "source"},
+		{`{"runtime":"deno","source":"1","limits":{"pids":4,"pids":400}}`, "limits.pids"},
+		{`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"auth":{"https://a.example":"k","https://a.example":"j"}}}}`, `capabilities.request.auth["https://a.example"]`},
+		{`{"runtime":"deno","source":"1","input":{"a":1,"a":2}}`, "input.a"},
+		{`{"RUNTIME":"deno","source":"1"}`, "RUNTIME"},
+		{`{"runtime":"deno","Source":"1"}`, "Source"},
+		{`{"runtime":"deno","source":"1","Source":"2"}`, "Source"},
+		{`{"runtime":"deno","source":"1","limits":{"Memory":"1G"}}`, "limits.Memory"},
 		{`[1]`, ""},
 		{`{"runtime": "deno",`, ""},
 		{`{bad`, ""},

@@ -103,7 +103,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 
 	// A client that goes away cancels its run: r.Context() ends when the
 	// connection closes, and at the end of a shutdown's grace period.
-	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(resolved.Limits.Timeout)+runSlack)
+	ctx, cancel := context.WithTimeout(runContext(r.Context()), time.Duration(resolved.Limits.Timeout)+runSlack)
 	defer cancel()
 
 	var (

@@ -88,7 +88,7 @@ type Server struct {
 	// runCtx is every request's base context: cancelling it cancels every
 	// run (the end of a shutdown's grace period).
 	runCtx     context.Context
-	cancelRuns context.CancelFunc
+	cancelRuns context.CancelCauseFunc
 	draining   atomic.Bool
 	shutdownMu sync.Mutex
 }
@@ -155,7 +155,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.metrics = newMetrics(s.lim, s.pool, opt.Version)
 	s.metrics.setPosture(report)
 	s.metrics.addTenants(st)
-	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
+	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       connContext,
@@ -350,12 +350,12 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	defer cancel()
 	err := s.http.Shutdown(ctx)
 	if err == nil {
-		s.cancelRuns()
+		s.cancelRuns(errShutdown)
 		return nil
 	}
 	running, queued, _, _ = s.lim.stats()
 	s.log.Warn("grace period over: cancelling runs", "in_flight", running, "queued", queued)
-	s.cancelRuns()
+	s.cancelRuns(errShutdown)
 	ctx2, cancel2 := context.WithTimeout(context.Background(), drainCancelWait)
 	defer cancel2()
 	if err := s.http.Shutdown(ctx2); err != nil {

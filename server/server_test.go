@@ -246,6 +246,17 @@ func TestServerQueueFullAndDisconnect(t *testing.T) {
 		t.Errorf("the run outlived its client by %v", d)
 	}
 	waitFor(t, func() bool { return strings.Contains(ts.logs.String(), `"client_gone":true`) })
+	// Its run is cancelled, not pmjail's fault: an alert on
+	// internal_error must not fire for a client that hung up.
+	if !strings.Contains(ts.logs.String(), `"status":"cancelled"`) {
+		t.Errorf("the run of a client gone is not logged as cancelled:\n%s", ts.logs)
+	}
+	if got := countedStatus(t, ts.Server, jail.StatusCancelled); got != 1 {
+		t.Errorf("pmjail_runs_total{status=cancelled} = %v, want 1", got)
+	}
+	if got := countedStatus(t, ts.Server, jail.StatusInternalError); got != 0 {
+		t.Errorf("pmjail_runs_total{status=internal_error} = %v, want 0", got)
+	}
 }
 
 func TestServerShutdownCancelsAfterGrace(t *testing.T) {
@@ -268,8 +279,12 @@ func TestServerShutdownCancelsAfterGrace(t *testing.T) {
 	}
 	took := time.Since(t0)
 	res := <-got
-	if res == nil || res.Status == jail.StatusOK {
-		t.Fatalf("a run cancelled at the end of the grace period: %+v", res)
+	if res == nil || res.Status != jail.StatusCancelled || res.ExitCode != 125 || res.Error == nil ||
+		res.Error.Code != "cancelled" || !strings.Contains(res.Error.Message, "shut down") {
+		t.Fatalf("a run cancelled at the end of the grace period: %+v, want status cancelled, exit code 125, the shutdown named", res)
+	}
+	if got := countedStatus(t, ts.Server, jail.StatusCancelled); got != 1 {
+		t.Errorf("pmjail_runs_total{status=cancelled} = %v, want 1", got)
 	}
 	if took < grace {
 		t.Errorf("shutdown returned after %v: the %v grace was not honoured", took, grace)

@@ -25,6 +25,8 @@ func TestExitCode(t *testing.T) {
 		{jail.StatusRefused, 125, 125},
 		{jail.StatusProtocolError, 125, 125},
 		{jail.StatusInternalError, 125, 125},
+		{jail.StatusCancelled, 125, 125},
+		{jail.StatusCancelled, 0, 125},
 		{jail.StatusInternalError, 1, 125},
 		{jail.StatusInternalError, 126, 126},
 		{jail.StatusInternalError, 127, 127},

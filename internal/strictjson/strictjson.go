@@ -1,20 +1,32 @@
 // Package strictjson decodes one JSON value the strict way pmjail reads
 // every input it is handed (a job, a config, a profile, a guest's call):
-// no unknown keys, nothing after the value. Its errors say what is wrong
-// in the input's own terms: the path to the value at fault
+// no unknown keys, no key twice in one object, keys matched to fields
+// exactly (not ignoring case), nothing after the value. Its errors say
+// what is wrong in the input's own terms: the path to the value at fault
 // ("limits.memory", "capabilities.request.urls[0]", `secrets["k"].header`)
 // and the JSON wanted there, never a Go type's name.
+//
+// Why so strict: whoever checks a job before pmjail does (a proxy, an
+// audit log) reads it with its own parser. Were a repeated key, or
+// "Source" next to "source", accepted, the two could read different
+// programs out of the same bytes; refused, they read the same one or
+// pmjail runs none.
 package strictjson
 
 import (
 	"bytes"
 	"encoding"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Error is a problem at one place in the input: a value Decode refused,
@@ -60,50 +72,117 @@ func Headed(err error, head string) error {
 	return fmt.Errorf("%s: %w", head, err)
 }
 
+// ErrDuplicateKey is a key an object holds twice, at any depth, also
+// inside a value kept as raw JSON (a job's input): which one counts would
+// depend on the parser.
+var ErrDuplicateKey = errors.New("duplicate key")
+
+// ErrUnknownField is a key that names no field of the type it decodes
+// into, also one that names a field only when case is ignored.
+var ErrUnknownField = errors.New("unknown field")
+
+// options are the v2 semantics Decode relies on (duplicate keys are
+// refused and keys matched exactly by v2's defaults), and the one v1
+// habit kept: invalid UTF-8 in a string reads as U+FFFD rather than
+// being refused.
+var options = json.JoinOptions(
+	json.RejectUnknownMembers(true),
+	jsontext.AllowInvalidUTF8(true),
+)
+
 // Decode decodes data, which must hold exactly one JSON value, into v, a
 // non-nil pointer. A key that names no field of the type it decodes into
-// is refused, in every object nested in data too.
+// (exactly: "Source" is not "source"), and a key an object holds twice,
+// are refused, in every object nested in data too.
 func Decode(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return describe(err, data, reflect.TypeOf(v))
+	if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("strictjson: decode into %T: want a non-nil pointer", v) // the caller's mistake
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
+		return &Error{Err: errors.New("no JSON value")}
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(data), options)
+	if err := json.UnmarshalDecode(dec, v, options); err != nil {
+		return describe(err, reflect.TypeOf(v))
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
 		return &Error{Err: errors.New("data after the JSON value")}
 	}
 	return nil
 }
 
-// describe turns a decoding error into an Error. encoding/json names the
-// place only of a value of the wrong JSON type, and then without array
-// indices or map keys; the input is walked again to name it in full, and
-// to find at all an unknown key or a value its type's own UnmarshalJSON
-// refused.
-func describe(err error, data []byte, t reflect.Type) error {
-	if _, ok := errors.AsType[*json.InvalidUnmarshalError](err); ok {
-		return err // the caller's mistake, not the input's
-	}
-	if syntax, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return &Error{Err: fmt.Errorf("%v (at byte %d)", syntax, syntax.Offset)}
-	}
-	switch {
-	case errors.Is(err, io.EOF):
-		return &Error{Err: errors.New("no JSON value")}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &Error{Err: errors.New("unexpected end of the JSON")}
-	}
-	if typ, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		field := typ.Field
-		if at := valueAt(data, t, typ.Offset); at != nil {
-			field = at.String()
+// describe turns a decoding error into an Error, its place turned from
+// the JSON pointer the decoder gives ("/list/1/x") into the path as
+// pmjail's messages write it ("list[1].x"), which the type tells.
+func describe(err error, t reflect.Type) error {
+	if syntax, ok := errors.AsType[*jsontext.SyntacticError](err); ok {
+		switch {
+		case errors.Is(syntax.Err, jsontext.ErrDuplicateName):
+			field, _ := path(t, syntax.JSONPointer)
+			return &Error{Field: field, Err: ErrDuplicateKey}
+		case errors.Is(syntax.Err, io.ErrUnexpectedEOF):
+			return &Error{Err: errors.New("unexpected end of the JSON")}
 		}
-		return &Error{Field: field, Err: fmt.Errorf("want %s, got JSON %s", kind(typ.Type), typ.Value)}
+		msg := strings.TrimPrefix(syntax.Err.Error(), "jsontext: ")
+		return &Error{Err: fmt.Errorf("%s (at byte %d)", msg, syntax.ByteOffset)}
 	}
-	if e := firstRefused(data, t); e != nil {
-		return e
+	sem, ok := errors.AsType[*json.SemanticError](err)
+	if !ok {
+		return &Error{Err: err}
 	}
-	return &Error{Err: errors.New(strings.TrimPrefix(err.Error(), "json: "))}
+	field, in := path(t, sem.JSONPointer)
+	switch {
+	case errors.Is(sem.Err, json.ErrUnknownName):
+		key := sem.JSONPointer.LastToken()
+		for _, name := range slices.Sorted(maps.Keys(fieldsOf(in))) {
+			if strings.EqualFold(name, key) {
+				return &Error{Field: field, Err: fmt.Errorf("%w (keys match case: want %q)", ErrUnknownField, name)}
+			}
+		}
+		return &Error{Field: field, Err: ErrUnknownField}
+	case sem.GoType == nil:
+		return &Error{Field: field, Err: errors.New(strings.TrimPrefix(err.Error(), "json: "))}
+	case ownDecoding(sem.GoType, sem.JSONKind):
+		if sem.Err != nil {
+			return &Error{Field: field, Err: sem.Err}
+		}
+	}
+	got := kindName(sem.JSONKind)
+	if sem.JSONKind == '0' && len(sem.JSONValue) > 0 {
+		got += " " + string(sem.JSONValue) // in range is the question
+	}
+	return &Error{Field: field, Err: fmt.Errorf("want %s, got JSON %s", kind(sem.GoType), got)}
+}
+
+// ownDecoding reports whether t's own method decoded the JSON of this
+// kind, so that the error is the method's to word.
+func ownDecoding(t reflect.Type, k jsontext.Kind) bool {
+	p := reflect.PointerTo(t)
+	switch {
+	case p.Implements(jsonUnmarshaler):
+		return true
+	case p.Implements(textUnmarshaler):
+		return k == '"'
+	}
+	return false
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
 }
 
 // kind names the JSON a Go type decodes from, for a reader who never saw
@@ -133,181 +212,67 @@ func kind(t reflect.Type) string {
 	return "another JSON value"
 }
 
+// jsonUnmarshaler is the v1 interface, which v2 calls as v1 did.
 var (
-	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	jsonUnmarshaler = reflect.TypeFor[interface{ UnmarshalJSON([]byte) error }]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// firstRefused returns the first unknown key in data, in the input's
-// order, or the first value whose type's own UnmarshalJSON or
-// UnmarshalText refuses it; nil if there is neither.
-func firstRefused(data []byte, t reflect.Type) *Error {
-	var found *Error
-	w := walker{visit: func(n node) bool {
-		if found != nil {
-			return false
-		}
-		switch {
-		case n.typ == nil:
-			found = &Error{Field: n.path.String(), Err: errors.New("unknown field")}
-		case reflect.PointerTo(n.typ).Implements(jsonUnmarshaler):
-			u := reflect.New(n.typ).Interface().(json.Unmarshaler)
-			if err := u.UnmarshalJSON(n.data); err != nil {
-				found = &Error{Field: n.path.String(), Err: err}
-			}
-		case reflect.PointerTo(n.typ).Implements(textUnmarshaler):
-			var s string
-			if json.Unmarshal(n.data, &s) != nil {
-				return false // not a string: a type error, not this one
-			}
-			u := reflect.New(n.typ).Interface().(encoding.TextUnmarshaler)
-			if err := u.UnmarshalText([]byte(s)); err != nil {
-				found = &Error{Field: n.path.String(), Err: err}
-			}
-		default:
-			return true
-		}
-		return false
-	}}
-	w.walk(data, 0, t, nil)
-	return found
-}
-
-// valueAt returns the path to the innermost value of data that holds the
-// byte offset an UnmarshalTypeError gives (the end of a literal, or inside
-// an array or object); nil if none does.
-func valueAt(data []byte, t reflect.Type, offset int64) *step {
-	var at *step
-	w := walker{visit: func(n node) bool {
-		if n.start >= offset || n.start+int64(len(n.data)) < offset {
-			return false
-		}
-		at = n.path
-		return n.typ != nil
-	}}
-	w.walk(data, 0, t, nil)
-	return at
-}
-
-// A node is one value the walk meets.
-type node struct {
-	data  []byte
-	start int64        // data's offset in the input
-	typ   reflect.Type // what it decodes into; nil under an unknown key
-	path  *step
-}
-
-// walker goes through a JSON value as encoding/json decodes it into a Go
-// type, calling visit with each value in the input's order and going into
-// those for which visit returns true.
-type walker struct {
-	visit  func(node) bool
-	fields map[reflect.Type]fieldSet
-}
-
-func (w *walker) walk(data []byte, start int64, t reflect.Type, path *step) {
-	lead := len(data) - len(bytes.TrimLeft(data, " \t\r\n"))
-	data, start = data[lead:], start+int64(lead)
-	for t != nil && t.Kind() == reflect.Pointer {
-		if bytes.HasPrefix(data, []byte("null")) {
-			return // the decoder leaves a nil pointer, asking no one
-		}
-		t = t.Elem()
-	}
-	if !w.visit(node{data: data, start: start, typ: t, path: path}) || t == nil {
-		return
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		fields := w.fieldsOf(t)
-		members(data, start, func(key string, value []byte, at int64) {
-			if f, ok := fields.find(key); ok {
-				w.walk(value, at, f.typ, &step{up: path, name: f.name})
-			} else {
-				w.walk(value, at, nil, &step{up: path, name: key, quoted: !plainName(key)})
-			}
-		})
-	case reflect.Map:
-		members(data, start, func(key string, value []byte, at int64) {
-			w.walk(value, at, t.Elem(), &step{up: path, name: key, quoted: true})
-		})
-	case reflect.Slice, reflect.Array:
-		elements(data, start, func(i int, value []byte, at int64) {
-			if t.Kind() == reflect.Slice || i < t.Len() {
-				w.walk(value, at, t.Elem(), &step{up: path, index: i, element: true})
-			}
-		})
-	}
-}
-
-// members calls fn with each key and value of the object data holds, in
-// order, and the value's offset in the input. Data that is not an object
-// has none.
-func members(data []byte, start int64, fn func(key string, value []byte, at int64)) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		key, ok := tok.(string)
-		var value json.RawMessage
-		if err != nil || !ok || dec.Decode(&value) != nil {
-			return
-		}
-		fn(key, value, start+dec.InputOffset()-int64(len(value)))
-	}
-}
-
-// elements is members for an array.
-func elements(data []byte, start int64, fn func(i int, value []byte, at int64)) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-		return
-	}
-	for i := 0; dec.More(); i++ {
-		var value json.RawMessage
-		if dec.Decode(&value) != nil {
-			return
-		}
-		fn(i, value, start+dec.InputOffset()-int64(len(value)))
-	}
-}
-
-// A step is one level of a path, kept as a list up to the root so that a
-// walk builds no path it does not report.
-type step struct {
-	up      *step
-	name    string
-	quoted  bool // a map key, or a key that is no plain name: ["..."]
-	index   int
-	element bool // an array element: [index]
-}
-
-func (s *step) String() string {
-	if s == nil {
-		return ""
-	}
+// path writes a JSON pointer into t's value as a path: a struct's fields
+// after dots, a map's keys and keys that are no plain name as ["key"], an
+// array's elements as [i]. Under a key that names no field, and inside raw
+// JSON, the type no longer tells an index from a key: a number reads as
+// an index. in is the struct type whose field the last key is (or would
+// be), nil if that is no struct's.
+func path(t reflect.Type, ptr jsontext.Pointer) (p string, in reflect.Type) {
 	var b strings.Builder
-	s.write(&b)
-	return b.String()
+	for tok := range ptr.Tokens() {
+		in = nil
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		var kind reflect.Kind
+		if t != nil && !reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+			kind = t.Kind()
+		}
+		switch kind {
+		case reflect.Struct:
+			in = t
+			f, ok := fieldsOf(t)[tok]
+			t = nil
+			if ok {
+				t = f
+			}
+			name(&b, tok, false)
+		case reflect.Map:
+			t = t.Elem()
+			name(&b, tok, true)
+		case reflect.Slice, reflect.Array:
+			t = t.Elem()
+			fmt.Fprintf(&b, "[%s]", tok)
+		default:
+			t = nil
+			if _, err := strconv.ParseUint(tok, 10, 0); err == nil {
+				fmt.Fprintf(&b, "[%s]", tok)
+			} else {
+				name(&b, tok, false)
+			}
+		}
+	}
+	return b.String(), in
 }
 
-func (s *step) write(b *strings.Builder) {
-	if s.up != nil {
-		s.up.write(b)
+// name writes one key of a path: after a dot if it is a field's plain
+// name, else quoted in brackets.
+func name(b *strings.Builder, key string, quoted bool) {
+	if quoted || !plainName(key) {
+		fmt.Fprintf(b, "[%q]", key)
+		return
 	}
-	switch {
-	case s.element:
-		fmt.Fprintf(b, "[%d]", s.index)
-	case s.quoted:
-		fmt.Fprintf(b, "[%q]", s.name)
-	default:
-		if s.up != nil {
-			b.WriteByte('.')
-		}
-		b.WriteString(s.name)
+	if b.Len() > 0 {
+		b.WriteByte('.')
 	}
+	b.WriteString(key)
 }
 
 // plainName reports whether a key reads unambiguously after a dot.
@@ -323,38 +288,25 @@ func plainName(key string) bool {
 	return true
 }
 
-type field struct {
-	name  string
-	typ   reflect.Type
-	depth int
-}
-
-type fieldSet []field
-
-func (w *walker) fieldsOf(t reflect.Type) fieldSet {
-	if set, ok := w.fields[t]; ok {
+// fieldsOf maps the keys an object decoded into t may hold to their
+// fields' types: exported fields under their tag's name, and the fields
+// of embedded structs without a name as if they were t's own (t's own
+// shadowing theirs).
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	set := map[string]reflect.Type{}
+	if t == nil {
 		return set
 	}
-	if w.fields == nil {
-		w.fields = map[reflect.Type]fieldSet{}
-	}
-	set := collectFields(t, 0, map[reflect.Type]bool{})
-	w.fields[t] = set
+	collectFields(t, set, map[reflect.Type]bool{})
 	return set
 }
 
-// collectFields lists the fields encoding/json decodes an object into t
-// by: exported fields under their tag's name, and the fields of embedded
-// structs without a name as if they were t's own, deeper than t's own
-// (find prefers the shallower). A field with the ",string" option holds a
-// quoted scalar, which has no place inside, so it is left out of the walk
-// by being typed as a string.
-func collectFields(t reflect.Type, depth int, visited map[reflect.Type]bool) fieldSet {
+func collectFields(t reflect.Type, set map[string]reflect.Type, visited map[reflect.Type]bool) {
 	if visited[t] {
-		return nil
+		return
 	}
 	visited[t] = true
-	var set fieldSet
+	var embedded []reflect.Type
 	for f := range t.Fields() {
 		tag := f.Tag.Get("json")
 		if tag == "-" {
@@ -366,7 +318,7 @@ func collectFields(t reflect.Type, depth int, visited map[reflect.Type]bool) fie
 			ft = ft.Elem()
 		}
 		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-			set = append(set, collectFields(ft, depth+1, visited)...)
+			embedded = append(embedded, ft)
 			continue
 		}
 		if !f.IsExported() {
@@ -376,30 +328,18 @@ func collectFields(t reflect.Type, depth int, visited map[reflect.Type]bool) fie
 			name = f.Name
 		}
 		typ := f.Type
-		if opts == "string" || strings.HasPrefix(opts, "string,") || strings.Contains(opts, ",string") {
-			typ = reflect.TypeFor[string]()
+		if strings.Contains(","+opts+",", ",string,") {
+			typ = reflect.TypeFor[string]() // a quoted scalar: nothing inside
 		}
-		set = append(set, field{name: name, typ: typ, depth: depth})
+		set[name] = typ
 	}
-	return set
-}
-
-// find matches a key as encoding/json does: the shallowest field of that
-// name exactly, or else ignoring case.
-func (s fieldSet) find(key string) (field, bool) {
-	for _, equal := range []func(a, b string) bool{
-		func(a, b string) bool { return a == b },
-		strings.EqualFold,
-	} {
-		best := -1
-		for i, f := range s {
-			if equal(f.name, key) && (best < 0 || f.depth < s[best].depth) {
-				best = i
+	for _, e := range embedded {
+		deeper := map[string]reflect.Type{}
+		collectFields(e, deeper, visited)
+		for k, v := range deeper {
+			if _, ok := set[k]; !ok {
+				set[k] = v
 			}
 		}
-		if best >= 0 {
-			return s[best], true
-		}
 	}
-	return field{}, false
 }
