@@ -239,8 +239,10 @@ add_packages() {
     cp "$deb" "$ROOT/packages/"
     tree=$WORK/deb-tree
     dpkg-deb -x "$deb" "$tree"
+    # tr: an executable may start with a NUL (Pyodide's wasm), which bash
+    # would warn about; the ELF magic has none.
     while IFS= read -r -d '' f; do
-      if [ "$(head -c 4 "$f")" = $'\x7fELF' ]; then copy_libs "$f"; fi
+      if [ "$(head -c 4 "$f" | tr -d '\0')" = $'\x7fELF' ]; then copy_libs "$f"; fi
     done < <(find "$tree" -type f -perm -u+x -print0)
     rm -rf "$tree"
     # Depends: "a (>= 1), b | c": every package named, alternatives too.
