@@ -1,6 +1,11 @@
 # pmjail: `make run` sets up and runs an example job; `make test` sets up and
 # runs the test suites. Both are safe to repeat.
 GO      ?= go
+# The version pmjail and the daemon report (`pmjail version`, /v1/health)
+# and `make deb` packages (packaging/deb.sh turns it into a Debian
+# version): the checkout's, exactly; outside a git checkout the go
+# command's own record (internal/buildinfo), and "dev" for a package.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 BIN     := bin/pmjail
 INIT    := bin/pmjail-init
 SERVE   := bin/pmjail-serve
@@ -18,7 +23,7 @@ DEB     := gcc libc6-dev libseccomp-dev pkg-config strace libfakeroot
 BENCH_DEB := bubblewrap time
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: setup deps build run test check test-host test-vm test-systemd bench bench-deps soak lint clean
+.PHONY: setup deps build deb run test check test-host test-vm test-systemd bench bench-deps soak lint clean
 
 setup: deps build
 	$(BIN) prepare
@@ -42,10 +47,6 @@ deps:
 # osusergo tags keep glibc's NSS, which a static binary cannot load, out).
 STATIC  := -tags netgo,osusergo
 INITID   = -X github.com/pmjail/pmjail/jail.initBuildID=$$($(GO) tool buildid $(INIT))
-# The version pmjail and the daemon report (`pmjail version`, /v1/health):
-# the checkout's commit, exactly; outside a git checkout the go command's
-# own record (internal/buildinfo).
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 STAMP    = -X github.com/pmjail/pmjail/internal/buildinfo.stamp=$(VERSION)
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(INIT) ./cmd/pmjail-init
@@ -57,8 +58,8 @@ run: setup
 
 # The whole suite: the static checks, then every package's tests and the
 # integration suite on this host, then the same containment checks in a
-# cgroup v2 VM, then the daemon installed from deploy/ under a real systemd
-# in that VM.
+# cgroup v2 VM, then the daemon installed from its Debian package under a
+# real systemd in that VM.
 test: check test-host test-vm test-systemd
 
 # The checks that need no VM, first: lint; go vet as built without cgo
@@ -132,19 +133,24 @@ test-vm: setup
 		-e PMJAIL_REPO_ROOT=$(CURDIR) -e 'VM_TESTS=$(VM_TESTS)' -e 'VM_SKIP=$(VM_SKIP)' -e 'VM_JAIL_TESTS=$(VM_JAIL_TESTS)' \
 		integration/vm/suite.sh $(VMBIN)
 
+# A Debian package (bin/deb/pmjail_<version>_amd64.deb) with nfpm, pinned
+# from the Go module proxy: this build's three binaries in /usr/bin, the
+# pinned runtimes in /usr/lib/pmjail/node_modules, deploy/'s units, the
+# example config, the docs and a pmjail group (packaging/).
+deb: deps build
+	GO='$(GO)' packaging/deb.sh '$(or $(VERSION),dev)'
+
 # deploy/'s units under a real systemd (the host's, as PID 1 of the cgroup v2
-# VM): unitcheck installs the three binaries and the units as deploy/ says
-# and checks socket activation, Type=notify, delegation, reload, the
-# watchdog, stop and restart (integration/vm/unitcheck). Deno only: Pyodide
-# is minutes a run under TCG.
-VMUNIT := $(VMBIN)/unit
-test-systemd: setup
-	mkdir -p $(VMUNIT)
+# VM): unitcheck installs the package `make deb` built with dpkg, writes the
+# config from its example, and checks socket activation, Type=notify,
+# delegation, reload, the watchdog, stop and restart, then the package's
+# removal and purge (integration/vm/unitcheck). Deno only: Pyodide is
+# minutes a run under TCG.
+test-systemd: setup deb
+	mkdir -p $(VMBIN)
 	$(GO) build -o $(VMBIN)/unitcheck ./integration/vm/unitcheck
-	cp $(BIN) $(INIT) $(SERVE) $(VMUNIT)/
-	integration/vm/run.sh -s -d $(VMUNIT):$(VMUNIT) -d $(CURDIR)/deploy:$(CURDIR)/deploy \
-		-d $(CURDIR)/node_modules/@deno:/usr/local/lib/pmjail/node_modules/@deno \
-		$(VMBIN)/unitcheck -bin $(VMUNIT) -deploy $(CURDIR)/deploy
+	deb=$$(ls bin/deb/pmjail_*_amd64.deb) && \
+	integration/vm/run.sh -s -p "$$deb" $(VMBIN)/unitcheck -deb "/packages/$${deb##*/}"
 
 # install_deb installs the Debian packages of the list $(1) that are missing.
 install_deb = missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

@@ -3,13 +3,17 @@
 # throwaway QEMU VM whose stock Debian kernel has a pure cgroup v2 hierarchy.
 #
 # usage: integration/vm/run.sh [-s] [-x PROGRAM]... [-d HOSTDIR:GUESTDIR]...
-#                              [-e NAME=VALUE]... PAYLOAD [ARGS...]
+#                              [-p DEB]... [-e NAME=VALUE]... PAYLOAD [ARGS...]
 #   PAYLOAD  the program to run in the VM (static or dynamic: its libraries
 #            come along); it runs as /payload/<name> with ARGS, cwd /tmp
 #   -x PROG  a (dynamically linked) program to put in the guest's /bin, with
 #            the shared libraries and the dynamic loader that ldd lists
 #   -d H:G   copy the host directory tree H to G in the guest (in RAM), with
 #            the libraries of any dynamic executable in it
+#   -p DEB   put the Debian package DEB in the guest as /packages/<name>,
+#            with dpkg to install it: dpkg, dpkg-deb and GNU tar, the
+#            libraries its executables need, and a /var/lib/dpkg that
+#            records as installed only the host's packages DEB depends on
 #   -e N=V   set the environment variable N=V for the payload
 #   -s       boot the host's systemd as PID 1 and run the payload as the
 #            service vm-payload.service (stdout on the console), so that
@@ -49,13 +53,14 @@ HOST_PACKAGES=(qemu-system-x86 busybox-static cpio kmod xz-utils zstd)
 SYSTEMD=
 EXTRA_PROGRAMS=()
 EXTRA_DIRS=()
+PACKAGES=()
 GUEST_ENV=()
 WORK=
 APT_UPDATED=
 
 log() { echo "vm: $*" >&2; }
 die() { echo "vm: $*" >&2; exit 125; }
-usage() { sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # quote prints $1 as one single-quoted POSIX shell word (busybox ash has no
 # printf %q), so arguments and environment reach the guest byte for byte.
@@ -63,7 +68,7 @@ quote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 
 parse_args() {
   local opt
-  while getopts ':x:d:e:sh' opt; do
+  while getopts ':x:d:p:e:sh' opt; do
     case $opt in
       s) SYSTEMD=1 ;;
       x) [ -x "$OPTARG" ] || { log "-x $OPTARG: not an executable"; exit 2; }
@@ -72,6 +77,8 @@ parse_args() {
            log "-d $OPTARG: want an existing HOSTDIR:/GUESTDIR"; exit 2
          fi
          EXTRA_DIRS+=("$OPTARG") ;;
+      p) [[ $OPTARG == *.deb && -f $OPTARG ]] || { log "-p $OPTARG: not a .deb file"; exit 2; }
+         PACKAGES+=("$(readlink -f "$OPTARG")") ;;
       e) [[ $OPTARG =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
            { log "-e $OPTARG: want NAME=VALUE"; exit 2; }
          GUEST_ENV+=("$OPTARG") ;;
@@ -212,6 +219,42 @@ copy_tree() {
   done < <(find "$host" -type f -perm -u+x -print0)
 }
 
+# add_packages puts each -p package in /packages with what dpkg -i needs
+# in a guest that has only busybox: dpkg and the programs it runs (dpkg-deb,
+# which runs tar -x with GNU options for the control archive; dpkg-split;
+# dpkg-query; ldconfig, which dpkg wants in PATH), the libraries the
+# package's executables link (they come from the host, as every guest
+# library does), and a dpkg database holding only the host's records of
+# the packages it depends on, which those libraries satisfy. A package's
+# scripts find what the guest has: with -s, systemd-sysusers.
+add_packages() {
+  local deb tree f dep pkg db=$ROOT/var/lib/dpkg
+  [ ${#PACKAGES[@]} -gt 0 ] || return 0
+  for f in dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig; do
+    copy_program "$(command -v "$f")" "/bin/$f"
+  done
+  mkdir -p "$db/info" "$db/updates" "$db/triggers" "$ROOT/packages"
+  : > "$db/status"; : > "$db/available"
+  for deb in "${PACKAGES[@]}"; do
+    cp "$deb" "$ROOT/packages/"
+    tree=$WORK/deb-tree
+    dpkg-deb -x "$deb" "$tree"
+    # tr: an executable may start with a NUL (Pyodide's wasm), which bash
+    # would warn about; the ELF magic has none.
+    while IFS= read -r -d '' f; do
+      if [ "$(head -c 4 "$f" | tr -d '\0')" = $'\x7fELF' ]; then copy_libs "$f"; fi
+    done < <(find "$tree" -type f -perm -u+x -print0)
+    rm -rf "$tree"
+    # Depends: "a (>= 1), b | c": every package named, alternatives too.
+    for dep in $(dpkg-deb -f "$deb" Depends | sed -e 's/([^)]*)//g' -e 's/[,|]/ /g'); do
+      pkg=$(dpkg-query -W -f='${binary:Package}' "${dep%%:*}" 2>/dev/null) || continue
+      grep -q "^Package: ${dep%%:*}\$" "$db/status" && continue
+      { dpkg-query -s "$pkg"; echo; } >> "$db/status"
+      : > "$db/info/$pkg.list"
+    done
+  done
+}
+
 write_etc() {
   mkdir -p "$ROOT/etc" "$ROOT/root"
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$ROOT/etc/passwd"
@@ -317,6 +360,8 @@ add_systemd() {
   local units=/usr/lib/systemd/system
   copy_program "$(readlink -f /lib/systemd/systemd)" /lib/systemd/systemd
   copy_program "$(readlink -f /bin/systemctl)" /bin/systemctl
+  # What a package's scripts call to make its system users and groups.
+  copy_program "$(readlink -f /bin/systemd-sysusers)" /bin/systemd-sysusers
   mkdir -p "$ROOT$units" "$ROOT/etc/systemd/system"
   cp -P "$units"/*.target "$units"/*.slice "$ROOT$units/"
   install -m 0644 "$(readlink -f /etc/os-release)" "$ROOT/etc/os-release"
@@ -390,6 +435,7 @@ build_initramfs() {
   copy_program "$PAYLOAD" "/payload/${PAYLOAD##*/}"
   for p in "${EXTRA_PROGRAMS[@]}"; do copy_program "$p" "/bin/${p##*/}"; done
   for d in "${EXTRA_DIRS[@]}"; do copy_tree "$d"; done
+  add_packages
   write_etc
   add_modules
   [ -z "$SYSTEMD" ] || add_systemd

@@ -13,62 +13,77 @@ import (
 	"github.com/pmjail/pmjail/jail"
 )
 
-// Where deploy/ puts things, as the units and the example config name them.
+// Where the package puts things, and what the operator adds, as
+// docs/daemon.md says.
 const (
-	installDir  = "/usr/local/bin"
-	unitDir     = "/etc/systemd/system"
+	packageName = "pmjail"
+	binDir      = "/usr/bin"
+	unitDir     = "/usr/lib/systemd/system"
+	dropInDir   = "/etc/systemd/system/" + serviceUnit + ".d"
+	exampleJSON = "/usr/share/doc/pmjail/examples/config.example.json"
 	configPath  = "/etc/pmjail/config.json"
 	secretPath  = "/etc/pmjail/secrets/example-api"
+	stateDir    = "/var/lib/pmjail"
 	socketPath  = "/run/pmjail/pmjail.sock"
 	groupName   = "pmjail"
 	nobodyUID   = 65534
 	nogroupGID  = 65534
 	serviceLog  = "/var/log/pmjail-service.log"
 	startupTime = 2 * time.Minute // a daemon's start under TCG, its host probe included
+	// Pyodide is left out of the install (dpkg --path-exclude): the
+	// daemon builds its snapshot at every start, minutes of CPU under
+	// TCG, and the checks run Deno only.
+	pyodideFiles = "/usr/lib/pmjail/node_modules/pyodide/*"
 )
 
 // env is what the checks learn as they go.
 type env struct {
-	binDir, deployDir string
-	gid               uint32 // the pmjail group's
-	pid               int    // the daemon's, as systemd last reported it
-	cgroup            string // the service's cgroup directory
+	deb    string // the package file
+	gid    uint32 // the pmjail group's
+	pid    int    // the daemon's, as systemd last reported it
+	cgroup string // the service's cgroup directory
 }
 
 // member is a user the config lets in: nobody, in the pmjail group.
 func (e *env) member() peer { return peer{nobodyUID, e.gid} }
 
 func (e *env) install() (string, error) {
+	if out, err := dpkg("-i", "--path-exclude="+pyodideFiles, e.deb); err != nil {
+		return "", err
+	} else if !strings.Contains(out, "Setting up "+packageName) {
+		return "", fmt.Errorf("dpkg -i did not set up %s: %s", packageName, out)
+	}
+	status, err := dpkg("-s", packageName)
+	if err != nil || !strings.Contains(status, "Status: install ok installed") {
+		return "", fmt.Errorf("dpkg -s %s: %v\n%s", packageName, err, status)
+	}
 	for _, name := range []string{"pmjail", "pmjail-serve", "pmjail-init"} {
-		if err := copyFile(filepath.Join(e.binDir, name), filepath.Join(installDir, name), 0o755); err != nil {
-			return "", err
+		if st, err := os.Stat(filepath.Join(binDir, name)); err != nil || st.Mode().Perm() != 0o755 {
+			return "", fmt.Errorf("the package's %s: %v", name, err)
 		}
 	}
-	for _, name := range []string{serviceUnit, socketUnit} {
-		if err := copyFile(filepath.Join(e.deployDir, name), filepath.Join(unitDir, name), 0o644); err != nil {
-			return "", err
-		}
+	// The postinst made the group (systemd-sysusers, from the package's
+	// sysusers.d file).
+	gid, err := lookupGroup(groupName)
+	if err != nil {
+		return "", fmt.Errorf("after the package's postinst: %w", err)
 	}
-	// The example config as it ships: it lets the pmjail group in and names
-	// a secret file, which must exist.
-	if err := copyFile(filepath.Join(e.deployDir, "config.example.json"), configPath, 0o644); err != nil {
+	e.gid = gid
+	// The operator's steps: the example config as it ships, which lets the
+	// pmjail group in and names a secret file, which must exist.
+	if err := copyFile(exampleJSON, configPath, 0o644); err != nil {
 		return "", err
 	}
 	if err := writeFile(secretPath, "Bearer vm-check\n", 0o600); err != nil {
 		return "", err
 	}
-	gid, err := addSystemGroup(groupName)
-	if err != nil {
-		return "", err
-	}
-	e.gid = gid
 	// The VM runs no journald: the daemon's log goes to a file instead,
 	// printed if a check fails. Nothing else of the unit is changed.
 	dropIn := "[Service]\nStandardOutput=append:" + serviceLog + "\nStandardError=inherit\n"
 	if err := writeFile(serviceLog, "", 0o640); err != nil {
 		return "", err
 	}
-	if err := writeFile(filepath.Join(unitDir, serviceUnit+".d", "vm-log.conf"), dropIn, 0o644); err != nil {
+	if err := writeFile(filepath.Join(dropInDir, "vm-log.conf"), dropIn, 0o644); err != nil {
 		return "", err
 	}
 	if _, err := systemctl("daemon-reload"); err != nil {
@@ -77,7 +92,8 @@ func (e *env) install() (string, error) {
 	if _, err := systemctl("enable", "--now", socketUnit); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("binaries in %s, units in %s, %s, group %s (gid %d)", installDir, unitDir, configPath, groupName, gid), nil
+	version, _ := dpkg("-f", e.deb, "Version")
+	return fmt.Sprintf("%s %s: binaries in %s, units in %s; group %s (gid %d); %s from the example", packageName, version, binDir, unitDir, groupName, gid, configPath), nil
 }
 
 func (e *env) socketOnly() (string, error) {
@@ -169,6 +185,13 @@ func postureOf(res *jail.Result) (*posture, error) {
 	return &p, json.Unmarshal(raw, &p)
 }
 
+// tcgLimits are the Deno jobs' limits: the example config's ceiling
+// rather than the defaults (10 s of CPU, 30 s of wall time). Under TCG a
+// cold Deno start costs seconds of guest CPU, and when the host is busy
+// the time QEMU's vCPU thread waits for a host CPU is charged to the task
+// the guest was running: a hello has been seen at 17 s of "CPU".
+const tcgLimits = `{"cpu_time": "30s", "timeout": "2m"}`
+
 // runJob runs a job as a member and checks it ended ok.
 func (e *env) runJob(jobJSON string) (*jail.Result, *posture, error) {
 	o, err := answer(e.member(), "run", jobJSON)
@@ -184,7 +207,7 @@ func (e *env) runJob(jobJSON string) (*jail.Result, *posture, error) {
 }
 
 func (e *env) runHandler() (string, error) {
-	res, p, err := e.runJob(`{"runtime": "deno", "capabilities": {"log": true}, "input": {"name": "vm"},
+	res, p, err := e.runJob(`{"runtime": "deno", "limits": ` + tcgLimits + `, "capabilities": {"log": true}, "input": {"name": "vm"},
 		"source": "export default async (input, ctx) => { await ctx.host.log.info('hi', {n: 1}); return {greeting: 'hello, ' + input.name}; }"}`)
 	if err != nil {
 		return "", err
@@ -222,7 +245,7 @@ func (e *env) runHandler() (string, error) {
 }
 
 func (e *env) runRequired() (string, error) {
-	res, p, err := e.runJob(`{"runtime": "deno", "mode": "required", "source": "console.log('contained')"}`)
+	res, p, err := e.runJob(`{"runtime": "deno", "limits": ` + tcgLimits + `, "mode": "required", "source": "console.log('contained')"}`)
 	if err != nil {
 		return "", err
 	}
@@ -314,7 +337,7 @@ func (e *env) watchdog() (string, error) {
 // inFlight starts a Deno job that sleeps for d as a member, waits until the
 // daemon runs it, and returns where its outcome will arrive.
 func (e *env) inFlight(d time.Duration) (<-chan *outcome, error) {
-	job := fmt.Sprintf(`{"runtime": "deno", "limits": {"timeout": "2m"},
+	job := fmt.Sprintf(`{"runtime": "deno", "limits": `+tcgLimits+`,
 		"source": "await new Promise((r) => setTimeout(r, %d)); console.log('slept')"}`, d.Milliseconds())
 	done := make(chan *outcome, 1)
 	go func() {
@@ -472,6 +495,49 @@ func (e *env) stopAll() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s removed; no cgroup or process left", socketPath), nil
+}
+
+// purge removes the package while its socket listens: the prerm stops
+// and disables the units, dpkg removes the files, the postrm removes the
+// state and the config.
+func (e *env) purge() (string, error) {
+	if _, err := systemctl("start", socketUnit); err != nil {
+		return "", err
+	}
+	// The check's own drop-in is not the package's to remove.
+	if err := os.RemoveAll(dropInDir); err != nil {
+		return "", err
+	}
+	if _, err := dpkg("--purge", packageName); err != nil {
+		return "", err
+	}
+	if _, err := systemctl("daemon-reload"); err != nil {
+		return "", err
+	}
+	for _, unit := range []string{socketUnit, serviceUnit} {
+		props, err := properties(unit, "LoadState")
+		if err != nil {
+			return "", err
+		}
+		if props["LoadState"] != "not-found" {
+			return "", fmt.Errorf("%s: LoadState %s after the purge, want not-found", unit, props["LoadState"])
+		}
+	}
+	for _, path := range []string{
+		socketPath, filepath.Join(binDir, "pmjail"), "/usr/lib/pmjail", filepath.Join(unitDir, serviceUnit),
+		"/etc/systemd/system/sockets.target.wants/" + socketUnit, "/etc/pmjail", stateDir,
+	} {
+		if _, err := os.Lstat(path); !os.IsNotExist(err) {
+			return "", fmt.Errorf("%s is still there after the purge: %v", path, err)
+		}
+	}
+	if err := e.gone(); err != nil {
+		return "", err
+	}
+	if _, err := lookupGroup(groupName); err != nil {
+		return "", fmt.Errorf("the group should stay (files may carry its gid): %w", err)
+	}
+	return fmt.Sprintf("units not found, files, %s, /etc/pmjail and %s gone; group %s kept", socketPath, stateDir, groupName), nil
 }
 
 // dumpService prints what systemd and the daemon say, after a failure.

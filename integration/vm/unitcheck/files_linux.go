@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,44 +39,37 @@ func writeFile(path, content string, mode os.FileMode) error {
 	return os.WriteFile(path, []byte(content), mode)
 }
 
-// addSystemGroup adds a group to /etc/group as `groupadd --system` would,
-// with the highest free gid below 1000, and returns that gid.
-func addSystemGroup(name string) (uint32, error) {
+// lookupGroup returns the gid /etc/group gives the group name (the VM has
+// no other group database).
+func lookupGroup(name string) (uint32, error) {
 	const path = "/etc/group"
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	used := map[uint64]bool{}
+	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")
-		if len(fields) < 3 {
-			continue
-		}
-		if fields[0] == name {
-			f.Close()
-			return 0, fmt.Errorf("%s: group %s exists already", path, name)
-		}
-		if gid, err := strconv.ParseUint(fields[2], 10, 32); err == nil {
-			used[gid] = true
+		if len(fields) >= 3 && fields[0] == name {
+			gid, err := strconv.ParseUint(fields[2], 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("%s: group %s: gid %q: %w", path, name, fields[2], err)
+			}
+			return uint32(gid), nil
 		}
 	}
-	f.Close()
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	gid := uint64(999)
-	for used[gid] {
-		gid--
-	}
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	return 0, fmt.Errorf("%s: no group %s", path, name)
+}
+
+// dpkg runs dpkg and returns its output.
+func dpkg(args ...string) (string, error) {
+	out, err := exec.Command("dpkg", args...).CombinedOutput()
 	if err != nil {
-		return 0, err
+		return "", fmt.Errorf("dpkg %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
-	if _, err := fmt.Fprintf(out, "%s:x:%d:\n", name, gid); err != nil {
-		out.Close()
-		return 0, err
-	}
-	return uint32(gid), out.Close()
+	return strings.TrimSpace(string(out)), nil
 }

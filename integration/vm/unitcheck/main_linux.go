@@ -19,7 +19,7 @@ type check struct {
 }
 
 var checks = []check{
-	{"install as deploy/ says, enable the socket", (*env).install},
+	{"dpkg -i the package, configure as docs/daemon.md says, enable the socket", (*env).install},
 	{"the socket is systemd's; the service waits for a client", (*env).socketOnly},
 	{"a pmjail group member's request starts the service (Type=notify)", (*env).activate},
 	{"a Deno handler runs in a job cgroup under the delegated subtree", (*env).runHandler},
@@ -31,6 +31,7 @@ var checks = []check{
 	{"the next request starts the service again", (*env).reactivate},
 	{"a killed daemon is restarted and its job is gone", (*env).killRestart},
 	{"stopping the socket removes it and everything else", (*env).stopAll},
+	{"dpkg --purge stops the socket and removes what the package made", (*env).purge},
 }
 
 func main() {
@@ -38,11 +39,10 @@ func main() {
 		os.Exit(runClient(os.Args[2:]))
 	}
 	e := &env{}
-	flag.StringVar(&e.binDir, "bin", "", "`DIR` holding pmjail, pmjail-serve and pmjail-init from one build")
-	flag.StringVar(&e.deployDir, "deploy", "", "the checkout's deploy `DIR` (units, example config)")
+	flag.StringVar(&e.deb, "deb", "", "the Debian package `FILE` that make deb built")
 	flag.Parse()
-	if e.binDir == "" || e.deployDir == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: unitcheck -bin DIR -deploy DIR")
+	if e.deb == "" || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: unitcheck -deb FILE")
 		os.Exit(2)
 	}
 	if err := refuseOutsideVM(); err != nil {
