@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/jail"
@@ -261,6 +263,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+client.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
 	mux.HandleFunc("/"+client.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+client.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
+	mux.HandleFunc("/"+client.APIVersion+"/openapi.json", s.only(http.MethodGet, handleOpenAPI))
 	mux.Handle("/metrics", s.only(http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
@@ -307,6 +310,15 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+// handleOpenAPI serves the API's OpenAPI document as built in. Its type is
+// plain application/json: what generators, Swagger UI and curl expect (the
+// OpenAPI media type, application/vnd.oai.openapi+json, few clients ask for).
+func handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(api.OpenAPI)))
+	_, _ = w.Write(api.OpenAPI)
 }
 
 func (s *Server) handlePosture(w http.ResponseWriter, r *http.Request) {
