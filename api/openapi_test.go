@@ -1,0 +1,419 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/apicheck"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/server"
+)
+
+// direction says which way a type's values cross the socket: decoded
+// from what a client or operator wrote (a member may be left out whatever
+// its Go tag), or encoded by the daemon (a member without omitempty is
+// always there, so the schema must require it).
+type direction int
+
+const (
+	in direction = iota
+	out
+)
+
+// wireTypes is every Go type whose JSON crosses the socket (or is the
+// daemon's config file), with the schema that describes it. Repoint a row
+// when a type moves; add one when a new body appears.
+var wireTypes = []struct {
+	schema string
+	typ    reflect.Type
+	dir    direction
+}{
+	{"Job", reflect.TypeFor[job.Request](), in},
+	{"Result", reflect.TypeFor[jail.Result](), out},
+	{"Event", reflect.TypeFor[client.Event](), out},
+	{"Health", reflect.TypeFor[client.Health](), out},
+	{"ErrorBody", reflect.TypeFor[client.ErrorBody](), out},
+	{"Posture", reflect.TypeFor[posture.Report](), out},
+	{"Config", reflect.TypeFor[server.Config](), in},
+}
+
+// named are the Go types with a JSON form of their own (a marshaler, or
+// a raw value) and the schema each must be written as.
+var named = map[reflect.Type]string{
+	reflect.TypeFor[profiles.Size]():     "#/components/schemas/Size",
+	reflect.TypeFor[profiles.Duration](): "#/components/schemas/Duration",
+	reflect.TypeFor[json.RawMessage]():   "#/components/schemas/JSON",
+}
+
+// concrete names what an interface-typed field holds on the wire, by
+// struct type and JSON name: the schema then describes that type.
+var concrete = map[reflect.Type]map[string]reflect.Type{
+	reflect.TypeFor[jail.Result](): {"posture": reflect.TypeFor[posture.Report]()},
+}
+
+func load(t *testing.T) *apicheck.Doc {
+	t.Helper()
+	d, err := apicheck.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestOpenAPIMatchesGoTypes holds the document's schemas to the Go types,
+// member for member, both ways: a Go field the schema lacks, a schema
+// property no Go field has, a type that differs, a required member the
+// Go type may leave out, or one it always writes that the schema does not
+// require.
+func TestOpenAPIMatchesGoTypes(t *testing.T) {
+	d := load(t)
+	for _, w := range wireTypes {
+		for _, p := range drift(d, w.typ, "#/components/schemas/"+w.schema, w.dir) {
+			t.Errorf("%s (%v): %s", w.schema, w.typ, p)
+		}
+	}
+}
+
+// TestOpenAPIDriftFails shows the check above failing, in each
+// direction: a field added to the Go type, and a field the Go type
+// lacks.
+func TestOpenAPIDriftFails(t *testing.T) {
+	d := load(t)
+	type grown struct {
+		client.Health
+		Extra string `json:"extra"`
+	}
+	if p := drift(d, reflect.TypeFor[grown](), "#/components/schemas/Health", out); !contains(p, `"extra"`) {
+		t.Errorf("a Go field the schema lacks was not found: %q", p)
+	}
+	type shrunk struct {
+		Status string `json:"status"`
+	}
+	if p := drift(d, reflect.TypeFor[shrunk](), "#/components/schemas/Health", out); !contains(p, `"pid"`) {
+		t.Errorf("a schema property the Go type lacks was not found: %q", p)
+	}
+	type retyped struct {
+		client.Health
+		PID string `json:"pid"`
+	}
+	if p := drift(d, reflect.TypeFor[retyped](), "#/components/schemas/Health", out); !contains(p, `pid`) {
+		t.Errorf("a Go field of another type was not found: %q", p)
+	}
+	type optional struct {
+		client.Health
+		PID int `json:"pid,omitempty"`
+	}
+	if p := drift(d, reflect.TypeFor[optional](), "#/components/schemas/Health", out); !contains(p, `"pid"`) {
+		t.Errorf("a required member the Go type may leave out was not found: %q", p)
+	}
+}
+
+func contains(problems []string, s string) bool {
+	return slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, s) })
+}
+
+// TestOpenAPISchemasCompile compiles every schema of the document as JSON
+// Schema 2020-12, which also resolves every $ref in them.
+func TestOpenAPISchemasCompile(t *testing.T) {
+	d := load(t)
+	schemas, _, err := d.Lookup("#/components/schemas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range schemas.(map[string]any) {
+		if _, err := d.Schema(apicheck.Pointer("#/components/schemas", name)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestOpenAPIEnums holds the document's lists of names to the Go lists.
+func TestOpenAPIEnums(t *testing.T) {
+	d := load(t)
+	var statuses []string
+	for _, s := range jail.Statuses() {
+		statuses = append(statuses, string(s))
+	}
+	for _, c := range []struct {
+		ptr  string
+		want []string
+	}{
+		{"#/components/schemas/Status/enum", statuses},
+		{"#/components/schemas/Event/properties/type/enum", []string{client.EventStdout, client.EventStderr, client.EventLog, client.EventResult}},
+		{"#/components/schemas/Layer/properties/state/enum", []string{string(posture.Applied), string(posture.Missing), string(posture.Degraded), string(posture.Off)}},
+		{"#/components/schemas/Job/properties/mode/enum", []string{"", job.ModeAuto, job.ModeRequired}},
+		{"#/components/schemas/Health/properties/api/const", []string{client.APIVersion}},
+	} {
+		v, _, err := d.Lookup(c.ptr)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		got := strings.Fields(strings.Trim(fmt.Sprint(v), "[]"))
+		if !slices.Equal(sorted(got), sorted(c.want)) && !(len(c.want) == 1 && fmt.Sprint(v) == c.want[0]) {
+			t.Errorf("%s is %v, the Go code has %v", c.ptr, v, c.want)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return slices.DeleteFunc(s, func(x string) bool { return x == "" })
+}
+
+// drift lists where the Go type t and the schema at ptr disagree.
+func drift(d *apicheck.Doc, t reflect.Type, ptr string, dir direction) []string {
+	c := &checker{d: d, dir: dir, seen: map[string]bool{}}
+	c.check(t, ptr, ptr)
+	return c.problems
+}
+
+type checker struct {
+	d        *apicheck.Doc
+	dir      direction
+	seen     map[string]bool // type@pointer pairs checked, against cycles
+	problems []string
+}
+
+func (c *checker) fail(at, format string, args ...any) {
+	c.problems = append(c.problems, at+": "+fmt.Sprintf(format, args...))
+}
+
+// check compares t with the schema at ptr; at names the place for
+// messages (the JSON path from the top type).
+func (c *checker) check(t reflect.Type, ptr, at string) {
+	raw, err := c.d.At(ptr)
+	if err != nil {
+		c.fail(at, "%v", err)
+		return
+	}
+	sch, _ := raw.(map[string]any)
+	if sch == nil {
+		c.fail(at, "the schema at %s is not an object", ptr)
+		return
+	}
+	pointer := t.Kind() == reflect.Pointer
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if want, ok := named[t]; ok {
+		if ref, _ := sch["$ref"].(string); ref != want {
+			c.fail(at, "%v is written as %s, the schema is %v", t, want, sch)
+		}
+		return
+	}
+	if ref, ok := sch["$ref"].(string); ok {
+		c.check(t, ref, at)
+		return
+	}
+	// A nullable reference ({"oneOf": [{"$ref"}, {"type": "null"}]}) is the
+	// reference, for a Go type that can be nil.
+	if alt, ok := sch["oneOf"].([]any); ok && len(alt) == 2 {
+		for i, a := range alt {
+			if m, _ := a.(map[string]any); m["type"] == "null" {
+				c.check(t, apicheck.Pointer(ptr, "oneOf", fmt.Sprint(1-i)), at)
+				return
+			}
+		}
+	}
+	key := t.String() + "@" + ptr
+	if c.seen[key] {
+		return
+	}
+	c.seen[key] = true
+
+	types := schemaTypes(sch)
+	nilable := pointer
+	var want string
+	switch t.Kind() {
+	case reflect.Struct:
+		if t == reflect.TypeFor[time.Time]() {
+			want = "string"
+			if sch["format"] != "date-time" {
+				c.fail(at, "a time is written as RFC 3339: want format date-time")
+			}
+			break
+		}
+		want = "object"
+	case reflect.Map:
+		want, nilable = "object", true
+	case reflect.Slice:
+		want, nilable = "array", true
+	case reflect.Array:
+		want = "array"
+	case reflect.String:
+		want = "string"
+	case reflect.Bool:
+		want = "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "integer"
+	case reflect.Float32, reflect.Float64:
+		want = "number"
+	case reflect.Interface:
+		return // any JSON, unless concrete names it
+	default:
+		c.fail(at, "Go kind %v has no JSON form", t.Kind())
+		return
+	}
+	if !slices.Contains(types, want) {
+		c.fail(at, "Go %v is a JSON %s, the schema says %v", t, want, types)
+	}
+	if slices.Contains(types, "null") && !nilable {
+		c.fail(at, "the schema allows null, Go %v cannot be null", t)
+	}
+	switch {
+	case t.Kind() == reflect.Map:
+		if t.Key().Kind() != reflect.String {
+			c.fail(at, "map key %v is not a string", t.Key())
+		}
+		if _, ok := sch["additionalProperties"].(map[string]any); !ok {
+			c.fail(at, "a map's schema needs additionalProperties")
+			return
+		}
+		c.check(t.Elem(), apicheck.Pointer(ptr, "additionalProperties"), at+"[*]")
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		if _, ok := sch["items"].(map[string]any); !ok {
+			c.fail(at, "an array's schema needs items")
+			return
+		}
+		c.check(t.Elem(), apicheck.Pointer(ptr, "items"), at+"[]")
+	case want == "object":
+		c.object(t, sch, ptr, at)
+	}
+}
+
+// object compares a struct's JSON members with the schema's properties.
+func (c *checker) object(t reflect.Type, sch map[string]any, ptr, at string) {
+	props, _ := sch["properties"].(map[string]any)
+	if sch["additionalProperties"] != false {
+		c.fail(at, "the schema of %v does not refuse unknown members (additionalProperties: false)", t)
+	}
+	var required []string
+	if r, ok := sch["required"].([]any); ok {
+		for _, x := range r {
+			required = append(required, fmt.Sprint(x))
+		}
+	}
+	fields := jsonFields(t)
+	for _, f := range fields {
+		if _, ok := props[f.name]; !ok {
+			c.fail(at, "Go field %v.%s (JSON %q) is not in the schema", t, f.goName, f.name)
+			continue
+		}
+		req := slices.Contains(required, f.name)
+		switch {
+		case f.optional && req:
+			c.fail(at, "%q is required, but Go %v.%s may leave it out (omitempty)", f.name, t, f.goName)
+		case c.dir == out && !f.optional && !req:
+			c.fail(at, "%q is always written by Go %v.%s, the schema does not require it", f.name, t, f.goName)
+		}
+		ft := f.typ
+		if byName, ok := concrete[t]; ok && byName[f.name] != nil {
+			ft = byName[f.name]
+		}
+		c.check(ft, apicheck.Pointer(ptr, "properties", f.name), at+"."+f.name)
+	}
+	for name := range props {
+		if !slices.ContainsFunc(fields, func(f field) bool { return f.name == name }) {
+			c.fail(at, "schema property %q is not a JSON member of Go %v", name, t)
+		}
+	}
+	for _, name := range required {
+		if _, ok := props[name]; !ok {
+			c.fail(at, "required %q is not a property", name)
+		}
+	}
+}
+
+// schemaTypes is a schema's "type", as a list.
+func schemaTypes(sch map[string]any) []string {
+	switch v := sch["type"].(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var ts []string
+		for _, x := range v {
+			ts = append(ts, fmt.Sprint(x))
+		}
+		return ts
+	}
+	return nil
+}
+
+type field struct {
+	name, goName string
+	typ          reflect.Type
+	optional     bool
+}
+
+// jsonFields lists a struct's JSON members as encoding/json sees them:
+// exported fields, by tag name, embedded structs without a tag flattened,
+// "-" left out.
+func jsonFields(t reflect.Type) []field {
+	var fs []field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag, hasTag := sf.Tag.Lookup("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" && opts == "" {
+			continue
+		}
+		if sf.Anonymous && !hasTag {
+			et := sf.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				for _, f := range jsonFields(et) {
+					// An outer field of the same name wins, as in encoding/json.
+					if !slices.ContainsFunc(fs, func(g field) bool { return g.name == f.name }) &&
+						!outerHas(t, f.name) {
+						fs = append(fs, f)
+					}
+				}
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		optional := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,")
+		fs = slices.DeleteFunc(fs, func(g field) bool { return g.name == name })
+		fs = append(fs, field{name: name, goName: sf.Name, typ: sf.Type, optional: optional})
+	}
+	return fs
+}
+
+// outerHas reports whether t declares a non-embedded field named name in
+// JSON.
+func outerHas(t reflect.Type, name string) bool {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Anonymous || !sf.IsExported() {
+			continue
+		}
+		n, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if n == "" {
+			n = sf.Name
+		}
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
