@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
@@ -416,4 +417,61 @@ func outerHas(t reflect.Type, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestOpenAPIAgreesWithDecoders feeds the same bodies to the schemas and
+// to the Go decoders: each schema answers as the table says, and what a
+// decoder accepts the schema accepts (the schema may refuse less: a
+// ceiling, a secret's file, are beyond it).
+func TestOpenAPIAgreesWithDecoders(t *testing.T) {
+	d := load(t)
+	example, err := os.ReadFile("../deploy/config.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parseJob := func(b string) error {
+		req, err := job.Decode(strings.NewReader(b))
+		if err != nil {
+			return err
+		}
+		return req.Validate()
+	}
+	parseConfig := func(b string) error {
+		_, err := server.ParseConfig(strings.NewReader(b))
+		return err
+	}
+	for _, c := range []struct {
+		schema string
+		parse  func(string) error
+		body   string
+		valid  bool
+	}{
+		{"Job", parseJob, `{"runtime":"deno","source":"export default () => 1"}`, true},
+		{"Job", parseJob, `{"runtime":"python","source":"1","input":{"n":[1,2]},"mode":"required","profile":"strict",
+			"limits":{"memory":"128M","cpu_time":"5s","timeout":30000,"pids":32,"output":1048576,"tmp":"16Mi"},
+			"capabilities":{"log":true,"request":{"urls":["https://api.example.com"],"methods":["GET","POST"],"auth":{"https://api.example.com":"k"}}}}`, true},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","evil":true}`, false},
+		{"Job", parseJob, `{"runtime":"deno"}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","mode":"sometimes"}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"memory":"lots"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"methods":["BREW"]}}}`, false},
+		{"Config", parseConfig, string(example), true},
+		{"Config", parseConfig, `{"version":1}`, true},
+		{"Config", parseConfig, `{"version":1,"max_queue":-1,"prestart":-1,"queue_timeout":500,"ceiling":{"capabilities":{"log":null,"request":null}}}`, true},
+		{"Config", parseConfig, `{"version":2}`, false},
+		{"Config", parseConfig, `{}`, false},
+		{"Config", parseConfig, `{"version":1,"socket":{"mode":"rw"}}`, false},
+		{"Config", parseConfig, `{"version":1,"ceiling":{"limits":{"memory":"1T"}}}`, false},
+		{"Config", parseConfig, `{"version":1,"log_level":"loud"}`, false},
+		{"Config", parseConfig, `{"version":1,"unknown":1}`, false},
+	} {
+		schemaErr := d.Value("#/components/schemas/"+c.schema, []byte(c.body))
+		if (schemaErr == nil) != c.valid {
+			t.Errorf("%s %.80s: the schema says %v, want valid=%v", c.schema, c.body, schemaErr, c.valid)
+		}
+		if goErr := c.parse(c.body); goErr == nil && schemaErr != nil {
+			t.Errorf("%s %.80s: Go accepts it, the schema refuses it: %v", c.schema, c.body, schemaErr)
+		}
+	}
 }

@@ -66,7 +66,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !isJSON(mt) || req.Method == http.MethodHead {
 		return resp, nil
 	}
-	resp.Body = &checkedBody{
+	resp.Body = newCheckedBody(&checkedBody{
 		rc: resp.Body, ctx: req.Context(), stream: mt == NDJSON,
 		check: func(line int, b []byte) {
 			if err := t.doc.Value(ptr, b); err != nil {
@@ -84,8 +84,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				t.fail(fmt.Errorf("%s: the stream ended without the result event; its last line: %s", where, Compact(b)))
 			}
 		},
-	}
+	})
 	return resp, nil
+}
+
+// CloseIdleConnections passes the call on, for http.Client's.
+func (t *transport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // teeBody keeps what a request body sent, and whether that was all of it.
@@ -119,10 +126,13 @@ func (b *teeBody) bytes() ([]byte, bool) {
 }
 
 // checkedBody checks a response body as the client reads it: each line
-// of a stream as it completes, a single value at its end. A body closed
-// before its end is read to its end first, unless the client gave up on
-// it (its context ended, or a read failed): then what arrived is all
-// there is to check.
+// of a stream as it completes, a single value at its end. A stream's
+// lines are checked on a goroutine of their own, so that the client reads
+// as fast as it would unchecked and the daemon sees no slower a reader
+// (it gives each event a write deadline); the checks are over when the
+// body has been read to its end or closed. A body closed before its end is
+// read to its end first, unless the client gave up on it (its context
+// ended, or a read failed): then what arrived is all there is to check.
 type checkedBody struct {
 	rc     io.ReadCloser
 	ctx    context.Context
@@ -130,11 +140,37 @@ type checkedBody struct {
 	check  func(line int, b []byte)
 	last   func(b []byte)
 
-	buf    bytes.Buffer
-	lines  int
-	final  []byte
-	done   bool
-	broken bool
+	buf     bytes.Buffer
+	scanned int // bytes at buf's start known to hold no newline
+	lines   int
+	final   []byte
+	done    bool
+	broken  bool
+
+	queue   chan line // to the checking goroutine, for a stream
+	checked chan struct{}
+	// mu orders the queue's sends and its close: a client may close the
+	// body while another of its goroutines reads.
+	mu     sync.Mutex
+	closed bool
+}
+
+type line struct {
+	n int
+	b []byte
+}
+
+func newCheckedBody(b *checkedBody) *checkedBody {
+	if b.stream {
+		b.queue, b.checked = make(chan line, 1024), make(chan struct{})
+		go func() {
+			defer close(b.checked)
+			for l := range b.queue {
+				b.check(l.n, l.b)
+			}
+		}()
+	}
+	return b
 }
 
 func (b *checkedBody) Read(p []byte) (int, error) {
@@ -152,21 +188,27 @@ func (b *checkedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// checkLines checks every complete line held and drops it.
+// checkLines queues every complete line held and drops it. It looks for
+// the end of a line only in what arrived since it last looked: a result
+// event is one line of up to hundreds of MiB, read in small pieces.
 func (b *checkedBody) checkLines() {
 	for {
-		i := bytes.IndexByte(b.buf.Bytes(), '\n')
+		i := bytes.IndexByte(b.buf.Bytes()[b.scanned:], '\n')
 		if i < 0 {
+			b.scanned = b.buf.Len()
 			return
 		}
-		line := bytes.Clone(b.buf.Bytes()[:i])
+		i += b.scanned
+		b.scanned = 0
+		l := bytes.Clone(b.buf.Bytes()[:i])
 		b.buf.Next(i + 1)
 		b.lines++
-		b.check(b.lines, line)
-		b.final = line
+		b.send(line{b.lines, l})
+		b.final = l
 	}
 }
 
+// end checks what is left once the body has been read to its end.
 func (b *checkedBody) end() {
 	if b.done {
 		return
@@ -178,15 +220,39 @@ func (b *checkedBody) end() {
 	}
 	if b.buf.Len() > 0 { // a last line without its newline
 		b.lines++
-		b.check(b.lines, b.buf.Bytes())
 		b.final = bytes.Clone(b.buf.Bytes())
+		b.send(line{b.lines, b.final})
 	}
+	b.wait()
 	b.last(b.final)
+}
+
+func (b *checkedBody) send(l line) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.queue <- l
+	}
+}
+
+// wait ends the checking goroutine once it has checked every line queued.
+func (b *checkedBody) wait() {
+	if !b.stream {
+		return
+	}
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.queue)
+	}
+	b.mu.Unlock()
+	<-b.checked
 }
 
 func (b *checkedBody) Close() error {
 	if !b.done && !b.broken && b.ctx.Err() == nil {
 		_, _ = io.Copy(io.Discard, struct{ io.Reader }{b})
 	}
+	b.wait()
 	return b.rc.Close()
 }
