@@ -10,15 +10,26 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/apicheck"
 )
+
+// checkedTransport holds every exchange of a server test to the API's
+// OpenAPI document (see apicheck.Doc.Transport); a breach fails t.
+func checkedTransport(t *testing.T, rt http.RoundTripper) http.RoundTripper {
+	doc, err := apicheck.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc.Transport(rt, func(err error) { t.Errorf("OpenAPI: %v", err) })
+}
 
 // TestServerServesOpenAPI reads the document over the real socket, as a
 // client generator would fetch it, and checks it is the built-in one.
 func TestServerServesOpenAPI(t *testing.T) {
 	ts := startServer(t, `{"version": 1}`)
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	hc := &http.Client{Transport: checkedTransport(t, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", ts.sock)
-	}}}
+	}})}
 	defer hc.CloseIdleConnections()
 
 	resp, err := hc.Get("http://pmjail/v1/openapi.json")
@@ -48,6 +59,14 @@ func TestServerServesOpenAPI(t *testing.T) {
 	}
 	if doc.OpenAPI != "3.1.0" || doc.Paths["/v1/openapi.json"] == nil {
 		t.Errorf("document is openapi %q with paths %v; want 3.1.0 naming /v1/openapi.json", doc.OpenAPI, keys(doc.Paths))
+	}
+	// What a client fetches is usable as it is: its schemas compile.
+	served, err := apicheck.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := served.Schema("#/components/schemas/Result"); err != nil {
+		t.Errorf("the served document's result schema: %v", err)
 	}
 
 	// Only GET, as every read-only endpoint.
