@@ -464,6 +464,7 @@ func TestOpenAPIAgreesWithDecoders(t *testing.T) {
 		{"Config", parseConfig, `{"version":1,"socket":{"mode":"rw"}}`, false},
 		{"Config", parseConfig, `{"version":1,"ceiling":{"limits":{"memory":"1T"}}}`, false},
 		{"Config", parseConfig, `{"version":1,"log_level":"loud"}`, false},
+		{"Config", parseConfig, `{"version":1,"log_level":"WARN","socket":{"mode":"660"}}`, true},
 		{"Config", parseConfig, `{"version":1,"unknown":1}`, false},
 	} {
 		schemaErr := d.Value("#/components/schemas/"+c.schema, []byte(c.body))
