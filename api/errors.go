@@ -25,6 +25,9 @@ const (
 	// daemon's own uid, asked for the host to be probed again.
 	CodeRefreshForbidden = "refresh_forbidden"
 	CodeQueueFull        = "queue_full"
+	// CodeRateLimited: the peer's tenant is over its rate (429, with
+	// Retry-After).
+	CodeRateLimited      = "rate_limited"
 	CodeQueueTimeout     = "queue_timeout"
 	CodeDraining         = "draining"
 	CodeNotFound         = "not_found"

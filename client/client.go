@@ -48,6 +48,13 @@ func New(socketPath string) *Client {
 	return &Client{http: &http.Client{Transport: tr}, socket: socketPath}
 }
 
+// WithTransport returns a client of the same daemon whose requests go
+// through wrap(this client's transport): middleware such as a test's
+// check of every exchange against the API's OpenAPI document.
+func (c *Client) WithTransport(wrap func(http.RoundTripper) http.RoundTripper) *Client {
+	return &Client{http: &http.Client{Transport: wrap(c.http.Transport)}, socket: c.socket}
+}
+
 // Close drops the idle connections.
 func (c *Client) Close() {
 	c.http.CloseIdleConnections()

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pmjail/pmjail/client"
 )
 
 // The daemon as systemd runs it: the listening socket handed over as fd 3
@@ -88,7 +86,7 @@ func TestDaemonUnderSystemdProtocol(t *testing.T) {
 	}
 	waitFor("READY=1")
 	// The activated socket (not --socket) serves the API.
-	c := client.New(sockPath)
+	c := checked(t, sockPath)
 	defer c.Close()
 	if _, err := c.Health(context.Background()); err != nil {
 		t.Fatalf("health over the activated socket: %v\n%s", err, logs.String())

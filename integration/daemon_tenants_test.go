@@ -218,7 +218,7 @@ func TestDaemonTenantHelper(t *testing.T) {
 	if sock == "" {
 		t.Skip("helper mode only")
 	}
-	c := client.New(sock)
+	c := checked(t, sock)
 	defer c.Close()
 	ctx := context.Background()
 	outcome := func(res *jail.Result, err error) string {

@@ -79,11 +79,12 @@ func startDaemon(tb testing.TB, dir, cfg string) *daemon {
 		tb.Fatal(err)
 	}
 	go func() { _ = d.cmd.Wait(); close(d.done) }()
-	d.c = client.New(d.sock)
+	d.c = checked(tb, d.sock)
 	tb.Cleanup(func() { d.stop(tb) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := d.c.Health(context.Background()); err == nil {
+			checkConfig(tb, cfg) // the daemon took it: the schema must too
 			return d
 		}
 		select {
@@ -238,7 +239,7 @@ func TestDaemonPeerHelper(t *testing.T) {
 	if sock == "" {
 		t.Skip("helper mode only")
 	}
-	_, err := client.New(sock).Health(context.Background())
+	_, err := checked(t, sock).Health(context.Background())
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
 		fmt.Printf("STATUS %d %s\n", apiErr.StatusCode, apiErr.Code)
@@ -348,9 +349,9 @@ func mustLimits(t *testing.T, s string) api.Limits {
 // and returns the HTTP status.
 func curlStatus(t *testing.T, sock string, body io.Reader) int {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	hc := &http.Client{Transport: checkedTransport(t, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+	}})}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Post("http://pmjail/v1/runs", "application/json", body)
 	if err != nil {

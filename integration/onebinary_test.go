@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/api"
-	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail"
 )
@@ -129,7 +128,7 @@ func TestOneBinary(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("pmjail serve did not serve: %s", logged)
 		}
-		c := client.New(sock)
+		c := checked(t, sock)
 		defer c.Close()
 		if h, err := c.Health(ctx); err != nil || h.PID != cmd.Process.Pid {
 			t.Errorf("health %+v, %v: want the daemon in pmjail's own process %d", h, err, cmd.Process.Pid)

@@ -53,10 +53,10 @@ func anyProbe(daemonPID int) bool {
 
 // postureGet sends GET /v1/posture?query on the daemon's socket and
 // returns the status and body.
-func postureGet(ctx context.Context, sock, query string) (int, []byte, error) {
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+func postureGet(tb testing.TB, ctx context.Context, sock, query string) (int, []byte, error) {
+	hc := &http.Client{Transport: checkedTransport(tb, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+	}})}
 	defer hc.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://pmjail/v1/posture?"+query, nil)
 	if err != nil {
@@ -229,7 +229,7 @@ func TestTrust_PostureRefreshSingleFlight(t *testing.T) {
 	for i := range statuses {
 		wg.Go(func() {
 			var body []byte
-			statuses[i], body, errs[i] = postureGet(ctx, d.sock, "refresh=1")
+			statuses[i], body, errs[i] = postureGet(t, ctx, d.sock, "refresh=1")
 			if errs[i] == nil && statuses[i] != http.StatusOK {
 				errs[i] = fmt.Errorf("%d %s", statuses[i], body)
 			}
@@ -260,7 +260,7 @@ func TestTrust_PostureRefreshPeerHelper(t *testing.T) {
 		t.Skip("helper mode only")
 	}
 	for _, q := range []string{"", "refresh=1"} {
-		status, body, err := postureGet(context.Background(), sock, q)
+		status, body, err := postureGet(t, context.Background(), sock, q)
 		var e struct {
 			Error struct{ Code string }
 		}

@@ -11,21 +11,18 @@ import (
 	"github.com/pmjail/pmjail/internal/capread"
 )
 
-// The error codes of the API (api.ErrorDetail.Code).
+// The error codes of the API, as package api names them.
 const (
-	codeInvalid   = "invalid_job"
-	codeTooLarge  = "too_large"
-	codeForbidden = "forbidden"
-	// codeRefreshForbidden: a peer allowed to use the API, but not the
-	// daemon's own uid, asked for the host to be probed again.
-	codeRefreshForbidden = "refresh_forbidden"
-	codeQueueFull        = "queue_full"
-	// codeRateLimited: the peer's tenant is over its rate.
-	codeRateLimited      = "rate_limited"
-	codeQueueTimeout     = "queue_timeout"
-	codeDraining         = "draining"
-	codeNotFound         = "not_found"
-	codeMethodNotAllowed = "method_not_allowed"
+	codeInvalid          = api.CodeInvalidJob
+	codeTooLarge         = api.CodeTooLarge
+	codeForbidden        = api.CodeForbidden
+	codeRefreshForbidden = api.CodeRefreshForbidden
+	codeQueueFull        = api.CodeQueueFull
+	codeRateLimited      = api.CodeRateLimited
+	codeQueueTimeout     = api.CodeQueueTimeout
+	codeDraining         = api.CodeDraining
+	codeNotFound         = api.CodeNotFound
+	codeMethodNotAllowed = api.CodeMethodNotAllowed
 )
 
 // writeJSON sends v with the given status.

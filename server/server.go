@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,6 +372,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+api.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
 	mux.HandleFunc("/"+api.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+api.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
+	mux.HandleFunc("/"+api.APIVersion+"/openapi.json", s.only(http.MethodGet, handleOpenAPI))
 	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
@@ -420,6 +422,15 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+// handleOpenAPI serves the API's OpenAPI document as built in. Its type is
+// plain application/json: what generators, Swagger UI and curl expect (the
+// OpenAPI media type, application/vnd.oai.openapi+json, few clients ask for).
+func handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(api.OpenAPI)))
+	_, _ = w.Write(api.OpenAPI)
 }
 
 func (s *Server) handlePosture(w http.ResponseWriter, r *http.Request) {

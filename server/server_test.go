@@ -87,7 +87,8 @@ func startServer(t *testing.T, cfgJSON string) *testServer {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
-	ts := &testServer{Server: s, sock: cfg.Socket.Path, logs: logs, c: client.New(cfg.Socket.Path)}
+	ts := &testServer{Server: s, sock: cfg.Socket.Path, logs: logs, c: client.New(cfg.Socket.Path).WithTransport(
+		func(rt http.RoundTripper) http.RoundTripper { return checkedTransport(t, rt) })}
 	t.Cleanup(func() {
 		ts.c.Close()
 		if err := s.Shutdown(10 * time.Second); err != nil {
@@ -106,9 +107,9 @@ func startServer(t *testing.T, cfgJSON string) *testServer {
 // post sends a raw body and returns the status and the error body.
 func (ts *testServer) post(t *testing.T, body io.Reader) (int, api.ErrorBody, http.Header) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	hc := &http.Client{Transport: checkedTransport(t, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", ts.sock)
-	}}}
+	}})}
 	resp, err := hc.Post("http://pmjail/v1/runs", "application/json", body)
 	if err != nil {
 		t.Fatal(err)
