@@ -8,10 +8,6 @@ import (
 	"time"
 )
 
-// The units of a job's limits, in the forms the daemon reads them
-// (profiles.Size and profiles.Duration are the engine's side of the same
-// forms; a test in job holds the two to one another).
-
 // Size is a byte count written as a number of bytes or as "64M", "1G",
 // "10K" (binary multiples).
 type Size int64

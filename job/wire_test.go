@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/pmjail/pmjail/api"
-	"github.com/pmjail/pmjail/profiles"
 )
 
 // jsonMembers lists a struct type's JSON members (name and options), the
@@ -104,24 +103,6 @@ func TestValidateLabelsAndPosture(t *testing.T) {
 		}
 		if _, field := Refusal(err); !errors.Is(err, ErrInvalid) || field != c.field {
 			t.Errorf("%.60v %q: %v (field %q), want a refusal of %s", c.labels, c.posture, err, field, c.field)
-		}
-	}
-}
-
-// The contract's units read what the engine's read, and write the same.
-func TestUnitsAgree(t *testing.T) {
-	for _, in := range []string{`0`, `1024`, `"64M"`, `"1Gi"`, `"10K"`, `"512KB"`, `"12Q"`, `-1`, `1.5`, `"1.5s"`, `"500ms"`, `250`, `"2m"`, `"-1s"`, `true`, `1e400`} {
-		var es profiles.Size
-		var as api.Size
-		e1, e2 := json.Unmarshal([]byte(in), &es), json.Unmarshal([]byte(in), &as)
-		if (e1 == nil) != (e2 == nil) || int64(es) != int64(as) || es.String() != as.String() {
-			t.Errorf("size %s: engine %v %v, api %v %v", in, es, e1, as, e2)
-		}
-		var ed profiles.Duration
-		var ad api.Duration
-		e1, e2 = json.Unmarshal([]byte(in), &ed), json.Unmarshal([]byte(in), &ad)
-		if (e1 == nil) != (e2 == nil) || int64(ed) != int64(ad) || ed.String() != ad.String() {
-			t.Errorf("duration %s: engine %v %v, api %v %v", in, ed, e1, ad, e2)
 		}
 	}
 }

@@ -1,122 +1,16 @@
 package profiles
 
-import (
-	"encoding/json"
-	"fmt"
-	"strconv"
-	"strings"
-	"time"
+import "github.com/pmjail/pmjail/api"
+
+// Size and Duration are the units of a job's limits, in the forms the
+// contract reads them ("64M", "30s"): one definition, package api's.
+type (
+	Size     = api.Size
+	Duration = api.Duration
 )
 
-// Size is a byte count written as a number of bytes or as "64M", "1G",
-// "10K" (binary multiples).
-type Size int64
-
 // ParseSize parses "128M", "1G", "512K", "1048576" or "1Mi".
-func ParseSize(s string) (Size, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "i")
-	mult := int64(1)
-	if t != "" {
-		switch strings.ToUpper(t[len(t)-1:]) {
-		case "K":
-			mult = 1 << 10
-		case "M":
-			mult = 1 << 20
-		case "G":
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<50)/mult {
-		return 0, fmt.Errorf("invalid size %q (want bytes or a number with K, M or G)", s)
-	}
-	return Size(n * mult), nil
-}
-
-func (s Size) String() string {
-	switch {
-	case s > 0 && s%(1<<30) == 0:
-		return strconv.FormatInt(int64(s)>>30, 10) + "G"
-	case s > 0 && s%(1<<20) == 0:
-		return strconv.FormatInt(int64(s)>>20, 10) + "M"
-	case s > 0 && s%(1<<10) == 0:
-		return strconv.FormatInt(int64(s)>>10, 10) + "K"
-	}
-	return strconv.FormatInt(int64(s), 10)
-}
-
-// MarshalJSON writes the size in its short form.
-func (s Size) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
-
-// UnmarshalJSON accepts a number of bytes or a string such as "64M".
-func (s *Size) UnmarshalJSON(b []byte) error {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("invalid size %s (want bytes or a string like \"64M\")", b)
-	}
-	switch x := v.(type) {
-	case float64:
-		if x < 0 || x != float64(int64(x)) {
-			return fmt.Errorf("invalid size %v (want a whole number of bytes)", x)
-		}
-		*s = Size(x)
-		return nil
-	case string:
-		n, err := ParseSize(x)
-		if err != nil {
-			return err
-		}
-		*s = n
-		return nil
-	}
-	return fmt.Errorf("invalid size %s (want bytes or a string like \"64M\")", b)
-}
-
-// Duration is a time span written as milliseconds or as "2s", "500ms".
-type Duration time.Duration
+func ParseSize(s string) (Size, error) { return api.ParseSize(s) }
 
 // ParseDuration parses "2s", "500ms", "1m" or a bare number of milliseconds.
-func ParseDuration(s string) (Duration, error) {
-	t := strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(t, 10, 64); err == nil && n >= 0 {
-		return Duration(time.Duration(n) * time.Millisecond), nil
-	}
-	d, err := time.ParseDuration(t)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("invalid duration %q (want e.g. \"2s\", \"500ms\" or milliseconds)", s)
-	}
-	return Duration(d), nil
-}
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes the duration as Go spells it ("2s").
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
-// UnmarshalJSON accepts milliseconds or a string such as "2s".
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("invalid duration %s (want milliseconds or a string like \"2s\")", b)
-	}
-	switch x := v.(type) {
-	case float64:
-		if x < 0 || x > float64(1<<40) {
-			return fmt.Errorf("invalid duration %v (want milliseconds)", x)
-		}
-		*d = Duration(time.Duration(x * float64(time.Millisecond)))
-		return nil
-	case string:
-		p, err := ParseDuration(x)
-		if err != nil {
-			return err
-		}
-		*d = p
-		return nil
-	}
-	return fmt.Errorf("invalid duration %s (want milliseconds or a string like \"2s\")", b)
-}
+func ParseDuration(s string) (Duration, error) { return api.ParseDuration(s) }
