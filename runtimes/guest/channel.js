@@ -206,8 +206,8 @@ export class Channel {
 
   // callSync is call for a caller that cannot wait for a promise (Python's
   // synchronous broker calls, which would otherwise suspend the whole
-  // WebAssembly stack and wake through an asynchronous read: hundreds of
-  // microseconds a call). It returns the reply, or null when another call
+  // WebAssembly stack and wake through an asynchronous read, several times
+  // the pipe's round trip). It returns the reply, or null when another call
   // is in flight or a write is queued — then only the asynchronous path
   // keeps both FIFOs moving. With nothing else in flight the host is only
   // reading, so the synchronous write cannot wait on the guest, and the

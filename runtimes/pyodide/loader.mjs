@@ -178,8 +178,8 @@ const bridge = {
   },
 
   // logSync answers a log call without a promise: the host answers one at
-  // once, so Python blocks for microseconds instead of suspending its stack
-  // and waking through an asynchronous read. Python passes an ASCII message
+  // once, so Python blocks for one round trip of the pipe instead of
+  // suspending its stack and waking through an asynchronous read. Python passes an ASCII message
   // as is (no JSON to encode and parse) and anything else as the params'
   // JSON. It returns undefined — take the asynchronous path — whenever the
   // channel has another call in flight. Other methods always take that
