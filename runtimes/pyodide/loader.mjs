@@ -159,6 +159,8 @@ for (const name of ["loadPackage", "loadPackagesFromImports", "mountNodeFS", "mo
 
 // The broker as Python sees it: JSON text in both directions, so no proxy
 // of a Python object outlives a call and nothing depends on to_js rules.
+// A log call's params are normalised as host.log does it for JavaScript.
+const logParams = (params) => ({ message: String(params.message), ...(params.meta === undefined ? {} : { meta: params.meta }) });
 const bridge = {
   call(method, paramsJson) {
     const params = paramsJson === undefined ? null : JSON.parse(paramsJson);
@@ -173,6 +175,21 @@ const bridge = {
       p = channel.call(method, params);
     }
     return p.then((r) => JSON.stringify(r));
+  },
+
+  // logSync answers a log call without a promise: the host answers one at
+  // once, so Python blocks for one round trip of the pipe instead of
+  // suspending its stack and waking through an asynchronous read. Python passes an ASCII message
+  // as is (no JSON to encode and parse) and anything else as the params'
+  // JSON. It returns undefined — take the asynchronous path — whenever the
+  // channel has another call in flight. Other methods always take that
+  // path: a request may take seconds, and the event loop keeps running
+  // while it does.
+  logSync(level, message, paramsJson) {
+    if (!Object.hasOwn(host.log, level)) return undefined;
+    const params = paramsJson === undefined ? { message: String(message) } : logParams(JSON.parse(paramsJson));
+    const r = channel.callSync(`log.${level}`, params);
+    return r === null ? undefined : JSON.stringify(r);
   },
 };
 
