@@ -113,6 +113,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 		s.stop()
 		s.cancel()
 		s.wg.Wait()
+		s.broker.closeTransports()
 		if s.out.ProtocolError == nil && errors.Is(s.failure, ErrProtocol) {
 			s.out.ProtocolError = s.failure
 		}
