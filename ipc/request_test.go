@@ -423,3 +423,27 @@ func TestRequestKeepAlive(t *testing.T) {
 	}
 	r.finish(t)
 }
+
+// BenchmarkRequestSend is one request.send to a loopback origin, through
+// Serve, from an in-process guest: the host's share of the call.
+func BenchmarkRequestSend(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	ceil := PermissiveCeiling()
+	ceil.MaxCalls = 1 << 30
+	ceil.AllowPrivateAddresses = true
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
+	if err := caps.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	r := startServe(b, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	params := map[string]any{"url": srv.URL + "/"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if f := r.g.call("request.send", params); !f.OK {
+			b.Fatal(f.Error)
+		}
+	}
+	b.StopTimer()
+	r.finish(b)
+}

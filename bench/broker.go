@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Broker calls per guest program: enough that the difference against a
+// hello is well over a hello's spread.
+const (
+	logCalls     = 900
+	requestCalls = 100
+	// bigSize is the "1 MB" of input or source: under the CLI's caps of
+	// 1 MiB, which count the whole file.
+	bigSize = 1_000_000
+)
+
+// broker: what a broker call costs a guest, measured through the CLI as
+// the difference against a hello in the same jail, next to the host's own
+// dispatch and a bare pipe round trip measured in the same run.
+func (b *Bench) broker(ctx context.Context) error {
+	b.Report.Section("Broker calls: per call, against the host's dispatch and a bare pipe")
+	if err := b.writeBrokerFiles(); err != nil {
+		return err
+	}
+	pipe, err := pipePingPong(100_000)
+	if err != nil {
+		return err
+	}
+	dispatch, err := b.dispatchPerCall(ctx)
+	if err != nil {
+		return err
+	}
+
+	b.Report.Para("Deno: %d × `host.log.info`, then 1 MB of input (`--input @input.json`, a %d-byte JSON file) and 1 MB of source (a %d-byte script), each against the same hello with the same flags:", logCalls, bigSize, bigSize)
+	const hello, logs, input, source = 0, 1, 2, 3
+	run := func(args ...string) []string { return append([]string{b.Pmjail, "run", "--cap", "log"}, args...) }
+	js, err := b.compare(ctx, []Variant{
+		hello:  {Name: "hello.js", Argv: run("hello.js"), Want: "hello"},
+		logs:   {Name: fmt.Sprintf("%d × host.log.info", logCalls), Argv: run("log.js"), Want: "hello"},
+		input:  {Name: "hello.js, 1 MB of input", Argv: run("--input", "@input.json", "hello.js"), Want: "hello"},
+		source: {Name: "1 MB of source", Argv: run("big.js"), Want: "hello"},
+	}, b.Reps, 2, hello)
+	if err != nil {
+		return err
+	}
+	jsCall := (js[logs].Median - js[hello].Median) / logCalls
+
+	if _, err := b.ensureSnapshot(ctx); err != nil {
+		return err
+	}
+	b.Report.Para("Python: %d × `pmjail.log.info` against a Python hello:", logCalls)
+	py, err := b.compare(ctx, []Variant{
+		{Name: "hello.py", Argv: run("hello.py"), Want: "hello"},
+		{Name: fmt.Sprintf("%d × pmjail.log.info", logCalls), Argv: run("log.py"), Want: "hello"},
+	}, b.PyReps, 1, 0)
+	if err != nil {
+		return err
+	}
+	pyCall := (py[1].Median - py[0].Median) / logCalls
+
+	origin, stop, err := loopbackOrigin()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	b.Report.Para("`host.request.send`: %d sequential GETs of a small body from an HTTP server the bench runs on the loopback (%s), against the same hello with the same capability, and against the same %d GETs sent directly by the bench with Go's client (keep-alive on, a new client per round: one dial per round, as pmjail keeps a run's connections alive within the run):", requestCalls, origin, requestCalls)
+	reqJS := fmt.Sprintf("for (let i = 0; i < %d; i++) {\n  const r = await host.request.send({ url: %q });\n  if (!r.ok || r.value.body !== \"ok\") throw new Error(JSON.stringify(r));\n}\nconsole.log(\"hello\");\n", requestCalls, origin+"/")
+	if err := os.WriteFile(b.work("request.js"), []byte(reqJS), 0o644); err != nil {
+		return err
+	}
+	reqRun := func(file string) []string { return []string{b.Pmjail, "run", "--cap", "request=" + origin, file} }
+	req, err := b.compare(ctx, []Variant{
+		{Name: "hello.js", Argv: reqRun("hello.js"), Want: "hello"},
+		{Name: fmt.Sprintf("%d × host.request.send", requestCalls), Argv: reqRun("request.js"), Want: "hello"},
+		{Name: fmt.Sprintf("%d GETs from the host (Go, keep-alive)", requestCalls), Call: directGets(origin+"/", requestCalls),
+			Shown: fmt.Sprintf("in the bench: a new http.Client, then %d sequential GETs of %s/, each body read and closed", requestCalls, origin)},
+	}, b.Reps, 2, 0)
+	if err != nil {
+		return err
+	}
+	reqCall := (req[1].Median - req[0].Median) / requestCalls
+	directCall := req[2].Median / requestCalls
+
+	inputAdded := js[input].Median - js[hello].Median
+	sourceAdded := js[source].Median - js[hello].Median
+	b.Report.Table([]string{"per call", "time", "what"}, [][]string{
+		{"bare pipe round trip", us(pipe), "two threads, one byte each way over a pipe pair (blocking read/write), in the bench process"},
+		{"host dispatch (`BenchmarkBrokerDispatch`)", us(dispatch), "ipc.Serve answering log.info to an in-process Go guest over a socket pair"},
+		{"JS `host.log.info`", us(jsCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
+		{"Python `pmjail.log.info`", us(pyCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
+		{"JS `host.request.send`, loopback", us(reqCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", requestCalls, requestCalls)},
+		{"a GET from the host, loopback", us(directCall), fmt.Sprintf("%d GETs / %d, in the bench", requestCalls, requestCalls)},
+	})
+	b.Report.Para("1 MB of input adds %s, 1 MB of source %s. The source's share is mostly Deno's own: it reads and analyses a module before it runs it.", signedMS(inputAdded), signedMS(sourceAdded))
+
+	b.Report.Target("JS host.log.info ≤ 30 µs per call", us(jsCall), jsCall <= 30*time.Microsecond)
+	b.Report.Target("Python pmjail.log.info ≤ 60 µs per call", us(pyCall), pyCall <= 60*time.Microsecond)
+	ratio := Ratio(reqCall, directCall)
+	b.Report.Target("host.request.send (loopback) ≤ 1.5× a direct request from the host", fmt.Sprintf("%.2f× (%s vs %s)", ratio, us(reqCall), us(directCall)), ratio <= 1.5)
+	b.Report.Target("1 MB of input adds ≤ 5 ms", signedMS(inputAdded), inputAdded <= 5*time.Millisecond)
+	b.Report.Target("1 MB of source adds ≤ 5 ms", signedMS(sourceAdded), sourceAdded <= 5*time.Millisecond)
+	return nil
+}
+
+func us(d time.Duration) string {
+	if d < 0 {
+		return fmt.Sprintf("−%.1f µs", float64(-d)/1e3)
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+}
+
+// writeBrokerFiles writes the section's guest programs and input into the
+// scratch directory.
+func (b *Bench) writeBrokerFiles() error {
+	pad := strings.Repeat("a", bigSize)
+	input := `{"s":"` + pad[:bigSize-len(`{"s":""}`)] + `"}`
+	src := "const s = \"\";\nconsole.log(\"hello\", s.length);\n"
+	src = strings.Replace(src, `""`, `"`+pad[:bigSize-len(src)]+`"`, 1)
+	files := map[string]string{
+		"log.js":     fmt.Sprintf("for (let i = 0; i < %d; i++) await host.log.info(\"x\");\nconsole.log(\"hello\");\n", logCalls),
+		"log.py":     fmt.Sprintf("import pmjail\nfor _ in range(%d):\n    pmjail.log.info(\"x\")\nprint(\"hello\")\n", logCalls),
+		"input.json": input,
+		"big.js":     src,
+	}
+	for name, text := range files {
+		if err := os.WriteFile(b.work(name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pipePingPong is the floor under a call: n round trips of one byte
+// between two OS threads over a pipe pair, each blocking in read(2) as
+// the guest's prompt calls do, per round trip.
+func pipePingPong(n int) (time.Duration, error) {
+	var there, back [2]int
+	if err := unix.Pipe2(there[:], unix.O_CLOEXEC); err != nil {
+		return 0, os.NewSyscallError("pipe2", err)
+	}
+	if err := unix.Pipe2(back[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(there[0])
+		unix.Close(there[1])
+		return 0, os.NewSyscallError("pipe2", err)
+	}
+	defer func() {
+		for _, fd := range []int{there[0], there[1], back[0], back[1]} {
+			unix.Close(fd)
+		}
+	}()
+	echoed := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		buf := []byte{0}
+		for range n {
+			if _, err := unix.Read(there[0], buf); err != nil {
+				echoed <- os.NewSyscallError("read", err)
+				return
+			}
+			if _, err := unix.Write(back[1], buf); err != nil {
+				echoed <- os.NewSyscallError("write", err)
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := []byte{1}
+	start := time.Now()
+	for range n {
+		if _, err := unix.Write(there[1], buf); err != nil {
+			return 0, os.NewSyscallError("write", err)
+		}
+		if _, err := unix.Read(back[0], buf); err != nil {
+			return 0, os.NewSyscallError("read", err)
+		}
+	}
+	took := time.Since(start)
+	if err := <-echoed; err != nil {
+		return 0, err
+	}
+	return took / time.Duration(n), nil
+}
+
+// dispatchPerCall runs BenchmarkBrokerDispatch in this run, for its time
+// per call.
+func (b *Bench) dispatchPerCall(ctx context.Context) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkBrokerDispatch$", "-benchtime", "20000x", "-count", "1", "./ipc/")
+	cmd.Dir = b.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("BenchmarkBrokerDispatch: %w: %s", err, tail(string(out)))
+	}
+	rows := parseGoBench("ipc", string(out))
+	if len(rows) != 1 {
+		return 0, fmt.Errorf("BenchmarkBrokerDispatch: no result in %s", tail(string(out)))
+	}
+	return time.Duration(rows[0].NsOp), nil
+}
+
+// loopbackOrigin serves "ok" on 127.0.0.1 until stop is called.
+func loopbackOrigin() (origin string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	stop = func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(os.Stderr, "bench: loopback origin: %v\n", err)
+		}
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// directGets is n sequential GETs of url from the host with a new
+// keep-alive client, each body read to its end.
+func directGets(url string, n int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		tr := &http.Transport{Proxy: nil, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		for range n {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if string(body) != "ok" {
+				return fmt.Errorf("GET %s: body %q", url, body)
+			}
+		}
+		return nil
+	}
+}
