@@ -93,6 +93,15 @@ func (b *Bench) broker(ctx context.Context) error {
 	reqCall := (req[1].Median - req[0].Median) / requestCalls
 	directCall := req[2].Median / requestCalls
 
+	jsInside, err := b.timedInside(ctx, run("log-timed.js"), b.Reps)
+	if err != nil {
+		return err
+	}
+	pyInside, err := b.timedInside(ctx, run("log-timed.py"), b.PyReps)
+	if err != nil {
+		return err
+	}
+
 	inputAdded := js[input].Median - js[hello].Median
 	sourceAdded := js[source].Median - js[hello].Median
 	b.Report.Table([]string{"per call", "time", "what"}, [][]string{
@@ -100,6 +109,8 @@ func (b *Bench) broker(ctx context.Context) error {
 		{"host dispatch (`BenchmarkBrokerDispatch`)", us(dispatch), "ipc.Serve answering log.info to an in-process Go guest over a socket pair"},
 		{"JS `host.log.info`", us(jsCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
 		{"Python `pmjail.log.info`", us(pyCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
+		{"JS `host.log.info`, inside the guest", us(jsInside), fmt.Sprintf("the guest's own clock around its %d calls (`log-timed.js`), median of %d runs", logCalls, b.Reps)},
+		{"Python `pmjail.log.info`, inside the guest", us(pyInside), fmt.Sprintf("the same in Python (`log-timed.py`), median of %d runs", b.PyReps)},
 		{"JS `host.request.send`, loopback", us(reqCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", requestCalls, requestCalls)},
 		{"a GET from the host, loopback", us(directCall), fmt.Sprintf("%d GETs / %d, in the bench", requestCalls, requestCalls)},
 	})
@@ -112,6 +123,27 @@ func (b *Bench) broker(ctx context.Context) error {
 	b.Report.Target("1 MB of input adds ≤ 5 ms", signedMS(inputAdded), inputAdded <= 5*time.Millisecond)
 	b.Report.Target("1 MB of source adds ≤ 5 ms", signedMS(sourceAdded), sourceAdded <= 5*time.Millisecond)
 	return nil
+}
+
+// timedInside runs argv reps times in the scratch directory, each run
+// printing "ns/call N" as timed by the guest's own clock, and returns the
+// median.
+func (b *Bench) timedInside(ctx context.Context, argv []string, reps int) (time.Duration, error) {
+	var per []time.Duration
+	for range reps {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Dir = b.Work
+		out, err := cmd.Output()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		}
+		var ns int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "ns/call %d", &ns); err != nil {
+			return 0, fmt.Errorf("%s: output %q: %w", strings.Join(argv, " "), tail(string(out)), err)
+		}
+		per = append(per, time.Duration(ns))
+	}
+	return Summarize(per).Median, nil
 }
 
 func us(d time.Duration) string {
@@ -129,10 +161,12 @@ func (b *Bench) writeBrokerFiles() error {
 	src := "const s = \"\";\nconsole.log(\"hello\", s.length);\n"
 	src = strings.Replace(src, `""`, `"`+pad[:bigSize-len(src)]+`"`, 1)
 	files := map[string]string{
-		"log.js":     fmt.Sprintf("for (let i = 0; i < %d; i++) await host.log.info(\"x\");\nconsole.log(\"hello\");\n", logCalls),
-		"log.py":     fmt.Sprintf("import pmjail\nfor _ in range(%d):\n    pmjail.log.info(\"x\")\nprint(\"hello\")\n", logCalls),
-		"input.json": input,
-		"big.js":     src,
+		"log.js":       fmt.Sprintf("for (let i = 0; i < %d; i++) await host.log.info(\"x\");\nconsole.log(\"hello\");\n", logCalls),
+		"log.py":       fmt.Sprintf("import pmjail\nfor _ in range(%d):\n    pmjail.log.info(\"x\")\nprint(\"hello\")\n", logCalls),
+		"log-timed.js": fmt.Sprintf("const t = performance.now();\nfor (let i = 0; i < %d; i++) await host.log.info(\"x\");\nconsole.log(\"ns/call\", Math.round((performance.now() - t) * 1e6 / %d));\n", logCalls, logCalls),
+		"log-timed.py": fmt.Sprintf("import time, pmjail\nt = time.perf_counter()\nfor _ in range(%d):\n    pmjail.log.info(\"x\")\nprint(\"ns/call\", round((time.perf_counter() - t) * 1e9 / %d))\n", logCalls, logCalls),
+		"input.json":   input,
+		"big.js":       src,
 	}
 	for name, text := range files {
 		if err := os.WriteFile(b.work(name), []byte(text), 0o644); err != nil {
