@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -75,7 +74,7 @@ func (b *Bench) broker(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	b.Report.Para("`host.request.send`: %d sequential GETs of a small body from an HTTP server the bench runs on the loopback (%s), against the same hello with the same capability, and against the same %d GETs sent directly by the bench with Go's client (keep-alive on, a new client per round: one dial per round, as pmjail keeps a run's connections alive within the run):", requestCalls, origin, requestCalls)
+	b.Report.Para("`host.request.send`: %d sequential GETs of a small body from an HTTP server the bench runs on the loopback (%s), against the same hello with the same capability, and against the same %d GETs sent directly by the bench with Go's client (keep-alive on, a new client per round: one dial per round, as pmjail keeps a run's connections alive within the run). The origin is a process of its own, so both cross a process boundary:", requestCalls, origin, requestCalls)
 	reqJS := fmt.Sprintf("for (let i = 0; i < %d; i++) {\n  const r = await host.request.send({ url: %q });\n  if (!r.ok || r.value.body !== \"ok\") throw new Error(JSON.stringify(r));\n}\nconsole.log(\"hello\");\n", requestCalls, origin+"/")
 	if err := os.WriteFile(b.work("request.js"), []byte(reqJS), 0o644); err != nil {
 		return err
@@ -246,22 +245,56 @@ func (b *Bench) dispatchPerCall(ctx context.Context) (time.Duration, error) {
 	return time.Duration(rows[0].NsOp), nil
 }
 
-// loopbackOrigin serves "ok" on 127.0.0.1 until stop is called.
+// loopbackOrigin starts an origin that serves "ok" on 127.0.0.1, in a
+// process of its own (this binary, -origin): pmjail's supervisor and the
+// bench's direct client then both reach it across processes, as a host
+// program would. stop ends it.
 func loopbackOrigin() (origin string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	self, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	cmd := exec.Command(self, "-origin")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
 	stop = func() {
-		srv.Close()
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: loopback origin: %v\n", err)
 		}
 	}
-	return "http://" + ln.Addr().String(), stop, nil
+	var addr string
+	if _, err := fmt.Fscanln(stdout, &addr); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("loopback origin: %w", err)
+	}
+	return "http://" + addr, stop, nil
+}
+
+// serveOrigin is the -origin role: it serves "ok" on 127.0.0.1, prints
+// its address and returns once its standard input ends.
+func serveOrigin() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench -origin: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
+	go srv.Serve(ln)
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	srv.Close()
+	return 0
 }
 
 // directGets is n sequential GETs of url from the host with a new

@@ -34,6 +34,11 @@ type Bench struct {
 var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "seccomp", "memory", "daemon", "soak", "gobench"}
 
 func main() {
+	// -origin is the loopback origin the broker section starts as a
+	// process of its own (see loopbackOrigin).
+	if len(os.Args) == 2 && os.Args[1] == "-origin" {
+		os.Exit(serveOrigin())
+	}
 	os.Exit(run())
 }
 
