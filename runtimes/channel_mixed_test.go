@@ -43,7 +43,12 @@ await ch.started;
 const host = makeHost(ch, null);
 const seen = [];
 for (let i = 0; i < 20; i++) seen.push((await host.log.info("sync " + i)).ok);
+// callSync answers a prompt method in place, and declines what it cannot.
+for (let i = 0; i < 20; i++) seen.push(ch.callSync("log.info", { message: "callSync " + i })?.ok);
+seen.push(ch.callSync("request.send", { url: origin + "/" }) === null);
 const slow = host.request.send({ url: origin + "/slow" });
+// With the request's asynchronous read outstanding, callSync declines too.
+seen.push(ch.callSync("log.info", { message: "declined" }) === null);
 let fired = false;
 setTimeout(async () => {
   fired = true;
@@ -66,7 +71,7 @@ await ch.finish({ type: "done", value: null });
 
 // TestChannelMixedCalls: through real FIFOs and the real broker, the
 // guest's synchronous and asynchronous waits for replies mix without a
-// call lost or a timer starved.
+// call lost or a timer starved, and callSync answers only what it can.
 func TestChannelMixedCalls(t *testing.T) {
 	in := testInstall(t, t.TempDir())
 	release := make(chan struct{})
@@ -122,7 +127,13 @@ func TestChannelMixedCalls(t *testing.T) {
 	if !strings.Contains(string(out), `"all":true`) || strings.Contains(string(out), `"during":0`) {
 		t.Errorf("guest saw %s, want every call ok and log calls made while the request waited", out)
 	}
-	if o := <-served; !o.Done || o.ProtocolError != nil || o.HostError != nil {
+	o := <-served
+	if !o.Done || o.ProtocolError != nil || o.HostError != nil {
 		t.Errorf("session outcome: done %v, protocol error %v, host error %v", o.Done, o.ProtocolError, o.HostError)
+	}
+	for _, l := range o.Logs {
+		if l.Message == "declined" {
+			t.Errorf("a call callSync declined reached the host")
+		}
 	}
 }

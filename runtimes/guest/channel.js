@@ -220,13 +220,11 @@ export class Channel {
   // (synchronously) or is queued. Queued frames are written
   // asynchronously, so the guest keeps reading replies while it writes:
   // with both FIFOs full and both sides blocked in a write, neither would
-  // ever read. The exception is the common sequential case — a small frame,
-  // nothing queued, and no reply due but this call's own — where the host
-  // is only reading, so a synchronous write cannot block for long and saves
-  // a thread hop per call.
-  #write(obj) {
-    let frame = this.#encode(obj);
-    if (!this.#flushing && frame.length <= SCRATCH_SIZE && this.#pending.size <= 1) {
+  // ever read. The exception is the common sequential case (#writesNow)
+  // where the host is only reading, so a synchronous write cannot block
+  // for long and saves a thread hop per call.
+  #write(frame, due = this.#pending.size) {
+    if (this.#writesNow(frame, due)) {
       let off = 0;
       while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
       return true;
@@ -235,6 +233,12 @@ export class Channel {
     this.#queue.push(frame);
     if (!this.#flushing) this.#flushing = this.#flush();
     return false;
+  }
+
+  // #writesNow: a small frame, nothing queued, and no reply due but the
+  // frame's own (due counts the replies awaited, the frame's included).
+  #writesNow(frame, due) {
+    return !this.#flushing && frame.length <= SCRATCH_SIZE && due <= 1;
   }
 
   #queue = [];
@@ -272,38 +276,70 @@ export class Channel {
   }
 
   send(obj) {
-    return this.#written(this.#write(obj));
+    return this.#written(this.#write(this.#encode(obj)));
   }
 
   call(method, params) {
-    if (this.#broken) {
-      return Promise.resolve({ ok: false, error: { code: "internal", message: this.#broken } });
-    }
+    if (this.#broken) return Promise.resolve(this.#brokenReply());
+    return new Promise((resolve) => this.#begin(method, params, resolve, false));
+  }
+
+  // callSync is call for a caller that cannot await (a blocking call from
+  // Python): it returns the reply itself when the call can wait for it in
+  // a synchronous read (see #readReply), and null, having sent nothing,
+  // when it cannot; the caller then uses call.
+  callSync(method, params) {
+    if (this.#broken) return this.#brokenReply();
+    let reply = null;
+    return this.#begin(method, params, (r) => (reply = r), true) ? reply : null;
+  }
+
+  // #begin sends a call whose reply goes to resolve: read synchronously,
+  // before #begin returns, when the host answers the method in its read
+  // loop (PROMPT), the frame goes out synchronously and no asynchronous
+  // read is outstanding (it would race this one for the reply); otherwise
+  // through #pump, unless syncOnly, when it sends nothing and returns
+  // false.
+  #begin(method, params, resolve, syncOnly) {
     const id = this.#nextId++;
-    return new Promise((resolve) => {
-      this.#pending.set(id, resolve);
-      let sync;
-      try {
-        sync = this.#write({ type: "call", id, method, params: params ?? null });
-      } catch (err) {
-        this.#pending.delete(id);
-        resolve({ ok: false, error: { code: "internal", message: String(err) } });
-        return;
-      }
-      if (sync && !this.#reading && PROMPT.has(method)) {
-        this.#readReply(id);
-        return;
-      }
-      if (!sync) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
-      this.#pump();
-    });
+    let frame;
+    try {
+      // JSON.stringify throws here for a value that cannot cross.
+      frame = this.#encode({ type: "call", id, method, params: params ?? null });
+    } catch (err) {
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    const due = this.#pending.size + 1;
+    const waitHere = PROMPT.has(method) && !this.#reading && this.#writesNow(frame, due);
+    if (syncOnly && !waitHere) return false;
+    this.#pending.set(id, resolve);
+    let sync;
+    try {
+      sync = this.#write(frame, due);
+    } catch (err) {
+      this.#pending.delete(id);
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    if (waitHere) {
+      this.#readReply(id);
+      return true;
+    }
+    if (!sync) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
+    this.#pump();
+    return true;
+  }
+
+  #brokenReply() {
+    return { ok: false, error: { code: "internal", message: this.#broken } };
   }
 
   // finish sends the last frame and resolves once every frame is written;
   // the caller exits then. It throws, synchronously, for a frame that
   // cannot be serialised.
   finish(frame) {
-    return this.#written(this.#write(frame));
+    return this.#written(this.#write(this.#encode(frame)));
   }
 }
 
