@@ -22,6 +22,9 @@ const replyHead = `{"type":"` + typeReply + `","id":`
 // most (the largest id): a value this much under the frame cap fits.
 const maxReplyOverhead = len(replyHead + `9007199254740991,"ok":true,"value":}`)
 
+// smallBody is the size under which a response body is read on the heap.
+const smallBody = 64 << 10
+
 // emptyBody is how a sendResult with no body ends.
 const emptyBody = `""}`
 
@@ -58,8 +61,14 @@ func (b *broker) responseValue(ctx context.Context, resp *http.Response) (json.R
 
 	// The body is read off the heap and freed as soon as its value is
 	// built (or refused): a run's calls leave no garbage the size of their
-	// bodies behind for the collector.
-	buf := offheap.Alloc(int(bodyMax) + 1)
+	// bodies behind for the collector. A small one is read on the heap: a
+	// mapping and its unmapping cost more than the garbage of a few pages.
+	var buf offheap.Buffer
+	if bodyMax < smallBody {
+		buf.B = make([]byte, bodyMax+1)
+	} else {
+		buf = offheap.Alloc(int(bodyMax) + 1)
+	}
 	defer buf.Free()
 	n, err := readFill(resp.Body, buf.B)
 	switch {

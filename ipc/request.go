@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pmjail/pmjail/internal/strictjson"
@@ -36,6 +37,62 @@ type broker struct {
 	private  map[string]bool // the ceiling's PrivateOrigins, normalised
 	scrubber *scrubber       // every secret value, to scrub from what leaves
 	budget   *Budget         // the run's reply budget (reply.go); nil: none
+
+	// transports hold the run's kept-alive connections, one transport per
+	// origin and checked address: a call reuses a connection only to the
+	// address its own lookup picked and the rules allowed.
+	tmu        sync.Mutex
+	transports map[string]*http.Transport
+}
+
+// maxTransports bounds the transports a run keeps; past it they are all
+// closed and the run starts over, so a guest cycling through origins
+// holds no more than this many idle connections' worth at once.
+const maxTransports = 16
+
+// transport is the run's transport for origin at target (host:port),
+// which dials nothing else.
+func (b *broker) transport(origin, target string) *http.Transport {
+	key := origin + " " + target
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	if tr := b.transports[key]; tr != nil {
+		return tr
+	}
+	if len(b.transports) >= maxTransports {
+		b.closeTransportsLocked()
+	}
+	dialer := &net.Dialer{}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", target)
+		},
+		TLSClientConfig:        &tls.Config{RootCAs: b.rootCAs, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: 64 << 10,
+		IdleConnTimeout:        30 * time.Second,
+	}
+	if b.transports == nil {
+		b.transports = map[string]*http.Transport{}
+	}
+	b.transports[key] = tr
+	return tr
+}
+
+// closeTransports closes every idle connection the run keeps; the session
+// calls it once no call is in flight any more.
+func (b *broker) closeTransports() {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	b.closeTransportsLocked()
+}
+
+func (b *broker) closeTransportsLocked() {
+	for _, tr := range b.transports {
+		tr.CloseIdleConnections()
+	}
+	clear(b.transports)
 }
 
 func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
@@ -317,7 +374,9 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 // roundTrip resolves the host once, checks the address, and sends the
 // request over a connection pinned to that address: no second lookup a
 // rebinding DNS server could answer differently, and no proxy from the
-// environment.
+// environment. The connection is kept for the run's later calls to the
+// same origin whose lookup picks the same address (a dial and, for
+// HTTPS, a handshake saved per call); Serve closes them as it returns.
 func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*http.Response, *CallError) {
 	addr, cerr := b.pickAddr(ctx, h.url, h.origin)
 	if cerr != nil {
@@ -328,17 +387,7 @@ func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*htt
 		port = map[string]string{"http": "80", "https": "443"}[h.url.Scheme]
 	}
 	target := net.JoinHostPort(addr.String(), port)
-	dialer := &net.Dialer{}
-	tr := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "tcp", target)
-		},
-		TLSClientConfig:        &tls.Config{RootCAs: b.rootCAs, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:      true,
-		DisableKeepAlives:      true,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
+	tr := b.transport(h.origin, target)
 	var body io.Reader
 	if h.body != nil {
 		body = strings.NewReader(*h.body)
@@ -351,23 +400,10 @@ func (b *broker) roundTrip(ctx context.Context, h hop, header http.Header) (*htt
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "err", b.scrubber.scrub(err.Error()))
-		tr.CloseIdleConnections()
 		return nil, b.netErr(ctx, err)
 	}
 	b.log.Debug("ipc request", "method", h.method, "origin", h.origin, "addr", target, "status", resp.StatusCode)
-	resp.Body = &closeTransport{ReadCloser: resp.Body, tr: tr}
 	return resp, nil
-}
-
-type closeTransport struct {
-	io.ReadCloser
-	tr *http.Transport
-}
-
-func (c *closeTransport) Close() error {
-	err := c.ReadCloser.Close()
-	c.tr.CloseIdleConnections()
-	return err
 }
 
 // pickAddr resolves the URL's host and returns the first address the rules

@@ -380,3 +380,70 @@ func TestRequestIgnoresProxyEnvironment(t *testing.T) {
 		t.Fatalf("server saw request URI %q: the request went through a proxy", got)
 	}
 }
+
+// TestRequestKeepAlive: a run's calls to one origin share a kept-alive
+// connection, yet every call resolves and dials afresh: when the name's
+// lookup turns to another address, the call goes there (and fails: nothing
+// listens), not down the connection open to the old one. Serve closes the
+// connections.
+func TestRequestKeepAlive(t *testing.T) {
+	noLeak(t)
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	origin := "http://api.pmjail.test:" + port
+	var rebound atomic.Bool
+	resolver := ResolverFunc(func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if rebound.Load() {
+			return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
+		}
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	})
+	ceil := PermissiveCeiling()
+	ceil.AllowPrivateAddresses = true
+	r := requestSession(t, &RequestCapability{URLs: []string{origin}}, ceil, resolver)
+	for range 5 {
+		if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": origin + "/"})); res.Body != "ok" {
+			t.Fatalf("result %+v", res)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 calls to one origin opened %d connections, want 1", n)
+	}
+	rebound.Store(true)
+	if f := r.g.call("request.send", map[string]any{"url": origin + "/"}); f.OK || !strings.Contains(f.Error.Message, "169.254.169.254") {
+		t.Errorf("after the name moved: %s %+v, want a failed dial of the new address", f.Value, f.Error)
+	}
+	r.finish(t)
+}
+
+// BenchmarkRequestSend is one request.send to a loopback origin, through
+// Serve, from an in-process guest: the host's share of the call.
+func BenchmarkRequestSend(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	ceil := PermissiveCeiling()
+	ceil.MaxCalls = 1 << 30
+	ceil.AllowPrivateAddresses = true
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
+	if err := caps.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	r := startServe(b, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	params := map[string]any{"url": srv.URL + "/"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if f := r.g.call("request.send", params); !f.OK {
+			b.Fatal(f.Error)
+		}
+	}
+	b.StopTimer()
+	r.finish(b)
+}

@@ -2,8 +2,10 @@ package ipc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +113,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 		s.stop()
 		s.cancel()
 		s.wg.Wait()
+		s.broker.closeTransports()
 		if s.out.ProtocolError == nil && errors.Is(s.failure, ErrProtocol) {
 			s.out.ProtocolError = s.failure
 		}
@@ -128,8 +131,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	if timing == "" {
 		timing = "precise"
 	}
-	start := startFrame{Type: typeStart, Input: input, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}}
-	frame, err := AppendFrame(nil, start, s.ceil.MaxFrame)
+	frame, err := appendStart(nil, input, startFrame{Type: typeStart, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}}, s.ceil.MaxFrame)
 	if err != nil {
 		// The job's input is the host's business, not a guest breach.
 		s.out.HostError = fmt.Errorf("start frame: %w", err)
@@ -155,6 +157,34 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 			return
 		}
 	}
+}
+
+// appendStart appends the start frame: start with input spliced in as
+// given. A megabyte of input would cost json.Marshal twice what checking
+// it costs (Marshal validates, compacts and escapes a RawMessage in one
+// slow pass); the guest's JSON.parse reads the same value either way.
+// Input that is not JSON is refused, as Marshal refuses it.
+func appendStart(dst []byte, input json.RawMessage, start startFrame, max int) ([]byte, error) {
+	if !json.Valid(input) {
+		return dst, fmt.Errorf("encode frame: the input is not JSON")
+	}
+	rest, err := json.Marshal(start) // {"type":"start","input":null,...}
+	if err != nil {
+		return dst, fmt.Errorf("encode frame: %w", err)
+	}
+	const head = `{"type":"` + typeStart + `","input":null`
+	if !bytes.HasPrefix(rest, []byte(head)) {
+		return dst, fmt.Errorf("encode frame: the start frame begins %.40q", rest)
+	}
+	rest = rest[len(head):]
+	n := len(head) - len("null") + len(input) + len(rest)
+	if n > max {
+		return dst, fmt.Errorf("encode frame: %d bytes over the %d-byte cap: %w", n, max, ErrFrameTooLarge)
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
+	dst = append(dst, head[:len(head)-len("null")]...)
+	dst = append(dst, input...)
+	return append(dst, rest...), nil
 }
 
 func newSession(ctx context.Context, conn net.Conn, cfg SessionConfig) *session {

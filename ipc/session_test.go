@@ -1,12 +1,14 @@
 package ipc
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -314,4 +316,34 @@ func BenchmarkBrokerDispatch(b *testing.B) {
 	b.StopTimer()
 	g.send(map[string]any{"type": "done"})
 	<-done
+}
+
+// TestAppendStart: the start frame with the input spliced in reads back
+// as the frame json.Marshal would build, and input that is not JSON, or
+// a frame over the cap, is refused.
+func TestAppendStart(t *testing.T) {
+	start := startFrame{Type: typeStart, Capabilities: Capabilities{Log: true}, Options: startOptions{Timing: "coarse"}}
+	for _, input := range []string{`null`, ` {"a": [1, "<&>"], "b": "héllo"} `, `"x"`} {
+		got, err := appendStart(nil, json.RawMessage(input), start, DefaultMaxFrame)
+		if err != nil {
+			t.Fatalf("%s: %v", input, err)
+		}
+		body, err := ReadFrame(bytes.NewReader(got), DefaultMaxFrame)
+		if err != nil {
+			t.Fatalf("%s: %v", input, err)
+		}
+		want := start
+		want.Input = json.RawMessage(input)
+		wantBody, _ := json.Marshal(want)
+		var g, w any
+		if json.Unmarshal(body, &g) != nil || json.Unmarshal(wantBody, &w) != nil || !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: frame %s, want the value of %s", input, body, wantBody)
+		}
+	}
+	if _, err := appendStart(nil, json.RawMessage(`{x`), start, DefaultMaxFrame); err == nil {
+		t.Error("input that is not JSON was spliced in")
+	}
+	if _, err := appendStart(nil, json.RawMessage(`"`+strings.Repeat("x", 100)+`"`), start, 64); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("a frame over the cap: %v, want ErrFrameTooLarge", err)
+	}
 }

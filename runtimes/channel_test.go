@@ -57,9 +57,19 @@ hostIn.writeSync(frame({ type: "start", input: null }));
 const ch = new Channel(dir + "/in", dir + "/out");
 await ch.started;
 // A length prefix far over the limit, or a whole frame that is not JSON.
-const broken = mode === "garbage" ? new Uint8Array([0, 0, 0, 2, 0x7b, 0x78]) : new Uint8Array([0xff, 0xff, 0xff, 0x00]);
-const reply = ch.call("log.info", { message: "x" });
-hostIn.writeSync(broken);
+const broken = mode.startsWith("garbage") ? new Uint8Array([0, 0, 0, 2, 0x7b, 0x78]) : new Uint8Array([0xff, 0xff, 0xff, 0x00]);
+// The host's end plays on this same thread, so the call awaited as the
+// stream breaks is one the guest waits for asynchronously (request.send);
+// a log call would wait in a synchronous read for the host to answer.
+let reply;
+if (mode.endsWith("-prompt")) {
+  // The break is there first: the log call's synchronous read meets it.
+  hostIn.writeSync(broken);
+  reply = ch.call("log.info", { message: "x" });
+} else {
+  reply = ch.call("request.send", { url: "http://x.invalid/" });
+  hostIn.writeSync(broken);
+}
 console.log(JSON.stringify(await reply));
 // A call after the break fails at once too.
 console.log(JSON.stringify(await ch.call("log.info", { message: "y" })));
@@ -73,7 +83,7 @@ hostIn.close();
 // limit).
 func TestChannelBrokenHostStream(t *testing.T) {
 	in := testInstall(t, t.TempDir())
-	for _, mode := range []string{"oversize", "garbage"} {
+	for _, mode := range []string{"oversize", "garbage", "oversize-prompt", "garbage-prompt"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			for _, p := range []string{"in", "out"} {
@@ -100,7 +110,7 @@ func TestChannelBrokenHostStream(t *testing.T) {
 					t.Errorf("call on a broken stream resolved to %s, want ok:false, code internal, \"channel broken\"", l)
 				}
 			}
-			if mode == "oversize" && !strings.Contains(lines[0], "over the") {
+			if strings.HasPrefix(mode, "oversize") && !strings.Contains(lines[0], "over the") {
 				t.Errorf("reason %s does not say the frame is over the limit", lines[0])
 			}
 		})

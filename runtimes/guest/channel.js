@@ -7,6 +7,15 @@ export const CHANNEL_IN = "/pmjail/channel/in";
 export const CHANNEL_OUT = "/pmjail/channel/out";
 
 const MAX_FRAME = 4 << 20;
+// READ_SIZE is the free space each read offers: a reply, or a whole
+// burst of them, in one read.
+const READ_SIZE = 64 << 10;
+// SCRATCH_SIZE bounds the frames encoded in place (see #encode).
+const SCRATCH_SIZE = 4096;
+// PROMPT are the methods the host answers in its read loop, before it
+// reads the next frame: a caller may wait for their reply in a
+// synchronous read. request.send waits on the network, so it never does.
+const PROMPT = new Set(["log.debug", "log.info", "log.warn", "log.error", "input.get"]);
 const encoder = new TextEncoder();
 let decoder;
 
@@ -14,15 +23,29 @@ let decoder;
 // String.fromCharCode takes as is: a run's first TextDecoder.decode costs
 // ~0.2 ms, as much as the rest of reading the start frame.
 function decodeFrame(bytes) {
-  if (bytes.length <= 8192 && bytes.every((b) => b < 0x80)) return String.fromCharCode.apply(null, bytes);
+  if (bytes.length <= 8192 && isASCII(bytes)) return String.fromCharCode.apply(null, bytes);
   decoder ??= new TextDecoder();
   return decoder.decode(bytes);
+}
+
+function isASCII(bytes) {
+  for (let i = 0; i < bytes.length; i++) if (bytes[i] >= 0x80) return false;
+  return true;
 }
 
 export class Channel {
   #in;
   #out;
-  #buf = new Uint8Array(0);
+  // What the host sent and the guest has not dispatched yet is
+  // #buf[#head, #tail): reads land in place, after #tail, and a frame is
+  // parsed where it lies, so a large start frame is copied once, by the
+  // kernel, not once per read.
+  #buf = new Uint8Array(READ_SIZE);
+  #view = new DataView(this.#buf.buffer);
+  #head = 0;
+  #tail = 0;
+  // #scratch holds a small frame while it is written synchronously.
+  #scratch = new Uint8Array(SCRATCH_SIZE);
   #nextId = 1;
   #pending = new Map();
   #reading = false;
@@ -50,9 +73,25 @@ export class Channel {
   // run on a thread Deno starts for it, which costs more than the wait
   // (user code starts ~0.3 ms earlier, measured).
   #readStart() {
-    const chunk = new Uint8Array(64 << 10);
     try {
-      while (this.#startResolve && this.#received(chunk, this.#in.readSync(chunk)));
+      while (this.#startResolve && this.#received(this.#in.readSync(this.#space())));
+    } catch (err) {
+      this.#closed(`channel broken: ${err?.message ?? err}`);
+    }
+  }
+
+  // #readReply waits for call id's reply in synchronous reads. An
+  // asynchronous read costs a hop to a thread of Deno's and back per
+  // reply, most of a call's time; a synchronous one is a plain read(2).
+  // call takes this path only when the wait is short and nothing else can
+  // take the bytes: the host answers the method in its read loop (PROMPT),
+  // the call's frame is written already, and no asynchronous read is
+  // outstanding (it would race this one for the reply). Timers and other
+  // work wait no longer than the host's answer, as they would behind any
+  // synchronous code.
+  #readReply(id) {
+    try {
+      while (this.#pending.has(id) && this.#received(this.#in.readSync(this.#space())));
     } catch (err) {
       this.#closed(`channel broken: ${err?.message ?? err}`);
     }
@@ -64,8 +103,7 @@ export class Channel {
     if (this.#reading) return;
     this.#reading = true;
     try {
-      const chunk = new Uint8Array(64 << 10);
-      while (this.#pending.size > 0 && this.#received(chunk, await this.#in.read(chunk)));
+      while (this.#pending.size > 0 && this.#received(await this.#in.read(this.#space())));
     } catch (err) {
       this.#closed(`channel broken: ${err?.message ?? err}`);
     } finally {
@@ -73,36 +111,63 @@ export class Channel {
     }
   }
 
-  // #received takes what one read returned (n bytes of chunk, or null at
-  // the end of the host's stream) and dispatches the frames it completes;
-  // false once the channel is closed.
-  #received(chunk, n) {
+  // #space is where the next read goes: the free end of the buffer, grown
+  // to hold at least the frame that is arriving whole, or READ_SIZE.
+  #space() {
+    let want = READ_SIZE;
+    if (this.#tail - this.#head >= 4) {
+      // The header was checked against MAX_FRAME when it arrived.
+      want = Math.max(want, 4 + this.#view.getUint32(this.#head) - (this.#tail - this.#head));
+    }
+    if (this.#buf.length - this.#tail < want) {
+      const held = this.#tail - this.#head;
+      if (this.#buf.length - held >= want) {
+        this.#buf.copyWithin(0, this.#head, this.#tail);
+      } else {
+        const buf = new Uint8Array(held + want);
+        buf.set(this.#buf.subarray(this.#head, this.#tail), 0);
+        this.#buf = buf;
+        this.#view = new DataView(buf.buffer);
+      }
+      this.#head = 0;
+      this.#tail = held;
+    }
+    return this.#buf.subarray(this.#tail);
+  }
+
+  // #received takes what one read returned (n bytes, read into #space, or
+  // null at the end of the host's stream) and dispatches the frames it
+  // completes; false once the channel is closed.
+  #received(n) {
     if (n === null) {
       this.#closed("channel closed");
       return false;
     }
-    this.#append(chunk.subarray(0, n));
+    this.#tail += n;
     this.#drain();
     return true;
   }
 
-  #append(bytes) {
-    const next = new Uint8Array(this.#buf.length + bytes.length);
-    next.set(this.#buf, 0);
-    next.set(bytes, this.#buf.length);
-    this.#buf = next;
-  }
-
   #drain() {
-    while (this.#buf.length >= 4) {
-      const n = new DataView(this.#buf.buffer, this.#buf.byteOffset).getUint32(0);
+    while (this.#tail - this.#head >= 4) {
+      const n = this.#view.getUint32(this.#head);
       // Only a corrupted host stream says this; waiting for that many bytes
       // would hold every call until the wall limit.
       if (n > MAX_FRAME) throw new Error(`a frame of ${n} bytes from the host is over the ${MAX_FRAME}-byte limit`);
-      if (this.#buf.length < 4 + n) break;
-      const frame = JSON.parse(decodeFrame(this.#buf.subarray(4, 4 + n)));
-      this.#buf = this.#buf.slice(4 + n);
+      if (this.#tail - this.#head < 4 + n) break;
+      const frame = JSON.parse(decodeFrame(this.#buf.subarray(this.#head + 4, this.#head + 4 + n)));
+      this.#head += 4 + n;
+      if (this.#head === this.#tail) this.#reset();
       this.#dispatch(frame);
+    }
+  }
+
+  // #reset empties the buffer, and lets go of one a large frame grew.
+  #reset() {
+    this.#head = this.#tail = 0;
+    if (this.#buf.length > 4 * READ_SIZE) {
+      this.#buf = new Uint8Array(READ_SIZE);
+      this.#view = new DataView(this.#buf.buffer);
     }
   }
 
@@ -131,27 +196,49 @@ export class Channel {
     this.#pending.clear();
   }
 
-  // #write sends one frame (JSON.stringify throws here, synchronously, for
-  // a value that cannot cross). Frames are queued and written
-  // asynchronously, so the guest keeps reading replies while it writes:
-  // with both FIFOs full and both sides blocked in a write, neither would
-  // ever read. The exception is the common sequential case — a small frame,
-  // nothing queued, and no reply due but this call's own — where the host
-  // is only reading, so a synchronous write cannot block for long and saves
-  // a thread hop per call.
-  #write(obj) {
-    const body = encoder.encode(JSON.stringify(obj));
+  // #encode gives obj's frame (JSON.stringify throws here, synchronously,
+  // for a value that cannot cross): a small one encoded in place in
+  // #scratch, which the caller must use before the next #encode, or a
+  // frame of its own.
+  #encode(obj) {
+    const text = JSON.stringify(obj);
+    if (text.length <= SCRATCH_SIZE - 4) {
+      const { read, written } = encoder.encodeInto(text, this.#scratch.subarray(4));
+      if (read === text.length) {
+        new DataView(this.#scratch.buffer).setUint32(0, written);
+        return this.#scratch.subarray(0, 4 + written);
+      }
+    }
+    const body = encoder.encode(text);
     const frame = new Uint8Array(4 + body.length);
     new DataView(frame.buffer).setUint32(0, body.length);
     frame.set(body, 4);
-    if (!this.#flushing && frame.length <= 4096 && this.#pending.size <= 1) {
+    return frame;
+  }
+
+  // #write sends one frame and reports whether it was written already
+  // (synchronously) or is queued. Queued frames are written
+  // asynchronously, so the guest keeps reading replies while it writes:
+  // with both FIFOs full and both sides blocked in a write, neither would
+  // ever read. The exception is the common sequential case (#writesNow)
+  // where the host is only reading, so a synchronous write cannot block
+  // for long and saves a thread hop per call.
+  #write(frame, due = this.#pending.size) {
+    if (this.#writesNow(frame, due)) {
       let off = 0;
       while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
-      return Promise.resolve();
+      return true;
     }
+    if (frame.buffer === this.#scratch.buffer) frame = frame.slice();
     this.#queue.push(frame);
     if (!this.#flushing) this.#flushing = this.#flush();
-    return this.#flushing;
+    return false;
+  }
+
+  // #writesNow: a small frame, nothing queued, and no reply due but the
+  // frame's own (due counts the replies awaited, the frame's included).
+  #writesNow(frame, due) {
+    return !this.#flushing && frame.length <= SCRATCH_SIZE && due <= 1;
   }
 
   #queue = [];
@@ -164,13 +251,16 @@ export class Channel {
       while (this.#queue.length > 0) {
         const frames = this.#queue;
         this.#queue = [];
-        let size = 0;
-        for (const f of frames) size += f.length;
-        const batch = new Uint8Array(size);
-        let at = 0;
-        for (const f of frames) {
-          batch.set(f, at);
-          at += f.length;
+        let batch = frames[0];
+        if (frames.length > 1) {
+          let size = 0;
+          for (const f of frames) size += f.length;
+          batch = new Uint8Array(size);
+          let at = 0;
+          for (const f of frames) {
+            batch.set(f, at);
+            at += f.length;
+          }
         }
         let off = 0;
         while (off < batch.length) off += await this.#out.write(batch.subarray(off));
@@ -180,28 +270,69 @@ export class Channel {
     }
   }
 
+  // #written resolves once every frame so far is written.
+  #written(sync) {
+    return sync ? Promise.resolve() : this.#flushing ?? Promise.resolve();
+  }
+
   send(obj) {
-    return this.#write(obj);
+    return this.#written(this.#write(this.#encode(obj)));
   }
 
   call(method, params) {
-    if (this.#broken) {
-      return Promise.resolve({ ok: false, error: { code: "internal", message: this.#broken } });
-    }
+    if (this.#broken) return Promise.resolve(this.#brokenReply());
+    return new Promise((resolve) => this.#begin(method, params, resolve, false));
+  }
+
+  // callSync is call for a caller that cannot await (a blocking call from
+  // Python): it returns the reply itself when the call can wait for it in
+  // a synchronous read (see #readReply), and null, having sent nothing,
+  // when it cannot; the caller then uses call.
+  callSync(method, params) {
+    if (this.#broken) return this.#brokenReply();
+    let reply = null;
+    return this.#begin(method, params, (r) => (reply = r), true) ? reply : null;
+  }
+
+  // #begin sends a call whose reply goes to resolve: read synchronously,
+  // before #begin returns, when the host answers the method in its read
+  // loop (PROMPT), the frame goes out synchronously and no asynchronous
+  // read is outstanding (it would race this one for the reply); otherwise
+  // through #pump, unless syncOnly, when it sends nothing and returns
+  // false.
+  #begin(method, params, resolve, syncOnly) {
     const id = this.#nextId++;
-    return new Promise((resolve) => {
-      this.#pending.set(id, resolve);
-      try {
-        this.#write({ type: "call", id, method, params: params ?? null }).catch((err) =>
-          this.#closed(`channel broken: ${err?.message ?? err}`)
-        );
-      } catch (err) {
-        this.#pending.delete(id);
-        resolve({ ok: false, error: { code: "internal", message: String(err) } });
-        return;
-      }
-      this.#pump();
-    });
+    let frame;
+    try {
+      // JSON.stringify throws here for a value that cannot cross.
+      frame = this.#encode({ type: "call", id, method, params: params ?? null });
+    } catch (err) {
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    const due = this.#pending.size + 1;
+    const waitHere = PROMPT.has(method) && !this.#reading && this.#writesNow(frame, due);
+    if (syncOnly && !waitHere) return false;
+    this.#pending.set(id, resolve);
+    let sync;
+    try {
+      sync = this.#write(frame, due);
+    } catch (err) {
+      this.#pending.delete(id);
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    if (waitHere) {
+      this.#readReply(id);
+      return true;
+    }
+    if (!sync) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
+    this.#pump();
+    return true;
+  }
+
+  #brokenReply() {
+    return { ok: false, error: { code: "internal", message: this.#broken } };
   }
 
   // callSync is call for a caller that cannot wait for a promise (Python's
@@ -244,7 +375,7 @@ export class Channel {
   // the caller exits then. It throws, synchronously, for a frame that
   // cannot be serialised.
   finish(frame) {
-    return this.#write(frame);
+    return this.#written(this.#write(this.#encode(frame)));
   }
 }
 
