@@ -301,7 +301,9 @@ export class Channel {
   // through #pump, unless syncOnly, when it sends nothing and returns
   // false.
   #begin(method, params, resolve, syncOnly) {
-    const id = this.#nextId++;
+    // The id is taken only by a call that goes out: one declined leaves
+    // the next call the id the host expects next.
+    const id = this.#nextId;
     let frame;
     try {
       // JSON.stringify throws here for a value that cannot cross.
@@ -313,6 +315,7 @@ export class Channel {
     const due = this.#pending.size + 1;
     const waitHere = PROMPT.has(method) && !this.#reading && this.#writesNow(frame, due);
     if (syncOnly && !waitHere) return false;
+    this.#nextId++;
     this.#pending.set(id, resolve);
     let sync;
     try {
@@ -334,42 +337,6 @@ export class Channel {
   #brokenReply() {
     return { ok: false, error: { code: "internal", message: this.#broken } };
   }
-
-  // callSync is call for a caller that cannot wait for a promise (Python's
-  // synchronous broker calls, which would otherwise suspend the whole
-  // WebAssembly stack and wake through an asynchronous read, several times
-  // the pipe's round trip). It returns the reply, or null when another call
-  // is in flight or a write is queued — then only the asynchronous path
-  // keeps both FIFOs moving. With nothing else in flight the host is only
-  // reading, so the synchronous write cannot wait on the guest, and the
-  // reply is the next frame it sends.
-  callSync(method, params) {
-    if (this.#broken) return { ok: false, error: { code: "internal", message: this.#broken } };
-    if (this.#pending.size > 0 || this.#reading || this.#flushing || this.#queue.length > 0) return null;
-    let body;
-    try {
-      body = encoder.encode(JSON.stringify({ type: "call", id: this.#nextId, method, params: params ?? null }));
-    } catch (err) {
-      return { ok: false, error: { code: "internal", message: String(err) } };
-    }
-    const id = this.#nextId++;
-    let reply = null;
-    this.#pending.set(id, (r) => reply = r);
-    try {
-      const frame = new Uint8Array(4 + body.length);
-      new DataView(frame.buffer).setUint32(0, body.length);
-      frame.set(body, 4);
-      let off = 0;
-      while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
-      this.#syncChunk ??= new Uint8Array(64 << 10);
-      while (reply === null && this.#received(this.#syncChunk, this.#in.readSync(this.#syncChunk)));
-    } catch (err) {
-      this.#closed(`channel broken: ${err?.message ?? err}`);
-    }
-    return reply ?? { ok: false, error: { code: "internal", message: this.#broken ?? "channel closed" } };
-  }
-
-  #syncChunk = null;
 
   // finish sends the last frame and resolves once every frame is written;
   // the caller exits then. It throws, synchronously, for a frame that
