@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/user"
 	"runtime"
@@ -60,6 +61,14 @@ type Config struct {
 	// it under the global ceiling, "refuse" answers 403. Default: allow
 	// when there are no tenants, refuse when there are.
 	Others string `json:"others"`
+	// OthersMaxConcurrency, OthersMaxQueue and OthersRate are the share
+	// and rate of the peers that match no tenant, as a tenant's
+	// max_concurrency, max_queue and rate. Left out, others get an even
+	// part of the slots the tenants' shares leave (all of them without
+	// tenants); every share, others' included, fits in MaxConcurrency.
+	OthersMaxConcurrency int    `json:"others_max_concurrency"`
+	OthersMaxQueue       int    `json:"others_max_queue"`
+	OthersRate           string `json:"others_rate"`
 	// Metrics is where /metrics is served besides the socket.
 	Metrics MetricsConfig `json:"metrics"`
 
@@ -76,6 +85,8 @@ type derivedConfig struct {
 	ceil    job.Ceiling
 	peers   peerSet
 	tenants []tenantRule
+	// others is the share of the peers of no tenant; nil when refused.
+	others *tenantRule
 }
 
 // SocketConfig is where the daemon listens when systemd does not hand it a
@@ -93,22 +104,32 @@ type SocketConfig struct {
 type MetricsConfig struct {
 	// Listen is a host:port ("127.0.0.1:9464"); empty, there is no
 	// listener. It serves /metrics and nothing else, to anyone who can
-	// connect: bind it to loopback or a network only scrapers reach.
+	// connect (on loopback, every local user): the posture layers a host
+	// lacks, the build and the tenants' names and counts.
 	Listen string `json:"listen"`
+	// Public lets Listen name a host other than a loopback address or
+	// "localhost" (":9464", "0.0.0.0:9464", a network address): the
+	// operator says the network it reaches is only scrapers'.
+	Public bool `json:"public"`
 }
 
 // check refuses a listen address net.Listen would not take as a TCP
-// host:port with an explicit port.
+// host:port with an explicit port, and one beyond loopback unless Public.
 func (m MetricsConfig) check() error {
 	if m.Listen == "" {
 		return nil
 	}
-	_, port, err := net.SplitHostPort(m.Listen)
+	host, port, err := net.SplitHostPort(m.Listen)
 	if err != nil {
 		return fmt.Errorf("metrics.listen: %q: want host:port, such as \"127.0.0.1:9464\"", m.Listen)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("metrics.listen: %q: port %q is not a number from 0 to 65535", m.Listen, port)
+	}
+	ip, err := netip.ParseAddr(host)
+	loopback := host == "localhost" || (err == nil && ip.IsLoopback())
+	if !loopback && !m.Public {
+		return fmt.Errorf("metrics.listen: %q is not a loopback address, and the listener has no peer check: bind 127.0.0.1 or [::1], or set metrics.public to true if only scrapers reach that network", m.Listen)
 	}
 	return nil
 }
@@ -295,11 +316,11 @@ func (c *Config) normalize() error {
 	if err != nil {
 		return err
 	}
-	tenants, err := c.tenantRules(ceil)
+	tenants, others, err := c.tenantRules(ceil)
 	if err != nil {
 		return err
 	}
-	c.derived = &derivedConfig{ceil: ceil, peers: peers, tenants: tenants}
+	c.derived = &derivedConfig{ceil: ceil, peers: peers, tenants: tenants, others: others}
 	return nil
 }
 
@@ -423,6 +444,10 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 	rts := cc.Runtimes
 	if rts == nil {
 		rts = []string{string(runtimes.Deno), string(runtimes.Python)}
+	}
+	if len(rts) == 0 {
+		// No runtime at all would refuse every job of the ceiling.
+		return ceil, errors.New("ceiling.runtimes: list at least one runtime, or leave it out for deno and python")
 	}
 	ceil.Runtimes = []runtimes.Name{}
 	for i, s := range rts {

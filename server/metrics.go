@@ -57,7 +57,8 @@ type metrics struct {
 	reloadFailures prometheus.Counter
 }
 
-func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
+// newMetrics reads the runs in flight and waiting from load.
+func newMetrics(load func() (running, queued int), pool *jail.Pool, version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -109,11 +110,11 @@ func newMetrics(lim *limiter, pool *jail.Pool, version string) *metrics {
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_runs_in_flight",
 		Help: "Runs executing now.",
-	}, func() float64 { r, _, _, _ := lim.stats(); return float64(r) })
+	}, func() float64 { r, _ := load(); return float64(r) })
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_runs_queued",
-		Help: "Runs waiting for a slot.",
-	}, func() float64 { _, q, _, _ := lim.stats(); return float64(q) })
+		Help: "Runs waiting for a slot, of a tenant's share or a global one.",
+	}, func() float64 { _, q := load(); return float64(q) })
 	pooled := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pmjail_init_stages_prestarted",
 		Help: "Init stages started ahead of runs, waiting for one.",

@@ -11,7 +11,8 @@ import (
 )
 
 // Peer is the process at the other end of a connection, as the kernel saw
-// it when it connected (SO_PEERCRED, SO_PEERGROUPS).
+// it when it connected (SO_PEERCRED, SO_PEERGROUPS): a group the process
+// joins or leaves later does not change it.
 type Peer struct {
 	PID    int32
 	UID    uint32
@@ -20,6 +21,9 @@ type Peer struct {
 	// Err says why the credentials could not be read; such a peer is
 	// refused.
 	Err error
+	// GroupsErr says why the supplementary groups could not be read; such
+	// a peer is refused when a tenant matches by group (tenantFor).
+	GroupsErr error
 }
 
 type peerKey struct{}
@@ -55,10 +59,12 @@ func readPeer(c net.Conn) *Peer {
 			return
 		}
 		p.PID, p.UID, p.GID = cred.Pid, cred.Uid, cred.Gid
-		// Supplementary groups matter: an operator grants access by
-		// adding users to a group. Older kernels lack SO_PEERGROUPS
-		// (before 4.13); then only the primary group counts.
-		p.Groups, _ = peerGroups(int(fd))
+		// Supplementary groups matter: an operator grants access, and
+		// picks a tenant, by adding users to a group. Without them
+		// (kernels before 4.13 lack SO_PEERGROUPS) the allow list counts
+		// the primary group only, and a peer that a tenant might match
+		// by group is refused rather than put in others.
+		p.Groups, p.GroupsErr = peerGroups(int(fd))
 	})
 	if cerr != nil {
 		return &Peer{Err: cerr}

@@ -29,6 +29,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.state.Load()
 	tn := st.tenantFor(peer)
+	if tn == nil && peer.GroupsErr != nil && st.byGroup() {
+		reject(http.StatusForbidden, codeForbidden,
+			fmt.Sprintf("uid %d: the daemon could not read its supplementary groups (%v), and a tenant is matched by group", peer.UID, peer.GroupsErr), "", 0)
+		return
+	}
 	if tn == nil {
 		reject(http.StatusForbidden, codeForbidden,
 			fmt.Sprintf("uid %d (gid %d) matches no tenant of this pmjail daemon, and its config refuses other peers (others: %q)",

@@ -153,7 +153,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
-	s.metrics = newMetrics(s.lim, s.pool, opt.Version)
+	s.metrics = newMetrics(s.load, s.pool, opt.Version)
 	s.metrics.setPosture(report)
 	s.metrics.addTenants(st)
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
@@ -197,8 +197,8 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 	for _, r := range cfg.derived.tenants {
 		st.tenants = append(st.tenants, &tenant{name: r.name, ceil: r.ceil, runner: runner(r.name, r.ceil), share: s.shareFor(r)})
 	}
-	if cfg.Others == OthersAllow {
-		st.others = &tenant{name: othersName, ceil: ceil, runner: runner(othersName, ceil)}
+	if r := cfg.derived.others; r != nil {
+		st.others = &tenant{name: othersName, ceil: ceil, runner: runner(othersName, ceil), share: s.shareFor(*r)}
 	}
 	return st, nil
 }
@@ -212,6 +212,9 @@ func (s *Server) shareFor(r tenantRule) *share {
 		return sh
 	}
 	sh := &share{lim: newLimiter(r.max, r.queue), bucket: newBucket(r.rate)}
+	if s.shares == nil {
+		s.shares = map[string]*share{}
+	}
 	s.shares[r.name] = sh
 	return sh
 }
@@ -224,13 +227,31 @@ func (s *Server) resizeShares(st *state) {
 	defer s.sharesMu.Unlock()
 	now := time.Now()
 	kept := map[string]*share{}
-	for i, r := range st.cfg.derived.tenants {
-		sh := st.tenants[i].share
+	resize := func(r tenantRule, sh *share) {
 		sh.lim.resize(r.max, r.queue)
 		sh.bucket.set(r.rate, now)
 		kept[r.name] = sh
 	}
+	for i, r := range st.cfg.derived.tenants {
+		resize(r, st.tenants[i].share)
+	}
+	if r := st.cfg.derived.others; r != nil {
+		resize(*r, st.others.share)
+	}
 	s.shares = kept
+}
+
+// load is the runs in flight and the runs waiting, in the global queue
+// or a share's.
+func (s *Server) load() (running, queued int) {
+	running, queued, _, _ = s.lim.stats()
+	s.sharesMu.Lock()
+	defer s.sharesMu.Unlock()
+	for _, sh := range s.shares {
+		_, q, _, _ := sh.lim.stats()
+		queued += q
+	}
+	return running, queued
 }
 
 // Reload applies a new config to the runs that start from now on: the
@@ -262,6 +283,8 @@ func (s *Server) reload(cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	// Nothing can fail from here on: the new config is in force, and the
+	// reload is reported done.
 	old := s.state.Swap(st)
 	if old.cfg.Socket != cfg.Socket {
 		s.log.Warn("config reload: socket settings change only at restart")
@@ -273,10 +296,13 @@ func (s *Server) reload(cfg *Config) error {
 	s.resizeShares(st)
 	s.metrics.addTenants(st)
 	s.pool.Resize(cfg.poolSize())
-	// A reload is also the operator's way to have the host probed again.
+	// A reload is also the operator's way to have the host probed again;
+	// a probe that fails leaves the posture as it was, not the reload
+	// undone.
 	probed, err := s.opt.Prober.Refresh(context.Background(), time.Now())
 	if err != nil {
-		return fmt.Errorf("config reload: %w", err)
+		s.log.Warn("config reload: the host's probe failed; the posture is the last one", "err", err)
+		probed = s.opt.Prober.Get(context.Background())
 	}
 	report := s.postureReport(probed)
 	s.metrics.setPosture(report)
@@ -373,11 +399,26 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+api.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+api.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
 	mux.HandleFunc("/"+api.APIVersion+"/openapi.json", s.only(http.MethodGet, handleOpenAPI))
-	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
+	mux.Handle("/metrics", s.only(http.MethodGet, s.ownUID(s.metrics.handler.ServeHTTP)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
 	})
 	return s.authorise(mux)
+}
+
+// ownUID lets only the daemon's own uid through: /metrics shows every
+// tenant's name and counts, which no tenant may read of another.
+func (s *Server) ownUID(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := peerFrom(r.Context())
+		if self := uint32(os.Geteuid()); p.UID != self {
+			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
+			writeError(w, http.StatusForbidden, codeForbidden,
+				fmt.Sprintf("%s on the socket is for the daemon's own uid (%d) only: it shows every tenant's counts; uid %d may not read it", r.URL.Path, self, p.UID), "", 0)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // authorise refuses every request from a peer the config does not allow.
@@ -409,13 +450,21 @@ func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	running, queued, max, queue := s.lim.stats()
+func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
+	_, _, max, queue := s.lim.stats()
+	running, queued := s.load()
 	h := api.Health{
 		Status: "ok", Version: s.opt.Version, API: api.APIVersion,
 		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 		LastReload: s.lastReload.Load(),
+	}
+	// A refused reload's error names config paths, secret files and
+	// uids: the daemon's own uid reads it, others the outcome only.
+	if r := h.LastReload; r != nil && r.Error != "" && peerFrom(req.Context()).UID != uint32(os.Geteuid()) {
+		redacted := *r
+		redacted.Error = ""
+		h.LastReload = &redacted
 	}
 	if s.draining.Load() {
 		writeError(w, http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 0)

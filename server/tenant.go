@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
 )
 
@@ -108,8 +110,9 @@ func parseRate(s string) (rate, error) {
 	return rate{n: n, per: per}, nil
 }
 
-// tenantRules checks the tenants against the global ceiling and bounds.
-func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, error) {
+// tenantRules checks the tenants against the global ceiling and bounds,
+// and gives each its share and others theirs (nil when refused).
+func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, *tenantRule, error) {
 	switch c.Others {
 	case "":
 		c.Others = OthersAllow
@@ -119,10 +122,10 @@ func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, error) {
 	case OthersAllow:
 	case OthersRefuse:
 		if len(c.Tenants) == 0 {
-			return nil, errors.New(`others: "refuse" with no tenants would refuse every run`)
+			return nil, nil, errors.New(`others: "refuse" with no tenants would refuse every run`)
 		}
 	default:
-		return nil, fmt.Errorf("others: %q (want allow or refuse)", c.Others)
+		return nil, nil, fmt.Errorf("others: %q (want allow or refuse)", c.Others)
 	}
 	var rules []tenantRule
 	names := map[string]bool{othersName: true}
@@ -134,55 +137,176 @@ func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, error) {
 	for i, t := range c.Tenants {
 		at := fmt.Sprintf("tenants[%d]", i)
 		if !tenantName.MatchString(t.Name) {
-			return nil, fmt.Errorf("%s.name: %q (want lower-case letters, digits, '-' and '_')", at, t.Name)
+			return nil, nil, fmt.Errorf("%s.name: %q (want lower-case letters, digits, '-' and '_')", at, t.Name)
 		}
 		if names[t.Name] {
-			return nil, fmt.Errorf("%s.name: %q is taken", at, t.Name)
+			return nil, nil, fmt.Errorf("%s.name: %q is taken", at, t.Name)
 		}
 		names[t.Name] = true
 		r := tenantRule{name: t.Name}
 		var err error
 		if r.byUID, r.id, err = t.Match.resolve(); err != nil {
-			return nil, fmt.Errorf("%s.match: %w", at, err)
+			return nil, nil, fmt.Errorf("%s.match: %w", at, err)
 		}
 		if other, dup := keys[key{r.byUID, r.id}]; dup {
-			return nil, fmt.Errorf("%s.match: tenant %q matches the same peers", at, other)
+			return nil, nil, fmt.Errorf("%s.match: tenant %q matches the same peers", at, other)
 		}
 		keys[key{r.byUID, r.id}] = t.Name
 		if r.ceil, err = t.Ceiling.over(c.Ceiling).JobCeiling(); err != nil {
-			return nil, fmt.Errorf("%s.%w", at, err)
+			return nil, nil, fmt.Errorf("%s.%w", at, err)
 		}
 		if err := r.ceil.Within(global); err != nil {
-			return nil, fmt.Errorf("%s.ceiling.%w", at, err)
+			return nil, nil, fmt.Errorf("%s.ceiling.%w", at, err)
+		}
+		if err := checkOwnSecrets(t.Ceiling, r.ceil); err != nil {
+			return nil, nil, fmt.Errorf("%s.ceiling.%w", at, err)
 		}
 		switch {
 		case t.MaxConcurrency < 0:
-			return nil, fmt.Errorf("%s.max_concurrency: %d is below 0", at, t.MaxConcurrency)
+			return nil, nil, fmt.Errorf("%s.max_concurrency: %d is below 0", at, t.MaxConcurrency)
 		case t.MaxConcurrency > c.MaxConcurrency:
-			return nil, fmt.Errorf("%s.max_concurrency: %d is above the global max_concurrency of %d", at, t.MaxConcurrency, c.MaxConcurrency)
-		case t.MaxConcurrency == 0:
-			r.max = c.MaxConcurrency
-		default:
-			r.max = t.MaxConcurrency
+			return nil, nil, fmt.Errorf("%s.max_concurrency: %d is above the global max_concurrency of %d", at, t.MaxConcurrency, c.MaxConcurrency)
 		}
-		switch {
-		case t.MaxQueue < -1:
-			return nil, fmt.Errorf("%s.max_queue: %d (want -1 for none, or a count)", at, t.MaxQueue)
-		case t.MaxQueue > c.queueLen():
-			return nil, fmt.Errorf("%s.max_queue: %d is above the global max_queue of %d", at, t.MaxQueue, c.queueLen())
-		case t.MaxQueue == -1:
-			r.queue = 0
-		case t.MaxQueue == 0:
-			r.queue = min(2*r.max, c.queueLen())
-		default:
-			r.queue = t.MaxQueue
+		r.max = t.MaxConcurrency
+		if err := c.checkQueue(at+".max_queue", t.MaxQueue); err != nil {
+			return nil, nil, err
 		}
 		if r.rate, err = parseRate(t.Rate); err != nil {
-			return nil, fmt.Errorf("%s.rate: %w", at, err)
+			return nil, nil, fmt.Errorf("%s.rate: %w", at, err)
 		}
 		rules = append(rules, r)
 	}
-	return rules, nil
+	others, err := c.othersRule()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.splitShares(rules, others); err != nil {
+		return nil, nil, err
+	}
+	return rules, others, nil
+}
+
+// othersRule is the share of the peers that match no tenant, its slots
+// still to be split (max 0 when the config leaves them out); nil when the
+// config refuses those peers.
+func (c *Config) othersRule() (*tenantRule, error) {
+	if c.Others == OthersRefuse {
+		for key, set := range map[string]bool{
+			"others_max_concurrency": c.OthersMaxConcurrency != 0,
+			"others_max_queue":       c.OthersMaxQueue != 0,
+			"others_rate":            c.OthersRate != "",
+		} {
+			if set {
+				return nil, fmt.Errorf(`%s: set, but others is "refuse" (the default once tenants are configured)`, key)
+			}
+		}
+		return nil, nil
+	}
+	if c.OthersMaxConcurrency < 0 || c.OthersMaxConcurrency > c.MaxConcurrency {
+		return nil, fmt.Errorf("others_max_concurrency: %d (want 0 to the global max_concurrency of %d)", c.OthersMaxConcurrency, c.MaxConcurrency)
+	}
+	if err := c.checkQueue("others_max_queue", c.OthersMaxQueue); err != nil {
+		return nil, err
+	}
+	r := tenantRule{name: othersName, max: c.OthersMaxConcurrency}
+	var err error
+	if r.rate, err = parseRate(c.OthersRate); err != nil {
+		return nil, fmt.Errorf("others_rate: %w", err)
+	}
+	return &r, nil
+}
+
+// checkQueue refuses a share's max_queue out of bounds.
+func (c *Config) checkQueue(key string, q int) error {
+	switch {
+	case q < -1:
+		return fmt.Errorf("%s: %d (want -1 for none, or a count)", key, q)
+	case q > c.queueLen():
+		return fmt.Errorf("%s: %d is above the global max_queue of %d", key, q, c.queueLen())
+	}
+	return nil
+}
+
+// splitShares gives each share its slots and queue. The shares, others'
+// included, must fit in the global max_concurrency: then a run that has a
+// slot of its share always finds a global one, and no tenant (nor the
+// peers of none) can take another's. A share the config leaves out gets
+// an even part of the slots the set ones leave.
+func (c *Config) splitShares(rules []tenantRule, others *tenantRule) error {
+	type slot struct {
+		key   string
+		rule  *tenantRule
+		queue int
+	}
+	var all []slot
+	for i := range rules {
+		all = append(all, slot{fmt.Sprintf("tenants[%d].max_concurrency", i), &rules[i], c.Tenants[i].MaxQueue})
+	}
+	if others != nil {
+		all = append(all, slot{"others_max_concurrency", others, c.OthersMaxQueue})
+	}
+	set, unset := 0, 0
+	for _, s := range all {
+		if s.rule.max == 0 {
+			unset++
+		}
+		set += s.rule.max
+		if set > c.MaxConcurrency {
+			return fmt.Errorf("%s: %d brings the shares (the tenants' max_concurrency, others_max_concurrency) to %d, above the global max_concurrency of %d: a share is guaranteed only while they fit",
+				s.key, s.rule.max, set, c.MaxConcurrency)
+		}
+	}
+	each := 0
+	if unset > 0 {
+		each = (c.MaxConcurrency - set) / unset
+	}
+	for _, s := range all {
+		if s.rule.max == 0 {
+			if each == 0 {
+				if s.rule == others {
+					return fmt.Errorf(`others: "allow", but the tenants' max_concurrency leave no slot of the global %d for others_max_concurrency: lower them, or refuse others`, c.MaxConcurrency)
+				}
+				return fmt.Errorf("%s: left out, and the %d global slots the shares set leave do not give each of the %d shares left out one: set it", s.key, c.MaxConcurrency-set, unset)
+			}
+			s.rule.max = each
+		}
+		switch s.queue {
+		case -1:
+			s.rule.queue = 0
+		case 0:
+			s.rule.queue = min(2*s.rule.max, c.queueLen())
+		default:
+			s.rule.queue = s.queue
+		}
+	}
+	return nil
+}
+
+// checkOwnSecrets refuses a secret the tenant sets that it could never
+// send: one its request capability leaves out, or one whose origins are
+// not all among those its jobs may declare.
+func checkOwnSecrets(own CeilingConfig, ceil job.Ceiling) error {
+	b := ceil.Broker
+	allowed := map[string]bool{}
+	for _, o := range append(slices.Clone(b.Origins), b.PrivateOrigins...) {
+		if n, err := ipc.NormalizeOrigin(o); err == nil {
+			allowed[n] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(own.Secrets)) {
+		if !b.AllowRequest {
+			return fmt.Errorf("secrets[%q]: the tenant's capabilities allow no request to send it with", name)
+		}
+		if b.Origins == nil {
+			continue // any origin
+		}
+		for i, o := range own.Secrets[name].Origins {
+			if n, err := ipc.NormalizeOrigin(o); err == nil && !allowed[n] {
+				return fmt.Errorf("secrets[%q].origins[%d]: %q is not among the tenant's request origins: the secret could never be sent there", name, i, o)
+			}
+		}
+	}
+	return nil
 }
 
 // resolve is the one id the match names.
@@ -281,8 +405,7 @@ type tenant struct {
 	name   string
 	ceil   job.Ceiling
 	runner *job.Runner
-	// share is the tenant's slots, queue and rate; nil for the peers
-	// that match no tenant, who have only the global bounds.
+	// share is the tenant's slots, queue and rate; others have one too.
 	share *share
 }
 
@@ -295,7 +418,9 @@ type share struct {
 
 // tenantFor is the peer's tenant: a uid match first, then the first
 // tenant whose group the peer has, then the others if the config allows
-// them; nil if it refuses them.
+// them; nil if it refuses them. A peer whose supplementary groups could
+// not be read is refused if a tenant matches by group: it might be that
+// tenant's, and others may have a wider ceiling.
 func (st *state) tenantFor(p *Peer) *tenant {
 	if p.Err != nil {
 		return nil
@@ -305,12 +430,20 @@ func (st *state) tenantFor(p *Peer) *tenant {
 			return st.tenants[i]
 		}
 	}
+	if p.GroupsErr != nil && st.byGroup() {
+		return nil
+	}
 	for i, r := range st.cfg.derived.tenants {
 		if !r.byUID && (r.id == p.GID || slices.Contains(p.Groups, r.id)) {
 			return st.tenants[i]
 		}
 	}
 	return st.others
+}
+
+// byGroup reports whether a tenant matches by group.
+func (st *state) byGroup() bool {
+	return slices.ContainsFunc(st.cfg.derived.tenants, func(r tenantRule) bool { return !r.byUID })
 }
 
 // bucket is a token bucket: up to n runs at once, refilled at n per per.

@@ -73,9 +73,9 @@ func TestTenantMatching(t *testing.T) {
 		}
 	}
 
-	allow := testState(t, mustConfig(t, strings.Replace(tenantsConfig, `"max_queue": 8,`, `"max_queue": 8, "others": "allow",`, 1)))
-	if tn := allow.tenantFor(&Peer{UID: 2000, GID: 2000}); tn == nil || tn.name != othersName || tn.share != nil {
-		t.Errorf(`others: "allow": a peer of no tenant got %+v, want the global ceiling with no share`, tn)
+	allow := testState(t, mustConfig(t, strings.Replace(tenantsConfig, `"max_concurrency": 4, "max_queue": 8,`, `"max_concurrency": 8, "max_queue": 8, "others": "allow",`, 1)))
+	if tn := allow.tenantFor(&Peer{UID: 2000, GID: 2000}); tn == nil || tn.name != othersName || tn.share == nil || tn.share.lim.max != 1 {
+		t.Errorf(`others: "allow": a peer of no tenant got %+v, want the global ceiling with a share of 1 slot (7 left by alice, split 4 ways)`, tn)
 	}
 	// No tenants: everyone is "others", as before tenants existed.
 	if tn := testState(t, mustConfig(t, `{"version": 1}`)).tenantFor(&Peer{UID: 2000}); tn == nil || tn.name != othersName {
@@ -129,8 +129,8 @@ func TestTenantCeilings(t *testing.T) {
 	if byName["alice"].share.lim.max != 1 || byName["alice"].share.lim.queue != 0 {
 		t.Errorf("alice's share %+v, want 1 slot and no queue", byName["alice"].share.lim)
 	}
-	if l := byName["bob"].share.lim; l.max != 4 || l.queue != 8 {
-		t.Errorf("bob's share %d/%d, want the global 4 slots and a queue of 8", l.max, l.queue)
+	if l := byName["bob"].share.lim; l.max != 1 || l.queue != 2 {
+		t.Errorf("bob's share %d/%d, want 1 slot (the 3 alice leaves, split 3 ways) and a queue of 2", l.max, l.queue)
 	}
 }
 
@@ -244,8 +244,9 @@ func TestTenantShares(t *testing.T) {
 	if err != nil {
 		t.Fatalf("b with a's share full: %v", err)
 	}
-	if _, err := s.admit(ctx, b); !errors.Is(err, errQueueFull) {
-		t.Errorf("b beyond the global slots: %v, want the global queue full", err)
+	// b left max_concurrency out: the one slot a leaves.
+	if _, err := s.admit(ctx, b); !errors.Is(err, errShareFull) {
+		t.Errorf("b beyond its share: %v, want its share full", err)
 	}
 	if r, _, _, _ := a.share.lim.stats(); r != 1 {
 		t.Errorf("a's share holds %d runs after a refusal, want 1", r)
