@@ -93,6 +93,11 @@ func peerGroups(fd int) ([]uint32, error) {
 	return nil, os.NewSyscallError("getsockopt SO_PEERGROUPS", unix.ERANGE)
 }
 
+// self reports whether the peer is the daemon's own uid.
+func (p *Peer) self() bool {
+	return p.Err == nil && p.UID == uint32(os.Geteuid())
+}
+
 // allowed reports whether the peer may use the API.
 func (s peerSet) allowed(p *Peer) bool {
 	if p.Err != nil {

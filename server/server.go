@@ -411,7 +411,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) ownUID(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := peerFrom(r.Context())
-		if self := uint32(os.Geteuid()); p.UID != self {
+		if self := uint32(os.Geteuid()); !p.self() {
 			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
 			writeError(w, http.StatusForbidden, codeForbidden,
 				fmt.Sprintf("%s on the socket is for the daemon's own uid (%d) only: it shows every tenant's counts; uid %d may not read it", r.URL.Path, self, p.UID), "", 0)
@@ -461,7 +461,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
 	}
 	// A refused reload's error names config paths, secret files and
 	// uids: the daemon's own uid reads it, others the outcome only.
-	if r := h.LastReload; r != nil && r.Error != "" && peerFrom(req.Context()).UID != uint32(os.Geteuid()) {
+	if r := h.LastReload; r != nil && r.Error != "" && !peerFrom(req.Context()).self() {
 		redacted := *r
 		redacted.Error = ""
 		h.LastReload = &redacted
