@@ -5,7 +5,8 @@ import "encoding/json"
 // Job is the job object: the body of POST /v1/runs.
 type Job struct {
 	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
-	// type stripping.
+	// type stripping. Names are taken exactly as the OpenAPI enum spells
+	// them, in lower case.
 	Runtime      string          `json:"runtime"`
 	Source       string          `json:"source"`
 	Input        json.RawMessage `json:"input,omitempty"`
@@ -40,7 +41,7 @@ const (
 )
 
 // The bounds of a job's labels: they are echoed in every result and in
-// the daemon's logs, so they stay small.
+// the daemon's "run finished" log line, so they stay small.
 const (
 	MaxLabels     = 16
 	LabelKeyMax   = 64  // bytes, of [a-z0-9_.-]

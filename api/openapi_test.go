@@ -15,6 +15,7 @@ import (
 	"github.com/pmjail/pmjail/internal/apicheck"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
 
@@ -151,6 +152,7 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"#/components/schemas/Event/properties/type/enum", []string{api.EventStdout, api.EventStderr, api.EventLog, api.EventResult}},
 		{"#/components/schemas/Layer/properties/state/enum", []string{string(api.StateApplied), string(api.StateMissing), string(api.StateDegraded), string(api.StateOff)}},
 		{"#/components/schemas/Job/properties/mode/enum", []string{"", api.ModeAuto, api.ModeRequired}},
+		{"#/components/schemas/Job/properties/runtime/enum", runtimes.Names()},
 		{"#/components/schemas/Job/properties/posture/enum", []string{"", api.PostureFull, api.PostureSummary}},
 		{"#/components/schemas/ErrorDetail/properties/code/enum", []string{api.CodeInvalidJob, api.CodeTooLarge, api.CodeForbidden,
 			api.CodeRefreshForbidden, api.CodeQueueFull, api.CodeRateLimited, api.CodeQueueTimeout, api.CodeDraining,
@@ -442,11 +444,14 @@ func TestOpenAPIAgreesWithDecoders(t *testing.T) {
 		t.Fatal(err)
 	}
 	parseJob := func(b string) error {
+		// As the daemon takes a job, under the most generous ceiling: the
+		// runtime's name is checked by Resolve.
 		req, err := job.Decode(strings.NewReader(b))
 		if err != nil {
 			return err
 		}
-		return req.Validate()
+		_, err = job.Resolve(req, job.DefaultCeiling(), false)
+		return err
 	}
 	parseConfig := func(b string) error {
 		_, err := server.ParseConfig(strings.NewReader(b))
@@ -467,6 +472,14 @@ func TestOpenAPIAgreesWithDecoders(t *testing.T) {
 		{"Job", parseJob, `{"runtime":"deno","source":"1","mode":"sometimes"}`, false},
 		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"memory":"lots"}}`, false},
 		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"timeout":"-1s"}}`, false},
+		{"Job", parseJob, `{"runtime":"PyThOn","source":"1"}`, false},
+		{"Job", parseJob, `{"runtime":"DENO","source":"1"}`, false},
+		{"Job", parseJob, `{"runtime":"ts","source":"1","limits":{"memory":" 64Mi ","timeout":".5s","cpu_time":"1500"}}`, true},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"memory":"+64M"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"tmp":"-0"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"timeout":"+1s"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"timeout":"+1000"}}`, false},
+		{"Job", parseJob, `{"runtime":"deno","source":"1","limits":{"timeout":"1.s"}}`, false},
 		{"Job", parseJob, `{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"methods":["BREW"]}}}`, false},
 		{"Job", parseJob, `{"runtime":"deno","source":"1","labels":{"team":"ci","build.id":"4-2_a"},"posture":"summary"}`, true},
 		{"Job", parseJob, `{"runtime":"deno","source":"1","posture":"full"}`, true},

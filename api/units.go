@@ -31,7 +31,7 @@ func ParseSize(s string) (Size, error) {
 		}
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<50)/mult {
+	if err != nil || !plain(t) || n < 0 || n > (1<<50)/mult {
 		return 0, fmt.Errorf("invalid size %q (want bytes or a number with K, M or G)", s)
 	}
 	return Size(n * mult), nil
@@ -82,6 +82,9 @@ type Duration time.Duration
 // ParseDuration parses "2s", "500ms", "1m" or a bare number of milliseconds.
 func ParseDuration(s string) (Duration, error) {
 	t := strings.TrimSpace(s)
+	if !plain(t) {
+		return 0, fmt.Errorf("invalid duration %q (want e.g. \"2s\", \"500ms\" or milliseconds)", s)
+	}
 	if n, err := strconv.ParseInt(t, 10, 64); err == nil && n >= 0 {
 		return Duration(time.Duration(n) * time.Millisecond), nil
 	}
@@ -119,4 +122,20 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	return fmt.Errorf("invalid duration %s (want milliseconds or a string like \"2s\")", b)
+}
+
+// plain reports whether t is free of two spellings that strconv and time
+// take but the OpenAPI document's patterns refuse: a sign ("+1", "+1s",
+// "-0") and a point with no digit after it ("1.s"). What a proxy that
+// holds jobs to the schema would refuse must not run either.
+func plain(t string) bool {
+	if strings.HasPrefix(t, "+") || strings.HasPrefix(t, "-") {
+		return false
+	}
+	for i := range len(t) {
+		if t[i] == '.' && (i+1 == len(t) || t[i+1] < '0' || t[i+1] > '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -137,12 +137,17 @@ func TestDaemonEndToEnd(t *testing.T) {
 	defer cancel()
 
 	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Source: `export default (input) => ({sum: input.a + input.b})`,
-		Input: json.RawMessage(`{"a": 2, "b": 40}`)})
+		Input: json.RawMessage(`{"a": 2, "b": 40}`), Labels: map[string]string{"team": "ci", "build.id": "4-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Status != jail.StatusOK || string(res.Value) != `{"sum":42}` {
 		t.Errorf("JS run: %s value %s %+v", res.Status, res.Value, res.Error)
+	}
+	// The labels an operator would look a client's run up by are in the
+	// daemon's log, not only in the result.
+	if !finishedWith(d, res.ID, `"labels":{"build.id":"4-2","team":"ci"}`) {
+		t.Errorf("the run finished line of %s lacks its labels:\n%s", res.ID, grepLines(d.logs.String(), res.ID))
 	}
 	res, err = d.c.Run(ctx, &api.Job{Runtime: "python", Source: "import sys\nprint('py', sys.version_info[0])\n"})
 	if err != nil {
@@ -299,6 +304,28 @@ func TestDaemonRefusals(t *testing.T) {
 		e := refused(&api.Job{Runtime: "deno", Source: "1", Limits: mustLimits(t, `{"memory": "1G"}`)})
 		if e.StatusCode != 400 || e.Field != "limits.memory" || !strings.Contains(e.Message, "ceiling") {
 			t.Errorf("memory over the ceiling: %+v", e)
+		}
+	})
+	// What the OpenAPI document refuses the daemon refuses too: a proxy
+	// that holds jobs to the schema (here, the checked transport) must not
+	// be got past by another spelling of what it lets by.
+	t.Run("off-schema spellings", func(t *testing.T) {
+		for _, rt := range []string{"PyThOn", "DENO"} {
+			res, err := d.c.Run(ctx, &api.Job{Runtime: rt, Source: "1"})
+			var e *client.Error
+			if !errors.As(err, &e) {
+				t.Errorf("runtime %q: ran (%+v, %v), want a refusal", rt, res, err)
+				continue
+			}
+			if e.StatusCode != 400 || e.Code != api.CodeInvalidJob || e.Field != "runtime" || !strings.Contains(e.Message, `unknown runtime "`+rt+`"`) {
+				t.Errorf("runtime %q: %+v, want a 400 naming field runtime", rt, e)
+			}
+		}
+		for _, limits := range []string{`{"timeout": "+1s"}`, `{"memory": "+64M"}`} {
+			body := `{"runtime": "deno", "source": "1", "limits": ` + limits + `}`
+			if status := curlStatus(t, d.sock, strings.NewReader(body)); status != 400 {
+				t.Errorf("limits %s: %d, want 400", limits, status)
+			}
 		}
 	})
 	t.Run("malformed and oversize", func(t *testing.T) {

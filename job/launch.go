@@ -30,7 +30,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
-		TypeScript:  strings.EqualFold(r.Request.Runtime, "typescript") || strings.EqualFold(r.Request.Runtime, "ts"),
+		TypeScript:  runtimes.TypeScript(r.Request.Runtime),
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
 	})

@@ -33,7 +33,8 @@ var ErrInvalid = errors.New("invalid job")
 // builds from its flags.
 type Request struct {
 	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
-	// type stripping.
+	// type stripping. It is spelled exactly as the socket API takes it
+	// (runtimes.Names): the CLI lower-cases its --runtime.
 	Runtime      string           `json:"runtime"`
 	Source       string           `json:"source"`
 	Input        json.RawMessage  `json:"input,omitempty"`

@@ -60,6 +60,53 @@ func TestDecodeRefusesBadJobs(t *testing.T) {
 	}
 }
 
+// The wire takes what its OpenAPI document allows and no other spelling:
+// a runtime name in another case, a sized or timed limit with a sign, a
+// point without a digit. A proxy that holds jobs to the schema refuses
+// those; were the daemon to run them, it would run what the proxy let by
+// under another name.
+func TestDecodeRefusesOffSchemaSpellings(t *testing.T) {
+	const (
+		size = ` (want bytes or a number with K, M or G)`
+		dur  = ` (want e.g. "2s", "500ms" or milliseconds)`
+	)
+	for _, tc := range []struct{ body, field, msg string }{
+		{`{"runtime":"PyThOn","source":"1"}`, "runtime", `runtime: unknown runtime "PyThOn" (want deno or python)`},
+		{`{"runtime":"DENO","source":"1"}`, "runtime", `runtime: unknown runtime "DENO" (want deno or python)`},
+		{`{"runtime":"TypeScript","source":"1"}`, "runtime", `runtime: unknown runtime "TypeScript" (want deno or python)`},
+		{`{"runtime":"deno","source":"1","limits":{"memory":"+64M"}}`, "limits.memory", `limits.memory: invalid size "+64M"` + size},
+		{`{"runtime":"deno","source":"1","limits":{"output":"+1"}}`, "limits.output", `limits.output: invalid size "+1"` + size},
+		{`{"runtime":"deno","source":"1","limits":{"tmp":"-0"}}`, "limits.tmp", `limits.tmp: invalid size "-0"` + size},
+		{`{"runtime":"deno","source":"1","limits":{"timeout":"+1s"}}`, "limits.timeout", `limits.timeout: invalid duration "+1s"` + dur},
+		{`{"runtime":"deno","source":"1","limits":{"timeout":"+1"}}`, "limits.timeout", `limits.timeout: invalid duration "+1"` + dur},
+		{`{"runtime":"deno","source":"1","limits":{"cpu_time":"-0s"}}`, "limits.cpu_time", `limits.cpu_time: invalid duration "-0s"` + dur},
+		{`{"runtime":"deno","source":"1","limits":{"cpu_time":"1.s"}}`, "limits.cpu_time", `limits.cpu_time: invalid duration "1.s"` + dur},
+	} {
+		req, err := Decode(strings.NewReader(tc.body))
+		if err == nil {
+			_, err = Resolve(req, DefaultCeiling(), false)
+		}
+		if err == nil {
+			t.Errorf("%s: accepted, want %q at %q", tc.body, tc.msg, tc.field)
+			continue
+		}
+		if msg, field := Refusal(err); !errors.Is(err, ErrInvalid) || field != tc.field || msg != tc.msg {
+			t.Errorf("%s: %v (field %q), want %q at %q", tc.body, err, field, tc.msg, tc.field)
+		}
+	}
+	// The names the document lists, as it spells them, still run; the
+	// TypeScript ones strip types.
+	for _, name := range runtimes.Names() {
+		req, err := Decode(strings.NewReader(`{"runtime":"` + name + `","source":"1","limits":{"memory":" 64M ","timeout":"1.5s","cpu_time":"500"}}`))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := Resolve(req, DefaultCeiling(), false); err != nil {
+			t.Errorf("%s: %v, want it resolved", name, err)
+		}
+	}
+}
+
 // TestDecodeOnlyDecodes: a job's content is checked in one place, Resolve,
 // not once by Decode and again by Resolve.
 func TestDecodeOnlyDecodes(t *testing.T) {

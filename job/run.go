@@ -9,8 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -89,7 +91,8 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		res.Usage.WallMS = end.Sub(start).Milliseconds()
 		res.StartedAt, res.FinishedAt = api.Time{Time: start}, api.Time{Time: end}
 		res.Labels = r.Request.Labels
-		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot)
+		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot,
+			labelsAttr(r.Request.Labels))
 	}()
 	logger.Info("run starting", "spec", r.String())
 
@@ -405,6 +408,18 @@ func denoFlags(l *runtimes.Launch) []string {
 		}
 	}
 	return flags
+}
+
+// labelsAttr is the client's labels as one group, so that an operator can
+// find a client's run in the log by its own tags. Validate bounded them
+// (api.MaxLabels, each key and value short); a run without labels logs
+// none (slog leaves an empty group out).
+func labelsAttr(labels map[string]string) slog.Attr {
+	attrs := make([]any, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		attrs = append(attrs, slog.String(k, labels[k]))
+	}
+	return slog.Group("labels", attrs...)
 }
 
 func (rn *Runner) logger() *slog.Logger {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,5 +105,22 @@ func TestValidateLabelsAndPosture(t *testing.T) {
 		if _, field := Refusal(err); !errors.Is(err, ErrInvalid) || field != c.field {
 			t.Errorf("%.60v %q: %v (field %q), want a refusal of %s", c.labels, c.posture, err, field, c.field)
 		}
+	}
+}
+
+// A run's labels reach the daemon's "run finished" line as one object,
+// keys sorted, so that an operator finds a client's run by its tags; a
+// run without labels logs no labels key.
+func TestLabelsLogged(t *testing.T) {
+	var b bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&b, nil))
+	log.Info("run finished", labelsAttr(map[string]string{"team": "ci", "build.id": `4 "2"`}))
+	if want := `"labels":{"build.id":"4 \"2\"","team":"ci"}`; !strings.Contains(b.String(), want) {
+		t.Errorf("logged %s, want %s in it", b.String(), want)
+	}
+	b.Reset()
+	log.Info("run finished", labelsAttr(nil))
+	if strings.Contains(b.String(), "labels") {
+		t.Errorf("a run without labels logged %s", b.String())
 	}
 }

@@ -3,7 +3,9 @@ package runtimes
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pmjail/pmjail/runtimes/layout"
@@ -22,17 +24,32 @@ const (
 // does not run.
 var ErrUnknownRuntime = errors.New("unknown runtime")
 
-// ParseName accepts a runtime name as a job or flag spells it; "typescript"
-// and "javascript" are accepted as Deno.
+// names maps each runtime name a job may give to the runtime it runs on.
+// The names are exactly the OpenAPI document's enum: the socket API takes
+// them as spelled there, so that a proxy that filters jobs by the runtime
+// string sees what runs. "ts" and "typescript" are Deno with type
+// stripping (TypeScript).
+var names = map[string]Name{
+	"deno": Deno, "js": Deno, "javascript": Deno, "ts": Deno, "typescript": Deno,
+	"python": Python, "py": Python, "pyodide": Python,
+}
+
+// Names lists every name ParseName accepts, sorted.
+func Names() []string { return slices.Sorted(maps.Keys(names)) }
+
+// ParseName accepts a runtime name exactly as the socket API spells it
+// (see Names); a caller that takes a person's spelling in any case, the
+// CLI's --runtime, lower-cases it first.
 func ParseName(s string) (Name, error) {
-	switch strings.ToLower(s) {
-	case "deno", "js", "javascript", "ts", "typescript":
-		return Deno, nil
-	case "python", "py", "pyodide":
-		return Python, nil
+	if n, ok := names[s]; ok {
+		return n, nil
 	}
 	return "", fmt.Errorf("%w %q (want deno or python)", ErrUnknownRuntime, s)
 }
+
+// TypeScript reports whether the runtime name s asks for Deno with type
+// stripping.
+func TypeScript(s string) bool { return s == "ts" || s == "typescript" }
 
 // ForFile picks the runtime and the in-jail source name from a file name's
 // extension: .js and .mjs run on Deno, .ts on Deno with type stripping, .py

@@ -451,7 +451,7 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 	}
 	ceil.Runtimes = []runtimes.Name{}
 	for i, s := range rts {
-		n, err := runtimes.ParseName(s)
+		n, err := runtimes.ParseName(strings.ToLower(s)) // the operator's file: any case
 		if err != nil {
 			return ceil, fmt.Errorf("ceiling.runtimes[%d]: %w", i, err)
 		}

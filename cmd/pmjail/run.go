@@ -51,6 +51,9 @@ func newRunFlags(name string, forExec bool) *runFlags {
 	fs.SetOutput(io.Discard)
 	if !forExec {
 		fs.Func("runtime", "`RUNTIME`: deno or python (default: from the file extension)", func(v string) error {
+			// Typed by a person: any case, sent on in the one the socket
+			// API takes (pmjail submit's job crosses it).
+			v = strings.ToLower(v)
 			if _, err := runtimes.ParseName(v); err != nil {
 				return errors.New("unknown runtime (want deno or python)")
 			}

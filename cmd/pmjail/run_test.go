@@ -91,6 +91,23 @@ func TestRunFlags(t *testing.T) {
 			t.Errorf("%q: %v, want the flag named as needing a unit", args, err)
 		}
 	}
+	// --runtime is typed by a person: any case, sent on as the socket API
+	// spells it (a job pmjail submit sends crosses it).
+	for in, want := range map[string]string{"PYTHON": "python", "TypeScript": "typescript", "deno": "deno"} {
+		req, err := newRunFlags("run", false).programRequest([]string{"--runtime", in, file})
+		if err != nil || req.Runtime != want {
+			t.Errorf("--runtime %s: %v, runtime %q, want %q", in, err, req.Runtime, want)
+			continue
+		}
+		if _, err := job.Resolve(req, job.DefaultCeiling(), true); err != nil {
+			t.Errorf("--runtime %s: %v", in, err)
+		}
+	}
+	for _, args := range [][]string{{file, "--timeout", "+2s"}, {file, "--memory", "+64M"}} {
+		if _, err := newRunFlags("run", false).programRequest(args); err == nil || !strings.Contains(err.Error(), "invalid") {
+			t.Errorf("%q: %v, want a sign refused", args, err)
+		}
+	}
 	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
 	if err == nil || err.Error() != `--timeout "soon": invalid duration "soon" (want e.g. 2s, 500ms or 1m)` {
 		t.Errorf("--timeout soon: %v", err)
