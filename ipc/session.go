@@ -17,8 +17,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // SessionConfig is everything Serve needs about one run.
@@ -159,13 +157,6 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 			return
 		}
 	}
-}
-
-// validJSON is json.Valid, by a tokenizer ten times quicker on a megabyte
-// (encoding/json's scanner steps a state machine per byte): any number of
-// keys twice and invalid UTF-8 pass, as json.Valid lets them.
-func validJSON(b []byte) bool {
-	return jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 }
 
 // appendStart appends the start frame: start with input spliced in as
