@@ -8,6 +8,7 @@ import (
 	"io"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
@@ -113,6 +114,13 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	return body, nil
 }
 
+// validJSON is json.Valid, by a tokenizer ten times quicker on a megabyte
+// (encoding/json's scanner steps a state machine per byte): any number of
+// keys twice and invalid UTF-8 pass, as json.Valid lets them.
+func validJSON(b []byte) bool {
+	return jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+}
+
 // checkObject verifies that b is one JSON object in valid UTF-8 whose
 // nesting stays within MaxFrameDepth.
 func checkObject(b []byte) error {
@@ -122,7 +130,7 @@ func checkObject(b []byte) error {
 	if d := jsonDepth(b); d > MaxFrameDepth {
 		return fmt.Errorf("body nests deeper than %d levels: %w: %w", MaxFrameDepth, ErrTooDeep, ErrProtocol)
 	}
-	if !json.Valid(b) {
+	if !validJSON(b) {
 		return fmt.Errorf("body is not JSON: %w", ErrProtocol)
 	}
 	if firstNonSpace(b) != '{' {

@@ -165,7 +165,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 // slow pass); the guest's JSON.parse reads the same value either way.
 // Input that is not JSON is refused, as Marshal refuses it.
 func appendStart(dst []byte, input json.RawMessage, start startFrame, max int) ([]byte, error) {
-	if !json.Valid(input) {
+	if !validJSON(input) {
 		return dst, fmt.Errorf("encode frame: the input is not JSON")
 	}
 	rest, err := json.Marshal(start) // {"type":"start","input":null,...}

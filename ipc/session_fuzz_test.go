@@ -263,3 +263,19 @@ func FuzzSession(f *testing.F) {
 		}
 	})
 }
+
+// validJSON stands in for json.Valid on the start frame's input: it must
+// agree with it on every input, or the check would have changed.
+func FuzzValidJSON(f *testing.F) {
+	for _, seed := range []string{
+		``, ` `, `1`, ` {"a":1} `, `{"a":1,"a":2}`, `1 2`, `{"a":`, `"\ud800"`, "\"\xff\"",
+		`[1,]`, `{"a":1,}`, `-0.5e+3`, `01`, `"\u00zz"`, `nul`, `[[[]]]`, "\t\n\r[]",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("%q: validJSON %v, json.Valid %v", b, got, want)
+		}
+	})
+}

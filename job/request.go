@@ -168,7 +168,7 @@ func notLabelKeyRune(c rune) bool {
 // the CLI's --input was not decoded, and the guest's parser would take
 // one of the two where a reader before pmjail may have taken the other.
 func checkInput(input json.RawMessage) error {
-	if len(input) == 0 {
+	if len(input) == 0 || strictjson.Valid(input) {
 		return nil
 	}
 	var v json.RawMessage

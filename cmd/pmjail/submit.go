@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/signal"
@@ -20,6 +21,11 @@ func cmdSubmit(args []string) int {
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
+	}
+	// The daemon checks the input strictly; here only what the wire
+	// needs, as run's refusal words it.
+	if len(req.Input) > 0 && !json.Valid(req.Input) {
+		return commandFailure(f.fs, submitSynopsis, errors.New("--input: not valid JSON"))
 	}
 	wire, err := req.API()
 	if err != nil {

@@ -185,10 +185,15 @@ func FuzzDecode(f *testing.F) {
 		`{"list":[{},{"pids":"x"}]}`, `{"by_name":{"a":{"memory":[]}}}`, `{"":{"x":1}}`,
 		`{"ptr":null,"raw":{"a":[1,2]},"addr":"::1","quoted":"5"}`, `[1]`, `{} {}`, `{"shadow":"x"`,
 		`{"name":"a","NAME":"b"}`, `{"quoted":"00"}`, `{"raw":{"k":1,"k":2}}`, `{"Plain":1,"plain":2}`, "{\"name\":\"\xff\"}",
+		" ", ` {"raw":1} `, `"\ud800"`, `{"raw":{"k":1,"\u006b":2}}`, `1 2`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var raw json.RawMessage
+		if rawErr := Decode(data, &raw); Valid(data) != (rawErr == nil) {
+			t.Fatalf("%q: Valid says %v, Decode into raw JSON says %v", data, Valid(data), rawErr)
+		}
 		var d doc
 		err := Decode(data, &d)
 		if err != nil {
