@@ -46,8 +46,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	req, err := job.Decode(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes))
+	bodyDone, err := s.bodies.take(r.Context(), peer.UID)
+	if err != nil {
+		s.refuseBody(reject, err)
+		return
+	}
+	req, err := job.Decode(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
+	bodyDone()
 	// The body is read: clear the deadline, or it would cut the run short
 	// (the server's background read watches for the client going away).
 	_ = rc.SetReadDeadline(time.Time{})
@@ -100,6 +105,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	wait := time.Since(queued)
+	if err := fdRoom(runFDReserve); err != nil {
+		release()
+		reject(http.StatusServiceUnavailable, codeBusy, "the daemon is short of file descriptors: "+err.Error(), "", 5*time.Second)
+		return
+	}
 
 	// A client that goes away cancels its run: r.Context() ends when the
 	// connection closes, and at the end of a shutdown's grace period.
