@@ -53,10 +53,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := job.Decode(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
 	bodyDone()
-	// The body is read: clear the deadline, or it would cut the run short
-	// (the server's background read watches for the client going away).
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The deadline stays: what is left of a stalled body is not
+		// waited for after the answer either.
 		if isTooLarge(err) {
 			tooLarge()
 			return
@@ -65,6 +64,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}
+	// The body is read: clear the deadline, or it would cut the run short
+	// (the server's background read watches for the client going away).
+	_ = rc.SetReadDeadline(time.Time{})
 	resolved, err := job.Resolve(req, tn.ceil, false)
 	if err != nil {
 		msg, field := job.Refusal(err)
