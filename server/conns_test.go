@@ -228,3 +228,32 @@ func startServerAt(t *testing.T, cfgJSON, path string) *testServer {
 	})
 	return ts
 }
+
+// TestRunRefusedShortOfFDs: a run the daemon has too few file
+// descriptors left for is refused, 503 busy, rather than left to fail
+// half-way as pmjail's own error.
+func TestRunRefusedShortOfFDs(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "max_concurrency": 1, "prestart": -1}`)
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	low := rl
+	low.Cur = uint64(len(open) + runFDReserve/2)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			t.Error(err)
+		}
+	})
+	status, eb, hdr := ts.post(t, strings.NewReader(`{"runtime": "deno", "source": "1"}`))
+	if status != http.StatusServiceUnavailable || eb.Error.Code != api.CodeBusy || hdr.Get("Retry-After") == "" {
+		t.Errorf("a run with %d fds free: %d %+v, want 503 busy with Retry-After", runFDReserve/2, status, eb)
+	}
+}
