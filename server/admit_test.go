@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -83,5 +84,45 @@ func TestBodyReadsBounded(t *testing.T) {
 	res, err := ts.c.Run(ctx, &api.Job{Runtime: "deno", Source: `console.log(1)`})
 	if err != nil || res.Status != api.StatusOK {
 		t.Fatalf("a run after the stalled bodies: %v %+v", err, res)
+	}
+}
+
+func TestBodyGate(t *testing.T) {
+	g := newBodyGate(3, 2)
+	ctx := context.Background()
+	var held []func()
+	for _, uid := range []uint32{1, 1, 2} {
+		release, err := g.take(ctx, uid)
+		if err != nil {
+			t.Fatalf("uid %d: %v", uid, err)
+		}
+		held = append(held, release)
+	}
+	// Uid 1 holds its two: refused for its share, though the gate is
+	// also full; uid 3 finds the gate full.
+	if _, err := g.take(ctx, 1); !errors.Is(err, errUIDBodiesFull) {
+		t.Errorf("uid 1 over its share: %v, want errUIDBodiesFull", err)
+	}
+	if _, err := g.take(ctx, 3); !errors.Is(err, errBodiesFull) {
+		t.Errorf("uid 3 with the gate full: %v, want errBodiesFull", err)
+	}
+	// A waiter gets the slot that frees, however long it waited.
+	got := make(chan error, 1)
+	go func() {
+		release, err := g.take(ctx, 3)
+		if err == nil {
+			release()
+		}
+		got <- err
+	}()
+	held[2]()
+	held[2]() // a second release gives nothing back
+	if err := <-got; err != nil {
+		t.Errorf("uid 3 after a slot freed: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n != 2 || g.byUID[1] != 2 || len(g.byUID) != 1 {
+		t.Errorf("after the releases: %d held, by uid %v; want uid 1's two", g.n, g.byUID)
 	}
 }

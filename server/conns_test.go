@@ -257,3 +257,44 @@ func TestRunRefusedShortOfFDs(t *testing.T) {
 		t.Errorf("a run with %d fds free: %d %+v, want 503 busy with Retry-After", runFDReserve/2, status, eb)
 	}
 }
+
+func TestConnCapConfig(t *testing.T) {
+	total, perUID := defaultConnCaps()
+	cfg := mustConfig(t, `{"version": 1}`)
+	if cfg.Socket.MaxConns != total || cfg.Socket.MaxConnsPerUID != perUID || perUID >= total || total > nofile()/2 {
+		t.Errorf("defaults: %d, %d per uid (from %d fds), want well below the fd limit", cfg.Socket.MaxConns, cfg.Socket.MaxConnsPerUID, nofile())
+	}
+	cfg = mustConfig(t, `{"version": 1, "socket": {"max_connections": 10, "max_connections_per_uid": 3}}`)
+	if cfg.Socket.MaxConns != 10 || cfg.Socket.MaxConnsPerUID != 3 {
+		t.Errorf("set: %+v", cfg.Socket)
+	}
+	if _, err := ParseConfig(strings.NewReader(`{"version": 1, "socket": {"max_connections": -1}}`)); err == nil {
+		t.Error("a negative max_connections accepted")
+	}
+}
+
+func TestConnCapBounds(t *testing.T) {
+	l := &connCap{max: 3, perUID: 2, unix: true, byUID: map[uint32]int{}}
+	for _, uid := range []uint32{1, 1, 2} {
+		if !l.take(uid) {
+			t.Fatalf("uid %d refused under the caps", uid)
+		}
+	}
+	if l.take(3) {
+		t.Error("a fourth connection taken over the global cap of 3")
+	}
+	l.give(2)
+	if l.take(1) {
+		t.Error("uid 1's third connection taken over its cap of 2")
+	}
+	if !l.take(3) {
+		t.Error("uid 3 refused with a place free")
+	}
+	// The metrics listener (TCP) counts no uid.
+	m := &connCap{max: 2, byUID: map[uint32]int{}}
+	for i, want := range []bool{true, true, false} {
+		if got := m.take(noCredsUID); got != want {
+			t.Errorf("a TCP listener's cap of 2: connection %d taken %v, want %v", i+1, got, want)
+		}
+	}
+}
