@@ -193,3 +193,16 @@ func cappedConnContext(ctx context.Context, c net.Conn) context.Context {
 
 // connRefused counts a connection closed at accept.
 func (s *Server) connRefused() { s.metrics.rejected.WithLabelValues(codeBusy).Inc() }
+
+// capSocket bounds the socket's connections as the config says, and
+// warns when the bounds leave the runs too few file descriptors.
+func (s *Server) capSocket(ln net.Listener) net.Listener {
+	sc := s.Config().Socket
+	limit := nofile()
+	s.log.Info("connection caps", "max_connections", sc.MaxConns, "max_connections_per_uid", sc.MaxConnsPerUID, "nofile", limit)
+	if sc.MaxConns > limit/2 {
+		s.log.Warn("socket.max_connections is over half the daemon's RLIMIT_NOFILE: idle connections can leave runs without file descriptors",
+			"max_connections", sc.MaxConns, "nofile", limit)
+	}
+	return newConnCap(ln, sc.MaxConns, sc.MaxConnsPerUID, s.log, s.connRefused)
+}

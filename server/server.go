@@ -308,8 +308,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if _, ok := ln.(*net.UnixListener); !ok {
 		return fmt.Errorf("serve: %T is not a Unix socket listener", ln)
 	}
-	sc := s.Config().Socket
-	err := s.http.Serve(newConnCap(ln, sc.MaxConns, sc.MaxConnsPerUID, s.log, s.connRefused))
+	err := s.http.Serve(s.capSocket(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
