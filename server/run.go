@@ -109,6 +109,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	wait := time.Since(queued)
 	if err := fdRoom(runFDReserve); err != nil {
 		release()
+		if tn.share != nil {
+			tn.share.bucket.refund() // it never ran
+		}
 		reject(http.StatusServiceUnavailable, codeBusy, "the daemon is short of file descriptors: "+err.Error(), "", 5*time.Second)
 		return
 	}
