@@ -32,6 +32,10 @@ const (
 	CodeDraining         = "draining"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeBusy: the daemon has no room to take the request: every slot
+	// for reading a job's body is taken (429 when the peer's uid holds its
+	// share of them, else 503), or it is short of file descriptors (503).
+	CodeBusy = "busy"
 )
 
 // Health is the body of GET /v1/health.

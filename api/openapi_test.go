@@ -156,7 +156,7 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"#/components/schemas/Job/properties/posture/enum", []string{"", api.PostureFull, api.PostureSummary}},
 		{"#/components/schemas/ErrorDetail/properties/code/enum", []string{api.CodeInvalidJob, api.CodeTooLarge, api.CodeForbidden,
 			api.CodeRefreshForbidden, api.CodeQueueFull, api.CodeRateLimited, api.CodeQueueTimeout, api.CodeDraining,
-			api.CodeNotFound, api.CodeMethodNotAllowed}},
+			api.CodeNotFound, api.CodeMethodNotAllowed, api.CodeBusy}},
 		{"#/components/schemas/Config/properties/others/enum", []string{"", server.OthersAllow, server.OthersRefuse}},
 		{"#/components/schemas/Labels/maxProperties", []string{fmt.Sprint(api.MaxLabels)}},
 		{"#/components/schemas/Labels/additionalProperties/maxLength", []string{fmt.Sprint(api.LabelValueMax)}},

@@ -96,6 +96,11 @@ type SocketConfig struct {
 	Owner string `json:"owner"` // user name or uid; default the daemon's
 	Group string `json:"group"` // group name or gid; default the daemon's
 	Mode  string `json:"mode"`  // octal; default "0660"
+	// MaxConns bounds the socket's open connections, and MaxConnsPerUID
+	// those of one peer uid; beyond, a connection is closed as accepted.
+	// Default: from the daemon's RLIMIT_NOFILE (defaultConnCaps).
+	MaxConns       int `json:"max_connections"`
+	MaxConnsPerUID int `json:"max_connections_per_uid"`
 }
 
 // MetricsConfig is the optional TCP listener for /metrics, for a
@@ -273,6 +278,9 @@ func (c *Config) normalize() error {
 	if _, _, err := c.Socket.Owners(); err != nil {
 		return err
 	}
+	if err := c.Socket.connCaps(); err != nil {
+		return err
+	}
 	if err := c.Metrics.check(); err != nil {
 		return err
 	}
@@ -351,6 +359,21 @@ func (c *Config) queueLen() int {
 		return 0
 	}
 	return c.MaxQueue
+}
+
+// connCaps checks the connection caps and fills in their defaults.
+func (s *SocketConfig) connCaps() error {
+	if s.MaxConns < 0 || s.MaxConnsPerUID < 0 {
+		return fmt.Errorf("socket.max_connections, socket.max_connections_per_uid: want counts, or 0 for the defaults")
+	}
+	total, perUID := defaultConnCaps()
+	if s.MaxConns == 0 {
+		s.MaxConns = total
+	}
+	if s.MaxConnsPerUID == 0 {
+		s.MaxConnsPerUID = min(perUID, s.MaxConns)
+	}
+	return nil
 }
 
 // FileMode parses the socket's mode.

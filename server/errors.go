@@ -23,6 +23,7 @@ const (
 	codeDraining         = api.CodeDraining
 	codeNotFound         = api.CodeNotFound
 	codeMethodNotAllowed = api.CodeMethodNotAllowed
+	codeBusy             = api.CodeBusy
 )
 
 // writeJSON sends v with the given status.

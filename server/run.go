@@ -51,12 +51,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	req, err := job.Decode(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes))
-	// The body is read: clear the deadline, or it would cut the run short
-	// (the server's background read watches for the client going away).
-	_ = rc.SetReadDeadline(time.Time{})
+	bodyDone, err := s.bodies.take(r.Context(), peer.UID)
 	if err != nil {
+		s.refuseBody(reject, err)
+		return
+	}
+	req, err := job.Decode(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
+	bodyDone()
+	if err != nil {
+		// The deadline stays: what is left of a stalled body is not
+		// waited for after the answer either.
 		if isTooLarge(err) {
 			tooLarge()
 			return
@@ -65,6 +69,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
 		return
 	}
+	// The body is read: clear the deadline, or it would cut the run short
+	// (the server's background read watches for the client going away).
+	_ = rc.SetReadDeadline(time.Time{})
 	resolved, err := job.Resolve(req, tn.ceil, false)
 	if err != nil {
 		msg, field := job.Refusal(err)
@@ -105,6 +112,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	wait := time.Since(queued)
+	if err := fdRoom(runFDReserve); err != nil {
+		release()
+		if tn.share != nil {
+			tn.share.bucket.refund() // it never ran
+		}
+		reject(http.StatusServiceUnavailable, codeBusy, "the daemon is short of file descriptors: "+err.Error(), "", 5*time.Second)
+		return
+	}
 
 	// A client that goes away cancels its run: r.Context() ends when the
 	// connection closes, and at the end of a shutdown's grace period.

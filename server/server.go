@@ -70,6 +70,8 @@ type Server struct {
 	log   *slog.Logger
 	state atomic.Pointer[state]
 	lim   *limiter
+	// bodies bounds the job bodies being read before admission.
+	bodies *bodyGate
 	// pool keeps init stages started ahead of runs, shared by every
 	// Runner the server has had.
 	pool    *jail.Pool
@@ -120,6 +122,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
+	s.bodies = newBodyGate(bodyCaps(cfg.MaxConcurrency))
 	// Empty until the first run says which namespaces to start children in.
 	poolOpt := jail.PoolOptions{
 		Spare:   s.spareCore,
@@ -159,7 +162,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
 	s.http = &http.Server{
 		Handler:           s.Handler(),
-		ConnContext:       connContext,
+		ConnContext:       cappedConnContext,
 		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
@@ -168,7 +171,9 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.metricsHTTP = &http.Server{
 		Handler:           s.metricsHandler(),
 		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
+		ReadTimeout:       metricsReadTimeout,
+		WriteTimeout:      metricsWriteTimeout,
+		IdleTimeout:       metricsIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
@@ -329,7 +334,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if _, ok := ln.(*net.UnixListener); !ok {
 		return fmt.Errorf("serve: %T is not a Unix socket listener", ln)
 	}
-	err := s.http.Serve(ln)
+	err := s.http.Serve(s.capSocket(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -341,7 +346,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // it shows is counts, and an operator who binds it beyond loopback has
 // chosen who may read them.
 func (s *Server) ServeMetrics(ln net.Listener) error {
-	err := s.metricsHTTP.Serve(ln)
+	err := s.metricsHTTP.Serve(newConnCap(ln, metricsMaxConns, 0, s.log, s.connRefused))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
