@@ -126,7 +126,7 @@ func newMetrics(load func() (running, queued int), pool *jail.Pool, version stri
 	// Every reason shows from the start, at zero, so that rate() and
 	// alerts work before the first occurrence; every runtime's status
 	// too, once per tenant (addTenants).
-	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeRateLimited, codeQueueTimeout, codeDraining} {
+	for _, r := range []string{codeInvalid, codeTooLarge, codeForbidden, codeRefreshForbidden, codeQueueFull, codeRateLimited, codeQueueTimeout, codeDraining, codeBusy} {
 		m.rejected.WithLabelValues(r)
 	}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
