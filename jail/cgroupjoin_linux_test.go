@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/proctest"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/runtimes"
@@ -60,10 +61,10 @@ func TestRunCgroupJoinFailsClosed(t *testing.T) {
 	}
 }
 
-// newChild returns the one child of this process that children(t) did not
+// newChild returns the one child of this process that proctest.Children(t) did not
 // list in before, once there is one.
 func newChild(t *testing.T, before []string) (string, bool) {
-	for _, pid := range children(t) {
+	for _, pid := range proctest.Children(t) {
 		if !slices.Contains(before, pid) {
 			return pid, true
 		}
@@ -79,7 +80,7 @@ func TestRunMakesTheCgroupWhileTheRootIsMounted(t *testing.T) {
 	testenv.RequireRoot(t)
 	job := shellJob(t, `read m < /job/marker; printf %s "$m"`, testLimits)
 	job.Files = []runtimes.File{{Path: "/job/marker", Data: []byte("marked"), Mode: 0o444}}
-	before := children(t)
+	before := proctest.Children(t)
 	var waited, written bool
 	calls := 0
 	job.Cgroups = madeBy{make: func() (Cgroup, error) {
@@ -135,7 +136,7 @@ func TestRunTimeoutWhileTheCgroupIsMade(t *testing.T) {
 	testenv.RequireRoot(t)
 	job := shellJob(t, `echo started`, testLimits)
 	job.Timeout = 50 * time.Millisecond
-	before := children(t)
+	before := proctest.Children(t)
 	job.Cgroups = madeBy{make: func() (Cgroup, error) {
 		time.Sleep(300 * time.Millisecond)
 		return nil, nil
@@ -157,7 +158,7 @@ func TestRunCgroupNotMadeEndsTheRun(t *testing.T) {
 	for _, atBirth := range []bool{false, true} {
 		t.Run(fmt.Sprintf("at birth %t", atBirth), func(t *testing.T) {
 			job := shellJob(t, `echo started`, testLimits)
-			before := children(t)
+			before := proctest.Children(t)
 			var returned atomic.Bool
 			var startedFirst bool
 			job.Cgroups = madeBy{make: func() (Cgroup, error) {

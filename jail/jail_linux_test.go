@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/proctest"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/runtimes"
@@ -141,45 +142,10 @@ func TestRunReleasesTheMountNamespace(t *testing.T) {
 func mountNSFds(t *testing.T) []string {
 	t.Helper()
 	var held []string
-	for fd, target := range fdTargets(t) {
+	for fd, target := range proctest.FDTargets(t) {
 		if strings.HasPrefix(target, "mnt:") {
 			held = append(held, fd+" "+target)
 		}
 	}
 	return held
-}
-
-// fdTargets maps this process's open fds to what they refer to.
-func fdTargets(t *testing.T) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listing := "/proc/" + strconv.Itoa(os.Getpid()) + "/fd" // ReadDir's own
-	targets := map[string]string{}
-	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target != listing {
-			targets[e.Name()] = target
-		}
-	}
-	return targets
-}
-
-// children lists this process's unreaped children, without reaping any.
-func children(t *testing.T) []string {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []string
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue // the thread is gone
-		}
-		pids = append(pids, strings.Fields(string(b))...)
-	}
-	return pids
 }

@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/proctest"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail/initstage"
 )
@@ -232,7 +233,7 @@ func TestPoolCgroupsServeOnlyRunsWithOne(t *testing.T) {
 	failing.Pool = p
 	refused := errors.New("no limits for you")
 	h.refuse.Store(&refused)
-	before := children(t)
+	before := proctest.Children(t)
 	out := runReleased(t, failing)
 	if out.Status != StatusInternalError || out.InitStage != initstage.StageCgroup || !out.Pooled || !errors.Is(out.CgroupErr, refused) || adopted(out) == nil || !strings.Contains(out.Message, "no limits for you") || strings.Contains(string(out.Stdout), "started") {
 		t.Fatalf("status %s stage %q pooled %v cgroup error %v message %q stdout %q", out.Status, out.InitStage, out.Pooled, out.CgroupErr, out.Message, out.Stdout)
@@ -243,7 +244,7 @@ func TestPoolCgroupsServeOnlyRunsWithOne(t *testing.T) {
 	// Besides what the pool refilled, nothing of the run is left.
 	p.fills.Wait()
 	refilled := idlePids(p)
-	for _, pid := range children(t) {
+	for _, pid := range proctest.Children(t) {
 		if !slices.Contains(before, pid) && !slices.Contains(refilled, atoi(t, pid)) {
 			t.Errorf("child %s left behind", pid)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/proctest"
 	"github.com/pmjail/pmjail/internal/testenv"
 )
 
@@ -110,7 +111,7 @@ func TestSpawnSharedConcurrent(t *testing.T) {
 					t.Fatal("starts still blocked after 20s")
 				}
 			}
-			if pids := children(t); len(pids) != 0 {
+			if pids := proctest.Children(t); len(pids) != 0 {
 				t.Errorf("children left: %v", pids)
 			}
 		})
@@ -158,7 +159,7 @@ func TestSpawnSharedFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, _, _ := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID)
 			tc.breakIt(cmd)
-			before := fdTargets(t)
+			before := proctest.FDTargets(t)
 			proc, err := startShared(cmd)
 			if err == nil {
 				proc.Kill()
@@ -169,7 +170,7 @@ func TestSpawnSharedFailures(t *testing.T) {
 				t.Errorf("error %q, want it to contain %q", err, tc.want)
 			}
 			// The child is reaped (other tests' children are not touched).
-			if pids := children(t); len(pids) != 0 {
+			if pids := proctest.Children(t); len(pids) != 0 {
 				t.Errorf("children left: %v", pids)
 			}
 			if opened := newFds(t, before); len(opened) != 0 {
@@ -322,22 +323,4 @@ func symbolicBinary(t *testing.T) string {
 		t.Fatalf("go test -c: %v: %s", err, out)
 	}
 	return exe
-}
-
-// children lists this process's unreaped children, without reaping any.
-func children(t *testing.T) []string {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []string
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue // the thread is gone
-		}
-		pids = append(pids, strings.Fields(string(b))...)
-	}
-	return pids
 }

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/proctest"
 )
 
 // The ids the tests' user namespaces map, as jail's init stage does: the
@@ -158,29 +160,12 @@ func dumpable(t *testing.T) bool {
 	return d == 1
 }
 
-// fdTargets maps this process's open fds to what they refer to.
-func fdTargets(t *testing.T) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listing := "/proc/" + strconv.Itoa(os.Getpid()) + "/fd" // ReadDir's own
-	targets := map[string]string{}
-	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target != listing {
-			targets[e.Name()] = target
-		}
-	}
-	return targets
-}
-
 // newFds lists the fds open now that were not before (fdTargets): what a
 // start left open.
 func newFds(t *testing.T, before map[string]string) []string {
 	t.Helper()
 	var opened []string
-	for fd, target := range fdTargets(t) {
+	for fd, target := range proctest.FDTargets(t) {
 		if before[fd] != target {
 			opened = append(opened, fd+" "+target)
 		}

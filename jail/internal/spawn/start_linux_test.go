@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/internal/proctest"
 	"github.com/pmjail/pmjail/internal/testenv"
 )
 
@@ -36,7 +37,7 @@ func TestSpawnStartsAsAttrSays(t *testing.T) {
 				t.Skip("this build starts through Go only")
 			}
 			cmd, out, extra := probeCmd(t, unix.CLONE_NEWUSER|unix.CLONE_NEWPID|unix.CLONE_NEWNS)
-			before := fdTargets(t)
+			before := proctest.FDTargets(t)
 			proc, err := s.start(cmd)
 			if err != nil {
 				t.Fatal(err)
