@@ -14,6 +14,11 @@ var stamp string
 // module version the go command recorded (a `go install ...@v1.2.3`'s, or a
 // checkout's pseudo-version); else the checkout's commit; else "dev".
 func Version() string {
+	if stamp != "" {
+		// Every start of a stamped build asks: no need to parse the
+		// binary's module record then.
+		return stamp
+	}
 	info, _ := debug.ReadBuildInfo()
 	return version(stamp, info)
 }
