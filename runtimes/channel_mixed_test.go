@@ -7,12 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/ipc"
 )
@@ -90,18 +87,7 @@ func TestChannelMixedCalls(t *testing.T) {
 	defer srv.Close()
 
 	dir := t.TempDir()
-	ends := map[string]*os.File{}
-	for _, p := range []string{"in", "out"} {
-		if err := unix.Mkfifo(filepath.Join(dir, p), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.OpenFile(filepath.Join(dir, p), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		ends[p] = f
-	}
+	ends := hostFIFOs(t, dir)
 	caps := ipc.Capabilities{Log: true, Request: &ipc.RequestCapability{URLs: []string{srv.URL}}}
 	if err := caps.Validate(); err != nil {
 		t.Fatal(err)

@@ -17,15 +17,7 @@ import (
 const channelSyncScript = `
 import { Channel } from %q;
 const [dir, mode] = Deno.args;
-const hostIn = Deno.openSync(dir + "/in", { read: true, write: true });
-const hostOut = Deno.openSync(dir + "/out", { read: true, write: true });
-const frame = (obj) => {
-  const body = new TextEncoder().encode(JSON.stringify(obj));
-  const f = new Uint8Array(4 + body.length);
-  new DataView(f.buffer).setUint32(0, body.length);
-  f.set(body, 4);
-  return f;
-};
+` + hostEndsJS + `
 // readFrame reads one frame the guest wrote, as text.
 const readFrame = () => {
   const head = new Uint8Array(4);

@@ -34,14 +34,10 @@ func channelScript(ctx context.Context, t *testing.T, in *Install, script, dir s
 	return cmd
 }
 
-// channelHostScript plays the host's end of the guest channel against the
-// real channel.js: it answers the start frame, then (for each case) breaks
-// the stream the way a corrupted host would and prints what the guest's
-// next call resolved to.
-const channelHostScript = `
-import { Channel } from %q;
-const [dir, mode] = Deno.args;
-// The host holds its ends first, as the init stage does.
+// hostEndsJS opens the host's ends of the channel's FIFOs in dir, first,
+// as the init stage holds them, and defines frame(obj), one length-prefixed
+// frame: the head of every script that plays the host.
+const hostEndsJS = `
 const hostIn = Deno.openSync(dir + "/in", { read: true, write: true });
 const hostOut = Deno.openSync(dir + "/out", { read: true, write: true });
 const frame = (obj) => {
@@ -51,6 +47,35 @@ const frame = (obj) => {
   f.set(body, 4);
   return f;
 };
+`
+
+// hostFIFOs makes the channel's two FIFOs in dir and opens the host's
+// ends of them, first, as the init stage holds them.
+func hostFIFOs(t *testing.T, dir string) map[string]*os.File {
+	t.Helper()
+	ends := map[string]*os.File{}
+	for _, p := range []string{"in", "out"} {
+		if err := unix.Mkfifo(filepath.Join(dir, p), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, p), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		ends[p] = f
+	}
+	return ends
+}
+
+// channelHostScript plays the host's end of the guest channel against the
+// real channel.js: it answers the start frame, then (for each case) breaks
+// the stream the way a corrupted host would and prints what the guest's
+// next call resolved to.
+const channelHostScript = `
+import { Channel } from %q;
+const [dir, mode] = Deno.args;
+` + hostEndsJS + `
 // The start frame is waiting when the guest starts, as in a run: the
 // guest reads it synchronously, on this same thread.
 hostIn.writeSync(frame({ type: "start", input: null }));
@@ -188,19 +213,7 @@ func TestChannelStartFrame(t *testing.T) {
 func TestChannelStartFrameComesLate(t *testing.T) {
 	in := testInstall(t, t.TempDir())
 	dir := t.TempDir()
-	ends := map[string]*os.File{}
-	for _, p := range []string{"in", "out"} {
-		if err := unix.Mkfifo(filepath.Join(dir, p), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		// The host's ends, held first as the init stage holds them.
-		f, err := os.OpenFile(filepath.Join(dir, p), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		ends[p] = f
-	}
+	ends := hostFIFOs(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := channelScript(ctx, t, in, channelStartScript, dir)
