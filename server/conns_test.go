@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,10 +18,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/api"
-	"github.com/pmjail/pmjail/cgroup"
-	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/testenv"
-	"github.com/pmjail/pmjail/runtimes"
 )
 
 // holdConnsEnv runs TestHelperHoldConns as the idle-connection holder:
@@ -187,46 +183,6 @@ func TestHelperHoldConns(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-}
-
-// startServerAt is startServer with the socket at path.
-func startServerAt(t *testing.T, cfgJSON, path string) *testServer {
-	t.Helper()
-	testenv.RequireRoot(t)
-	cfg, err := ParseConfig(strings.NewReader(cfgJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Socket.Path = path
-	logs := &syncBuffer{}
-	opt := Options{Logger: NewLogger(logs, nil), Version: "test-version"}
-	if opt.Install, err = runtimes.Locate(); err != nil {
-		t.Fatal(err)
-	}
-	if opt.Cgroups, err = cgroup.NewManager(); err != nil {
-		opt.CgroupReason = err.Error()
-	}
-	s, err := New(cfg, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _, err := Listen(cfg.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	ts := &testServer{Server: s, sock: path, logs: logs, c: client.New(path)}
-	t.Cleanup(func() {
-		ts.c.Close()
-		if err := s.Shutdown(10 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Error(err)
-		}
-	})
-	return ts
 }
 
 // TestRunRefusedShortOfFDs: a run the daemon has too few file

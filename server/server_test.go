@@ -63,12 +63,18 @@ type testServer struct {
 // runtimes and cgroups.
 func startServer(t *testing.T, cfgJSON string) *testServer {
 	t.Helper()
+	return startServerAt(t, cfgJSON, filepath.Join(t.TempDir(), "pmjail.sock"))
+}
+
+// startServerAt is startServer with the socket at path.
+func startServerAt(t *testing.T, cfgJSON, path string) *testServer {
+	t.Helper()
 	testenv.RequireRoot(t)
 	cfg, err := ParseConfig(strings.NewReader(cfgJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Socket.Path = filepath.Join(t.TempDir(), "pmjail.sock")
+	cfg.Socket.Path = path
 	logs := &syncBuffer{}
 	opt := Options{Logger: NewLogger(logs, nil), Version: "test-version"}
 	if opt.Install, err = runtimes.Locate(); err != nil {
