@@ -13,12 +13,9 @@ func FromAPI(j *api.Job) *Request {
 	r := &Request{
 		Runtime: j.Runtime, Source: j.Source, Input: j.Input,
 		Capabilities: ipc.Capabilities{Log: j.Capabilities.Log},
-		Limits: profiles.Limits{
-			Memory: profiles.Size(j.Limits.Memory), CPUTime: profiles.Duration(j.Limits.CPUTime),
-			Timeout: profiles.Duration(j.Limits.Timeout), Pids: j.Limits.Pids,
-			Output: profiles.Size(j.Limits.Output), Tmp: profiles.Size(j.Limits.Tmp),
-		},
-		Mode: j.Mode, Profile: j.Profile, Labels: j.Labels, Posture: j.Posture,
+		// The same fields of the same units (profiles' are api's).
+		Limits: profiles.Limits(j.Limits),
+		Mode:   j.Mode, Profile: j.Profile, Labels: j.Labels, Posture: j.Posture,
 	}
 	if c := j.Capabilities.Request; c != nil {
 		r.Capabilities.Request = &ipc.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}
@@ -38,12 +35,8 @@ func (r *Request) API() (*api.Job, error) {
 	j := &api.Job{
 		Runtime: r.Runtime, Source: r.Source, Input: r.Input,
 		Capabilities: api.Capabilities{Log: r.Capabilities.Log},
-		Limits: api.Limits{
-			Memory: api.Size(r.Limits.Memory), CPUTime: api.Duration(r.Limits.CPUTime),
-			Timeout: api.Duration(r.Limits.Timeout), Pids: r.Limits.Pids,
-			Output: api.Size(r.Limits.Output), Tmp: api.Size(r.Limits.Tmp),
-		},
-		Mode: r.Mode, Profile: r.Profile, Labels: r.Labels, Posture: r.Posture,
+		Limits:       api.Limits(r.Limits),
+		Mode:         r.Mode, Profile: r.Profile, Labels: r.Labels, Posture: r.Posture,
 	}
 	if c := r.Capabilities.Request; c != nil {
 		j.Capabilities.Request = &api.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}
