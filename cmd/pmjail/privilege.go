@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/jail"
 )
@@ -70,23 +70,16 @@ func missingCaps() ([]string, error) {
 	return missing, nil
 }
 
-// effectiveCaps reads CapEff from /proc/self/status.
+// effectiveCaps is this process's effective capability set: one capget,
+// as the posture reads it, where /proc/self/status would be a file to
+// open and parse on every run.
 func effectiveCaps() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, err
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0, os.NewSyscallError("capget", err)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "CapEff:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		}
-	}
-	if err := s.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("/proc/self/status: no CapEff")
+	return uint64(data[1].Effective)<<32 | uint64(data[0].Effective), nil
 }
 
 func capNames(caps []capability) string {
