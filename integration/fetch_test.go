@@ -23,7 +23,8 @@ import (
 
 // fetchOrigin is a loopback origin for the fetch tests: /json answers
 // JSON, /bytes takes a POST of the 256 byte values and answers them in
-// reverse order (400 for any other body), /hop?to=URL redirects there.
+// reverse order (400 for any other body), /hop?to=URL redirects there,
+// /items answers a JSON list.
 // It records every request's method and path.
 type fetchOrigin struct {
 	origin string
@@ -56,6 +57,9 @@ func newFetchOrigin(t *testing.T) *fetchOrigin {
 			w.Write(allBytes(true))
 		case "/hop":
 			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+		case "/items": // docs/guest-api.md's examples
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`[{"n":1}]`))
 		default:
 			http.NotFound(w, r)
 		}
@@ -307,5 +311,40 @@ try {
 		if strings.Contains(s, "pmjail-fetch-5b2d81c7e4") {
 			t.Errorf("%s holds the secret", where)
 		}
+	}
+}
+
+// TestFetch_GuestAPIExamples runs the examples of docs/guest-api.md's
+// fetch section against a local origin in place of api.example.com.
+func TestFetch_GuestAPIExamples(t *testing.T) {
+	o := newFetchOrigin(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "guest-api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## fetch\n")
+	if !ok {
+		t.Fatal("docs/guest-api.md has no fetch section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	ran := 0
+	for _, block := range strings.Split(section, "```")[1:] {
+		lang, code, _ := strings.Cut(block, "\n")
+		name := map[string]string{"js": "main.js", "python": "main.py"}[lang]
+		if name == "" {
+			continue
+		}
+		ran++
+		code = strings.ReplaceAll(code, "https://api.example.com", o.origin)
+		r := runScript(t, name, code, "--cap", "request="+o.origin+":GET,POST")
+		if r.Status != "ok" {
+			t.Errorf("the %s example: status %s stdout %q stderr %q error %+v", lang, r.Status, r.Stdout, r.Stderr, r.Error)
+		}
+	}
+	if ran != 2 {
+		t.Errorf("ran %d examples, want the JS and the Python one", ran)
+	}
+	if got := o.requests(); len(got) != 3 {
+		t.Errorf("the origin got %v, want the examples' three requests", got)
 	}
 }
