@@ -42,7 +42,10 @@ function makeFetch(channel, auth) {
     if (req.body !== null) params.body = new Uint8Array(await req.arrayBuffer()).toBase64();
     const name = auth.get(url.origin);
     if (name !== undefined) params.auth = name;
-    const reply = await untilAborted(channel.call("request.send", params), req.signal);
+    const call = channel.call("request.send", params);
+    // A Request made here from a URL has a signal of its own, which
+    // nothing can abort: no listener to add and remove then.
+    const reply = await (init?.signal != null || input instanceof Request ? untilAborted(call, req.signal) : call);
     if (!reply.ok) throw refused(reply.error);
     return response(reply.value, url);
   }
