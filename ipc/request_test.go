@@ -499,4 +499,22 @@ func TestRequestBase64Bodies(t *testing.T) {
 		}
 	}
 	r.finish(t)
+
+	// The frame cap counts the body as it is encoded: 3,000 bytes fit a
+	// 4 KiB frame as text, not as base64 (4,000).
+	ceil := PermissiveCeiling()
+	ceil.MaxFrame = 4096
+	text := strings.Repeat("x", 3000)
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, text) }))
+	t.Cleanup(big.Close)
+	r = requestSession(t, &RequestCapability{URLs: []string{big.URL}}, ceil, nil)
+	if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": big.URL})); res.Body != text {
+		t.Errorf("as text: %d bytes", len(res.Body))
+	}
+	f := r.g.call("request.send", map[string]any{"url": big.URL, "body_encoding": "base64"})
+	wantCode(t, f, CodeTooLarge)
+	if !strings.Contains(f.Error.Message, "4096-byte frame cap") {
+		t.Errorf("as base64: %q", f.Error.Message)
+	}
+	r.finish(t)
 }
