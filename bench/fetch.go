@@ -56,8 +56,8 @@ for (let i = 0; i < %d; i++) {
   if (!f.ok || await f.text() !== "ok") throw new Error(String(f.status));
   fetched.push(performance.now() - t);
 }
-const median = (a) => a.sort((x, y) => x - y)[a.length >> 1];
-console.log("send", Math.round(median(send) * 1e6), "fetch", Math.round(median(fetched) * 1e6));
+const mean = (a) => a.reduce((x, y) => x + y, 0) / a.length;
+console.log("send", Math.round(mean(send) * 1e6), "fetch", Math.round(mean(fetched) * 1e6));
 `, url, timedCalls),
 		"send.py":  fmt.Sprintf("import pmjail\nfor _ in range(%d):\n    r = await pmjail.request.send_async({\"url\": %q})\n    assert r[\"ok\"] and r[\"value\"][\"body\"] == \"ok\", r\nprint(\"hello\")\n", fetchCalls, url),
 		"fetch.py": fmt.Sprintf("from pyodide.http import pyfetch\nfor _ in range(%d):\n    r = await pyfetch(%q)\n    assert r.ok and await r.text() == \"ok\", r.status\nprint(\"hello\")\n", fetchCalls, url),
@@ -109,7 +109,7 @@ console.log("send", Math.round(median(send) * 1e6), "fetch", Math.round(median(f
 		{"JS `host.request.send`, loopback", us(jsSend), fmt.Sprintf("(%d calls − %d calls) / %d, through the CLI", fewCalls+fetchCalls, fewCalls, fetchCalls)},
 		{"JS `fetch`, loopback", us(jsFetch), "the same, with fetch and the response's text"},
 		{"JS `fetch` over `host.request.send`", us(jsFetch - jsSend), "the difference of the two rows above"},
-		{"JS `host.request.send`, inside the guest", us(inSend), fmt.Sprintf("the guest's own clock around each call, the median of %d calls taking turns with fetch (`fetch-timed.js`); the median of %d runs", timedCalls, b.Reps)},
+		{"JS `host.request.send`, inside the guest", us(inSend), fmt.Sprintf("the guest's own clock around each call, the mean of %d calls taking turns with fetch after one of each (`fetch-timed.js`), so warming up counts; the median of %d runs", timedCalls, b.Reps)},
 		{"JS `fetch`, inside the guest", us(inFetch), "the same run's fetches, each response's text read"},
 		{"JS `fetch` over `host.request.send`, inside the guest", us(inFetch - inSend), "the difference of the two rows above: side by side in one run"},
 		{"JS `fetch`, once a run", signedMS(once), fmt.Sprintf("%d fetches − %d sends, less %d calls' difference: Deno loading its fetch module", fewCalls, fewCalls, fewCalls)},
@@ -126,7 +126,7 @@ console.log("send", Math.round(median(send) * 1e6), "fetch", Math.round(median(f
 }
 
 // fetchInside runs fetch-timed.js b.Reps times and returns the medians of
-// its per-call medians, host.request.send's and fetch's.
+// its per-call means, host.request.send's and fetch's.
 func (b *Bench) fetchInside(ctx context.Context, argv []string) (send, fetch time.Duration, err error) {
 	var sends, fetches []time.Duration
 	for range b.Reps {
