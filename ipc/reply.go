@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -36,18 +37,19 @@ const emptyBody = `""}`
 // otherwise it is built in one allocation of that size. The value returned
 // still holds its own length of the budget, which the session gives back
 // once the reply is written (replyValue).
-func (b *broker) responseValue(ctx context.Context, resp *http.Response) (json.RawMessage, *CallError) {
+func (b *broker) responseValue(ctx context.Context, resp *http.Response, shape sendResult) (json.RawMessage, *CallError) {
 	limit := b.ceil.MaxResponseBytes
 	bodyMax := limit
 	if resp.ContentLength >= 0 {
 		bodyMax = min(resp.ContentLength, limit)
 	}
 	// An origin that echoes what it got must not hand the guest a secret.
-	shape, err := json.Marshal(sendResult{Status: resp.StatusCode, Headers: b.scrubber.headers(responseHeaders(resp.Header))})
-	if err != nil || !strings.HasSuffix(string(shape), emptyBody) {
+	shape.Headers = b.scrubber.headers(responseHeaders(resp.Header))
+	head, err := json.Marshal(shape)
+	if err != nil || !strings.HasSuffix(string(head), emptyBody) {
 		return nil, callErr(CodeInternal, "encode response")
 	}
-	prefix := shape[:len(shape)-len(emptyBody)] // up to "body":
+	prefix := head[:len(head)-len(emptyBody)] // up to "body":
 	valueMax := int64(b.ceil.MaxFrame - maxReplyOverhead)
 	reserved := bodyMax + min(valueMax, int64(len(prefix)+len(emptyBody))+6*bodyMax)
 	if err := b.budget.Acquire(ctx, reserved); err != nil {
@@ -78,13 +80,24 @@ func (b *broker) responseValue(ctx context.Context, resp *http.Response) (json.R
 		return nil, b.netErr(ctx, fmt.Errorf("read response: %w", err))
 	}
 	body := b.scrubber.scrubBytes(buf.B[:n])
-	size := int64(len(prefix)) + int64(jsonstr.Len(body)) + 1
+	asBase64 := shape.BodyEncoding == encodingBase64
+	encoded := int64(jsonstr.Len(body))
+	if asBase64 {
+		encoded = int64(base64.StdEncoding.EncodedLen(len(body))) + 2 // and its quotes
+	}
+	size := int64(len(prefix)) + encoded + 1
 	if size > valueMax {
 		return nil, callErr(CodeTooLarge, "the reply (%d bytes encoded) would exceed the %d-byte frame cap", size, b.ceil.MaxFrame)
 	}
 	v := make([]byte, 0, size)
 	v = append(v, prefix...)
-	v = jsonstr.Append(v, body)
+	if asBase64 {
+		v = append(v, '"')
+		v = base64.StdEncoding.AppendEncode(v, body)
+		v = append(v, '"')
+	} else {
+		v = jsonstr.Append(v, body)
+	}
 	v = append(v, '}')
 	kept = int64(len(v))
 	return v, nil

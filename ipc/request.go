@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,18 +114,50 @@ func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
 }
 
 type sendParams struct {
-	URL       string            `json:"url"`
-	Method    string            `json:"method"`
-	Headers   map[string]string `json:"headers"`
-	Body      *string           `json:"body"`
-	TimeoutMS *float64          `json:"timeout_ms"`
-	Auth      string            `json:"auth"`
+	URL          string            `json:"url"`
+	Method       string            `json:"method"`
+	Headers      map[string]string `json:"headers"`
+	Body         *string           `json:"body"`
+	BodyEncoding string            `json:"body_encoding"`
+	TimeoutMS    *float64          `json:"timeout_ms"`
+	Auth         string            `json:"auth"`
 }
 
+// The body encodings of request.send (params body_encoding), which name
+// how both bodies travel: text is a JSON string (a response's bytes that
+// are not UTF-8 become U+FFFD), base64 carries any bytes, as fetch needs.
+const (
+	encodingText   = "text"
+	encodingBase64 = "base64"
+)
+
+// The reply's body comes last: responseValue appends it to the rest.
 type sendResult struct {
-	Status  int               `json:"status"`
-	Headers map[string]string `json:"headers"`
-	Body    string            `json:"body"`
+	Status       int               `json:"status"`
+	Headers      map[string]string `json:"headers"`
+	URL          string            `json:"url,omitempty"`        // the last hop's, when redirected
+	Redirected   bool              `json:"redirected,omitempty"` // a redirect was followed
+	BodyEncoding string            `json:"body_encoding,omitempty"`
+	Body         string            `json:"body"`
+}
+
+// body decodes the request body as body_encoding says.
+func (p *sendParams) body() (*string, *CallError) {
+	switch p.BodyEncoding {
+	case "", encodingText:
+		return p.Body, nil
+	case encodingBase64:
+		if p.Body == nil {
+			return nil, nil
+		}
+		raw, err := base64.StdEncoding.DecodeString(*p.Body)
+		if err != nil {
+			return nil, callErr(CodeInvalidRequest, "body: not valid base64 (body_encoding is base64): %v", err)
+		}
+		s := string(raw)
+		return &s, nil
+	}
+	return nil, callErr(CodeInvalidRequest, "body_encoding %.40q: want %q or %q", p.BodyEncoding, encodingText, encodingBase64)
 }
 
 // hop is one request of a possibly redirected call.
@@ -145,6 +178,10 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 	var p sendParams
 	if err := strictjson.Decode(raw, &p); err != nil {
 		return nil, callErr(CodeInvalidRequest, "request params: %v", err)
+	}
+	body, cerr := p.body()
+	if cerr != nil {
+		return nil, cerr
 	}
 	method := strings.ToUpper(p.Method)
 	if method == "" {
@@ -194,11 +231,11 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	h := hop{method: method, url: u, origin: origin, header: header, body: p.Body}
+	h := hop{method: method, url: u, origin: origin, header: header, body: body}
 	if cerr := b.checkOverride(h); cerr != nil {
 		return nil, cerr
 	}
-	res, cerr := b.follow(ctx, h, p.Auth, secret)
+	res, cerr := b.follow(ctx, h, p.Auth, secret, p.BodyEncoding == encodingBase64)
 	if cerr != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && cerr.Code == CodeInternal {
 			cerr = callErr(CodeTimeout, "the request took longer than %s", timeout)
@@ -287,7 +324,8 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 
 // follow performs the request and up to maxRedirects redirects, each target
 // re-checked against the declared origins, methods and address rules.
-func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret) (json.RawMessage, *CallError) {
+// With asBase64 the reply's body is base64.
+func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Secret, asBase64 bool) (json.RawMessage, *CallError) {
 	for redirects := 0; ; redirects++ {
 		header := h.header.Clone()
 		if secret != nil && b.auth[h.origin] == authName {
@@ -314,7 +352,15 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 				drainClose(resp)
 				return nil, cerr
 			}
-			return b.readResponse(ctx, resp)
+			shape := sendResult{Status: resp.StatusCode}
+			if redirects > 0 {
+				// Where a redirect led can name what a server echoed.
+				shape.URL, shape.Redirected = b.scrub(h.url.String()), true
+			}
+			if asBase64 {
+				shape.BodyEncoding = encodingBase64
+			}
+			return b.readResponse(ctx, resp, shape)
 		}
 		drainClose(resp)
 		if redirects == maxRedirects {
@@ -439,14 +485,15 @@ func (b *broker) pickAddr(ctx context.Context, u *url.URL, origin string) (netip
 }
 
 // readResponse reads at most MaxResponseBytes of the body and encodes the
-// reply's value, within the run's reply budget (responseValue).
-func (b *broker) readResponse(ctx context.Context, resp *http.Response) (json.RawMessage, *CallError) {
+// reply's value, shape with the body, within the run's reply budget
+// (responseValue).
+func (b *broker) readResponse(ctx context.Context, resp *http.Response, shape sendResult) (json.RawMessage, *CallError) {
 	defer resp.Body.Close()
 	limit := b.ceil.MaxResponseBytes
 	if resp.ContentLength > limit {
 		return nil, callErr(CodeTooLarge, "the response body (%d bytes) is over the %d-byte cap", resp.ContentLength, limit)
 	}
-	return b.responseValue(ctx, resp)
+	return b.responseValue(ctx, resp, shape)
 }
 
 // netErr maps a transport failure to a reply error.

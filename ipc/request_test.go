@@ -3,6 +3,7 @@ package ipc
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -446,4 +447,74 @@ func BenchmarkRequestSend(b *testing.B) {
 	}
 	b.StopTimer()
 	r.finish(b)
+}
+
+// TestRequestBase64Bodies: with body_encoding base64 every byte value
+// crosses both ways unchanged, and a redirected reply says where it ended.
+func TestRequestBase64Bodies(t *testing.T) {
+	noLeak(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hop" {
+			http.Redirect(w, r, "/echo", http.StatusTemporaryRedirect)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Equal(body, all) {
+			http.Error(w, fmt.Sprintf("got %d bytes %q", len(body), body), http.StatusBadRequest)
+			return
+		}
+		w.Write(append([]byte{0xff, 0xfe}, all...))
+	}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	want := base64.StdEncoding.EncodeToString(append([]byte{0xff, 0xfe}, all...))
+	for _, path := range []string{"/echo", "/hop"} {
+		res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + path, "method": "POST",
+			"body": base64.StdEncoding.EncodeToString(all), "body_encoding": "base64"}))
+		if res.Status != 200 || res.BodyEncoding != "base64" || res.Body != want {
+			t.Fatalf("%s: %+v", path, res)
+		}
+		redirected := path == "/hop"
+		if res.Redirected != redirected || redirected != (res.URL == srv.URL+"/echo") {
+			t.Errorf("%s: redirected %v url %q", path, res.Redirected, res.URL)
+		}
+	}
+	for name, c := range map[string]struct {
+		params map[string]any
+		msg    string
+	}{
+		"bad encoding": {map[string]any{"url": srv.URL + "/echo", "body": "x", "body_encoding": "hex"},
+			`body_encoding "hex": want "text" or "base64"`},
+		"bad base64": {map[string]any{"url": srv.URL + "/echo", "body": "not base64!", "body_encoding": "base64"},
+			"body: not valid base64 (body_encoding is base64): illegal base64 data at input byte 3"},
+	} {
+		f := r.g.call("request.send", c.params)
+		wantCode(t, f, CodeInvalidRequest)
+		if f.Error.Message != c.msg {
+			t.Errorf("%s: message %q, want %q", name, f.Error.Message, c.msg)
+		}
+	}
+	r.finish(t)
+
+	// The frame cap counts the body as it is encoded: 3,000 bytes fit a
+	// 4 KiB frame as text, not as base64 (4,000).
+	ceil := PermissiveCeiling()
+	ceil.MaxFrame = 4096
+	text := strings.Repeat("x", 3000)
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, text) }))
+	t.Cleanup(big.Close)
+	r = requestSession(t, &RequestCapability{URLs: []string{big.URL}}, ceil, nil)
+	if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": big.URL})); res.Body != text {
+		t.Errorf("as text: %d bytes", len(res.Body))
+	}
+	f := r.g.call("request.send", map[string]any{"url": big.URL, "body_encoding": "base64"})
+	wantCode(t, f, CodeTooLarge)
+	if !strings.Contains(f.Error.Message, "4096-byte frame cap") {
+		t.Errorf("as base64: %q", f.Error.Message)
+	}
+	r.finish(t)
 }

@@ -3,6 +3,7 @@
 // (handler modules), imports the job's module and reports its outcome.
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
 import { Channel, makeHost } from "./channel.js";
+import { installFetch } from "./fetch.js";
 
 const channel = new Channel();
 const start = await channel.started;
@@ -12,6 +13,7 @@ if (start.options?.timing === "coarse") coarsenTime();
 const input = start.input ?? null;
 const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
+installFetch(channel, start.capabilities);
 
 let reported = false;
 async function fail(err) {

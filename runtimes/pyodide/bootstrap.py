@@ -79,6 +79,97 @@ class _RefusePackages:
         raise ModuleNotFoundError(f"No module named {name!r}: {DISABLED}", name=name)
 
 
+class _Fetch:
+    """First on sys.meta_path: once urllib.request is imported, its HTTP
+    and HTTPS handlers open URLs with the global fetch, which is the
+    broker's (fetch.js). Importing it up front would cost every run."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "urllib.request":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(_Fetch)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, _Fetch)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _PatchAfter(spec.loader)
+        return spec
+
+
+class _PatchAfter:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        _patch_urllib(module)
+
+
+def _patch_urllib(request):
+    request.HTTPHandler.http_open = _urlopen
+    request.HTTPHandler.https_open = _urlopen
+    if hasattr(request, "HTTPSHandler"):
+        request.HTTPSHandler.https_open = _urlopen
+
+
+def _urlopen(self, req):
+    # What urllib's own do_open returns, with the request made by fetch:
+    # an HTTP error status is a response (HTTPErrorProcessor raises it), a
+    # refusal or a network failure is URLError with fetch's reason.
+    import http
+    import http.client
+    import io
+    import socket
+    import urllib.error
+    import urllib.response
+
+    from js import AbortSignal, Object, fetch
+    from pyodide.ffi import JsException, to_js
+
+    if not can_run_sync():
+        raise urllib.error.URLError("urlopen blocks through JS Promise integration, which is not available in this context")
+    data = req.data
+    if data is not None and not isinstance(data, (bytes, bytearray, memoryview)):
+        data = data.read() if hasattr(data, "read") else b"".join(data)
+    init = {"method": req.get_method(), "headers": to_js(dict(req.header_items()), dict_converter=Object.fromEntries)}
+    if data is not None:
+        init["body"] = to_js(bytes(data))
+    if req.timeout is not None and req.timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+        init["signal"] = AbortSignal.timeout(max(1, int(req.timeout * 1000)))
+    try:
+        res = run_sync(fetch(req.full_url, to_js(init, dict_converter=Object.fromEntries)))
+        body = run_sync(res.arrayBuffer()).to_bytes()
+    except JsException as exc:
+        raise urllib.error.URLError(getattr(exc, "message", str(exc))) from None
+    headers = http.client.HTTPMessage()
+    for name, value in res.headers:
+        headers[name] = value
+    resp = urllib.response.addinfourl(io.BytesIO(body), headers, res.url, res.status)
+    try:
+        resp.reason = res.statusText or http.HTTPStatus(res.status).phrase
+    except ValueError:
+        resp.reason = ""
+    resp.msg = resp.reason
+    return resp
+
+
+def _bind_pyfetch():
+    # pyodide.http binds the global fetch when it is first imported; one
+    # imported before the broker's fetch was installed gets it now.
+    mod = sys.modules.get("pyodide.http._pyfetch")
+    if mod is not None:
+        from js import fetch
+
+        mod._jsfetch = fetch
+
+
 def _harden():
     # Only what a script may expect; the loader's own environment never
     # reaches here, and the snapshot's copy is replaced.
@@ -96,6 +187,13 @@ def _harden():
     # install it with micropip; ours, last, says installing is disabled.
     sys.modules.pop("micropip", None)
     sys.meta_path.append(_RefusePackages)
+
+    # Network access is fetch's, through the broker.
+    _bind_pyfetch()
+    if "urllib.request" in sys.modules:
+        _patch_urllib(sys.modules["urllib.request"])
+    elif _Fetch not in sys.meta_path:
+        sys.meta_path.insert(0, _Fetch)
 
 
 def _reseed():

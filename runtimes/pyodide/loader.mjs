@@ -10,6 +10,7 @@
 //   deno run ... /pmjail/loader.mjs warm <assetsDir> <snapshot|->
 // (warm runs at the in-jail paths: Deno's code cache is keyed by them)
 import { Channel, makeHost } from "./channel.js";
+import { installFetch } from "./fetch.js";
 
 const [mode, assetsDir, snapshotArg, mainPath] = Deno.args;
 const here = new URL(".", import.meta.url).pathname;
@@ -125,6 +126,8 @@ const start = await channel.started;
 const coarse = start.options?.timing === "coarse";
 const input = start.input ?? null;
 const host = makeHost(channel, input);
+// pyodide.http.pyfetch calls the global fetch (bootstrap.py binds it).
+installFetch(channel, start.capabilities);
 
 // "-" means no snapshot: a cold start.
 const py = await load(snapshotPath ? fromSnapshot(snapshotPath) : {});
