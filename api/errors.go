@@ -49,12 +49,12 @@ type Health struct {
 	MaxQueue       int    `json:"max_queue"`
 	// Pooled is how many init stages wait, started, for runs (the
 	// daemon's pool).
-	Pooled        int     `json:"prestarted"`
+	Pooled int `json:"prestarted"`
 	// Warm is the daemon's runtimes started ahead of runs, waiting in
 	// their whole jails for a job.
-	Warm *WarmHealth `json:"warm,omitempty"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-	PID           int     `json:"pid"`
+	Warm          *WarmHealth `json:"warm,omitempty"`
+	UptimeSeconds float64     `json:"uptime_seconds"`
+	PID           int         `json:"pid"`
 	// LastReload is the outcome of the last config reload (SIGHUP);
 	// absent before the first.
 	LastReload *Reload `json:"last_reload,omitempty"`

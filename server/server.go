@@ -74,10 +74,10 @@ type Server struct {
 	bodies *bodyGate
 	// pool keeps init stages started ahead of runs, shared by every
 	// Runner the server has had.
-	pool    *jail.Pool
+	pool *jail.Pool
 	// warm keeps runtimes started ahead of runs, whole jails waiting for
 	// a job, shared by every tenant's runner.
-	warm *jail.Warm
+	warm    *jail.Warm
 	metrics *metrics
 	http    *http.Server
 	// metricsHTTP serves /metrics alone on the config's metrics.listen,
@@ -485,7 +485,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
 	h := api.Health{
 		Status: "ok", Version: s.opt.Version, API: api.APIVersion,
 		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
-		Warm: warmHealth(s.warm.Stats()),
+		Warm:          warmHealth(s.warm.Stats()),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 		LastReload: s.lastReload.Load(),
 	}
