@@ -35,7 +35,7 @@ const daemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log
 
 // coldDaemonConfig is daemonConfig with no init stage started ahead of
 // runs: what prestart buys is measured against it.
-const coldDaemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn", "prestart": -1}`
+const coldDaemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn", "prestart": -1, "warm": {"deno": 0}}`
 
 // helloJob is the daemon's Deno hello, the issue's example job.
 func helloJob() *job.Request { return &job.Request{Runtime: "deno", Source: "console.log(1)"} }
