@@ -184,3 +184,93 @@ func TestDaemonWarmKilled(t *testing.T) {
 		t.Fatalf("run after restart: %+v %v", res, err)
 	}
 }
+
+// TestDaemonWarmPython runs Python jobs on warm Pyodide runtimes, loaded
+// from the snapshot before the job came: two in a row share nothing
+// (Python is reseeded after the take), tracebacks name the job's file, and
+// a memory bomb ends at the cgroup's limit.
+func TestDaemonWarmPython(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 2, "max_queue": 4, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 0, "python": 1}}`)
+	await := func() {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			h, err := d.c.Health(context.Background())
+			if err == nil && h.Warm != nil && h.Warm.Idle["python"] > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no warm python runtime became idle within 60s: %+v %v\n%s", h, err, d.logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	run := func(source string, lim api.Limits) *api.Result {
+		t.Helper()
+		await()
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: source, Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Warm {
+			t.Fatalf("python run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)
+		}
+		return res
+	}
+	// The template's first run (and, on a fresh state directory, the
+	// snapshot's and the caches' build) goes cold; retry until a runtime
+	// of the settled template waits.
+	for i := 0; ; i++ {
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: "print(1)"})
+		if err != nil || res.Status != jail.StatusOK {
+			t.Fatalf("python run: %+v %v", res, err)
+		}
+		if res.Warm {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("no python run served warm after 4: %q", res.WarmReason)
+		}
+		await()
+	}
+	probe := `
+import builtins, os, random
+seen = {"global": hasattr(builtins, "_mark"), "file": os.path.exists("/tmp/mark")}
+builtins._mark = 1
+try:
+    open("/tmp/mark", "w").write("1")
+except OSError:
+    pass
+def main(input, ctx):
+    return {"seen": seen, "rand": [random.random() for _ in range(3)], "urandom": os.urandom(16).hex()}
+`
+	type out struct {
+		Seen    map[string]bool `json:"seen"`
+		Rand    []float64       `json:"rand"`
+		Urandom string          `json:"urandom"`
+	}
+	var runs [2]out
+	for i := range runs {
+		res := run(probe, api.Limits{})
+		if res.Status != jail.StatusOK {
+			t.Fatalf("run %d: %s %+v %s", i, res.Status, res.Error, res.Stderr)
+		}
+		if err := json.Unmarshal(res.Value, &runs[i]); err != nil {
+			t.Fatalf("run %d: value %s: %v", i, res.Value, err)
+		}
+	}
+	if runs[1].Seen["global"] || runs[1].Seen["file"] {
+		t.Errorf("the second warm python run saw the first's traces: %v", runs[1].Seen)
+	}
+	if fmt.Sprint(runs[0].Rand) == fmt.Sprint(runs[1].Rand) || runs[0].Urandom == runs[1].Urandom {
+		t.Errorf("randomness repeated across warm python runs: %v %s", runs[0].Rand, runs[0].Urandom)
+	}
+	res := run("\n\nraise KeyError('missing')", api.Limits{})
+	if res.Status != jail.StatusError || res.Error == nil || !strings.Contains(res.Error.Stack, `File "/job/main.py", line 3`) {
+		t.Errorf("%s %+v: want a traceback at /job/main.py line 3", res.Status, res.Error)
+	}
+	res = run("b = []\nwhile True:\n    b.append(bytearray(8 << 20))", api.Limits{Memory: 320 << 20})
+	if res.Status != jail.StatusMemoryLimit {
+		t.Errorf("memory bomb: %s (%+v), want memory_limit", res.Status, res.Error)
+	}
+}

@@ -67,6 +67,9 @@ type WarmJob struct {
 type warmTemplate struct {
 	class string
 	job   *Job
+	// used is when a run last asked for it: one no run asked for in
+	// MaxAge is forgotten with its runtimes (recycle).
+	used time.Time
 }
 
 // warmRuntime is one runtime waiting for its job, and what the supervisor
@@ -142,9 +145,10 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	case w.tmpls[wj.Key] == nil && len(w.tmpls) >= w.opt.MaxTemplates:
 		reason = fmt.Sprintf("warm runtimes are kept for %d profiles and option sets, and this run's is none of them", w.opt.MaxTemplates)
 	case w.tmpls[wj.Key] == nil:
-		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template}
+		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
 		reason = "the first run of its profile and options: warm runtimes for it start now"
 	default:
+		w.tmpls[wj.Key].used = time.Now()
 		q := w.idle[wj.Key]
 		for got == nil && len(q) > 0 {
 			r := q[0]
@@ -233,6 +237,15 @@ func (w *Warm) recycle() {
 		var dead []*warmRuntime
 		var keys []string
 		w.mu.Lock()
+		for key, t := range w.tmpls {
+			// A template no run asked for in MaxAge (a profile gone
+			// out of use, a runtime's files rebuilt) keeps nothing.
+			if time.Since(t.used) > w.opt.MaxAge && !w.filling[key] {
+				dead = append(dead, w.idle[key]...)
+				delete(w.idle, key)
+				delete(w.tmpls, key)
+			}
+		}
 		for key, q := range w.idle {
 			kept := q[:0]
 			for _, r := range q {

@@ -41,7 +41,7 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 		return ""
 	case r.Request.Exec != nil:
 		return "native programs are not served warm"
-	case r.Runtime != runtimes.Deno:
+	case r.Runtime != runtimes.Deno && r.Runtime != runtimes.Python:
 		return fmt.Sprintf("%s runs are not served warm", r.Runtime)
 	case job.Cgroups == nil || job.Spec.Linux.Resources == nil || job.Spec.Linux.Resources.Memory == nil:
 		return "no cgroup memory controller: a warm runtime's only memory bound is its cgroup's"
