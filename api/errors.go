@@ -72,6 +72,8 @@ type Reload struct {
 type WarmHealth struct {
 	// Idle counts them by runtime.
 	Idle map[string]int `json:"idle"`
-	// MemoryBytes is the memory their cgroups hold.
-	MemoryBytes uint64 `json:"memory_bytes"`
+	// MemoryBytes is the memory their cgroups hold; Memory the same by
+	// runtime.
+	MemoryBytes uint64            `json:"memory_bytes"`
+	Memory      map[string]uint64 `json:"memory"`
 }

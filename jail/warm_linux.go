@@ -292,29 +292,37 @@ func (w *Warm) Close() {
 type WarmStats struct {
 	// Idle counts them by class.
 	Idle map[string]int
-	// MemoryBytes is the memory their cgroups hold.
+	// MemoryBytes is the memory their cgroups hold, Memory the same by
+	// class.
 	MemoryBytes uint64
+	Memory      map[string]uint64
 }
 
 // Stats counts the idle runtimes and the memory they hold.
 func (w *Warm) Stats() WarmStats {
-	st := WarmStats{Idle: map[string]int{}}
+	st := WarmStats{Idle: map[string]int{}, Memory: map[string]uint64{}}
 	if w == nil {
 		return st
 	}
-	var cgs []Cgroup
+	type held struct {
+		class string
+		cg    Cgroup
+	}
+	var cgs []held
 	w.mu.Lock()
 	for key, q := range w.idle {
-		st.Idle[w.tmpls[key].class] += len(q)
+		class := w.tmpls[key].class
+		st.Idle[class] += len(q)
 		for _, r := range q {
-			cgs = append(cgs, r.cg)
+			cgs = append(cgs, held{class, r.cg})
 		}
 	}
 	w.mu.Unlock()
-	for _, cg := range cgs {
-		if m, ok := cg.(interface{ MemoryNow() (uint64, error) }); ok {
+	for _, h := range cgs {
+		if m, ok := h.cg.(interface{ MemoryNow() (uint64, error) }); ok {
 			if n, err := m.MemoryNow(); err == nil {
 				st.MemoryBytes += n
+				st.Memory[h.class] += n
 			}
 		}
 	}

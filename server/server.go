@@ -337,7 +337,7 @@ func (s *Server) reload(cfg *Config) error {
 
 // warmHealth is /v1/health's account of the warm runtimes.
 func warmHealth(st jail.WarmStats) *api.WarmHealth {
-	return &api.WarmHealth{Idle: st.Idle, MemoryBytes: st.MemoryBytes}
+	return &api.WarmHealth{Idle: st.Idle, MemoryBytes: st.MemoryBytes, Memory: st.Memory}
 }
 
 // spareCore reports whether fewer runs are in flight than the host has
