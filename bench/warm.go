@@ -98,11 +98,8 @@ func (b *Bench) warmHello(ctx context.Context) error {
 		{"memory per idle warm Deno runtime (its cgroup)", perRuntime, ""},
 	})
 	b.Report.Target("Deno hello through the daemon, warm, ≤ 0.25× bare cold deno run", fmt.Sprintf("%.2f×", ratio), ratio <= 0.25)
-	if err := b.warmPython(ctx, d); err != nil {
-		return err
-	}
 	b.Report.Para("%d rounds, the two sides in turns, each warm request sent with two warm runtimes waiting (refilled off the clock). Daemon config `%s`; the request is `{\"runtime\":\"deno\",\"source\":\"console.log(\\\"hello\\\")\"}` with the Go client. The bare side runs `DENO_DIR=$(mktemp -d) deno run hello.js`.", b.Reps, warmDaemonConfig)
-	return nil
+	return b.warmPython(ctx, d)
 }
 
 // warmPython: a Python hello request→result through the daemon with a
