@@ -52,14 +52,22 @@ func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
 // the start frame.
 func TestDaemonWarm(t *testing.T) {
 	d := startDaemon(t, daemonDir(t), warmConfig)
-	// The first run of a profile is cold: it is the template warm
-	// runtimes are started from.
+	// The daemon starts the default profile's runtimes itself; a run
+	// that finds none idle says why it ran cold.
 	first, err := d.c.Run(context.Background(), hello())
 	if err != nil || first.Status != jail.StatusOK {
 		t.Fatalf("first run: %+v %v", first, err)
 	}
-	if first.Warm || first.WarmReason == "" {
-		t.Fatalf("first run: warm %v, reason %q; want cold with a reason", first.Warm, first.WarmReason)
+	if !first.Warm && first.WarmReason == "" {
+		t.Fatalf("first run: cold without a reason")
+	}
+	// A profile's first run teaches the pool its template.
+	strict, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: "console.log(1)", Profile: "strict"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strict.Status == jail.StatusOK && (strict.Warm || !strings.Contains(strict.WarmReason, "first run")) {
+		t.Errorf("first run of another profile: warm %v, reason %q; want cold, its template learnt", strict.Warm, strict.WarmReason)
 	}
 
 	t.Run("share nothing", func(t *testing.T) {

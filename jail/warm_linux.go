@@ -169,6 +169,19 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	return got, reason
 }
 
+// Learn makes wj's template one the pool keeps runtimes for, before any
+// run asked for it (a daemon's start), and starts filling it.
+func (w *Warm) Learn(wj *WarmJob) {
+	w.mu.Lock()
+	if w.closed || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
+		w.mu.Unlock()
+		return
+	}
+	w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
+	w.mu.Unlock()
+	w.replenish(wj.Key)
+}
+
 // old reports whether r has waited longer than MaxAge.
 func (w *Warm) old(r *warmRuntime) bool {
 	return w.opt.MaxAge > 0 && time.Since(r.started) > w.opt.MaxAge

@@ -318,6 +318,18 @@ func (b *broker) serve(ctx context.Context, conn net.Conn) error {
 // contain runs the job in the jail: the jail makes its cgroup (see
 // jail.Job.Cgroups), and the broker serves its guest channel.
 func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Outcome, *broker, *seccomp.Denials) {
+	job, b, denials := a.jailJob(spec, launch, flt)
+	reason := a.offerWarm(job, launch, b)
+	out := jail.Run(ctx, job)
+	if out.WarmReason == "" && !out.Warm {
+		out.WarmReason = reason
+	}
+	return out, b, denials
+}
+
+// jailJob is the jail's description of the run, with the broker that
+// serves its channel and the seccomp denials it counts.
+func (a *attempt) jailJob(spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Job, *broker, *seccomp.Denials) {
 	r, lim := a.r, a.r.Limits
 	denials := &seccomp.Denials{}
 	job := &jail.Job{
@@ -353,12 +365,7 @@ func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtime
 		}
 		job.Channel = b.serve
 	}
-	reason := a.offerWarm(job, launch, b)
-	out := jail.Run(ctx, job)
-	if out.WarmReason == "" && !out.Warm {
-		out.WarmReason = reason
-	}
-	return out, b, denials
+	return job, b, denials
 }
 
 // assemble fills the result from what the jail, its cgroup, the broker

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -141,4 +142,43 @@ func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
 		return nil, "", err
 	}
 	return tmpl, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Prewarm has the warm runtimes of rt ("deno", "python") started for the
+// default profile and limits before any run asks for them (a daemon's
+// start): the template is that of a job with the default profile, limits
+// and options. Jobs of other profiles and options teach the pool their
+// own with their first run.
+func (rn *Runner) Prewarm(ctx context.Context, rt string) error {
+	if rn.Warm == nil || rn.Warm.Size(rt) == 0 {
+		return nil
+	}
+	// The program is never run nor kept: a template holds none.
+	r, err := Resolve(&Request{Runtime: rt, Source: "0"}, rn.Ceiling, false)
+	if err != nil {
+		return err
+	}
+	var probed *posture.Probed
+	if rn.Prober != nil {
+		probed = rn.Prober.Get(ctx)
+		if report := probed.Report(r.Mode, r.Required); report.Decision == "refuse" {
+			return fmt.Errorf("prewarm %s: the default profile is refused here: missing %v", rt, report.Missing)
+		}
+	}
+	a := &attempt{rn: rn, r: r, probed: probed, cgs: cgroups{mgr: rn.Cgroups, reason: rn.CgroupReason},
+		res: &jail.Result{ID: "warm"}, logger: rn.logger()}
+	launch, ok := a.launch()
+	if !ok {
+		return fmt.Errorf("prewarm %s: %s", rt, a.res.Error.Message)
+	}
+	spec, flt, ok := a.spec(launch)
+	if !ok {
+		return fmt.Errorf("prewarm %s: %s", rt, a.res.Error.Message)
+	}
+	job, b, _ := a.jailJob(spec, launch, flt)
+	if reason := a.offerWarm(job, launch, b); reason != "" {
+		return fmt.Errorf("prewarm %s: %s", rt, reason)
+	}
+	rn.Warm.Learn(job.WarmJob)
+	return nil
 }

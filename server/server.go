@@ -157,6 +157,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s.state.Store(st)
+	s.prewarm(st)
 	// Probe before accepting work, and say what protects the runs.
 	report := s.postureReport(s.opt.Prober.Get(context.Background()))
 	var applied, missing []string
@@ -333,6 +334,29 @@ func (s *Server) reload(cfg *Config) error {
 		"tenants", len(st.tenants), "others", cfg.Others,
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
+}
+
+// prewarm starts, in the background, the warm runtimes of the default
+// profile, so that the first runs find them (others' ceiling, else the
+// first tenant's, resolves it).
+func (s *Server) prewarm(st *state) {
+	if s.opt.Cgroups == nil {
+		return
+	}
+	t := st.others
+	if t == nil && len(st.tenants) > 0 {
+		t = st.tenants[0]
+	}
+	if t == nil {
+		return
+	}
+	go func() {
+		for _, rt := range []string{"deno", "python"} {
+			if err := t.runner.Prewarm(context.Background(), rt); err != nil {
+				s.log.Warn("warm runtime", "runtime", rt, "err", err)
+			}
+		}
+	}()
 }
 
 // warmHealth is /v1/health's account of the warm runtimes.
