@@ -120,6 +120,29 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 		}
 	})
 
+	t.Run("required", func(t *testing.T) {
+		// A mode required run is served only by a runtime whose jail is
+		// exactly its own, and its posture is read back from the runtime:
+		// every core layer applied.
+		res := warmRun(t, d, &api.Job{Runtime: "deno", Source: "console.log(1)", Mode: "required"})
+		p := res.Posture
+		if res.Status != jail.StatusOK || p == nil || p.Decision != "run" || len(p.Missing) > 0 {
+			t.Fatalf("%s, posture %+v: want ok, decision run, nothing missing", res.Status, p)
+		}
+		applied := map[string]bool{}
+		for _, l := range p.Layers {
+			applied[l.Name] = l.State == api.StateApplied
+		}
+		for _, l := range p.AppliedLayers {
+			applied[l] = true
+		}
+		for _, core := range []string{"mount_namespace", "network_namespace", "seccomp", "no_new_privs", "capabilities", "rootfs"} {
+			if !applied[core] {
+				t.Errorf("warm required run: layer %s not applied (posture %+v)", core, p)
+			}
+		}
+	})
+
 	t.Run("stack names the job's file", func(t *testing.T) {
 		res := warmRun(t, d, &api.Job{Runtime: "deno", Source: "\n\n\nthrow new Error('boom at line four')"})
 		if res.Status != jail.StatusError || res.Error == nil || !strings.Contains(res.Error.Stack, "/job/main.js:4:") {
