@@ -49,9 +49,12 @@ type Health struct {
 	MaxQueue       int    `json:"max_queue"`
 	// Pooled is how many init stages wait, started, for runs (the
 	// daemon's pool).
-	Pooled        int     `json:"prestarted"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-	PID           int     `json:"pid"`
+	Pooled int `json:"prestarted"`
+	// Warm is the daemon's runtimes started ahead of runs, waiting in
+	// their whole jails for a job.
+	Warm          *WarmHealth `json:"warm,omitempty"`
+	UptimeSeconds float64     `json:"uptime_seconds"`
+	PID           int         `json:"pid"`
 	// LastReload is the outcome of the last config reload (SIGHUP);
 	// absent before the first.
 	LastReload *Reload `json:"last_reload,omitempty"`
@@ -63,4 +66,14 @@ type Reload struct {
 	OK bool      `json:"ok"`
 	// Error says why the reload was refused; the daemon kept its config.
 	Error string `json:"error,omitempty"`
+}
+
+// WarmHealth is what the daemon's warm runtimes hold while they wait.
+type WarmHealth struct {
+	// Idle counts them by runtime.
+	Idle map[string]int `json:"idle"`
+	// MemoryBytes is the memory their cgroups hold; Memory the same by
+	// runtime.
+	MemoryBytes uint64            `json:"memory_bytes"`
+	Memory      map[string]uint64 `json:"memory"`
 }

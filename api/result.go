@@ -78,6 +78,11 @@ type Result struct {
 	// Labels are the job's labels, echoed.
 	Labels  map[string]string `json:"labels,omitempty"`
 	Posture *Posture          `json:"posture,omitempty"`
+	// Warm says a runtime started ahead of the run, waiting in its whole
+	// jail, served it (a daemon's warm runtimes); WarmReason, when the
+	// daemon keeps warm runtimes, why none served it.
+	Warm       bool   `json:"warm"`
+	WarmReason string `json:"warm_reason,omitempty"`
 }
 
 // ErrorInfo describes why a run failed.

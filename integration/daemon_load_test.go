@@ -138,7 +138,17 @@ func waitingInitStages(t *testing.T, d *daemon) []int {
 	for {
 		kids := childrenOf(d.pid())
 		h, err := d.c.Health(context.Background())
-		settled := err == nil && len(kids) == h.Pooled
+		// Warm runtimes wait under an init stage too (their jail's pid 1).
+		want := 0
+		if err == nil {
+			want = h.Pooled
+			if h.Warm != nil {
+				for _, n := range h.Warm.Idle {
+					want += n
+				}
+			}
+		}
+		settled := err == nil && len(kids) == want
 		for _, pid := range kids {
 			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 			settled = settled && exe == initStage && procState(pid) == "S"

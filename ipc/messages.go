@@ -49,6 +49,18 @@ type startFrame struct {
 	Input        json.RawMessage `json:"input"`
 	Capabilities Capabilities    `json:"capabilities"`
 	Options      startOptions    `json:"options"`
+	// Source is the job's program, for a runtime started before its job
+	// (a warm runtime), which evaluates it from memory; absent otherwise,
+	// where the program is a file in the job's root.
+	Source *StartSource `json:"source,omitempty"`
+}
+
+// StartSource is the job's program in the start frame (a warm runtime's).
+type StartSource struct {
+	// Text is the program's text.
+	Text string `json:"text"`
+	// TypeScript says its types are stripped before it runs.
+	TypeScript bool `json:"typescript,omitempty"`
 }
 
 type startOptions struct {

@@ -30,6 +30,9 @@ type SessionConfig struct {
 	Ceiling Ceiling
 	// Timing is passed to the guest: "precise" (default) or "coarse".
 	Timing string
+	// Source, when set, goes in the start frame: the program of a runtime
+	// started before its job (a warm runtime).
+	Source *StartSource
 	// OnLog, if set, sees every log entry the broker accepts, as it comes.
 	OnLog func(Log)
 	// Logger receives the supervisor's own account of the session.
@@ -131,7 +134,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	if timing == "" {
 		timing = "precise"
 	}
-	frame, err := appendStart(nil, input, startFrame{Type: typeStart, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}}, s.ceil.MaxFrame)
+	frame, err := appendStart(nil, input, startFrame{Type: typeStart, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}, Source: cfg.Source}, s.ceil.MaxFrame)
 	if err != nil {
 		// The job's input is the host's business, not a guest breach.
 		s.out.HostError = fmt.Errorf("start frame: %w", err)

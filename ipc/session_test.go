@@ -347,3 +347,29 @@ func TestAppendStart(t *testing.T) {
 		t.Errorf("a frame over the cap: %v, want ErrFrameTooLarge", err)
 	}
 }
+
+// TestAppendStartSource: a warm runtime's start frame carries the program
+// after the input; a cold run's carries none.
+func TestAppendStartSource(t *testing.T) {
+	for _, src := range []*StartSource{nil, {Text: "console.log(\"<&>\")\n", TypeScript: true}} {
+		start := startFrame{Type: typeStart, Options: startOptions{Timing: "precise"}, Source: src}
+		got, err := appendStart(nil, json.RawMessage(`{"n":1}`), start, DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := ReadFrame(bytes.NewReader(got), DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var frame struct {
+			Input  map[string]int `json:"input"`
+			Source *StartSource   `json:"source"`
+		}
+		if err := json.Unmarshal(body, &frame); err != nil {
+			t.Fatalf("frame %s: %v", body, err)
+		}
+		if frame.Input["n"] != 1 || !reflect.DeepEqual(frame.Source, src) {
+			t.Errorf("frame %s: input %v, source %+v; want %+v", body, frame.Input, frame.Source, src)
+		}
+	}
+}

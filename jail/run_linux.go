@@ -64,6 +64,14 @@ type Job struct {
 	Stdout, Stderr io.Writer
 	// Pool, when set, supplies an init stage started ahead of the run.
 	Pool *Pool
+	// Warm, when set with WarmJob, supplies a runtime started ahead of the
+	// run, its jail built from WarmJob.Template (see Warm); WarmChannel then
+	// serves its channel instead of Channel, sending the job's program in
+	// the start frame. A run no warm runtime serves runs as without them,
+	// and the outcome says why (Outcome.WarmReason).
+	Warm        *Warm
+	WarmJob     *WarmJob
+	WarmChannel func(ctx context.Context, conn net.Conn) error
 	// GuestOwned are host directories the guest writes through writable
 	// binds of the spec (a cache warm run's DENO_DIR): Run gives each to
 	// the guest's host id, leased for the run, before the root is built
@@ -106,6 +114,10 @@ type Outcome struct {
 	// run; PooledRoot that its root was mounted then too.
 	Pooled     bool
 	PooledRoot bool
+	// Warm says a warm runtime served the run (Job.Warm); WarmReason why
+	// none did, when the job offered itself to one.
+	Warm       bool
+	WarmReason string
 
 	// Cgroup is the job's cgroup (Job.Cgroups), nil if the run had none.
 	// It stays until Release, for the caller to read its limits back.
@@ -179,6 +191,13 @@ type supervision struct {
 	// making delivers the job's cgroup while it is made (or adopted);
 	// handOver takes it, and settleCgroup if nothing did.
 	making chan madeCgroup
+	// keepListener keeps the seccomp listener in listener (a warm
+	// runtime's, for its later run) instead of serving it.
+	keepListener bool
+	listener     int
+	// cpuBase is the cgroup's CPU time when the run took a warm runtime:
+	// the runtime's own start, not the job's.
+	cpuBase time.Duration
 }
 
 func (s *supervision) cg() Cgroup {
@@ -259,6 +278,13 @@ func (s *supervision) run(ctx context.Context) {
 	cu.Add(func() { pool.replenish(flags) })
 	// Run returns only once the job's cgroup is made, and owns it.
 	cu.Add(s.awaitCgroup)
+	if s.job.Warm != nil && s.job.WarmJob != nil {
+		key := s.job.WarmJob.Key
+		cu.Add(func() { s.job.Warm.replenish(key) })
+		if s.runWarm(ctx, cancel, &cu) {
+			return
+		}
+	}
 	c := s.start(pool, flags)
 	if c == nil {
 		return
@@ -384,7 +410,11 @@ func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, 
 		go func() {
 			defer session.Done()
 			defer conn.Close()
-			if err := job.Channel(ctx, conn); err != nil {
+			serve := job.Channel
+			if s.out.Warm {
+				serve = job.WarmChannel
+			}
+			if err := serve(ctx, conn); err != nil {
 				s.stop(killReason{status: StatusProtocolError, msg: err.Error()})
 			}
 		}()
@@ -443,7 +473,7 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 			done = nil
 			s.stop(cancelled(ctx))
 		case <-cpuTick:
-			if used, err := cg.CPUTime(); err == nil && used >= job.CPUTime {
+			if used, err := cg.CPUTime(); err == nil && used-s.cpuBase >= job.CPUTime {
 				cpuTick = nil
 				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
 			}
@@ -470,6 +500,7 @@ func (s *supervision) account() {
 		return
 	}
 	s.out.Usage, s.out.UsageErr = s.out.Cgroup.Stats()
+	s.out.Usage.CPUTime = max(s.out.Usage.CPUTime-s.cpuBase, 0)
 }
 
 // handOver sends the child its configuration, places it in its cgroup and
@@ -598,7 +629,11 @@ func (s *supervision) hostEnds(ctx context.Context, names []string, fds []int) n
 		}
 	}
 	if f := named[initstage.FDSeccomp]; f != nil {
-		if job.Denials != nil {
+		if s.keepListener {
+			if fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				s.listener = fd
+			}
+		} else if job.Denials != nil {
 			// The server owns the fd from here. Close-on-exec, as every fd
 			// of the supervisor's: a child started meanwhile (the daemon's
 			// next init stage) must not hold a copy, which would keep the

@@ -48,7 +48,10 @@ type Runner struct {
 	Prober *posture.Prober
 	// Pool, when set, supplies init stages started ahead of the runs (the
 	// daemon's).
-	Pool   *jail.Pool
+	Pool *jail.Pool
+	// Warm, when set, keeps runtimes started ahead of the runs, whole
+	// jails waiting for a job (the daemon's; see offerWarm).
+	Warm   *jail.Warm
 	Logger *slog.Logger
 
 	filtersMu sync.Mutex
@@ -85,13 +88,13 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	// pooled: the run's init stage came from the daemon's pool;
 	// pooledRoot: with the run's root mounted ahead. (The log's keys are
 	// what operators and tests read.)
-	var pooled, pooledRoot bool
+	var pooled, pooledRoot, warm bool
 	defer func() {
 		end := time.Now()
 		res.Usage.WallMS = end.Sub(start).Milliseconds()
 		res.StartedAt, res.FinishedAt = api.Time{Time: start}, api.Time{Time: end}
 		res.Labels = r.Request.Labels
-		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot,
+		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot, "warm", warm,
 			labelsAttr(r.Request.Labels))
 	}()
 	logger.Info("run starting", "spec", r.String())
@@ -125,6 +128,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 		out := (&attempt{rn: rn, r: r, opt: opt, probed: probed, cgs: cgs, res: res, logger: logger}).run(ctx)
 		pooled = out != nil && out.Pooled
 		pooledRoot = out != nil && out.PooledRoot
+		warm = out != nil && out.Warm
 		if out == nil || out.InitStage == initstage.StageNone || probed != nil || !setupLayerFailure(out) {
 			return res
 		}
@@ -314,6 +318,18 @@ func (b *broker) serve(ctx context.Context, conn net.Conn) error {
 // contain runs the job in the jail: the jail makes its cgroup (see
 // jail.Job.Cgroups), and the broker serves its guest channel.
 func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Outcome, *broker, *seccomp.Denials) {
+	job, b, denials := a.jailJob(spec, launch, flt)
+	reason := a.offerWarm(job, launch, b)
+	out := jail.Run(ctx, job)
+	if out.WarmReason == "" && !out.Warm {
+		out.WarmReason = reason
+	}
+	return out, b, denials
+}
+
+// jailJob is the jail's description of the run, with the broker that
+// serves its channel and the seccomp denials it counts.
+func (a *attempt) jailJob(spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Job, *broker, *seccomp.Denials) {
 	r, lim := a.r, a.r.Limits
 	denials := &seccomp.Denials{}
 	job := &jail.Job{
@@ -349,7 +365,7 @@ func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtime
 		}
 		job.Channel = b.serve
 	}
-	return jail.Run(ctx, job), b, denials
+	return job, b, denials
 }
 
 // assemble fills the result from what the jail, its cgroup, the broker
@@ -368,6 +384,7 @@ func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filte
 		}
 	}
 	rn.assemble(res, r, out, &b.out, cg != nil, usage)
+	res.Warm, res.WarmReason = out.Warm, out.WarmReason
 	res.Denied = denials.Counts()
 	if denials.Saturated() {
 		// The supervisor stopped answering the filter's notifications:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -45,6 +46,14 @@ type Config struct {
 	// the clone, exec and start-up of its own (see jail.Pool). Its key,
 	// "prestart", is the operators'.
 	Pool int `json:"prestart"`
+	// Warm is how many runtimes the daemon keeps started ahead of runs,
+	// per runtime ("deno", "python") and per profile and options set,
+	// each waiting in its whole jail for a job (see jail.Warm). Default:
+	// deno as many as MaxConcurrency (at most MaxWarm); 0 turns one off.
+	Warm map[string]int `json:"warm"`
+	// WarmMaxAge is how long a warm runtime waits before it is recycled
+	// (default 10m).
+	WarmMaxAge profiles.Duration `json:"warm_max_age"`
 	// QueueTimeout bounds the wait for a slot (default 60s; then 503).
 	QueueTimeout profiles.Duration `json:"queue_timeout"`
 	// ShutdownGrace is how long SIGTERM lets in-flight runs finish before
@@ -304,6 +313,9 @@ func (c *Config) normalize() error {
 	case c.Pool == 0:
 		c.Pool = min(c.MaxConcurrency, MaxPool)
 	}
+	if err := c.normalizeWarm(); err != nil {
+		return err
+	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)
 	}
@@ -344,6 +356,38 @@ func (c *Config) check() error {
 // MaxPool bounds Pool: each pooled init stage holds a few MiB and
 // a set of namespaces while it waits.
 const MaxPool = 64
+
+// MaxWarm bounds each of Warm's counts: a waiting Deno holds tens of
+// MiB, a Pyodide over a hundred.
+const MaxWarm = 64
+
+// DefaultWarmMaxAge is WarmMaxAge's default.
+const DefaultWarmMaxAge = 10 * time.Minute
+
+// normalizeWarm checks Warm and fills in its defaults.
+func (c *Config) normalizeWarm() error {
+	if c.Warm == nil {
+		c.Warm = map[string]int{"deno": min(c.MaxConcurrency, MaxWarm)}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Warm)) {
+		n := c.Warm[k]
+		switch {
+		case k != "deno" && k != "python":
+			return fmt.Errorf("warm.%s: not a runtime (want deno or python)", k)
+		case n < 0:
+			return fmt.Errorf("warm.%s: %d is below 0 (0 turns it off)", k, n)
+		case n > MaxWarm:
+			return fmt.Errorf("warm.%s: %d is over the %d this daemon keeps at most", k, n, MaxWarm)
+		}
+	}
+	switch {
+	case c.WarmMaxAge < 0:
+		return fmt.Errorf("warm_max_age: %v is below 0", time.Duration(c.WarmMaxAge))
+	case c.WarmMaxAge == 0:
+		c.WarmMaxAge = profiles.Duration(DefaultWarmMaxAge)
+	}
+	return nil
+}
 
 // poolSize is the pool size as jail.Pool takes it.
 func (c *Config) poolSize() int {

@@ -34,6 +34,9 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("%s: prestart %d, want %d", cfg, c.poolSize(), want)
 		}
 	}
+	if c.Warm["deno"] != c.MaxConcurrency || c.Warm["python"] != 0 || c.WarmMaxAge != profiles.Duration(DefaultWarmMaxAge) {
+		t.Errorf("warm %v, max age %v: want deno max_concurrency, no python, %v", c.Warm, c.WarmMaxAge, DefaultWarmMaxAge)
+	}
 	if c.Socket.Path != DefaultSocketPath || c.Socket.Mode != "0660" {
 		t.Errorf("socket %+v", c.Socket)
 	}
@@ -60,6 +63,10 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "max_queue": -2}`, "max_queue"},
 		{`{"version": 1, "prestart": -2}`, "prestart: -2"},
 		{`{"version": 1, "prestart": 65}`, "prestart: 65"},
+		{`{"version": 1, "warm": {"ruby": 1}}`, "warm.ruby: not a runtime"},
+		{`{"version": 1, "warm": {"deno": -1}}`, "warm.deno: -1"},
+		{`{"version": 1, "warm": {"python": 65}}`, "warm.python: 65"},
+		{`{"version": 1, "warm_max_age": "-1s"}`, "warm_max_age"},
 		{`{"version": 1, "log_level": "loud"}`, "log_level"},
 		{`{"version": 1, "ceiling": {"runtimes": ["ruby"]}}`, "ceiling.runtimes[0]"},
 		{`{"version": 1, "ceiling": {"mode": "strictest"}}`, "ceiling.mode"},

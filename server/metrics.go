@@ -58,7 +58,7 @@ type metrics struct {
 }
 
 // newMetrics reads the runs in flight and waiting from load.
-func newMetrics(load func() (running, queued int), pool *jail.Pool, version string) *metrics {
+func newMetrics(load func() (running, queued int), pool *jail.Pool, warm *jail.Warm, version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -119,8 +119,22 @@ func newMetrics(load func() (running, queued int), pool *jail.Pool, version stri
 		Name: "pmjail_init_stages_prestarted",
 		Help: "Init stages started ahead of runs, waiting for one.",
 	}, func() float64 { return float64(pool.Idle()) })
+	warmIdle := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pmjail_warm_runtimes_idle",
+		Help: "Runtimes started ahead of runs, each in its whole jail, waiting for a job.",
+	}, func() float64 {
+		n := 0
+		for _, v := range warm.Stats().Idle {
+			n += v
+		}
+		return float64(n)
+	})
+	warmMemory := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pmjail_warm_runtimes_memory_bytes",
+		Help: "Memory the idle warm runtimes' cgroups hold.",
+	}, func() float64 { return float64(warm.Stats().MemoryBytes) })
 	m.reg.MustRegister(m.runs, m.duration, m.queueWait, m.cpu, m.memory, m.denied, m.rejected,
-		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled,
+		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled, warmIdle, warmMemory,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every reason shows from the start, at zero, so that rate() and

@@ -20,7 +20,7 @@ import (
 )
 
 func testMetrics() *metrics {
-	return newMetrics(func() (int, int) { return 0, 0 }, jail.NewPool(0, jail.PoolOptions{}), "v1.2.3")
+	return newMetrics(func() (int, int) { return 0, 0 }, jail.NewPool(0, jail.PoolOptions{}), nil, "v1.2.3")
 }
 
 // series returns the samples of family name whose labels include want,

@@ -74,7 +74,10 @@ type Server struct {
 	bodies *bodyGate
 	// pool keeps init stages started ahead of runs, shared by every
 	// Runner the server has had.
-	pool    *jail.Pool
+	pool *jail.Pool
+	// warm keeps runtimes started ahead of runs, whole jails waiting for
+	// a job, shared by every tenant's runner.
+	warm    *jail.Warm
 	metrics *metrics
 	http    *http.Server
 	// metricsHTTP serves /metrics alone on the config's metrics.listen,
@@ -135,6 +138,17 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		poolOpt.Cgroups = job.NewCgroups(opt.Cgroups)
 	}
 	s.pool = jail.NewPool(cfg.poolSize(), poolOpt)
+	// Warm runtimes are bounded by their cgroups alone: without one the
+	// daemon keeps none.
+	warmSizes := cfg.Warm
+	if opt.Cgroups == nil {
+		warmSizes = nil
+	}
+	s.warm = jail.NewWarm(warmSizes, jail.WarmOptions{
+		Spare:   s.spareCore,
+		OnError: func(err error) { s.log.Warn("warm runtime", "err", err) },
+		MaxAge:  time.Duration(cfg.WarmMaxAge),
+	})
 	if s.opt.Prober == nil {
 		s.opt.Prober = posture.NewProber(posture.Options{Install: opt.Install, Cgroups: opt.Cgroups, CgroupReason: opt.CgroupReason}, s.log)
 	}
@@ -143,6 +157,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s.state.Store(st)
+	s.prewarm(st)
 	// Probe before accepting work, and say what protects the runs.
 	report := s.postureReport(s.opt.Prober.Get(context.Background()))
 	var applied, missing []string
@@ -156,7 +171,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s.log.Info("posture", "mode", report.Mode, "decision", report.Decision, "refusing_for", report.Missing,
 		"cgroup", report.Cgroup.Mechanic, "applied", applied, "missing", missing, "notes", report.Notes)
-	s.metrics = newMetrics(s.load, s.pool, opt.Version)
+	s.metrics = newMetrics(s.load, s.pool, s.warm, opt.Version)
 	s.metrics.setPosture(report)
 	s.metrics.addTenants(st)
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
@@ -196,6 +211,7 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 			Logger:       s.log.With("tenant", tenant),
 			Prober:       s.opt.Prober,
 			Pool:         s.pool,
+			Warm:         s.warm,
 		}
 	}
 	st := &state{cfg: cfg, ceil: ceil, peers: peers}
@@ -301,6 +317,9 @@ func (s *Server) reload(cfg *Config) error {
 	s.resizeShares(st)
 	s.metrics.addTenants(st)
 	s.pool.Resize(cfg.poolSize())
+	if s.opt.Cgroups != nil {
+		s.warm.Resize(cfg.Warm)
+	}
 	// A reload is also the operator's way to have the host probed again;
 	// a probe that fails leaves the posture as it was, not the reload
 	// undone.
@@ -315,6 +334,34 @@ func (s *Server) reload(cfg *Config) error {
 		"tenants", len(st.tenants), "others", cfg.Others,
 		"posture_decision", report.Decision, "refusing_for", report.Missing)
 	return nil
+}
+
+// prewarm starts, in the background, the warm runtimes of the default
+// profile, so that the first runs find them (others' ceiling, else the
+// first tenant's, resolves it).
+func (s *Server) prewarm(st *state) {
+	if s.opt.Cgroups == nil {
+		return
+	}
+	t := st.others
+	if t == nil && len(st.tenants) > 0 {
+		t = st.tenants[0]
+	}
+	if t == nil {
+		return
+	}
+	go func() {
+		for _, rt := range []string{"deno", "python"} {
+			if err := t.runner.Prewarm(context.Background(), rt); err != nil {
+				s.log.Warn("warm runtime", "runtime", rt, "err", err)
+			}
+		}
+	}()
+}
+
+// warmHealth is /v1/health's account of the warm runtimes.
+func warmHealth(st jail.WarmStats) *api.WarmHealth {
+	return &api.WarmHealth{Idle: st.Idle, MemoryBytes: st.MemoryBytes, Memory: st.Memory}
 }
 
 // spareCore reports whether fewer runs are in flight than the host has
@@ -372,6 +419,7 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	// The runs are over or cancelled when this runs: nothing takes from
 	// the pool any more.
 	defer s.pool.Close()
+	defer s.warm.Close()
 	defer s.opt.Prober.Close()
 	// Scrapes are cut, not drained: they hold no run.
 	defer s.metricsHTTP.Close()
@@ -461,6 +509,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
 	h := api.Health{
 		Status: "ok", Version: s.opt.Version, API: api.APIVersion,
 		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
+		Warm:          warmHealth(s.warm.Stats()),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 		LastReload: s.lastReload.Load(),
 	}

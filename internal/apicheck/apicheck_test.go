@@ -74,7 +74,7 @@ func exchange(t *testing.T, method, path, reqBody string, a answer, readAll bool
 
 const (
 	job     = `{"runtime":"deno","source":"export default () => 1"}`
-	result  = `{"id":"x","status":"ok","exit_code":0,"stdout":"","stderr":"","truncated":{"stdout":false,"stderr":false},"logs":[],"usage":{"wall_ms":1,"cpu_ms":1,"peak_memory_bytes":1,"broker_calls":0},"queued_ms":0}`
+	result  = `{"id":"x","status":"ok","exit_code":0,"stdout":"","stderr":"","truncated":{"stdout":false,"stderr":false},"logs":[],"usage":{"wall_ms":1,"cpu_ms":1,"peak_memory_bytes":1,"broker_calls":0},"queued_ms":0,"warm":false}`
 	badBody = `{"error":{"code":"invalid_job","message":"x"},"extra":1}`
 )
 

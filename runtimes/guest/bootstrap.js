@@ -10,6 +10,7 @@ const start = await channel.started;
 
 if (start.options?.timing === "coarse") coarsenTime();
 
+const module = moduleOf(start.source);
 const input = start.input ?? null;
 const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
@@ -23,7 +24,7 @@ async function fail(err) {
   try {
     await channel.finish({
       type: "error",
-      error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: e.stack ?? "" },
+      error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: module.named(e.stack ?? "") },
     });
   } finally {
     Deno.exit(1);
@@ -42,7 +43,7 @@ globalThis.addEventListener("unhandledrejection", (ev) => {
 });
 
 try {
-  const mod = await import(Deno.args[0]);
+  const mod = await import(module.url);
   if (typeof mod.default === "function") {
     const value = await mod.default(input, Object.freeze({ host, input }));
     // JSON.stringify throws for a value that cannot cross (a BigInt, a
@@ -56,6 +57,19 @@ try {
   // work it scheduled keeps running until the event loop is empty.
 } catch (err) {
   await fail(err);
+}
+
+// moduleOf is what to import: the job's file in its root, or, for a
+// runtime started before its job (a warm runtime), the program the start
+// frame carries, evaluated from memory: nothing of the job is ever written
+// into a root that was handed over before the job was known.
+// Its stack traces name it as a cold run's would: the job's file.
+function moduleOf(source) {
+  if (source == null) return { url: Deno.args[0], named: (stack) => stack };
+  const type = source.typescript ? "application/typescript" : "application/javascript";
+  const url = URL.createObjectURL(new Blob([source.text], { type }));
+  const file = "file://" + Deno.args[0];
+  return { url, named: (stack) => String(stack).replaceAll(url, file) };
 }
 
 // coarsenTime is the opt-in timing mitigation: the main thread's clocks at

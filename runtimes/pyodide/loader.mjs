@@ -121,15 +121,10 @@ if (mode === "snapshot") {
   Deno.exit(2);
 }
 
-const channel = new Channel();
-const start = await channel.started;
-const coarse = start.options?.timing === "coarse";
-const input = start.input ?? null;
-const host = makeHost(channel, input);
-// pyodide.http.pyfetch calls the global fetch (bootstrap.py binds it).
-installFetch(channel, start.capabilities);
-
-// "-" means no snapshot: a cold start.
+// Pyodide loads before the start frame is read: nothing of it depends on
+// the job, so a runtime started ahead of its job (a daemon's warm
+// runtime) has it loaded while it waits. "-" means no snapshot: a cold
+// start.
 const py = await load(snapshotPath ? fromSnapshot(snapshotPath) : {});
 if (!snapshotPath) await installBootstrap(py);
 
@@ -159,6 +154,14 @@ for (const name of ["loadPackage", "loadPackagesFromImports", "mountNodeFS", "mo
     Object.defineProperty(py, name, { value: name.startsWith("load") ? refuse : () => { throw new Error(`${name} is disabled in pmjail`); } });
   } catch { /* a frozen API object keeps its own; the jail still bounds it */ }
 }
+
+const channel = new Channel();
+const start = await channel.started;
+const coarse = start.options?.timing === "coarse";
+const input = start.input ?? null;
+const host = makeHost(channel, input);
+// pyodide.http.pyfetch calls the global fetch (bootstrap.py binds it).
+installFetch(channel, start.capabilities);
 
 // The broker as Python sees it: JSON text in both directions, so no proxy
 // of a Python object outlives a call and nothing depends on to_js rules.
@@ -198,7 +201,9 @@ const bridge = {
 
 if (coarse) coarsenTime();
 
-const source = await Deno.readTextFile(mainPath);
+// A warm runtime's program comes in the start frame; its tracebacks
+// name the job's file all the same.
+const source = start.source ? start.source.text : await Deno.readTextFile(mainPath);
 const run = py.pyimport("_pmjail_boot").run;
 let outcome;
 try {

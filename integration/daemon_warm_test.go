@@ -1,0 +1,312 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/jail"
+)
+
+const warmConfig = `{"version": 1, "max_concurrency": 2, "max_queue": 4, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 2}}`
+
+// awaitWarm waits until the daemon has an idle warm Deno runtime: the
+// pool fills after a run, off the request's path.
+func awaitWarm(t *testing.T, d *daemon) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h, err := d.c.Health(context.Background())
+		if err == nil && h.Warm != nil && h.Warm.Idle["deno"] > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm deno runtime became idle within 30s: %+v %v\n%s", h, err, d.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// warmRun runs job on a warm runtime, and fails the test if none served
+// it.
+func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
+	t.Helper()
+	awaitWarm(t, d)
+	res, err := d.c.Run(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Warm {
+		t.Fatalf("run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)
+	}
+	return res
+}
+
+// TestDaemonWarm runs jobs on warm runtimes: two in a row share nothing
+// (no file, no global, no storage, no module, no random sequence), and
+// every limit holds as in a cold run, from the first instruction after
+// the start frame.
+func TestDaemonWarm(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	// The daemon starts the default profile's runtimes itself; a run
+	// that finds none idle says why it ran cold.
+	first, err := d.c.Run(context.Background(), hello())
+	if err != nil || first.Status != jail.StatusOK {
+		t.Fatalf("first run: %+v %v", first, err)
+	}
+	if !first.Warm && first.WarmReason == "" {
+		t.Fatalf("first run: cold without a reason")
+	}
+	// A profile's first run teaches the pool its template.
+	strict, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: "console.log(1)", Profile: "strict"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strict.Status == jail.StatusOK && (strict.Warm || !strings.Contains(strict.WarmReason, "first run")) {
+		t.Errorf("first run of another profile: warm %v, reason %q; want cold, its template learnt", strict.Warm, strict.WarmReason)
+	}
+
+	t.Run("share nothing", func(t *testing.T) {
+		// Each run leaves a trace everywhere a second one could see it,
+		// then reports what it found of the first's.
+		probe := `
+const seen = {
+  file: (() => { try { Deno.readTextFileSync("/tmp/mark"); return true } catch { return false } })(),
+  global: typeof globalThis.__mark !== "undefined",
+  storage: (() => { try { return localStorage.getItem("mark") !== null } catch { return false } })(),
+  module: (await import("data:text/javascript,globalThis.__count=(globalThis.__count??0)+1;export default globalThis.__count")).default,
+};
+globalThis.__mark = 1;
+try { localStorage.setItem("mark", "1") } catch {}
+try { Deno.writeTextFileSync("/tmp/mark", "1") } catch {}
+const rand = [Math.random(), Math.random(), Math.random()];
+const bytes = Array.from(crypto.getRandomValues(new Uint8Array(16)));
+export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
+`
+		type out struct {
+			Seen  map[string]any `json:"seen"`
+			Rand  []float64      `json:"rand"`
+			Bytes []int          `json:"bytes"`
+			UUID  string         `json:"uuid"`
+		}
+		var runs [2]out
+		for i := range runs {
+			res := warmRun(t, d, &api.Job{Runtime: "deno", Source: probe})
+			if res.Status != jail.StatusOK {
+				t.Fatalf("run %d: %s %+v %s", i, res.Status, res.Error, res.Stderr)
+			}
+			if err := json.Unmarshal(res.Value, &runs[i]); err != nil {
+				t.Fatalf("run %d: value %s: %v", i, res.Value, err)
+			}
+		}
+		second := runs[1]
+		for _, k := range []string{"file", "global", "storage"} {
+			if second.Seen[k] != false {
+				t.Errorf("the second warm run saw the first's %s: %v", k, second.Seen[k])
+			}
+		}
+		if second.Seen["module"] != float64(1) {
+			t.Errorf("the second warm run's module ran %v times in its process, want once (no cached module)", second.Seen["module"])
+		}
+		if fmt.Sprint(runs[0].Rand) == fmt.Sprint(runs[1].Rand) {
+			t.Errorf("Math.random repeated across warm runs: %v", runs[0].Rand)
+		}
+		if fmt.Sprint(runs[0].Bytes) == fmt.Sprint(runs[1].Bytes) || runs[0].UUID == runs[1].UUID {
+			t.Errorf("crypto repeated across warm runs: %v %s", runs[0].Bytes, runs[0].UUID)
+		}
+	})
+
+	t.Run("required", func(t *testing.T) {
+		// A mode required run is served only by a runtime whose jail is
+		// exactly its own, and its posture is read back from the runtime:
+		// every core layer applied.
+		res := warmRun(t, d, &api.Job{Runtime: "deno", Source: "console.log(1)", Mode: "required"})
+		p := res.Posture
+		if res.Status != jail.StatusOK || p == nil || p.Decision != "run" || len(p.Missing) > 0 {
+			t.Fatalf("%s, posture %+v: want ok, decision run, nothing missing", res.Status, p)
+		}
+		applied := map[string]bool{}
+		for _, l := range p.Layers {
+			applied[l.Name] = l.State == api.StateApplied
+		}
+		for _, l := range p.AppliedLayers {
+			applied[l] = true
+		}
+		for _, core := range []string{"mount_namespace", "network_namespace", "seccomp", "no_new_privs", "capabilities", "rootfs"} {
+			if !applied[core] {
+				t.Errorf("warm required run: layer %s not applied (posture %+v)", core, p)
+			}
+		}
+	})
+
+	t.Run("stack names the job's file", func(t *testing.T) {
+		res := warmRun(t, d, &api.Job{Runtime: "deno", Source: "\n\n\nthrow new Error('boom at line four')"})
+		if res.Status != jail.StatusError || res.Error == nil || !strings.Contains(res.Error.Stack, "/job/main.js:4:") {
+			t.Fatalf("%s %+v: want an error with a stack at /job/main.js:4", res.Status, res.Error)
+		}
+	})
+
+	limits := []struct {
+		name   string
+		source string
+		limits api.Limits
+		want   api.Status
+	}{
+		{"memory bomb", `const a = []; while (true) a.push(new Array(1 << 20).fill(1.5));`, api.Limits{Memory: 96 << 20}, jail.StatusMemoryLimit},
+		{"endless loop, cpu", `while (true) {}`, api.Limits{CPUTime: api.Duration(300 * time.Millisecond), Timeout: api.Duration(20 * time.Second)}, jail.StatusCPULimit},
+		{"endless wait, wall", `await new Promise(() => setInterval(() => {}, 1000));`, api.Limits{Timeout: api.Duration(400 * time.Millisecond)}, jail.StatusTimeout},
+		{"output", `while (true) console.log("x".repeat(1000));`, api.Limits{Output: 64 << 10}, jail.StatusOutputLimit},
+	}
+	for _, tc := range limits {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := tc.limits
+			res := warmRun(t, d, &api.Job{Runtime: "deno", Source: tc.source, Limits: lim})
+			if res.Status != tc.want {
+				t.Fatalf("status %s (%s), want %s", res.Status, res.Error, tc.want)
+			}
+			// The job's share: the runtime's own start is not counted.
+			if tc.want == jail.StatusCPULimit && (res.Usage.CPUMS < 300 || res.Usage.CPUMS > 2000) {
+				t.Errorf("cpu_ms %d for a 300ms limit", res.Usage.CPUMS)
+			}
+		})
+	}
+
+	t.Run("pids", func(t *testing.T) {
+		// A job whose tasks bound is below what the waiting runtime runs
+		// goes cold, and says why.
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `console.log(1)`, Limits: api.Limits{Pids: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Warm || !strings.Contains(res.WarmReason, "tasks") {
+			t.Errorf("warm %v, reason %q: want cold, for its tasks", res.Warm, res.WarmReason)
+		}
+	})
+}
+
+// TestDaemonWarmKilled SIGKILLs a daemon whose warm runtimes wait: they
+// die with it, and the next start sweeps their cgroups.
+func TestDaemonWarmKilled(t *testing.T) {
+	dir := daemonDir(t)
+	before := snapshotHost(t)
+	d := startDaemon(t, dir, warmConfig)
+	if res, err := d.c.Run(context.Background(), hello()); err != nil || res.Status != jail.StatusOK {
+		t.Fatalf("first run: %+v %v", res, err)
+	}
+	awaitWarm(t, d)
+	runtimes := named(descendants(d.pid()), "deno")
+	if len(runtimes) == 0 {
+		t.Fatalf("no waiting deno under the daemon")
+	}
+	oldPID := d.pid()
+	all := descendants(oldPID)
+	d.kill()
+	if living := outliving(all, 5*time.Second); len(living) > 0 {
+		t.Errorf("processes %v outlived the SIGKILLed daemon by 5s", describePids(living))
+	}
+	// No jailed process, mount (a jail's root, a network namespace held
+	// by a bind), temp dir or SysV segment is left; the cgroups wait for
+	// the next start's sweep.
+	assertNothingLeft(t, before)
+	d2 := startDaemon(t, dir, warmConfig)
+	if left := jobCgroups(oldPID); len(left) > 0 {
+		t.Errorf("cgroups of the killed daemon left after restart: %v", left)
+	}
+	if res, err := d2.c.Run(context.Background(), hello()); err != nil || res.Status != jail.StatusOK {
+		t.Fatalf("run after restart: %+v %v", res, err)
+	}
+}
+
+// TestDaemonWarmPython runs Python jobs on warm Pyodide runtimes, loaded
+// from the snapshot before the job came: two in a row share nothing
+// (Python is reseeded after the take), tracebacks name the job's file, and
+// a memory bomb ends at the cgroup's limit.
+func TestDaemonWarmPython(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 2, "max_queue": 4, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 0, "python": 1}}`)
+	await := func() {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			h, err := d.c.Health(context.Background())
+			if err == nil && h.Warm != nil && h.Warm.Idle["python"] > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no warm python runtime became idle within 60s: %+v %v\n%s", h, err, d.logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	run := func(source string, lim api.Limits) *api.Result {
+		t.Helper()
+		await()
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: source, Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Warm {
+			t.Fatalf("python run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)
+		}
+		return res
+	}
+	// The template's first run (and, on a fresh state directory, the
+	// snapshot's and the caches' build) goes cold; retry until a runtime
+	// of the settled template waits.
+	for i := 0; ; i++ {
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: "print(1)"})
+		if err != nil || res.Status != jail.StatusOK {
+			t.Fatalf("python run: %+v %v", res, err)
+		}
+		if res.Warm {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("no python run served warm after 4: %q", res.WarmReason)
+		}
+		await()
+	}
+	probe := `
+import builtins, os, random
+seen = {"global": hasattr(builtins, "_mark"), "file": os.path.exists("/tmp/mark")}
+builtins._mark = 1
+try:
+    open("/tmp/mark", "w").write("1")
+except OSError:
+    pass
+def main(input, ctx):
+    return {"seen": seen, "rand": [random.random() for _ in range(3)], "urandom": os.urandom(16).hex()}
+`
+	type out struct {
+		Seen    map[string]bool `json:"seen"`
+		Rand    []float64       `json:"rand"`
+		Urandom string          `json:"urandom"`
+	}
+	var runs [2]out
+	for i := range runs {
+		res := run(probe, api.Limits{})
+		if res.Status != jail.StatusOK {
+			t.Fatalf("run %d: %s %+v %s", i, res.Status, res.Error, res.Stderr)
+		}
+		if err := json.Unmarshal(res.Value, &runs[i]); err != nil {
+			t.Fatalf("run %d: value %s: %v", i, res.Value, err)
+		}
+	}
+	if runs[1].Seen["global"] || runs[1].Seen["file"] {
+		t.Errorf("the second warm python run saw the first's traces: %v", runs[1].Seen)
+	}
+	if fmt.Sprint(runs[0].Rand) == fmt.Sprint(runs[1].Rand) || runs[0].Urandom == runs[1].Urandom {
+		t.Errorf("randomness repeated across warm python runs: %v %s", runs[0].Rand, runs[0].Urandom)
+	}
+	res := run("\n\nraise KeyError('missing')", api.Limits{})
+	if res.Status != jail.StatusError || res.Error == nil || !strings.Contains(res.Error.Stack, `File "/job/main.py", line 3`) {
+		t.Errorf("%s %+v: want a traceback at /job/main.py line 3", res.Status, res.Error)
+	}
+	res = run("b = []\nwhile True:\n    b.append(bytearray(8 << 20))", api.Limits{Memory: 320 << 20})
+	if res.Status != jail.StatusMemoryLimit {
+		t.Errorf("memory bomb: %s (%+v), want memory_limit", res.Status, res.Error)
+	}
+}

@@ -1,0 +1,495 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/cleanup"
+	"github.com/pmjail/pmjail/jail/initstage"
+)
+
+// Warm keeps runtimes started ahead of their runs, for a daemon: each is a
+// whole jail, set up to the last layer (namespaces, root, cgroup without
+// limits, Landlock, privileges dropped, seccomp), whose runtime has started
+// and waits on the guest channel for its start frame. Nothing in one
+// depends on any job: it was built from a template (WarmJob) that holds no
+// source, no input, no capabilities and no limits. The run that takes one
+// gives its cgroup the job's limits, then sends the start frame, which
+// carries the job's program (see Job.WarmChannel). Each serves one run and
+// is torn down with it, as a run's own jail is.
+type Warm struct {
+	opt WarmOptions
+	mu  sync.Mutex
+	// sizes are how many runtimes to keep per template, by class (the
+	// runtime's name).
+	sizes   map[string]int
+	tmpls   map[string]*warmTemplate
+	idle    map[string][]*warmRuntime
+	filling map[string]bool
+	closed  bool
+	fills   sync.WaitGroup
+	done    chan struct{}
+	janitor sync.WaitGroup
+}
+
+// WarmOptions tune a Warm pool.
+type WarmOptions struct {
+	// Spare reports whether a core is free for a refill (nil: always), as
+	// for PoolOptions.Spare.
+	Spare func() bool
+	// OnError hears why a refill failed (nil: nobody).
+	OnError func(error)
+	// MaxAge is how long a runtime may wait before it is recycled (0:
+	// forever).
+	MaxAge time.Duration
+	// MaxTemplates bounds how many templates (runtime, profile and
+	// options) the pool keeps runtimes for (0: 8).
+	MaxTemplates int
+}
+
+// WarmJob is what a run offers the Warm pool: the key of its jail with
+// everything of the job's taken out, that jail itself as the template the
+// pool starts runtimes from, and the class (runtime) whose size applies.
+type WarmJob struct {
+	Key      string
+	Class    string
+	Template *Job
+}
+
+type warmTemplate struct {
+	class string
+	job   *Job
+	// used is when a run last asked for it: one no run asked for in
+	// MaxAge is forgotten with its runtimes (recycle).
+	used time.Time
+}
+
+// warmRuntime is one runtime waiting for its job, and what the supervisor
+// holds of it.
+type warmRuntime struct {
+	child *child
+	cg    Cgroup
+	conn  net.Conn
+	// pidfd of the runtime; listener the seccomp notification fd (-1:
+	// none).
+	pidfd, listener int
+	landlock        int
+	landlockReason  string
+	started         time.Time
+}
+
+// NewWarm returns a pool that keeps, per template, sizes[class] runtimes.
+func NewWarm(sizes map[string]int, opt WarmOptions) *Warm {
+	if opt.MaxTemplates <= 0 {
+		opt.MaxTemplates = 8
+	}
+	w := &Warm{opt: opt, sizes: map[string]int{}, tmpls: map[string]*warmTemplate{}, idle: map[string][]*warmRuntime{}, filling: map[string]bool{}, done: make(chan struct{})}
+	w.Resize(sizes)
+	if opt.MaxAge > 0 {
+		w.janitor.Add(1)
+		go w.recycle()
+	}
+	return w
+}
+
+// Size is how many runtimes the pool keeps per template of class.
+func (w *Warm) Size(class string) int {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sizes[class]
+}
+
+// Resize sets the sizes by class, ending the runtimes over them.
+func (w *Warm) Resize(sizes map[string]int) {
+	var extra []*warmRuntime
+	w.mu.Lock()
+	w.sizes = map[string]int{}
+	for k, v := range sizes {
+		w.sizes[k] = max(v, 0)
+	}
+	for key, q := range w.idle {
+		n := w.sizes[w.tmpls[key].class]
+		if len(q) > n {
+			extra = append(extra, q[n:]...)
+			w.idle[key] = q[:n]
+		}
+	}
+	w.mu.Unlock()
+	w.discardAll(extra)
+}
+
+// take returns an idle runtime started from wj's template, or nil and why
+// there is none. A template it has not seen is learnt, and filled after
+// the run (replenish).
+func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
+	var got *warmRuntime
+	var dead []*warmRuntime
+	reason := ""
+	w.mu.Lock()
+	switch {
+	case w.closed:
+		reason = "the daemon is shutting down"
+	case w.sizes[wj.Class] == 0:
+		reason = fmt.Sprintf("no warm runtimes are kept for %s", wj.Class)
+	case w.tmpls[wj.Key] == nil && len(w.tmpls) >= w.opt.MaxTemplates:
+		reason = fmt.Sprintf("warm runtimes are kept for %d profiles and option sets, and this run's is none of them", w.opt.MaxTemplates)
+	case w.tmpls[wj.Key] == nil:
+		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
+		reason = "the first run of its profile and options: warm runtimes for it start now"
+	default:
+		w.tmpls[wj.Key].used = time.Now()
+		q := w.idle[wj.Key]
+		for got == nil && len(q) > 0 {
+			r := q[0]
+			q = q[1:]
+			if r.child.waiting() && !w.old(r) {
+				got = r
+			} else {
+				dead = append(dead, r)
+			}
+		}
+		w.idle[wj.Key] = q
+		if got == nil {
+			reason = "no warm runtime was idle"
+		}
+	}
+	w.mu.Unlock()
+	w.discardAll(dead)
+	return got, reason
+}
+
+// Learn makes wj's template one the pool keeps runtimes for, before any
+// run asked for it (a daemon's start), and starts filling it.
+func (w *Warm) Learn(wj *WarmJob) {
+	w.mu.Lock()
+	if w.closed || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
+		w.mu.Unlock()
+		return
+	}
+	w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
+	w.mu.Unlock()
+	w.replenish(wj.Key)
+}
+
+// old reports whether r has waited longer than MaxAge.
+func (w *Warm) old(r *warmRuntime) bool {
+	return w.opt.MaxAge > 0 && time.Since(r.started) > w.opt.MaxAge
+}
+
+// replenish starts runtimes for key in the background, one at a time,
+// while a core is spare, until the pool holds its size of them.
+func (w *Warm) replenish(key string) {
+	if w == nil {
+		return
+	}
+	if w.opt.Spare != nil && !w.opt.Spare() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.tmpls[key]
+	if w.closed || t == nil || w.filling[key] || len(w.idle[key]) >= w.sizes[t.class] {
+		return
+	}
+	w.filling[key] = true
+	w.fills.Add(1)
+	go w.fill(key, t)
+}
+
+func (w *Warm) fill(key string, t *warmTemplate) {
+	defer w.fills.Done()
+	for {
+		w.mu.Lock()
+		if w.closed || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
+			w.filling[key] = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		r, err := startWarm(t.job)
+		w.mu.Lock()
+		if err != nil || w.closed {
+			w.filling[key] = false
+			w.mu.Unlock()
+			if r != nil {
+				w.discardAll([]*warmRuntime{r})
+			}
+			if err != nil && w.opt.OnError != nil {
+				w.opt.OnError(fmt.Errorf("start a warm runtime: %w", err))
+			}
+			return
+		}
+		w.idle[key] = append(w.idle[key], r)
+		w.mu.Unlock()
+	}
+}
+
+// recycle ends, every quarter of MaxAge, the runtimes older than it, and
+// starts their replacements.
+func (w *Warm) recycle() {
+	defer w.janitor.Done()
+	t := time.NewTicker(w.opt.MaxAge / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		var dead []*warmRuntime
+		var keys []string
+		w.mu.Lock()
+		for key, t := range w.tmpls {
+			// A template no run asked for in MaxAge (a profile gone
+			// out of use, a runtime's files rebuilt) keeps nothing.
+			if time.Since(t.used) > w.opt.MaxAge && !w.filling[key] {
+				dead = append(dead, w.idle[key]...)
+				delete(w.idle, key)
+				delete(w.tmpls, key)
+			}
+		}
+		for key, q := range w.idle {
+			kept := q[:0]
+			for _, r := range q {
+				if w.old(r) || !r.child.waiting() {
+					dead = append(dead, r)
+				} else {
+					kept = append(kept, r)
+				}
+			}
+			w.idle[key] = kept
+			keys = append(keys, key)
+		}
+		w.mu.Unlock()
+		w.discardAll(dead)
+		for _, key := range keys {
+			w.replenish(key)
+		}
+	}
+}
+
+// Close ends every idle runtime, waiting for fills under way; later takes
+// find none.
+func (w *Warm) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	close(w.done)
+	w.mu.Unlock()
+	w.janitor.Wait()
+	w.fills.Wait()
+	w.mu.Lock()
+	idle := w.idle
+	w.idle = map[string][]*warmRuntime{}
+	w.mu.Unlock()
+	for _, q := range idle {
+		w.discardAll(q)
+	}
+}
+
+// WarmStats is what the idle runtimes hold.
+type WarmStats struct {
+	// Idle counts them by class.
+	Idle map[string]int
+	// MemoryBytes is the memory their cgroups hold, Memory the same by
+	// class.
+	MemoryBytes uint64
+	Memory      map[string]uint64
+}
+
+// Stats counts the idle runtimes and the memory they hold.
+func (w *Warm) Stats() WarmStats {
+	st := WarmStats{Idle: map[string]int{}, Memory: map[string]uint64{}}
+	if w == nil {
+		return st
+	}
+	type held struct {
+		class string
+		cg    Cgroup
+	}
+	var cgs []held
+	w.mu.Lock()
+	for key, q := range w.idle {
+		class := w.tmpls[key].class
+		st.Idle[class] += len(q)
+		for _, r := range q {
+			cgs = append(cgs, held{class, r.cg})
+		}
+	}
+	w.mu.Unlock()
+	for _, h := range cgs {
+		if m, ok := h.cg.(interface{ MemoryNow() (uint64, error) }); ok {
+			if n, err := m.MemoryNow(); err == nil {
+				st.MemoryBytes += n
+				st.Memory[h.class] += n
+			}
+		}
+	}
+	return st
+}
+
+func (w *Warm) discardAll(rs []*warmRuntime) {
+	for _, r := range rs {
+		if err := r.discard(); err != nil && w.opt.OnError != nil {
+			w.opt.OnError(fmt.Errorf("discard a warm runtime: %w", err))
+		}
+	}
+}
+
+// startWarm builds tmpl's jail and starts its runtime, which waits for
+// its start frame. tmpl has a cgroup (Cgroups) without limits and a
+// channel.
+func startWarm(tmpl *Job) (*warmRuntime, error) {
+	if tmpl.Cgroups == nil || tmpl.Channel == nil {
+		return nil, errors.New("a warm runtime needs a cgroup and a channel")
+	}
+	s := &supervision{job: tmpl, out: &Outcome{}, runtime: -1, listener: -1, keepListener: true}
+	// The cgroup has every controller and no limits: the run that takes
+	// the runtime gives it the job's (fit).
+	cg, err := tmpl.Cgroups.Reserve(reserveID())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", initstage.StageCgroup, err)
+	}
+	c, stage, err := startChild(cloneFlags(tmpl.Spec), cg)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%s: %w", stage, err), cg.Delete())
+	}
+	s.ownCgroup(madeCgroup{cg: cg})
+	s.child = c
+	conn, err := s.handOver(context.Background())
+	s.awaitCgroup()
+	if err == nil && conn == nil {
+		err = errors.New("the runtime has no channel")
+	}
+	r := &warmRuntime{child: c, cg: s.out.Cgroup, conn: conn, pidfd: s.runtime, listener: s.listener,
+		landlock: s.out.Landlock, landlockReason: s.out.LandlockReason, started: time.Now()}
+	s.out.Cgroup = nil
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%s: %w", s.out.InitStage, err), r.discard())
+	}
+	return r, nil
+}
+
+// discard kills the runtime's jail, reaps it and frees what the supervisor
+// holds of it, its cgroup included.
+func (r *warmRuntime) discard() error {
+	_ = r.child.proc.Signal(syscall.SIGKILL)
+	if r.cg != nil {
+		_ = r.cg.Kill()
+	}
+	_, _ = r.child.proc.Wait()
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	for _, fd := range []int{r.pidfd, r.listener} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	r.child.ctl.Close()
+	r.child.stdout.Close()
+	r.child.stderr.Close()
+	r.child.lease.release()
+	if r.cg == nil {
+		return nil
+	}
+	return r.cg.Delete()
+}
+
+// runWarm runs the job on a warm runtime if one serves it, and reports
+// whether one did (the outcome is then the run's); otherwise the run goes
+// on cold, and Outcome.WarmReason says why. cu takes what the run holds.
+func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu *cleanup.Cleanup) bool {
+	job := s.job
+	r, reason := job.Warm.take(job.WarmJob)
+	if r == nil {
+		s.out.WarmReason = reason
+		return false
+	}
+	base, reason := r.fit(job.Spec.Linux.Resources)
+	if reason != "" {
+		job.Warm.discardAll([]*warmRuntime{r})
+		s.out.WarmReason = reason
+		return false
+	}
+	// The runtime's cgroup is the job's from here: the outcome owns it.
+	s.ownCgroup(madeCgroup{cg: r.cg})
+	s.cpuBase = base
+	s.child, s.runtime = r.child, r.pidfd
+	s.out.Warm = true
+	s.out.Landlock, s.out.LandlockReason = r.landlock, r.landlockReason
+	cu.Add(r.child.lease.release)
+	cu.Add(func() { r.child.ctl.Close() })
+	if r.listener >= 0 {
+		if job.Denials != nil {
+			go job.Denials(ctx, r.listener)
+		} else {
+			unix.Close(r.listener)
+		}
+	}
+	// The wall clock counts from the delivery of the start frame, which
+	// supervise sends at once.
+	timer := time.AfterFunc(job.Timeout, func() {
+		s.stop(killReason{status: StatusTimeout, limit: "wall", msg: fmt.Sprintf("wall-clock limit of %s exceeded", job.Timeout)})
+	})
+	cu.Add(func() { timer.Stop() })
+	out := s.capture()
+	end := s.supervise(ctx, cancel, r.conn, out, cu)
+	s.finish(end.state, end.err, out)
+	return true
+}
+
+// fit gives the runtime's cgroup the job's limits res, first of all, and
+// returns the cgroup's CPU time then (the runtime's own start, which the
+// job's CPU time leaves out); or why the job cannot run on it: the runtime
+// already holds more memory or tasks than the job may, or the cgroup
+// refused a limit.
+func (r *warmRuntime) fit(res *specs.LinuxResources) (time.Duration, string) {
+	if res == nil {
+		res = &specs.LinuxResources{}
+	}
+	if res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit > 0 {
+		m, ok := r.cg.(interface{ MemoryNow() (uint64, error) })
+		if !ok {
+			return 0, "the warm runtime's memory cannot be read"
+		}
+		now, err := m.MemoryNow()
+		if err != nil {
+			return 0, "the warm runtime's memory cannot be read: " + err.Error()
+		}
+		if now > uint64(*res.Memory.Limit) {
+			return 0, fmt.Sprintf("the warm runtime holds %d bytes, above the job's memory limit of %d", now, *res.Memory.Limit)
+		}
+	}
+	if res.Pids != nil && res.Pids.Limit != nil && *res.Pids.Limit > 0 {
+		u, err := r.cg.Stats()
+		if err != nil {
+			return 0, "the warm runtime's tasks cannot be counted: " + err.Error()
+		}
+		if u.PidsPeak > uint64(*res.Pids.Limit) {
+			return 0, fmt.Sprintf("the warm runtime runs %d tasks, above the job's limit of %d", u.PidsPeak, *res.Pids.Limit)
+		}
+	}
+	base, err := r.cg.CPUTime()
+	if err != nil {
+		return 0, "the warm runtime's CPU time cannot be read: " + err.Error()
+	}
+	if err := r.cg.SetLimits(res); err != nil {
+		return 0, "the warm runtime's cgroup refused the job's limits: " + err.Error()
+	}
+	return base, ""
+}

@@ -1,0 +1,184 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/runtimes"
+)
+
+// offerWarm offers job to the daemon's warm runtimes (Runner.Warm): it
+// sets the job's WarmJob (its jail with everything of the job's taken out,
+// the template a warm runtime is started from, and that template's key)
+// and the channel that sends the program in the start frame. It returns
+// why the job cannot be offered ("" when it was, or when there are no
+// warm runtimes at all).
+//
+// A warm runtime's jail is the job's own but for: the job's files (its
+// program travels in the start frame and is evaluated from memory, so
+// nothing of the job is written into a root handed over before the job
+// was known), the cgroup's limits (written when the run takes it), V8's
+// heap cap (the cgroup alone bounds memory: a warm runtime cannot know its
+// job's memory limit), and RLIMIT_CPU (the cgroup's CPU time, counted from
+// the take, bounds it; the rlimit is the backstop of hosts without a
+// cgroup, which keep no warm runtimes). Everything else — namespaces,
+// mounts, seccomp filter, Landlock, the other rlimits, Deno's flags — is
+// in the key, so that a job is served only by a runtime whose jail is
+// exactly its own, a mode required job's layers included.
+func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) string {
+	rn, r := a.rn, a.r
+	switch {
+	case rn.Warm == nil:
+		return ""
+	case r.Request.Exec != nil:
+		return "native programs are not served warm"
+	case r.Runtime != runtimes.Deno && r.Runtime != runtimes.Python:
+		return fmt.Sprintf("%s runs are not served warm", r.Runtime)
+	case job.Cgroups == nil || job.Spec.Linux.Resources == nil || job.Spec.Linux.Resources.Memory == nil:
+		return "no cgroup memory controller: a warm runtime's only memory bound is its cgroup's"
+	case !launch.Channel || job.Channel == nil:
+		return "the run has no guest channel"
+	case len(job.GuestOwned) > 0:
+		return "the run writes host directories"
+	}
+	src := &ipc.StartSource{Text: r.Request.Source, TypeScript: runtimes.TypeScript(r.Request.Runtime)}
+	text, err := json.Marshal(src)
+	if err != nil {
+		return "the program cannot travel in the start frame: " + err.Error()
+	}
+	// The start frame also holds the input and the capabilities.
+	if max := rn.Ceiling.Broker.WithDefaults().MaxFrame; len(text)+len(r.Request.Input)+64<<10 > max {
+		return fmt.Sprintf("the program and input do not fit the start frame's %d bytes", max)
+	}
+	tmpl, key, err := warmTemplate(job)
+	if err != nil {
+		return "no template for a warm runtime: " + err.Error()
+	}
+	cfg := b.cfg
+	cfg.Source = src
+	job.Warm = rn.Warm
+	job.WarmJob = &jail.WarmJob{Key: key, Class: string(r.Runtime), Template: tmpl}
+	job.WarmChannel = func(ctx context.Context, conn net.Conn) error {
+		b.out = ipc.Serve(ctx, conn, cfg)
+		return b.out.ProtocolError
+	}
+	return ""
+}
+
+// warmTemplate is job's jail with everything of the job's taken out (see
+// offerWarm), and its key: a hash of all the template holds.
+func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
+	data, err := json.Marshal(job.Spec)
+	if err != nil {
+		return nil, "", err
+	}
+	spec := &specs.Spec{}
+	if err := json.Unmarshal(data, spec); err != nil {
+		return nil, "", err
+	}
+	if spec.Linux == nil || spec.Process == nil {
+		return nil, "", fmt.Errorf("the spec has no process or no linux section")
+	}
+	spec.Linux.Resources = &specs.LinuxResources{}
+	var rl []specs.POSIXRlimit
+	for _, l := range spec.Process.Rlimits {
+		if l.Type != "RLIMIT_CPU" {
+			rl = append(rl, l)
+		}
+	}
+	spec.Process.Rlimits = rl
+	var args []string
+	for _, arg := range spec.Process.Args {
+		if flags, ok := strings.CutPrefix(arg, "--v8-flags="); ok {
+			var kept []string
+			for _, f := range strings.Split(flags, ",") {
+				if !strings.HasPrefix(f, "--max-old-space-size=") {
+					kept = append(kept, f)
+				}
+			}
+			if len(kept) == 0 {
+				continue
+			}
+			arg = "--v8-flags=" + strings.Join(kept, ",")
+		}
+		args = append(args, arg)
+	}
+	spec.Process.Args = args
+	var files []runtimes.File
+	for _, f := range job.Files {
+		if !strings.HasPrefix(f.Path, runtimes.JobDir+"/") {
+			files = append(files, f)
+		}
+	}
+	tmpl := &jail.Job{
+		ID:       "warm",
+		Spec:     spec,
+		Files:    files,
+		Seccomp:  job.Seccomp,
+		Landlock: job.Landlock,
+		Cgroups:  job.Cgroups,
+		// Never called: a warm runtime's channel is served by the run
+		// that takes it (Job.WarmChannel); the template only says the
+		// runtime has one.
+		Channel: func(context.Context, net.Conn) error { return nil },
+	}
+	h := sha256.New()
+	if err := json.NewEncoder(h).Encode(struct {
+		Spec     *specs.Spec
+		Files    []runtimes.File
+		Seccomp  []byte
+		Landlock bool
+	}{spec, files, job.Seccomp, job.Landlock}); err != nil {
+		return nil, "", err
+	}
+	return tmpl, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Prewarm has the warm runtimes of rt ("deno", "python") started for the
+// default profile and limits before any run asks for them (a daemon's
+// start): the template is that of a job with the default profile, limits
+// and options. Jobs of other profiles and options teach the pool their
+// own with their first run.
+func (rn *Runner) Prewarm(ctx context.Context, rt string) error {
+	if rn.Warm == nil || rn.Warm.Size(rt) == 0 {
+		return nil
+	}
+	// The program is never run nor kept: a template holds none.
+	r, err := Resolve(&Request{Runtime: rt, Source: "0"}, rn.Ceiling, false)
+	if err != nil {
+		return err
+	}
+	var probed *posture.Probed
+	if rn.Prober != nil {
+		probed = rn.Prober.Get(ctx)
+		if report := probed.Report(r.Mode, r.Required); report.Decision == "refuse" {
+			return fmt.Errorf("prewarm %s: the default profile is refused here: missing %v", rt, report.Missing)
+		}
+	}
+	a := &attempt{rn: rn, r: r, probed: probed, cgs: cgroups{mgr: rn.Cgroups, reason: rn.CgroupReason},
+		res: &jail.Result{ID: "warm"}, logger: rn.logger()}
+	launch, ok := a.launch()
+	if !ok {
+		return fmt.Errorf("prewarm %s: %s", rt, a.res.Error.Message)
+	}
+	spec, flt, ok := a.spec(launch)
+	if !ok {
+		return fmt.Errorf("prewarm %s: %s", rt, a.res.Error.Message)
+	}
+	job, b, _ := a.jailJob(spec, launch, flt)
+	if reason := a.offerWarm(job, launch, b); reason != "" {
+		return fmt.Errorf("prewarm %s: %s", rt, reason)
+	}
+	rn.Warm.Learn(job.WarmJob)
+	return nil
+}
