@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -27,6 +28,9 @@ type Ceiling struct {
 	Mode string
 	// Required adds layers to what mode required insists on.
 	Required []string
+	// Packages are the stored packages (package packages) a job may
+	// import; nil allows none. The job's root holds these only.
+	Packages []packages.Ref
 }
 
 // DefaultCeiling is the CLI's: generous limits, every capability.
@@ -54,6 +58,8 @@ type Resolved struct {
 	Limits   profiles.Limits
 	Mode     string
 	Required []string
+	// Packages are the ceiling's: what the job's root holds.
+	Packages []packages.Ref
 }
 
 // Resolve applies the profile the request names (or "default") and checks
@@ -74,6 +80,18 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		}
 		r.Runtime = rt
 		r.Kind = string(rt)
+		if rt == runtimes.Deno {
+			// Before the run: an import of a package not allowed here is
+			// refused by name (the job's root would refuse it anyway).
+			refs, err := packages.Scan([]byte(req.Source))
+			if err == nil {
+				err = packages.Allowed(refs, ceil.Packages)
+			}
+			if err != nil {
+				return nil, invalidAt("source", "%w", err)
+			}
+		}
+		r.Packages = ceil.Packages
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
 		return nil, invalidAt("profile", "%q: only built-in profile names are accepted here", req.Profile)

@@ -25,6 +25,7 @@ import (
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/jail/rootfs"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
@@ -48,8 +49,11 @@ type Runner struct {
 	Prober *posture.Prober
 	// Pool, when set, supplies init stages started ahead of the runs (the
 	// daemon's).
-	Pool   *jail.Pool
-	Logger *slog.Logger
+	Pool *jail.Pool
+	// Packages is the operator's package store, where the ceiling's
+	// packages are (nil: none).
+	Packages *packages.Store
+	Logger   *slog.Logger
 
 	filtersMu sync.Mutex
 	filters   map[string]filter

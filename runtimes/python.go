@@ -1,5 +1,11 @@
 package runtimes
 
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
 // pythonHeapFloorMiB is the smallest V8 old space a Python run gets. Python's
 // own objects live in Pyodide's wasm memory, which is not V8 heap: a
 // --max-old-space-size does not bound it (measured: a 300 MB bytearray runs
@@ -74,10 +80,27 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	} else {
 		start = "cold: " + err.Error()
 	}
+	rest := []string{snapshotArg, pythonMain}
+	if st, err := os.Stat(filepath.Join(guest.Packages, "python")); guest.Packages == "" || err != nil || !st.IsDir() {
+		guest.Packages = "" // no wheel among the job's packages
+	}
+	if guest.Packages != "" {
+		// The wheels' tree: the loader copies it into Pyodide's file system.
+		binds = append(binds, Bind{Source: guest.Packages, Target: PackagesDir})
+		rest = append(rest, PackagesDir+"/python")
+	}
+	args := pythonArgs(guest.MemoryBytes, snap != nil, "run", rest...)
+	if guest.Packages != "" {
+		for i, a := range args {
+			if strings.HasPrefix(a, "--allow-read=") {
+				args[i] = a + "," + PackagesDir
+			}
+		}
+	}
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    pythonArgs(guest.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
+		Args:    args,
 		Env:     denoEnv(),
 		Binds:   binds,
 		Copies:  copies,

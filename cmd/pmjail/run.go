@@ -22,6 +22,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -245,6 +246,9 @@ func cmdExec(args []string) int {
 func (f *runFlags) execute(req *job.Request) int {
 	ceil := job.DefaultCeiling()
 	ceil.Required = f.require
+	if req.Exec == nil {
+		ceil.Packages = storedPackages()
+	}
 	resolved, err := job.Resolve(req, ceil, true)
 	if err != nil {
 		return fail("%s: %s", f.fs.Name(), f.refusal(err))
@@ -362,6 +366,9 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 		in.Warmer = job.Warm
 	}
 	rn.Install = in
+	if in != nil {
+		rn.Packages = packages.Open(in.StateDir)
+	}
 	newManager := cgroup.NewManager
 	if lazyCgroups {
 		newManager = cgroup.NewLazyManager
