@@ -26,7 +26,7 @@ func Scan(source []byte) ([]Ref, error) {
 	var refs []Ref
 	for _, m := range specifier.FindAllSubmatch(source, -1) {
 		spec := string(m[1])
-		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") {
+		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") || strings.Contains(spec, "${") {
 			continue // a prefix the code completes: the root decides
 		}
 		if strings.HasPrefix(spec, "jsr:") {

@@ -45,9 +45,19 @@ type Store struct {
 // DefaultRegistry is the public npm registry.
 const DefaultRegistry = "https://registry.npmjs.org"
 
-// Open returns the store in the state directory stateDir. It creates
-// nothing: an absent store is an empty one.
-func Open(stateDir string) *Store { return &Store{Dir: filepath.Join(stateDir, "packages")} }
+// EnvDir names the setting that puts the store elsewhere than the state
+// directory's packages/ (a test's own store, a store shared by builds).
+const EnvDir = "PMJAIL_PACKAGES_DIR"
+
+// Open returns the store in the state directory stateDir, or at
+// $PMJAIL_PACKAGES_DIR. It creates nothing: an absent store is an empty
+// one.
+func Open(stateDir string) *Store {
+	if dir := os.Getenv(EnvDir); dir != "" {
+		return &Store{Dir: dir}
+	}
+	return &Store{Dir: filepath.Join(stateDir, "packages")}
+}
 
 // Entry is one stored package as its index entry records it.
 type Entry struct {

@@ -44,6 +44,8 @@ type runFlags struct {
 	roBinds []string
 	require []string
 	forExec bool
+	// packages narrows what a run may import (run's --packages).
+	packages *[]packages.Ref
 }
 
 func newRunFlags(name string, forExec bool) *runFlags {
@@ -172,6 +174,15 @@ const (
 
 func cmdRun(args []string) int {
 	f := newRunFlags("run", false)
+	f.fs.Func("packages", "the stored packages the job may import, `REFS` (comma-separated; default: all in the store)", func(v string) error {
+		if v == "" {
+			f.packages = &[]packages.Ref{}
+			return nil
+		}
+		refs, err := packages.ParseRefs(strings.Split(v, ","))
+		f.packages = &refs
+		return err
+	})
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, runSynopsis, err)
@@ -246,7 +257,10 @@ func cmdExec(args []string) int {
 func (f *runFlags) execute(req *job.Request) int {
 	ceil := job.DefaultCeiling()
 	ceil.Required = f.require
-	if req.Exec == nil {
+	switch {
+	case f.packages != nil:
+		ceil.Packages = *f.packages
+	case req.Exec == nil:
 		ceil.Packages = storedPackages()
 	}
 	resolved, err := job.Resolve(req, ceil, true)
