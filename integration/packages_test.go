@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/internal/pkgtest"
 	"github.com/pmjail/pmjail/packages"
 )
@@ -178,5 +182,31 @@ def main(input, ctx):
 	r = runScript(t, "main.py", src, "--packages", "")
 	if r.Status != "error" || r.Error == nil || !strings.Contains(r.Error.Message, "No module named 'greet_lib'") {
 		t.Errorf("without the package allowed: %s %+v", r.Status, r.Error)
+	}
+}
+
+// The daemon's ceiling names the packages its jobs may use: an allowed
+// one imports, an unlisted one is a 400 naming the source, and a
+// configuration naming a package the store lacks is refused at start.
+func TestPackages_Daemon(t *testing.T) {
+	packageStore(t, map[string][]byte{"left-1.0.0.tgz": leftPackage(), "right-1.0.0.tgz": rightPackage()})
+	dir := daemonDir(t)
+	d := startDaemon(t, dir, `{"version": 1, "ceiling": {"packages": ["npm:left@1.0.0"]}}`)
+	ctx := context.Background()
+	res, err := d.c.Run(ctx, &api.Job{Runtime: "js", Source: `import { pad } from "npm:left@1.0.0"; export default () => pad(1, 2);`})
+	if err != nil || res.Status != "ok" || string(res.Value) != `"*1"` {
+		t.Fatalf("allowed package: %+v %v", res, err)
+	}
+	_, err = d.c.Run(ctx, &api.Job{Runtime: "js", Source: `import r from "npm:right@1.0.0"; export default () => r;`})
+	var e *client.Error
+	if !errors.As(err, &e) || e.StatusCode != 400 || e.Field != "source" || e.Message != "source: package not allowed: npm:right@1.0.0 is not among the packages jobs may use here" {
+		t.Fatalf("unlisted package: %#v %v", e, err)
+	}
+
+	cfg := filepath.Join(dir, "ghost.json")
+	writeFile(t, cfg, `{"version": 1, "ceiling": {"packages": ["npm:ghost@1.0.0"]}}`)
+	inv := pmjailCmd(t, "", "serve", "--socket", filepath.Join(dir, "ghost.sock"), "--config", cfg)
+	if inv.ExitCode == 0 || !strings.Contains(inv.Stderr, "ceiling.packages[0]: package not in the store: npm:ghost@1.0.0") {
+		t.Fatalf("a config naming a package the store lacks: exit %d\n%s", inv.ExitCode, inv.Stderr)
 	}
 }
