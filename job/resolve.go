@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -91,7 +92,7 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 				return nil, invalidAt("source", "%w", err)
 			}
 		}
-		r.Packages = ceil.Packages
+		r.Packages = forRuntime(rt, []byte(req.Source), ceil.Packages)
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
 		return nil, invalidAt("profile", "%q: only built-in profile names are accepted here", req.Profile)
@@ -131,6 +132,26 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	}
 	r.Required = ceil.Required
 	return r, nil
+}
+
+// forRuntime are the allowed packages a job's root holds: the runtime's
+// kind only, and for Deno none unless the source names an npm: specifier
+// at all (a run with packages does without the warm guest cache).
+func forRuntime(rt runtimes.Name, source []byte, allowed []packages.Ref) []packages.Ref {
+	kind := packages.Python
+	if rt == runtimes.Deno {
+		if !bytes.Contains(source, []byte("npm:")) {
+			return nil
+		}
+		kind = packages.NPM
+	}
+	var out []packages.Ref
+	for _, r := range allowed {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // String is a one-line summary for logs.
