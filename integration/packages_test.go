@@ -55,6 +55,16 @@ func leftPackage() []byte {
 	})
 }
 
+// appPackage depends on a scoped package by range: the store holds the
+// dependency, the view the closure.
+func appPackage() (app, dep []byte) {
+	dep = pkgtest.Tarball(map[string]any{"name": "@acme/dep", "version": "2.1.0", "main": "index.js"},
+		map[string]string{"index.js": "module.exports = { dep: 'dep 2.1.0' };\n"})
+	app = pkgtest.Tarball(map[string]any{"name": "app", "version": "1.0.0", "type": "module", "exports": "./index.js", "dependencies": map[string]string{"@acme/dep": "^2.0.0"}},
+		map[string]string{"index.js": "import d from '@acme/dep';\nexport const app = 'app uses ' + d.dep;\n"})
+	return app, dep
+}
+
 func rightPackage() []byte {
 	return pkgtest.Tarball(map[string]any{"name": "right", "version": "1.0.0", "main": "index.js"},
 		map[string]string{"index.js": "module.exports = 'right';\n"})
@@ -66,7 +76,23 @@ func rightPackage() []byte {
 // read-only to the guest.
 func TestPackages_NPMFromStoreOffline(t *testing.T) {
 	store := packageStore(t, map[string][]byte{"left-1.0.0.tgz": leftPackage(), "right-1.0.0.tgz": rightPackage()})
-	inv := pmjailCmd(t, "", "packages", "list")
+	app, dep := appPackage()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "app-1.0.0.tgz"), string(app))
+	inv := pmjailCmd(t, "", "packages", "add", filepath.Join(dir, "app-1.0.0.tgz"))
+	if want := "pmjail: packages add: package refused: npm:app@1.0.0 depends on @acme/dep@^2.0.0, not in the store: add each dependency first (exact versions)\n"; inv.ExitCode != 125 || inv.Stderr != want {
+		t.Fatalf("add with a dependency missing: exit %d %q, want %q", inv.ExitCode, inv.Stderr, want)
+	}
+	writeFile(t, filepath.Join(dir, "dep-2.1.0.tgz"), string(dep))
+	if inv := pmjailCmd(t, "", "packages", "add", filepath.Join(dir, "dep-2.1.0.tgz"), filepath.Join(dir, "app-1.0.0.tgz")); inv.ExitCode != 0 {
+		t.Fatalf("packages add: exit %d %s", inv.ExitCode, inv.Stderr)
+	}
+	r := runScript(t, "app.js", `import { app } from "npm:app@1.0.0"; export default () => app;`, "--packages", "npm:app@1.0.0")
+	if r.Status != "ok" || string(r.Value) != `"app uses dep 2.1.0"` {
+		t.Fatalf("a package with a dependency: %s %s %+v", r.Status, r.Value, r.Error)
+	}
+
+	inv = pmjailCmd(t, "", "packages", "list")
 	if inv.ExitCode != 0 || !strings.Contains(inv.Stdout, "npm:left@1.0.0\tsha512-") || !strings.Contains(inv.Stdout, "npm:right@1.0.0\tsha512-") {
 		t.Fatalf("packages list: exit %d\n%s%s", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
@@ -89,7 +115,7 @@ export default async () => {
   const st = Deno.statSync(file);
   return { kind, padded: pad(7, 3), cjs: cjs.kind, cjsPadded: cjs.pad(7, 3), computed, write, uid: st.uid, mode: st.mode & 0o777 };
 };`
-	r := runScript(t, "main.js", src, "--packages", "npm:left@1.0.0")
+	r = runScript(t, "main.js", src, "--packages", "npm:left@1.0.0")
 	if r.Status != "ok" {
 		t.Fatalf("status %s: %+v\nstderr: %s", r.Status, r.Error, r.Stderr)
 	}
