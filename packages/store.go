@@ -225,7 +225,6 @@ type unpacker struct {
 	root  string
 	files int
 	bytes int64
-	dirs  []string
 }
 
 func (u *unpacker) write(name string, data []byte) error {
@@ -242,7 +241,7 @@ func (u *unpacker) write(name string, data []byte) error {
 	if err := u.mkdir(filepath.Dir(p)); err != nil {
 		return err
 	}
-	// Not O_EXCL-free overwrite: a name twice in one archive is refused.
+	// O_EXCL: a name twice in one archive is refused, not overwritten.
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrRefused, name, err)
@@ -255,11 +254,7 @@ func (u *unpacker) write(name string, data []byte) error {
 }
 
 func (u *unpacker) mkdir(p string) error {
-	if err := os.MkdirAll(p, 0o755); err != nil {
-		return err
-	}
-	u.dirs = append(u.dirs, p)
-	return nil
+	return os.MkdirAll(p, 0o755)
 }
 
 // seal makes the tree's directories read-only (files are already).

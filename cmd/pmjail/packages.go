@@ -33,6 +33,16 @@ func cmdPackages(args []string) int {
 		return fail("packages: want add, list or remove\nusage: pmjail %s", packagesSynopsis)
 	}
 	verb := args[0]
+	if verb == "help" || strings.HasPrefix(verb, "-") {
+		// pmjail packages --help, or a flag before the subcommand.
+		if verb == "help" {
+			args = []string{"--help"}
+		}
+		if err := cliflag.Parse(fs, args); err != nil {
+			return commandFailure(fs, packagesSynopsis, err)
+		}
+		return fail("packages: name the subcommand first: pmjail %s", packagesSynopsis)
+	}
 	if err := cliflag.Parse(fs, args[1:]); err != nil {
 		return commandFailure(fs, packagesSynopsis, err)
 	}
