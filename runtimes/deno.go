@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -135,20 +136,20 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 func withPackages(l *Launch, dir string) {
 	l.Binds = append(l.Binds, Bind{Source: dir, Target: PackagesDir})
 	l.Copies = nil
-	args := l.Args[:0]
-	for _, a := range l.Args {
-		switch {
-		case a == "--no-npm":
-			continue
-		case strings.HasPrefix(a, "--allow-read="):
-			a += "," + PackagesDir
-		}
-		args = append(args, a)
-	}
-	l.Args = args
+	l.Args = slices.DeleteFunc(l.Args, func(a string) bool { return a == "--no-npm" })
+	widenRead(l.Args, PackagesDir)
 	for i, e := range l.Env {
 		if strings.HasPrefix(e, "DENO_DIR=") {
 			l.Env[i] = "DENO_DIR=" + PackagesDir
+		}
+	}
+}
+
+// widenRead adds dir to the read scope of Deno's command line args.
+func widenRead(args []string, dir string) {
+	for i, a := range args {
+		if strings.HasPrefix(a, "--allow-read=") {
+			args[i] = a + "," + dir
 		}
 	}
 }

@@ -3,7 +3,6 @@ package runtimes
 import (
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // pythonHeapFloorMiB is the smallest V8 old space a Python run gets. Python's
@@ -81,21 +80,15 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 		start = "cold: " + err.Error()
 	}
 	rest := []string{snapshotArg, pythonMain}
-	if st, err := os.Stat(filepath.Join(guest.Packages, "python")); guest.Packages == "" || err != nil || !st.IsDir() {
-		guest.Packages = "" // no wheel among the job's packages
-	}
-	if guest.Packages != "" {
-		// The wheels' tree: the loader copies it into Pyodide's file system.
+	wheels := hasWheels(guest.Packages)
+	if wheels {
+		// The loader copies the wheels' tree into Pyodide's file system.
 		binds = append(binds, Bind{Source: guest.Packages, Target: PackagesDir})
-		rest = append(rest, PackagesDir+"/python")
+		rest = append(rest, PackagesDir+"/"+viewPython)
 	}
 	args := pythonArgs(guest.MemoryBytes, snap != nil, "run", rest...)
-	if guest.Packages != "" {
-		for i, a := range args {
-			if strings.HasPrefix(a, "--allow-read=") {
-				args[i] = a + "," + PackagesDir
-			}
-		}
+	if wheels {
+		widenRead(args, PackagesDir)
 	}
 	return &Launch{
 		Program: in.DenoPath,
@@ -108,4 +101,17 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 		Channel: true,
 		Start:   start,
 	}, nil
+}
+
+// viewPython is the wheels' tree in a package view (package packages'
+// layout: packages.ViewPython, with its file list beside it).
+const viewPython = "python"
+
+// hasWheels reports whether the package view at dir holds wheels.
+func hasWheels(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	st, err := os.Stat(filepath.Join(dir, viewPython))
+	return err == nil && st.IsDir()
 }
