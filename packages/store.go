@@ -164,7 +164,7 @@ func (s *Store) commit(tmp string, e Entry) error {
 		return fmt.Errorf("%w: %s is in the store already (remove it first)", ErrRefused, e.Ref)
 	}
 	dst := s.filesDir(e.Ref)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := s.mkdir(filepath.Dir(dst)); err != nil {
 		return err
 	}
 	// Leftovers of an add that died before its index entry.
@@ -184,10 +184,34 @@ func (s *Store) commit(tmp string, e Entry) error {
 // workDir is a fresh directory in the store for unpacking into; the
 // caller removes it (a rename moved it away on success).
 func (s *Store) workDir() (string, error) {
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+	if err := s.mkdir(s.Dir); err != nil {
 		return "", fmt.Errorf("package store: %w", err)
 	}
 	return os.MkdirTemp(s.Dir, ".add-")
+}
+
+// mkdir makes dir and the directories up to the store's own, whatever
+// the operator's umask, 0755: the jail opens a view as an unprivileged id.
+func (s *Store) mkdir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
+		if d == s.Dir || !strings.HasPrefix(d, s.Dir+string(filepath.Separator)) {
+			return nil
+		}
+	}
+}
+
+// writeFile writes a file read-only for all, whatever the umask.
+func writeFile(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o444); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o444)
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -247,6 +271,11 @@ func (u *unpacker) write(name string, data []byte) error {
 		return fmt.Errorf("%w: %s: %w", ErrRefused, name, err)
 	}
 	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	// Whatever the umask: the guest reads it through a view.
+	if err := f.Chmod(0o444); err != nil {
 		f.Close()
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pmjail/pmjail/internal/pkgtest"
@@ -260,5 +261,33 @@ const d = await import(` + "`npm:left@${v}`" + `);`)
 	}
 	if err := packages.Allowed(refs[1:], allowed); err == nil || err.Error() != "package not allowed: npm:@acme/right@2.0.0 is not among the packages jobs may use here" {
 		t.Fatalf("unlisted: %v", err)
+	}
+}
+
+// The jail reads a view as an unprivileged id: an operator's tight umask
+// must not make the store unreadable to it.
+func TestModesWhateverTheUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	s := &packages.Store{Dir: filepath.Join(t.TempDir(), "store")}
+	if _, err := s.AddFile(tgz(t, "@acme/left", "1.2.3", nil)); err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.View([]packages.Ref{mustRef(t, "npm:@acme/left@1.2.3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{
+		s.Dir:                                0o755,
+		filepath.Dir(view):                   0o755,
+		view:                                 0o555,
+		filepath.Join(s.Dir, "npm", "@acme"): 0o755,
+		filepath.Join(view, packages.ViewNPM, "@acme", "left", "registry.json"):     0o444,
+		filepath.Join(view, packages.ViewNPM, "@acme", "left", "1.2.3", "index.js"): 0o444,
+	} {
+		st, err := os.Stat(p)
+		if err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %o", p, st.Mode().Perm(), err, want)
+		}
 	}
 }

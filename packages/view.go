@@ -65,7 +65,7 @@ func (s *Store) View(refs []Ref) (string, error) {
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
 		return dir, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := s.mkdir(filepath.Dir(dir)); err != nil {
 		return "", err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".build-")
@@ -132,7 +132,7 @@ func (s *Store) buildView(tmp string, set []Entry) error {
 			}
 		}
 		meta := map[string]any{"name": name, "dist-tags": map[string]string{"latest": latest}, "versions": versions}
-		if err := os.WriteFile(filepath.Join(tmp, ViewNPM, filepath.FromSlash(name), "registry.json"), jsonBytes(meta), 0o444); err != nil {
+		if err := writeFile(filepath.Join(tmp, ViewNPM, filepath.FromSlash(name), "registry.json"), jsonBytes(meta)); err != nil {
 			return err
 		}
 	}
@@ -161,7 +161,7 @@ func writeManifest(view string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(view, ViewPythonFiles), jsonBytes(files), 0o444)
+	return writeFile(filepath.Join(view, ViewPythonFiles), jsonBytes(files))
 }
 
 // linkTree hard-links src's files below dst (a copy would do, but the
