@@ -167,7 +167,7 @@ func TestE2E_BadInput(t *testing.T) {
 func TestE2E_CommandHelp(t *testing.T) {
 	for _, c := range []struct{ cmd, flag string }{
 		{"run", "--memory"}, {"exec", "--ro-bind"}, {"submit", "--socket"},
-		{"posture", "--require"}, {"prepare", ""}, {"serve", "--config"},
+		{"posture", "--require"}, {"prepare", ""}, {"serve", "--config"}, {"packages", "--registry"},
 	} {
 		for _, ask := range []string{"-h", "--help"} {
 			inv := pmjailCmd(t, "", c.cmd, ask)

@@ -50,6 +50,11 @@ func (c Ceiling) Within(outer Ceiling) error {
 			return strictjson.Errorf("required", "leaves out %q, which the global ceiling requires", l)
 		}
 	}
+	for i, p := range c.Packages {
+		if !slices.Contains(outer.Packages, p) {
+			return strictjson.Errorf(fmt.Sprintf("packages[%d]", i), "%s is not allowed by the global ceiling", p)
+		}
+	}
 	return brokerWithin(c.Broker, outer.Broker)
 }
 

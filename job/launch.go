@@ -27,12 +27,23 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 	if rn.Install == nil {
 		return nil, fmt.Errorf("%w: no runtime files found", runtimes.ErrNotInstalled)
 	}
+	var view string
+	if len(r.Packages) > 0 {
+		if rn.Packages == nil {
+			return nil, fmt.Errorf("packages %v allowed, but no package store", r.Packages)
+		}
+		var err error
+		if view, err = rn.Packages.View(r.Packages); err != nil {
+			return nil, err
+		}
+	}
 	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
 		TypeScript:  runtimes.TypeScript(r.Request.Runtime),
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
+		Packages:    view,
 	})
 }
 

@@ -1,12 +1,14 @@
 package job
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -27,6 +29,9 @@ type Ceiling struct {
 	Mode string
 	// Required adds layers to what mode required insists on.
 	Required []string
+	// Packages are the stored packages (package packages) a job may
+	// import; nil allows none. The job's root holds these only.
+	Packages []packages.Ref
 }
 
 // DefaultCeiling is the CLI's: generous limits, every capability.
@@ -54,6 +59,8 @@ type Resolved struct {
 	Limits   profiles.Limits
 	Mode     string
 	Required []string
+	// Packages are the ceiling's: what the job's root holds.
+	Packages []packages.Ref
 }
 
 // Resolve applies the profile the request names (or "default") and checks
@@ -74,6 +81,18 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		}
 		r.Runtime = rt
 		r.Kind = string(rt)
+		if rt == runtimes.Deno {
+			// Before the run: an import of a package not allowed here is
+			// refused by name (the job's root would refuse it anyway).
+			refs, err := packages.Scan([]byte(req.Source))
+			if err == nil {
+				err = packages.Allowed(refs, ceil.Packages)
+			}
+			if err != nil {
+				return nil, invalidAt("source", "%w", err)
+			}
+		}
+		r.Packages = forRuntime(rt, []byte(req.Source), ceil.Packages)
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
 		return nil, invalidAt("profile", "%q: only built-in profile names are accepted here", req.Profile)
@@ -113,6 +132,26 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 	}
 	r.Required = ceil.Required
 	return r, nil
+}
+
+// forRuntime are the allowed packages a job's root holds: the runtime's
+// kind only, and for Deno none unless the source names an npm: specifier
+// at all (a run with packages does without the warm guest cache).
+func forRuntime(rt runtimes.Name, source []byte, allowed []packages.Ref) []packages.Ref {
+	kind := packages.Python
+	if rt == runtimes.Deno {
+		if !bytes.Contains(source, []byte("npm:")) {
+			return nil
+		}
+		kind = packages.NPM
+	}
+	var out []packages.Ref
+	for _, r := range allowed {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // String is a one-line summary for logs.

@@ -25,6 +25,7 @@ import (
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/initstage"
 	"github.com/pmjail/pmjail/jail/rootfs"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
@@ -51,8 +52,11 @@ type Runner struct {
 	Pool *jail.Pool
 	// Warm, when set, keeps runtimes started ahead of the runs, whole
 	// jails waiting for a job (the daemon's; see offerWarm).
-	Warm   *jail.Warm
-	Logger *slog.Logger
+	Warm *jail.Warm
+	// Packages is the operator's package store, where the ceiling's
+	// packages are (nil: none).
+	Packages *packages.Store
+	Logger   *slog.Logger
 
 	filtersMu sync.Mutex
 	filters   map[string]filter

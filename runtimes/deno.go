@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -112,7 +113,7 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
 	}
-	return &Launch{
+	l := &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
 		Args:    denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
@@ -120,7 +121,37 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		Files:   files,
 		Copies:  copies,
 		Channel: true,
-	}, nil
+	}
+	if guest.Packages != "" {
+		withPackages(l, guest.Packages)
+	}
+	return l, nil
+}
+
+// withPackages lets a Deno run import npm: packages from the view at dir
+// and nothing else: the view is bound read-only at PackagesDir and is
+// DENO_DIR, whose npm cache --cached-only resolves from without a network
+// (Deno falls back to in-memory caches for what it cannot write there, so
+// the warm cache is not copied in). --no-npm goes; all else stays.
+func withPackages(l *Launch, dir string) {
+	l.Binds = append(l.Binds, Bind{Source: dir, Target: PackagesDir})
+	l.Copies = nil
+	l.Args = slices.DeleteFunc(l.Args, func(a string) bool { return a == "--no-npm" })
+	widenRead(l.Args, PackagesDir)
+	for i, e := range l.Env {
+		if strings.HasPrefix(e, "DENO_DIR=") {
+			l.Env[i] = "DENO_DIR=" + PackagesDir
+		}
+	}
+}
+
+// widenRead adds dir to the read scope of Deno's command line args.
+func widenRead(args []string, dir string) {
+	for i, a := range args {
+		if strings.HasPrefix(a, "--allow-read=") {
+			args[i] = a + "," + dir
+		}
+	}
 }
 
 // Launch describes the run of job on its runtime.

@@ -1,5 +1,10 @@
 package runtimes
 
+import (
+	"os"
+	"path/filepath"
+)
+
 // pythonHeapFloorMiB is the smallest V8 old space a Python run gets. Python's
 // own objects live in Pyodide's wasm memory, which is not V8 heap: a
 // --max-old-space-size does not bound it (measured: a 300 MB bytearray runs
@@ -74,10 +79,21 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	} else {
 		start = "cold: " + err.Error()
 	}
+	rest := []string{snapshotArg, pythonMain}
+	wheels := hasWheels(guest.Packages)
+	if wheels {
+		// The loader copies the wheels' tree into Pyodide's file system.
+		binds = append(binds, Bind{Source: guest.Packages, Target: PackagesDir})
+		rest = append(rest, PackagesDir+"/"+viewPython)
+	}
+	args := pythonArgs(guest.MemoryBytes, snap != nil, "run", rest...)
+	if wheels {
+		widenRead(args, PackagesDir)
+	}
 	return &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    pythonArgs(guest.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
+		Args:    args,
 		Env:     denoEnv(),
 		Binds:   binds,
 		Copies:  copies,
@@ -85,4 +101,17 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 		Channel: true,
 		Start:   start,
 	}, nil
+}
+
+// viewPython is the wheels' tree in a package view (package packages'
+// layout: packages.ViewPython, with its file list beside it).
+const viewPython = "python"
+
+// hasWheels reports whether the package view at dir holds wheels.
+func hasWheels(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	st, err := os.Stat(filepath.Join(dir, viewPython))
+	return err == nil && st.IsDir()
 }

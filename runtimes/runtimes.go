@@ -77,6 +77,9 @@ type Guest struct {
 	// CoarseTime switches on the timing mitigation (coarse clocks, no
 	// SharedArrayBuffer).
 	CoarseTime bool
+	// Packages is the host directory of the job's package view (package
+	// packages), bound read-only at PackagesDir; empty for none.
+	Packages string
 }
 
 // Launch is everything the jail must assemble for one run: a program to
@@ -135,4 +138,8 @@ const (
 	DenoTarget = RuntimeDir + "/deno"
 
 	ChannelOut = layout.ChannelOut
+
+	// PackagesDir holds the job's vetted packages, read-only: for Deno it
+	// is DENO_DIR (its npm cache), for Python its python/ is on sys.path.
+	PackagesDir = "/packages"
 )

@@ -20,6 +20,7 @@ import (
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -178,6 +179,9 @@ type CeilingConfig struct {
 	Capabilities *CapabilitiesConfig `json:"capabilities"`
 	// Secrets the broker may inject into requests, by name.
 	Secrets map[string]SecretConfig `json:"secrets"`
+	// Packages a job may import, from the package store (`pmjail
+	// packages add`): npm:NAME@X.Y.Z or py:NAME@VERSION (default: none).
+	Packages []string `json:"packages"`
 }
 
 // CapabilitiesConfig says which capabilities a job may declare.
@@ -545,6 +549,11 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 		return ceil, fmt.Errorf("ceiling.mode: %q (want auto or required)", cc.Mode)
 	}
 	ceil.Required = cc.Required
+	pkgs, err := packages.ParseRefs(cc.Packages)
+	if err != nil {
+		return ceil, fmt.Errorf("ceiling.packages%w", err)
+	}
+	ceil.Packages = pkgs
 
 	var caps CapabilitiesConfig
 	if cc.Capabilities != nil {
@@ -593,7 +602,7 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 		}
 		b.Secrets[name] = ipc.Secret{Header: s.Header, Value: v, Origins: s.Origins}
 	}
-	b, err := b.Prepare()
+	b, err = b.Prepare()
 	if err != nil {
 		return ceil, err
 	}

@@ -82,6 +82,7 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "ceiling": {"limits": {"memory": "1M"}}}`, "ceiling.limits.memory"},
 		{`{"version": 1, "allow": {"users": ["no-such-user-pmjail"]}}`, "allow.users[0]"},
 		{`{"version": 1} {}`, "data after"},
+		{`{"version": 1, "ceiling": {"packages": ["npm:zod@3.23.8", "npm:zod@^3"]}}`, `ceiling.packages[1]: invalid package reference "npm:zod@^3": version "^3" is not exact`},
 	} {
 		_, err := ParseConfig(strings.NewReader(tc.cfg))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -19,6 +19,7 @@ import (
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -194,6 +195,17 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	return s, nil
 }
 
+// checkPackages refuses a ceiling whose packages are not in the store
+// (a tenant's are among the global ceiling's, checked when it loaded).
+func checkPackages(store *packages.Store, ceil job.Ceiling) error {
+	for i, r := range ceil.Packages {
+		if _, err := store.Get(r); err != nil {
+			return fmt.Errorf("ceiling.packages[%d]: %w (pmjail packages add it first)", i, err)
+		}
+	}
+	return nil
+}
+
 func (s *Server) newState(cfg *Config) (*state, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -202,8 +214,16 @@ func (s *Server) newState(cfg *Config) (*state, error) {
 	// A Runner's ceiling is fixed for its life (the broker reads it), so a
 	// new ceiling takes a new Runner, and each tenant has its own; the
 	// runtimes, cgroups and pool are shared.
+	var store *packages.Store
+	if s.opt.Install != nil {
+		store = packages.Open(s.opt.Install.StateDir)
+		if err := checkPackages(store, ceil); err != nil {
+			return nil, err
+		}
+	}
 	runner := func(tenant string, ceil job.Ceiling) *job.Runner {
 		return &job.Runner{
+			Packages:     store,
 			Install:      s.opt.Install,
 			Cgroups:      s.opt.Cgroups,
 			CgroupReason: s.opt.CgroupReason,

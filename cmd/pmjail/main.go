@@ -30,13 +30,14 @@ var roles = map[string]func(){
 }
 
 var commands = map[string]func(args []string) int{
-	"run":     cmdRun,
-	"exec":    cmdExec,
-	"posture": cmdPosture,
-	"prepare": cmdPrepare,
-	"serve":   cmdServe,
-	"submit":  cmdSubmit,
-	"version": cmdVersion,
+	"run":      cmdRun,
+	"exec":     cmdExec,
+	"packages": cmdPackages,
+	"posture":  cmdPosture,
+	"prepare":  cmdPrepare,
+	"serve":    cmdServe,
+	"submit":   cmdSubmit,
+	"version":  cmdVersion,
 }
 
 func main() {
@@ -74,6 +75,7 @@ func usage() {
   pmjail posture [--json] [--mode auto|required]
                                      show what this host can enforce
   pmjail prepare                     build the Pyodide snapshot and warm code cache
+  pmjail packages add|list|remove    manage the vetted packages jobs may import
   pmjail serve [--socket PATH] [--config FILE] [--check-config]
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-

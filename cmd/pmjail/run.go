@@ -22,6 +22,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -43,6 +44,8 @@ type runFlags struct {
 	roBinds []string
 	require []string
 	forExec bool
+	// packages narrows what a run may import (run's --packages).
+	packages *[]packages.Ref
 }
 
 func newRunFlags(name string, forExec bool) *runFlags {
@@ -171,6 +174,15 @@ const (
 
 func cmdRun(args []string) int {
 	f := newRunFlags("run", false)
+	f.fs.Func("packages", "the stored packages the job may import, `REFS` (comma-separated; default: all in the store)", func(v string) error {
+		if v == "" {
+			f.packages = &[]packages.Ref{}
+			return nil
+		}
+		refs, err := packages.ParseRefs(strings.Split(v, ","))
+		f.packages = &refs
+		return err
+	})
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, runSynopsis, err)
@@ -245,6 +257,12 @@ func cmdExec(args []string) int {
 func (f *runFlags) execute(req *job.Request) int {
 	ceil := job.DefaultCeiling()
 	ceil.Required = f.require
+	switch {
+	case f.packages != nil:
+		ceil.Packages = *f.packages
+	case req.Exec == nil:
+		ceil.Packages = storedPackages()
+	}
 	resolved, err := job.Resolve(req, ceil, true)
 	if err != nil {
 		return fail("%s: %s", f.fs.Name(), f.refusal(err))
@@ -362,6 +380,9 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 		in.Warmer = job.Warm
 	}
 	rn.Install = in
+	if in != nil {
+		rn.Packages = packages.Open(in.StateDir)
+	}
 	newManager := cgroup.NewManager
 	if lazyCgroups {
 		newManager = cgroup.NewLazyManager

@@ -12,7 +12,7 @@
 import { Channel, makeHost } from "./channel.js";
 import { installFetch } from "./fetch.js";
 
-const [mode, assetsDir, snapshotArg, mainPath] = Deno.args;
+const [mode, assetsDir, snapshotArg, mainPath, packagesDir] = Deno.args;
 const here = new URL(".", import.meta.url).pathname;
 const snapshotPath = mode !== "snapshot" && snapshotArg && snapshotArg !== "-" ? snapshotArg : null;
 
@@ -141,6 +141,11 @@ const rawWriter = (file) => ({
 py.setStdout(rawWriter(Deno.stdout));
 py.setStderr(rawWriter(Deno.stderr));
 
+// The operator's vetted wheels (pmjail packages), bound read-only at
+// packagesDir: copied into Pyodide's file system read-only, first on
+// sys.path. Nothing is fetched; micropip stays refused below.
+if (packagesDir) installPackages(py, packagesDir);
+
 // Package installation needs a network and a writable site-packages, and
 // pmjail gives neither: refuse it at once with a clear reason instead of
 // failing somewhere inside a fetch.
@@ -246,4 +251,26 @@ function coarsenTime() {
   const now = performance.now.bind(performance);
   Object.defineProperty(performance, "now", { value: () => Math.floor(now()), configurable: false });
   delete globalThis.SharedArrayBuffer;
+}
+
+// installPackages copies the tree at dir into Pyodide's file system at the
+// same path, files and directories read-only, and puts it on sys.path. The
+// files are those dir.json names: the seccomp policy lets no runtime list
+// a directory.
+function installPackages(py, dir) {
+  const dirs = new Set([dir]);
+  for (const rel of JSON.parse(Deno.readTextFileSync(`${dir}.json`))) {
+    const path = `${dir}/${rel}`;
+    const parent = path.slice(0, path.lastIndexOf("/"));
+    py.FS.mkdirTree(parent);
+    for (let d = parent; d.length > dir.length; d = d.slice(0, d.lastIndexOf("/"))) dirs.add(d);
+    py.FS.writeFile(path, Deno.readFileSync(path));
+    py.FS.chmod(path, 0o444);
+  }
+  py.FS.mkdirTree(dir);
+  for (const d of [...dirs].sort().reverse()) py.FS.chmod(d, 0o555);
+  const ns = py.globals.get("dict")();
+  ns.set("d", dir);
+  py.runPython("import sys, importlib\nsys.path.insert(0, d)\nimportlib.invalidate_caches()", { globals: ns });
+  ns.destroy();
 }
