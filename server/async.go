@@ -447,13 +447,7 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 		if tn.share != nil {
 			tn.share.bucket.refund() // it never ran
 		}
-		result := runstore.Cancelled(id, reason)
-		l.append(func(b *bytes.Buffer) {
-			b.WriteString(resultEventHead)
-			b.Write(result)
-			b.WriteString("}\n")
-		})
-		s.endDetached(id, l, api.RunCancelled, result, log)
+		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, reason), log)
 		return
 	}
 	wq := time.Since(queued)
@@ -478,11 +472,6 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 		log.Error("async result not encoded", "err", err)
 	}
 	result := bytes.TrimRight(out.Bytes(), "\n")
-	l.append(func(b *bytes.Buffer) {
-		b.WriteString(resultEventHead)
-		b.Write(result)
-		b.WriteString("}\n")
-	})
 	state := api.RunDone
 	if res.Status == api.StatusCancelled {
 		state = api.RunCancelled
@@ -491,12 +480,14 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	log.Info("async run ended", "status", res.Status, "queued_ms", wq.Milliseconds(), "wall_ms", res.Usage.WallMS)
 }
 
-// endDetached stores the run's end, then lets its followers read it from
-// the store.
+// endDetached stores the run's end, its result event last among its
+// events, and only then gives its followers that event: whoever saw the
+// result finds the run ended.
 func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result json.RawMessage, log *slog.Logger) {
 	a := s.async
+	last := append(append([]byte(resultEventHead), result...), "}\n"...)
 	l.mu.Lock()
-	events := bytes.Clone(l.buf.Bytes())
+	events := append(bytes.Clone(l.buf.Bytes()), last...)
 	l.mu.Unlock()
 	if err := a.store.Finish(id, state, result, events); err != nil {
 		log.Error("async result not stored", "err", err)
@@ -509,7 +500,7 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 	a.mu.Lock()
 	delete(a.live, id)
 	a.mu.Unlock()
-	l.append(func(*bytes.Buffer) { l.ended = true })
+	l.append(func(b *bytes.Buffer) { b.Write(last); l.ended = true })
 }
 
 // handleRunByID is /v1/runs/{id} (GET, DELETE) and /v1/runs/{id}/events
