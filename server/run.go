@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
