@@ -40,7 +40,7 @@ var (
 
 var (
 	bucketRuns   = []byte("runs")   // id -> Record (JSON)
-	bucketEvents = []byte("events") // id -> the run's NDJSON events
+	bucketEvents = []byte("events") // id -> the run's NDJSON events, as Finish took them
 	bucketKeys   = []byte("keys")   // owner NUL key -> id
 )
 
@@ -262,8 +262,9 @@ func (s *Store) Get(owner, id string) (*Record, error) {
 	return r, nil
 }
 
-// Events returns the stored events of run id (owned by owner): all of
-// them once the run ended, none before.
+// Events returns the stored events of run id (owned by owner), as Finish
+// took them (the daemon leaves out the result event, which the record's
+// result makes again); none before the run ended.
 func (s *Store) Events(owner, id string) ([]byte, error) {
 	if _, err := s.Get(owner, id); err != nil {
 		return nil, err

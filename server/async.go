@@ -52,8 +52,9 @@ type asyncRuns struct {
 	// for before it closes the store.
 	running sync.WaitGroup
 
-	counts *prometheus.CounterVec
-	stop   chan struct{}
+	counts    *prometheus.CounterVec
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 // liveRun is an async run not yet ended: the events so far, for the
@@ -189,10 +190,12 @@ func (a *asyncRuns) wait(ctx context.Context) error {
 
 // close stops the pruning and closes the store, once the runs are over.
 func (a *asyncRuns) close() {
-	close(a.stop)
-	if err := a.store.Close(); err != nil {
-		a.log.Error("close the async run store", "err", err)
-	}
+	a.closeOnce.Do(func() {
+		close(a.stop)
+		if err := a.store.Close(); err != nil {
+			a.log.Error("close the async run store", "err", err)
+		}
+	})
 }
 
 // ownerOf is whom an async run belongs to: the tenant, for a peer of a
@@ -485,9 +488,11 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 // result finds the run ended.
 func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result json.RawMessage, log *slog.Logger) {
 	a := s.async
-	last := append(append([]byte(resultEventHead), result...), "}\n"...)
+	last := resultEvent(result)
+	// The events are stored without their last, the result event, which
+	// the result makes again: a run's output is not kept three times.
 	l.mu.Lock()
-	events := append(bytes.Clone(l.buf.Bytes()), last...)
+	events := bytes.Clone(l.buf.Bytes())
 	l.mu.Unlock()
 	if err := a.store.Finish(id, state, result, events); err != nil {
 		log.Error("async result not stored", "err", err)
@@ -642,15 +647,20 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner stri
 	if again, err := s.async.store.Get(owner, rec.ID); err == nil {
 		rec = again
 	}
+	// A run the last daemon lost has no events: its result alone.
 	events, err := s.async.store.Events(owner, rec.ID)
-	if err == nil && len(events) > 0 {
-		write(events)
+	if err != nil || len(rec.Result) == 0 {
+		return // pruned since: the stream ends without a result
+	}
+	if len(events) > 0 && !write(events) {
 		return
 	}
-	if len(rec.Result) > 0 {
-		// A run the last daemon lost has no events: its result alone.
-		write(append(append([]byte(resultEventHead), rec.Result...), "}\n"...))
-	}
+	write(resultEvent(rec.Result))
+}
+
+// resultEvent is the result event line of a stored result.
+func resultEvent(result json.RawMessage) []byte {
+	return append(append([]byte(resultEventHead), result...), "}\n"...)
 }
 
 // batch is POST /v1/batches's body as read: each job is decoded and
@@ -675,6 +685,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.async == nil {
 		s.asyncUnavailable(w)
+		return
+	}
+	if r.Header.Get(api.IdempotencyKey) != "" {
+		reject(http.StatusBadRequest, codeInvalid, "a batch takes no Idempotency-Key: submit runs one by one to give each a key", api.IdempotencyKey, 0)
 		return
 	}
 	st := s.state.Load()

@@ -226,7 +226,7 @@ func TestAsyncRetentionAndSizeCap(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q, "retention": "1h", "max_bytes": "120K"}}`, store), sock)
 	ctx := context.Background()
-	big := &api.Job{Runtime: "deno", Source: `console.log("x".repeat(30000))`}
+	big := &api.Job{Runtime: "deno", Source: `console.log("x".repeat(40000))`}
 	var ids []string
 	for range 3 {
 		r, err := ts.c.SubmitAsync(ctx, big, "")
@@ -238,9 +238,8 @@ func TestAsyncRetentionAndSizeCap(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	// Each run keeps its output three times (the result, and in its
-	// events the output and the result again): over 90K, so the cap
-	// holds one, the newest.
+	// Each run keeps its output twice (in its result and its events):
+	// over 80K, so the cap holds one, the newest.
 	var apiErr *client.Error
 	for _, id := range ids[:2] {
 		if _, err := ts.c.GetRun(ctx, id); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
@@ -296,5 +295,108 @@ func TestRunsConfigRefusals(t *testing.T) {
 	c, err := ParseConfig(strings.NewReader(`{"version": 1}`))
 	if err != nil || c.Runs.MaxBatch != DefaultMaxBatch || c.Runs.MaxBytes != DefaultRunsMaxBytes {
 		t.Errorf("defaults: %+v %v", c.Runs, err)
+	}
+}
+
+// Async runs are admitted as sync ones are, by the tenant's share and
+// rate, but wait queued without a connection: a full queue is a 429 at
+// submission, a queued run shows queued and a DELETE ends it unrun.
+func TestAsyncAdmission(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 2, "max_queue": 4, "runs": {"dir": %q},
+		"tenants": [{"name": "root", "match": {"uid": 0}, "max_concurrency": 1, "max_queue": 1, "rate": "3/h"}]}`, store), sock)
+	ctx := context.Background()
+	loop := &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}
+	running, err := ts.c.SubmitAsync(ctx, loop, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		var once bool
+		_, _ = ts.c.RunEvents(ctx, running.ID, func(ev api.Event) {
+			if ev.Type == api.EventStdout && !once {
+				once = true
+				close(started)
+			}
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first run never started")
+	}
+	queued, err := ts.c.SubmitAsync(ctx, loop, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ts.c.GetRun(ctx, queued.ID); err != nil || r.Status != api.RunQueued {
+		t.Errorf("the second run: %+v %v, want queued behind the tenant's one slot", r, err)
+	}
+	var apiErr *client.Error
+	if _, err := ts.c.SubmitAsync(ctx, loop, ""); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != api.CodeQueueFull {
+		t.Errorf("a third run with the tenant's queue full: %v, want 429 %s", err, api.CodeQueueFull)
+	}
+	r, err := ts.c.CancelRun(ctx, queued.ID)
+	if err != nil || r.Status != api.RunCancelled || r.Result == nil || r.Result.Usage.WallMS != 0 || !strings.Contains(r.Result.Error.Message, "DELETE") {
+		t.Errorf("DELETE of the queued run: %+v %v", r, err)
+	}
+	if _, err := ts.c.CancelRun(ctx, running.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The rate, three runs an hour: the first run spent one; the refused
+	// run and the one cancelled unrun were refunded, as a sync run's
+	// refusal or a client gone while queued are.
+	for i := range 2 {
+		if _, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: fmt.Sprint(i)}, ""); err != nil {
+			t.Errorf("run %d within the rate: %v", i, err)
+		}
+	}
+	if _, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: "3"}, ""); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != api.CodeRateLimited {
+		t.Errorf("a run over the rate: %v, want 429 %s", err, api.CodeRateLimited)
+	}
+}
+
+// A shutdown lets a running async run end within the grace period and
+// cancels the queued ones; the next daemon on the store finds both.
+func TestAsyncShutdown(t *testing.T) {
+	sock, store := asyncDirs(t)
+	cfg := fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q}}`, store)
+	ts := startServerAt(t, cfg, sock)
+	ctx := context.Background()
+	// Ends at its own 2s limit, inside the grace period.
+	running, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`, Limits: api.Limits{Timeout: api.Duration(2 * time.Second)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		var once bool
+		_, _ = ts.c.RunEvents(ctx, running.ID, func(ev api.Event) {
+			if ev.Type == api.EventStdout && !once {
+				once = true
+				close(started)
+			}
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run never started")
+	}
+	queued, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: "1"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Shutdown(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	next := startServerAt(t, cfg, filepath.Join(filepath.Dir(sock), "next.sock"))
+	if r, err := next.c.GetRun(ctx, running.ID); err != nil || r.Status != api.RunDone || r.Result.Status != api.StatusTimeout {
+		t.Errorf("the running run after a shutdown: %+v %v, want done at its time limit", r, err)
+	}
+	r, err := next.c.GetRun(ctx, queued.ID)
+	if err != nil || r.Status != api.RunCancelled || !strings.Contains(r.Result.Error.Message, "before the run had a slot") {
+		t.Errorf("the queued run after a shutdown: %+v %v", r, err)
 	}
 }
