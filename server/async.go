@@ -419,16 +419,25 @@ func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.R
 	}()
 }
 
-// runDetached runs one job outside any connection, as the async run id
-// of tenant tn: it waits for its admission (wait, a place reserveAsync
-// took), runs the job under the tenant's runner, records the events a
-// stream would have sent into l, and stores the result. ctx ends the run
-// (DELETE, a shutdown); its cause is the cancelled result's reason. It is
-// the entry point of any run that no client waits on.
-func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved,
-	wait func(context.Context) (func(), error), l *liveRun) {
-	a := s.async
-	log := s.log.With("job", id, "tenant", tn.name, "async", true)
+// admission is a place reserveAsync took: waiting on it gives the run
+// slot (and its release) or ends with ctx.
+type admission = func(context.Context) (release func(), err error)
+
+// errNotStarted wraps why runAdmitted never started a run: its admission
+// ended (ctx), the daemon began to drain, or it is short of descriptors.
+var errNotStarted = errors.New("run not started")
+
+// runAdmitted runs a job no client waits on: it waits for its admission
+// (wait, a place reserveAsync took, which it always gives back), then
+// runs the job under tenant tn's runner with opt (opt.ID the run's id),
+// gives the slot back and counts the run in the metrics. started, if
+// not nil, is called once the run has its slot. A run that never started
+// returns errNotStarted with the reason (ctx's cause, if it ended), and
+// its rate is refunded. ctx cancels the run; its cause is the cancelled
+// result's reason. It is the detached entry point of the daemon, for the
+// async API (runDetached) and any other queue that feeds it jobs.
+func (s *Server) runAdmitted(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
+	opt job.Options, started func()) (*jail.Result, error) {
 	queued := time.Now()
 	release, err := wait(ctx)
 	if err == nil && s.draining.Load() {
@@ -442,32 +451,47 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 		}
 	}
 	if err != nil {
-		// Never started: its result is the reason alone.
-		reason := err.Error()
 		if cause := context.Cause(ctx); cause != nil {
-			reason = cause.Error()
+			err = cause
 		}
 		if tn.share != nil {
 			tn.share.bucket.refund() // it never ran
 		}
-		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, reason), log)
-		return
+		return nil, fmt.Errorf("%w: %w", errNotStarted, err)
 	}
 	wq := time.Since(queued)
-	l.mu.Lock()
-	l.started = true
-	l.mu.Unlock()
-	if err := a.store.Start(id); err != nil {
-		log.Warn("async run not marked running", "err", err)
+	if started != nil {
+		started()
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
 	defer cancel()
-	stdout := &outputStream{e: l, typ: api.EventStdout}
-	stderr := &outputStream{e: l, typ: api.EventStderr}
-	res := tn.runner.Run(ctx, resolved, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id})
+	res := tn.runner.Run(ctx, resolved, opt)
 	res.QueuedMS = wq.Milliseconds()
 	release()
 	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
+	return res, nil
+}
+
+// runDetached runs the async run id of tenant tn (runAdmitted), records
+// the events a stream would have sent into l, and stores its end.
+func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved, wait admission, l *liveRun) {
+	a := s.async
+	log := s.log.With("job", id, "tenant", tn.name, "async", true)
+	stdout := &outputStream{e: l, typ: api.EventStdout}
+	stderr := &outputStream{e: l, typ: api.EventStderr}
+	res, err := s.runAdmitted(ctx, tn, resolved, wait, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}, func() {
+		l.mu.Lock()
+		l.started = true
+		l.mu.Unlock()
+		if err := a.store.Start(id); err != nil {
+			log.Warn("async run not marked running", "err", err)
+		}
+	})
+	if err != nil {
+		// Never started: its result is the reason alone.
+		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, strings.TrimPrefix(err.Error(), errNotStarted.Error()+": ")), log)
+		return
+	}
 	stdout.flush()
 	stderr.flush()
 	var out bytes.Buffer
@@ -480,7 +504,7 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 		state = api.RunCancelled
 	}
 	s.endDetached(id, l, state, result, log)
-	log.Info("async run ended", "status", res.Status, "queued_ms", wq.Milliseconds(), "wall_ms", res.Usage.WallMS)
+	log.Info("async run ended", "status", res.Status, "queued_ms", res.QueuedMS, "wall_ms", res.Usage.WallMS)
 }
 
 // endDetached stores the run's end, its result event last among its
