@@ -59,8 +59,10 @@ type Record struct {
 	Owner string `json:"owner"`
 	// Key is the submission's idempotency key, and Sum a digest of its
 	// job, to tell the same submission from another under the same key.
-	Key         string       `json:"key,omitempty"`
-	Sum         string       `json:"sum,omitempty"`
+	Key string `json:"key,omitempty"`
+	Sum string `json:"sum,omitempty"`
+	// Status is queued until the run ends: whether it runs is the
+	// daemon's to tell, live.
 	Status      api.RunState `json:"status"`
 	SubmittedAt time.Time    `json:"submitted_at"`
 	EndedAt     time.Time    `json:"ended_at,omitzero"`
@@ -277,17 +279,6 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 	return out, err
 }
 
-// Start marks run id running.
-func (s *Store) Start(id string) error {
-	return s.update(id, func(r *Record) error {
-		if r.Status.Ended() {
-			return ErrEnded
-		}
-		r.Status = api.RunRunning
-		return nil
-	})
-}
-
 // Finish stores the run's final state, result and events, then prunes.
 // A run that already ended keeps its first end (ErrEnded).
 func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
@@ -325,29 +316,6 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 	s.mu.Unlock()
 	_, err = s.Prune(now)
 	return err
-}
-
-func (s *Store) update(id string, f func(*Record) error) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		runs := tx.Bucket(bucketRuns)
-		v := runs.Get([]byte(id))
-		if v == nil {
-			return ErrNotFound
-		}
-		var r Record
-		if err := json.Unmarshal(v, &r); err != nil {
-			return err
-		}
-		if err := f(&r); err != nil {
-			return err
-		}
-		_, err := putRecord(runs, &r)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("run store: %s: %w", id, err)
-	}
-	return nil
 }
 
 // account counts a finished run (s.mu held, or the store not yet shared).

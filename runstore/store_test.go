@@ -36,9 +36,6 @@ func TestReopenEndsUnfinished(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Start("running"); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Finish("done", api.RunDone, json.RawMessage(`{"id":"done","status":"ok"}`), []byte(`{"type":"stdout","data":"x"}`+"\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -475,17 +475,16 @@ func (s *Server) runAdmitted(ctx context.Context, tn *tenant, resolved *job.Reso
 // runDetached runs the async run id of tenant tn (runAdmitted), records
 // the events a stream would have sent into l, and stores its end.
 func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved, wait admission, l *liveRun) {
-	a := s.async
 	log := s.log.With("job", id, "tenant", tn.name, "async", true)
 	stdout := &outputStream{e: l, typ: api.EventStdout}
 	stderr := &outputStream{e: l, typ: api.EventStderr}
+	// Running is told from the live run, not written to the store: a run
+	// the daemon loses is cancelled whether it was queued or running, and
+	// each write is an fsync.
 	res, err := s.runAdmitted(ctx, tn, resolved, wait, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}, func() {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
-		if err := a.store.Start(id); err != nil {
-			log.Warn("async run not marked running", "err", err)
-		}
 	})
 	if err != nil {
 		// Never started: its result is the reason alone.
@@ -577,6 +576,13 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	case method == http.MethodDelete:
 		s.cancelAsync(w, r, owner, rec)
 	default:
+		if l := s.async.liveOf(owner, rec.ID); l != nil && rec.Status == api.RunQueued {
+			l.mu.Lock()
+			if l.started {
+				rec.Status = api.RunRunning
+			}
+			l.mu.Unlock()
+		}
 		s.answerRun(w, rec)
 	}
 }
