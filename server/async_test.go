@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -62,11 +63,17 @@ func rawAsync(t *testing.T, sock, path, body, key string) (int, string, string) 
 // of that uid, and returns the HTTP status.
 func curlAs(t *testing.T, uid uint32, sock, method, path string) string {
 	t.Helper()
+	return curlAsArgs(t, uid, "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "--unix-socket", sock, "http://pmjail"+path)
+}
+
+// curlAsArgs runs curl with args as uid and returns its output.
+func curlAsArgs(t *testing.T, uid uint32, args ...string) string {
+	t.Helper()
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		t.Skip("no curl to connect as another uid")
 	}
-	cmd := exec.Command(curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "--unix-socket", sock, "http://pmjail"+path)
+	cmd := exec.Command(curl, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 	out, err := cmd.Output()
 	if err != nil {
@@ -114,6 +121,27 @@ func TestAsyncRuns(t *testing.T) {
 	}
 	if got := curlAs(t, 4243, sock, "GET", "/v1/runs/0000000000000000"); got != "404" {
 		t.Errorf("an unknown id: %s", got)
+	}
+	// An Idempotency-Key is its owner's: another peer giving the same key
+	// and job gets a run of its own, not a way to the first one's.
+	const keyed = `{"runtime": "deno", "source": "console.log('mine')"}`
+	if status, loc, body := rawAsync(t, sock, "/v1/runs", keyed, "shared-key"); status != http.StatusAccepted {
+		t.Fatalf("keyed submit: %d %s", status, body)
+	} else {
+		theirs := curlAsArgs(t, 4243, "-s", "-H", "Prefer: respond-async", "-H", "Idempotency-Key: shared-key", "-H", "Content-Type: application/json",
+			"-d", keyed, "--unix-socket", sock, "http://pmjail/v1/runs")
+		var run api.Run
+		if err := json.Unmarshal([]byte(theirs), &run); err != nil || run.Status != api.RunQueued || run.ID == "" || strings.HasSuffix(loc, run.ID) {
+			t.Fatalf("another peer's submission under the same key: %s, want a queued run of its own (not %s)", theirs, loc)
+		}
+		// Its owner follows it to its end.
+		if events := curlAsArgs(t, 4243, "-s", "--unix-socket", sock, "http://pmjail/v1/runs/"+run.ID+"/events"); !strings.Contains(events, `"data":"mine\n"`) ||
+			!strings.Contains(events, `"type":"result"`) {
+			t.Errorf("the owner's events: %s", events)
+		}
+		if _, err := ts.c.RunEvents(ctx, strings.TrimPrefix(loc, "/v1/runs/"), nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Cancel a run that is running: DELETE answers with its end.
@@ -181,7 +209,7 @@ func TestAsyncRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`pmjail_async_runs_total{event="submitted"} 4`, `pmjail_async_runs_total{event="cancelled"} 1`, `pmjail_async_runs_total{event="done"} 3`, "pmjail_async_runs_stored 4"} {
+	for _, want := range []string{`pmjail_async_runs_total{event="submitted"} 6`, `pmjail_async_runs_total{event="cancelled"} 1`, `pmjail_async_runs_total{event="done"} 5`, "pmjail_async_runs_stored 6"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
