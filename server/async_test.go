@@ -372,6 +372,22 @@ func TestAsyncAdmission(t *testing.T) {
 	if _, err := ts.c.CancelRun(ctx, running.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A batch beyond the tenant's slot and queue place is refused whole:
+	// no run made, no rate spent.
+	storedBefore, _ := ts.async.store.Stats()
+	three := []api.Job{{Runtime: "deno", Source: "1"}, {Runtime: "deno", Source: "2"}, {Runtime: "deno", Source: "3"}}
+	if _, err := ts.c.SubmitBatch(ctx, three); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "whole or not at all") {
+		t.Errorf("a batch beyond the tenant's queue: %v, want 429", err)
+	}
+	ts.async.mu.Lock()
+	live := len(ts.async.live)
+	ts.async.mu.Unlock()
+	if n, _ := ts.async.store.Stats(); n != storedBefore || live != 0 {
+		t.Errorf("a refused batch left %d finished runs (want %d) and %d live ones", n, storedBefore, live)
+	}
+	if _, q := ts.load(); q != 0 {
+		t.Errorf("a refused batch left %d queue places taken", q)
+	}
 	// The rate, three runs an hour: the first run spent one; the refused
 	// run and the one cancelled unrun were refunded, as a sync run's
 	// refusal or a client gone while queued are.
