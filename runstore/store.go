@@ -187,7 +187,7 @@ func putRecord(b *bolt.Bucket, r *Record) (int64, error) {
 func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
 
 // Create stores a new queued run. With an idempotency key the owner gave
-// before, it stores nothing and returns the run the key made, or
+// before, it stores nothing and returns the run the key made, with
 // ErrKeyConflict if that run's job (its Sum) differs.
 func (s *Store) Create(r *Record) (existing *Record, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
@@ -213,6 +213,9 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 		_, err := putRecord(runs, r)
 		return err
 	})
+	if errors.Is(err, ErrKeyConflict) {
+		return existing, fmt.Errorf("run store: create %s: %w", r.ID, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("run store: create %s: %w", r.ID, err)
 	}

@@ -87,8 +87,8 @@ func TestKeys(t *testing.T) {
 	if ex, err := s.Create(&Record{ID: "b", Owner: "uid:1", Key: "k", Sum: "s1"}); err != nil || ex == nil || ex.ID != "a" {
 		t.Errorf("same key and job: %+v %v, want run a", ex, err)
 	}
-	if _, err := s.Create(&Record{ID: "c", Owner: "uid:1", Key: "k", Sum: "s2"}); !errors.Is(err, ErrKeyConflict) {
-		t.Errorf("another job: %v, want ErrKeyConflict", err)
+	if ex, err := s.Create(&Record{ID: "c", Owner: "uid:1", Key: "k", Sum: "s2"}); !errors.Is(err, ErrKeyConflict) || ex == nil || ex.ID != "a" {
+		t.Errorf("another job: %+v %v, want ErrKeyConflict naming run a", ex, err)
 	}
 	if ex, err := s.Create(&Record{ID: "d", Owner: "uid:2", Key: "k", Sum: "s2"}); ex != nil || err != nil {
 		t.Errorf("another owner's key: %+v %v", ex, err)

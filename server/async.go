@@ -222,13 +222,17 @@ func wantsAsync(r *http.Request) bool {
 // runPath is a run's Location.
 func runPath(id string) string { return "/" + api.APIVersion + "/runs/" + id }
 
+// admission is a place reserveAsync took: waiting on it gives the run
+// slot (and its release) or ends with ctx.
+type admission = func(context.Context) (release func(), err error)
+
 // reserveAsync takes a place for a run of tn at once, in the tenant's
 // queue and the global one, or refuses as a sync run would be refused
 // when its wait would start (errShareFull, errQueueFull). The returned
 // wait then waits, without the sync runs' queue timeout (no connection
 // is held), for a slot of the share and a global one; it must be called
 // once.
-func (s *Server) reserveAsync(tn *tenant) (wait func(context.Context) (release func(), err error), err error) {
+func (s *Server) reserveAsync(tn *tenant) (admission, error) {
 	if tn.share == nil {
 		return s.lim.reserve(false)
 	}
@@ -257,7 +261,7 @@ func (s *Server) reserveAsync(tn *tenant) (wait func(context.Context) (release f
 
 // unreserve gives back a place reserveAsync took, for a run that will not
 // be started.
-func unreserve(wait func(context.Context) (func(), error)) {
+func unreserve(wait admission) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if release, err := wait(ctx); err == nil {
@@ -271,26 +275,17 @@ type pending struct {
 	rec      *runstore.Record
 	tn       *tenant
 	resolved *job.Resolved
-	wait     func(context.Context) (func(), error)
+	wait     admission
 }
 
 // admitAsync charges the tenant's rate and reserves a place for each job,
 // all or none: on a refusal it gives back what it took and returns the
 // refusal's status, code and message.
-func (s *Server) admitAsync(tn *tenant, n int) (waits []func(context.Context) (func(), error), status int, code, msg string, retry time.Duration) {
-	undo := func() {
-		for _, w := range waits {
-			unreserve(w)
-			if tn.share != nil {
-				tn.share.bucket.refund()
-			}
-		}
-		waits = nil
-	}
+func (s *Server) admitAsync(tn *tenant, n int) (waits []admission, status int, code, msg string, retry time.Duration) {
 	for range n {
 		if tn.share != nil {
 			if wait, ok := tn.share.bucket.take(time.Now()); !ok {
-				undo()
+				s.giveBack(tn, waits)
 				return nil, http.StatusTooManyRequests, codeRateLimited,
 					fmt.Sprintf("tenant %s is over its rate of %s", tn.name, tn.share.bucket.rate()), wait
 			}
@@ -300,7 +295,7 @@ func (s *Server) admitAsync(tn *tenant, n int) (waits []func(context.Context) (f
 			if tn.share != nil {
 				tn.share.bucket.refund()
 			}
-			undo()
+			s.giveBack(tn, waits)
 			if errors.Is(err, errShareFull) {
 				return nil, http.StatusTooManyRequests, codeQueueFull,
 					fmt.Sprintf("every run slot and queue place of tenant %s is taken", tn.name), time.Second
@@ -363,7 +358,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, log *slog.L
 	switch {
 	case errors.Is(err, runstore.ErrKeyConflict):
 		s.giveBack(tn, waits)
-		conflict(existingID(err))
+		conflict(existing.ID)
 		return
 	case err != nil:
 		s.giveBack(tn, waits)
@@ -383,17 +378,8 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, log *slog.L
 	writeJSON(w, http.StatusAccepted, run)
 }
 
-// existingID is the run named in a key conflict's error.
-func existingID(err error) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "(run "); i >= 0 {
-		return strings.TrimSuffix(msg[i+len("(run "):], ")")
-	}
-	return "?"
-}
-
 // giveBack returns the rate and places admitAsync took, for runs not made.
-func (s *Server) giveBack(tn *tenant, waits []func(context.Context) (func(), error)) {
+func (s *Server) giveBack(tn *tenant, waits []admission) {
 	for _, w := range waits {
 		unreserve(w)
 		if tn.share != nil {
@@ -403,7 +389,7 @@ func (s *Server) giveBack(tn *tenant, waits []func(context.Context) (func(), err
 }
 
 // startDetached starts an admitted async run: see runDetached.
-func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.Resolved, wait func(context.Context) (func(), error)) {
+func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.Resolved, wait admission) {
 	a := s.async
 	ctx, cancel := context.WithCancelCause(s.runCtx)
 	l := newLiveRun(rec.Owner, cancel)
@@ -418,10 +404,6 @@ func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.R
 		s.runDetached(ctx, rec.ID, tn, resolved, wait, l)
 	}()
 }
-
-// admission is a place reserveAsync took: waiting on it gives the run
-// slot (and its release) or ends with ctx.
-type admission = func(context.Context) (release func(), err error)
 
 // errNotStarted wraps why runAdmitted never started a run: its admission
 // ended (ctx), the daemon began to drain, or it is short of descriptors.
