@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/runstore"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
-	"github.com/pmjail/pmjail/runstore"
 )
 
 // The causes an async run is cancelled for, besides a shutdown's.
