@@ -13,6 +13,7 @@ require (
 	github.com/seccomp/libseccomp-golang v0.11.1
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.49.0
 )
 

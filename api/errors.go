@@ -36,6 +36,12 @@ const (
 	// for reading a job's body is taken (429 when the peer's uid holds its
 	// share of them, else 503), or it is short of file descriptors (503).
 	CodeBusy = "busy"
+	// CodeIdempotencyConflict: a submission's Idempotency-Key was given
+	// before with another job (422).
+	CodeIdempotencyConflict = "idempotency_conflict"
+	// CodeAsyncUnavailable: the daemon keeps no store of async runs (its
+	// config names no runs.dir, 503).
+	CodeAsyncUnavailable = "async_unavailable"
 )
 
 // Health is the body of GET /v1/health.

@@ -48,6 +48,9 @@ var wireTypes = []struct {
 	{"ErrorBody", reflect.TypeFor[api.ErrorBody](), out},
 	{"Posture", reflect.TypeFor[api.Posture](), out},
 	{"Config", reflect.TypeFor[server.Config](), in},
+	{"Run", reflect.TypeFor[api.Run](), out},
+	{"Batch", reflect.TypeFor[api.Batch](), in},
+	{"BatchRuns", reflect.TypeFor[api.BatchRuns](), out},
 }
 
 // named are the Go types with a JSON form of their own (a marshaler, or
@@ -156,7 +159,8 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"#/components/schemas/Job/properties/posture/enum", []string{"", api.PostureFull, api.PostureSummary}},
 		{"#/components/schemas/ErrorDetail/properties/code/enum", []string{api.CodeInvalidJob, api.CodeTooLarge, api.CodeForbidden,
 			api.CodeRefreshForbidden, api.CodeQueueFull, api.CodeRateLimited, api.CodeQueueTimeout, api.CodeDraining,
-			api.CodeNotFound, api.CodeMethodNotAllowed, api.CodeBusy}},
+			api.CodeNotFound, api.CodeMethodNotAllowed, api.CodeBusy, api.CodeIdempotencyConflict, api.CodeAsyncUnavailable}},
+		{"#/components/schemas/Run/properties/status/enum", []string{string(api.RunQueued), string(api.RunRunning), string(api.RunDone), string(api.RunCancelled)}},
 		{"#/components/schemas/Config/properties/others/enum", []string{"", server.OthersAllow, server.OthersRefuse}},
 		{"#/components/schemas/Labels/maxProperties", []string{fmt.Sprint(api.MaxLabels)}},
 		{"#/components/schemas/Labels/additionalProperties/maxLength", []string{fmt.Sprint(api.LabelValueMax)}},

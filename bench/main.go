@@ -31,7 +31,22 @@ type Bench struct {
 	trueAdded *startCost
 }
 
-var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "fetch", "seccomp", "memory", "daemon", "warm", "soak", "gobench", "packages"}
+var sectionOrder = []string{
+	"deno",
+	"native",
+	"phases",
+	"python",
+	"broker",
+	"fetch",
+	"seccomp",
+	"memory",
+	"daemon",
+	"warm",
+	"async",
+	"soak",
+	"gobench",
+	"packages",
+}
 
 func main() {
 	// -origin is the loopback origin the broker section starts as a
@@ -73,8 +88,20 @@ func run() int {
 
 	started := time.Now()
 	sections := map[string]func(context.Context) error{
-		"deno": b.denoHello, "native": b.nativeTrue, "phases": b.phaseBreakdown, "python": b.pythonHello, "broker": b.broker, "fetch": b.fetch, "seccomp": b.seccompCost,
-		"memory": b.memory, "daemon": b.daemonThroughput, "warm": b.warmHello, "soak": b.soak, "gobench": b.goBench, "packages": b.packagesImport,
+		"deno":     b.denoHello,
+		"native":   b.nativeTrue,
+		"phases":   b.phaseBreakdown,
+		"python":   b.pythonHello,
+		"broker":   b.broker,
+		"fetch":    b.fetch,
+		"seccomp":  b.seccompCost,
+		"memory":   b.memory,
+		"daemon":   b.daemonThroughput,
+		"warm":     b.warmHello,
+		"async":    b.asyncThroughput,
+		"soak":     b.soak,
+		"gobench":  b.goBench,
+		"packages": b.packagesImport,
 	}
 	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"]
 	if needDaemon {

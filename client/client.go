@@ -87,7 +87,12 @@ func (c *Client) Stream(ctx context.Context, req *api.Job, fn func(api.Event)) (
 		return nil, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return readEvents(resp.Body, fn)
+}
+
+// readEvents reads NDJSON events up to the result, calling fn with each.
+func readEvents(body io.Reader, fn func(api.Event)) (*api.Result, error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
 	for sc.Scan() {
 		var ev api.Event

@@ -67,6 +67,9 @@ type Runner struct {
 type Options struct {
 	Stdout, Stderr io.Writer
 	OnLog          func(ipc.Log)
+	// ID is the run's id when its caller gave it out before the run
+	// (an async run's); empty, Run makes one.
+	ID string
 }
 
 // NewID returns a fresh job id.
@@ -87,7 +90,10 @@ func NewID() string {
 // probed then, and the run is refused (required) or retried without it.
 func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Result {
 	start := time.Now()
-	res := &jail.Result{ID: NewID(), Logs: []jail.LogEntry{}}
+	res := &jail.Result{ID: opt.ID, Logs: []jail.LogEntry{}}
+	if res.ID == "" {
+		res.ID = NewID()
+	}
 	logger := rn.logger().With("job", res.ID)
 	// pooled: the run's init stage came from the daemon's pool;
 	// pooledRoot: with the run's root mounted ahead. (The log's keys are

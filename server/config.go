@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -81,6 +82,8 @@ type Config struct {
 	OthersRate           string `json:"others_rate"`
 	// Metrics is where /metrics is served besides the socket.
 	Metrics MetricsConfig `json:"metrics"`
+	// Runs is the store of async runs (RunsConfig).
+	Runs RunsConfig `json:"runs"`
 
 	// derived is what normalize worked out from Ceiling and Allow, kept so
 	// that the server applies exactly what was checked: each secret's
@@ -145,6 +148,65 @@ func (m MetricsConfig) check() error {
 	loopback := host == "localhost" || (err == nil && ip.IsLoopback())
 	if !loopback && !m.Public {
 		return fmt.Errorf("metrics.listen: %q is not a loopback address, and the listener has no peer check: bind 127.0.0.1 or [::1], or set metrics.public to true if only scrapers reach that network", m.Listen)
+	}
+	return nil
+}
+
+// RunsConfig is the store of async runs (POST /v1/runs with Prefer:
+// respond-async, POST /v1/batches). Changing Dir takes a restart; the
+// rest applies at a reload.
+type RunsConfig struct {
+	// Dir holds the store's file (runstore.FileName). Default: the
+	// daemon's $PMJAIL_STATE_DIR (/var/lib/pmjail under the systemd
+	// unit); with neither, the daemon takes no async runs.
+	Dir string `json:"dir"`
+	// Retention is how long a finished run is kept (default 24h).
+	Retention profiles.Duration `json:"retention"`
+	// MaxBytes caps the finished runs' results and events together; over
+	// it the oldest go first (default 256M).
+	MaxBytes profiles.Size `json:"max_bytes"`
+	// MaxBatch bounds the jobs of one POST /v1/batches (default 100).
+	MaxBatch int `json:"max_batch"`
+}
+
+// Defaults of RunsConfig, and the largest batch a config may allow.
+const (
+	DefaultRunsRetention = 24 * time.Hour
+	DefaultRunsMaxBytes  = 256 << 20
+	DefaultMaxBatch      = 100
+	MaxBatchLimit        = 1000
+)
+
+// The refusals of a runs section, for errors.Is.
+var (
+	ErrRunsRetention = errors.New("runs.retention must be above 0")
+	ErrRunsMaxBytes  = errors.New("runs.max_bytes must be above 0")
+	ErrRunsMaxBatch  = errors.New("runs.max_batch out of range")
+	ErrRunsDir       = errors.New("runs.dir must be an absolute path")
+)
+
+// check refuses bad bounds and fills in the defaults.
+func (r *RunsConfig) check() error {
+	if r.Dir != "" && !filepath.IsAbs(r.Dir) {
+		return fmt.Errorf("%w: %q", ErrRunsDir, r.Dir)
+	}
+	switch {
+	case r.Retention < 0:
+		return fmt.Errorf("%w: %v", ErrRunsRetention, time.Duration(r.Retention))
+	case r.Retention == 0:
+		r.Retention = profiles.Duration(DefaultRunsRetention)
+	}
+	switch {
+	case r.MaxBytes < 0:
+		return fmt.Errorf("%w: %d", ErrRunsMaxBytes, r.MaxBytes)
+	case r.MaxBytes == 0:
+		r.MaxBytes = DefaultRunsMaxBytes
+	}
+	switch {
+	case r.MaxBatch < 0 || r.MaxBatch > MaxBatchLimit:
+		return fmt.Errorf("%w: %d (want 1 to %d)", ErrRunsMaxBatch, r.MaxBatch, MaxBatchLimit)
+	case r.MaxBatch == 0:
+		r.MaxBatch = DefaultMaxBatch
 	}
 	return nil
 }
@@ -295,6 +357,9 @@ func (c *Config) normalize() error {
 		return err
 	}
 	if err := c.Metrics.check(); err != nil {
+		return err
+	}
+	if err := c.Runs.check(); err != nil {
 		return err
 	}
 	if c.MaxConcurrency < 0 {

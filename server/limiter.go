@@ -28,20 +28,37 @@ func newLimiter(max, queue int) *limiter {
 // acquire takes a slot, waiting in the queue until one frees or ctx ends.
 // The returned release must be called exactly once.
 func (l *limiter) acquire(ctx context.Context) (release func(), err error) {
+	wait, err := l.reserve(false)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// reserve takes a slot or a queue place at once, or refuses with
+// errQueueFull (unless uncapped: a run that holds a place in its
+// tenant's queue, which bounds it, waits here beyond the global one).
+// The returned wait then waits for the slot until ctx ends; it must be
+// called exactly once.
+func (l *limiter) reserve(uncapped bool) (wait func(ctx context.Context) (release func(), err error), err error) {
 	l.mu.Lock()
 	if l.running < l.max && len(l.waiters) == 0 {
 		l.running++
 		l.mu.Unlock()
-		return l.releaseOnce(), nil
+		return func(context.Context) (func(), error) { return l.releaseOnce(), nil }, nil
 	}
-	if len(l.waiters) >= l.queue {
+	if !uncapped && len(l.waiters) >= l.queue {
 		l.mu.Unlock()
 		return nil, errQueueFull
 	}
 	ch := make(chan struct{})
 	l.waiters = append(l.waiters, ch)
 	l.mu.Unlock()
+	return func(ctx context.Context) (func(), error) { return l.wait(ctx, ch) }, nil
+}
 
+// wait waits for the slot queued as ch.
+func (l *limiter) wait(ctx context.Context, ch chan struct{}) (release func(), err error) {
 	select {
 	case <-ch:
 		return l.releaseOnce(), nil

@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -41,6 +44,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.With("tenant", tn.name)
+	async := wantsAsync(r)
+	if async && s.async == nil {
+		s.metrics.rejected.WithLabelValues(api.CodeAsyncUnavailable).Inc()
+		s.asyncUnavailable(w)
+		return
+	}
 	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
 			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source and %d of input, with room for the rest)",
@@ -56,7 +65,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseBody(reject, err)
 		return
 	}
-	req, err := job.Decode(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
+	var body io.Reader = newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc)
+	sum := sha256.New()
+	if async {
+		// An Idempotency-Key's job is told apart by its bytes.
+		body = io.TeeReader(body, sum)
+	}
+	req, err := job.Decode(body)
 	bodyDone()
 	if err != nil {
 		// The deadline stays: what is left of a stalled body is not
@@ -76,6 +91,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		msg, field := job.Refusal(err)
 		reject(http.StatusBadRequest, codeInvalid, msg, field, 0)
+		return
+	}
+	if async {
+		s.submitAsync(w, r, log, reject, st, tn, resolved, hex.EncodeToString(sum.Sum(nil)))
 		return
 	}
 	// The rate counts runs, so a job refused above costs none of it.

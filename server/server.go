@@ -51,6 +51,10 @@ type Options struct {
 	Prober *posture.Prober
 	// Version is reported by GET /v1/health.
 	Version string
+	// StateDir is the daemon's state directory, where the store of async
+	// runs lives unless the config's runs.dir names another; empty, and
+	// without runs.dir, the daemon takes no async runs.
+	StateDir string
 }
 
 // state is what a reload replaces; runs in flight keep the one they
@@ -80,7 +84,10 @@ type Server struct {
 	// a job, shared by every tenant's runner.
 	warm    *jail.Warm
 	metrics *metrics
-	http    *http.Server
+	// async is the async runs and their store; nil when the daemon has
+	// no directory for it.
+	async *asyncRuns
+	http  *http.Server
 	// metricsHTTP serves /metrics alone on the config's metrics.listen,
 	// for a Prometheus that cannot reach the Unix socket.
 	metricsHTTP *http.Server
@@ -176,6 +183,11 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.metrics.setPosture(report)
 	s.metrics.addTenants(st)
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
+	if dir := asyncDir(cfg, opt.StateDir); dir != "" {
+		if err := s.openAsync(dir, cfg.Runs); err != nil {
+			return nil, err
+		}
+	}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       cappedConnContext,
@@ -446,9 +458,18 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)
+	if s.async != nil {
+		// Queued async runs start no more; running ones have the grace
+		// period, as a connection's do. The store closes after them.
+		s.async.cancelQueued()
+		defer s.async.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := s.http.Shutdown(ctx)
+	if err == nil && s.async != nil {
+		err = s.async.wait(ctx)
+	}
 	if err == nil {
 		s.cancelRuns(errShutdown)
 		return nil
@@ -462,6 +483,11 @@ func (s *Server) Shutdown(grace time.Duration) error {
 		_ = s.http.Close()
 		return fmt.Errorf("shutdown: runs still busy after cancelling: %w", err)
 	}
+	if s.async != nil {
+		if err := s.async.wait(ctx2); err != nil {
+			return fmt.Errorf("shutdown: async runs still busy after cancelling: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -469,6 +495,8 @@ func (s *Server) Shutdown(grace time.Duration) error {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/"+api.APIVersion+"/runs", s.only(http.MethodPost, s.handleRun))
+	mux.HandleFunc("/"+api.APIVersion+"/runs/", s.handleRunByID)
+	mux.HandleFunc("/"+api.APIVersion+"/batches", s.only(http.MethodPost, s.handleBatch))
 	mux.HandleFunc("/"+api.APIVersion+"/posture", s.only(http.MethodGet, s.handlePosture))
 	mux.HandleFunc("/"+api.APIVersion+"/health", s.only(http.MethodGet, s.handleHealth))
 	mux.HandleFunc("/"+api.APIVersion+"/openapi.json", s.only(http.MethodGet, handleOpenAPI))

@@ -52,11 +52,15 @@ func (e *events) log(l ipc.Log) {
 	e.emit(api.Event{Type: api.EventLog, Log: &wire})
 }
 
+// emitter takes a run's events: a response's stream, or an async run's
+// record of them.
+type emitter interface{ emit(api.Event) }
+
 // outputStream is one output stream as an io.Writer of events. It never
 // fails the guest's write: a gone client cancels the run through the
 // request context instead.
 type outputStream struct {
-	e       *events
+	e       emitter
 	typ     string
 	mu      sync.Mutex
 	pending []byte // an incomplete UTF-8 sequence held for the next chunk

@@ -38,6 +38,7 @@ var commands = map[string]func(args []string) int{
 	"serve":    cmdServe,
 	"submit":   cmdSubmit,
 	"version":  cmdVersion,
+	"runs":     cmdRuns,
 }
 
 func main() {
@@ -80,6 +81,9 @@ func usage() {
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-
                                      send a job to a daemon, print it like run
+                                     (--async: print the run's id, do not wait)
+  pmjail runs get|events|cancel [--socket PATH] ID
+                                     an async run: its state, its output, or cancel it
   pmjail version | --version | -v    print this build's version
 
 run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --require LAYERS

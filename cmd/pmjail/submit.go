@@ -18,6 +18,8 @@ import (
 func cmdSubmit(args []string) int {
 	f := newRunFlags("submit", false)
 	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket, `PATH`")
+	async := f.fs.Bool("async", false, "submit as an async run: print its id and status, and do not wait (see pmjail runs)")
+	key := f.fs.String("idempotency-key", "", "with --async, the submission's `KEY`: the same key and job again name the same run")
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
@@ -37,6 +39,17 @@ func cmdSubmit(args []string) int {
 	defer stop()
 	c := client.New(*sock)
 	defer c.Close()
+	if *async {
+		run, err := c.SubmitAsync(ctx, wire, *key)
+		if err != nil {
+			return submitFailure(f, err)
+		}
+		printJSON(run)
+		return 0
+	}
+	if *key != "" {
+		return commandFailure(f.fs, submitSynopsis, errors.New("--idempotency-key: only with --async"))
+	}
 	var res *jail.Result
 	if f.jsonOut {
 		res, err = c.Run(ctx, wire)
@@ -51,11 +64,16 @@ func cmdSubmit(args []string) int {
 		})
 	}
 	if err != nil {
-		var apiErr *client.Error
-		if errors.As(err, &apiErr) {
-			return fail("submit: %s", f.flagged(apiErr.Message, apiErr.Field))
-		}
-		return fail("submit: %v", err)
+		return submitFailure(f, err)
 	}
 	return report(res, f.jsonOut)
+}
+
+// submitFailure reports a refused or failed submission.
+func submitFailure(f *runFlags, err error) int {
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		return fail("submit: %s", f.flagged(apiErr.Message, apiErr.Field))
+	}
+	return fail("submit: %v", err)
 }

@@ -157,6 +157,7 @@ func isJSON(mt string) bool {
 
 // operation is the pointer of a method on a path, or ErrUndocumented.
 func (d *Doc) operation(method, path string) (string, error) {
+	path = d.pathKey(path)
 	op := Pointer("#", "paths", path, strings.ToLower(method))
 	if _, _, err := d.Lookup(Pointer("#", "paths", path)); err != nil {
 		return "", fmt.Errorf("%w: path %s", ErrUndocumented, path)
@@ -239,8 +240,37 @@ func (d *Doc) response(method, path string, status int) (string, error) {
 }
 
 func (d *Doc) hasPath(path string) bool {
-	_, _, err := d.Lookup(Pointer("#", "paths", path))
+	_, _, err := d.Lookup(Pointer("#", "paths", d.pathKey(path)))
 	return err == nil
+}
+
+// pathKey is the document's key for a request's path: the path itself,
+// or a template whose {parameter} segments match it (/v1/runs/{id}).
+func (d *Doc) pathKey(path string) string {
+	paths, _, err := d.Lookup("#/paths")
+	m, _ := paths.(map[string]any)
+	if err != nil || m[path] != nil {
+		return path
+	}
+	segs := strings.Split(path, "/")
+	for key := range m {
+		tsegs := strings.Split(key, "/")
+		if len(tsegs) != len(segs) || !strings.Contains(key, "{") {
+			continue
+		}
+		match := true
+		for i, t := range tsegs {
+			param := strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}")
+			if (param && segs[i] == "") || (!param && t != segs[i]) {
+				match = false
+				break
+			}
+		}
+		if match {
+			return key
+		}
+	}
+	return path
 }
 
 // validate checks a body of media type mt: one JSON value, one a line

@@ -76,7 +76,9 @@ func Main(args []string, version string) int {
 	lvl, _ := cfg.Level()
 	level.Set(lvl)
 
-	opt := server.Options{Logger: logger, Version: version}
+	// The store of async runs is in the state directory the unit gives
+	// (StateDirectory=), unless the config's runs.dir names another.
+	opt := server.Options{Logger: logger, Version: version, StateDir: os.Getenv(runtimes.EnvStateDir)}
 	if opt.Install, err = runtimes.Locate(); err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
 	}

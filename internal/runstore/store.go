@@ -1,0 +1,408 @@
+// Package runstore keeps the daemon's async runs on disk: each run's
+// record (its owner, state and result) and its events, in one bbolt file
+// in the state directory. It owns that file: one Store per daemon, opened
+// at start and closed at shutdown. Finished runs go after a retention
+// time, and the oldest first when the store is over its size cap.
+package runstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// FileName is the store's file in its directory.
+const FileName = "runs.db"
+
+// openTimeout bounds the wait for the file's lock: another daemon holding
+// it is a misconfiguration to report, not to wait out.
+const openTimeout = time.Second
+
+// The store's errors.
+var (
+	// ErrNotFound: no run of that id, or none the asker owns.
+	ErrNotFound = errors.New("no such run")
+	// ErrKeyConflict: an idempotency key given before with another job.
+	ErrKeyConflict = errors.New("idempotency key used with another job")
+	// ErrEnded: the run already has its final result.
+	ErrEnded = errors.New("run already ended")
+)
+
+var (
+	bucketRuns   = []byte("runs")   // id -> Record (JSON)
+	bucketEvents = []byte("events") // id -> the run's NDJSON events, as Finish took them
+	bucketKeys   = []byte("keys")   // owner NUL key -> id
+)
+
+// Limits bound what the store keeps of finished runs.
+type Limits struct {
+	// Retention is how long a finished run is kept.
+	Retention time.Duration
+	// MaxBytes caps the finished runs' records and events together; over
+	// it, the oldest finished runs go first.
+	MaxBytes int64
+}
+
+// Record is one async run as kept.
+type Record struct {
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// Key is the submission's idempotency key, and Sum a digest of its
+	// job, to tell the same submission from another under the same key.
+	Key string `json:"key,omitempty"`
+	Sum string `json:"sum,omitempty"`
+	// Status is queued until the run ends: whether it runs is the
+	// daemon's to tell, live.
+	Status      api.RunState `json:"status"`
+	SubmittedAt time.Time    `json:"submitted_at"`
+	EndedAt     time.Time    `json:"ended_at,omitzero"`
+	// Result is the run's api.Result once it ended.
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// Run is the record as the API shows it.
+func (r *Record) Run() (*api.Run, error) {
+	run := &api.Run{ID: r.ID, Status: r.Status, SubmittedAt: api.Time{Time: r.SubmittedAt}}
+	if len(r.Result) > 0 {
+		run.Result = new(api.Result)
+		if err := json.Unmarshal(r.Result, run.Result); err != nil {
+			return nil, fmt.Errorf("run %s: stored result: %w", r.ID, err)
+		}
+	}
+	return run, nil
+}
+
+// Store is the open store.
+type Store struct {
+	db  *bolt.DB
+	lim Limits
+
+	// mu guards the accounting of finished runs, which pruning reads.
+	mu    sync.Mutex
+	ended map[string]kept
+	bytes int64
+}
+
+// kept is what pruning needs of a finished run.
+type kept struct {
+	at   time.Time
+	size int64
+}
+
+// Open opens (or creates) the store in dir. Runs a previous daemon left
+// queued or running never finish: Open ends them as cancelled, with
+// lostReason in their result, and returns how many it ended.
+func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
+	if lim.Retention <= 0 || lim.MaxBytes <= 0 {
+		return nil, 0, fmt.Errorf("run store: retention %v and size cap %d must be above 0", lim.Retention, lim.MaxBytes)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, 0, fmt.Errorf("run store: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout})
+	if err != nil {
+		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
+	}
+	s := &Store{db: db, lim: lim, ended: map[string]kept{}}
+	lost := 0
+	now := time.Now()
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketKeys} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		runs, events := tx.Bucket(bucketRuns), tx.Bucket(bucketEvents)
+		var unfinished []*Record
+		err := runs.ForEach(func(k, v []byte) error {
+			var r Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("record %q: %w", k, err)
+			}
+			if !r.Status.Ended() {
+				unfinished = append(unfinished, &r)
+				return nil
+			}
+			s.account(r.ID, r.EndedAt, int64(len(v)+len(events.Get(k))))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range unfinished {
+			r.Status, r.EndedAt = api.RunCancelled, now
+			r.Result = Cancelled(r.ID, lostReason)
+			size, err := putRecord(runs, r)
+			if err != nil {
+				return err
+			}
+			s.account(r.ID, now, size+int64(len(events.Get([]byte(r.ID)))))
+			lost++
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
+	}
+	if _, err := s.Prune(now); err != nil {
+		db.Close()
+		return nil, 0, err
+	}
+	return s, lost, nil
+}
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Cancelled is the result of a run cancelled for reason before it had
+// one of its own, as the jail words a cancelled run's.
+func Cancelled(id, reason string) json.RawMessage {
+	code, _ := api.StatusCancelled.ExitCode()
+	res := api.Result{ID: id, Status: api.StatusCancelled, ExitCode: code, Logs: []api.LogEntry{},
+		Error: &api.ErrorInfo{Code: string(api.StatusCancelled), Message: "run cancelled: " + reason}}
+	data, _ := json.Marshal(res)
+	return data
+}
+
+func putRecord(b *bolt.Bucket, r *Record) (int64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(data)), b.Put([]byte(r.ID), data)
+}
+
+func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
+
+// Create stores a new queued run. With an idempotency key the owner gave
+// before, it stores nothing and returns the run the key made, with
+// ErrKeyConflict if that run's job (its Sum) differs.
+func (s *Store) Create(r *Record) (existing *Record, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		runs, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketKeys)
+		if r.Key != "" {
+			if id := keys.Get(keyOf(r.Owner, r.Key)); id != nil {
+				if v := runs.Get(id); v != nil {
+					existing = new(Record)
+					if err := json.Unmarshal(v, existing); err != nil {
+						return err
+					}
+					if existing.Sum != r.Sum {
+						return fmt.Errorf("key %q: %w (run %s)", r.Key, ErrKeyConflict, existing.ID)
+					}
+					return nil
+				}
+				// The run was pruned: the key is free again.
+			}
+			if err := keys.Put(keyOf(r.Owner, r.Key), []byte(r.ID)); err != nil {
+				return err
+			}
+		}
+		_, err := putRecord(runs, r)
+		return err
+	})
+	if errors.Is(err, ErrKeyConflict) {
+		return existing, fmt.Errorf("run store: create %s: %w", r.ID, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run store: create %s: %w", r.ID, err)
+	}
+	return existing, nil
+}
+
+// Lookup returns the run owner's idempotency key made, or nil.
+func (s *Store) Lookup(owner, key string) (*Record, error) {
+	var r *Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketKeys).Get(keyOf(owner, key))
+		if id == nil {
+			return nil
+		}
+		v := tx.Bucket(bucketRuns).Get(id)
+		if v == nil {
+			return nil
+		}
+		r = new(Record)
+		return json.Unmarshal(v, r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run store: key %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// Get returns the run id if owner owns it, else ErrNotFound: a run of
+// another owner is not told apart from none.
+func (s *Store) Get(owner, id string) (*Record, error) {
+	var r *Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		r = new(Record)
+		if err := json.Unmarshal(v, r); err != nil {
+			return err
+		}
+		if r.Owner != owner {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Events returns the stored events of run id (owned by owner), as Finish
+// took them (the daemon leaves out the result event, which the record's
+// result makes again); none before the run ended.
+func (s *Store) Events(owner, id string) ([]byte, error) {
+	if _, err := s.Get(owner, id); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		out = bytes.Clone(tx.Bucket(bucketEvents).Get([]byte(id)))
+		return nil
+	})
+	return out, err
+}
+
+// Finish stores the run's final state, result and events, then prunes.
+// A run that already ended keeps its first end (ErrEnded).
+func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
+	now := time.Now()
+	var size int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		v := runs.Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		var r Record
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		if r.Status.Ended() {
+			return ErrEnded
+		}
+		r.Status, r.EndedAt, r.Result = status, now, result
+		n, err := putRecord(runs, &r)
+		if err != nil {
+			return err
+		}
+		size = n + int64(len(events))
+		if len(events) == 0 {
+			return nil
+		}
+		return tx.Bucket(bucketEvents).Put([]byte(id), events)
+	})
+	if err != nil {
+		return fmt.Errorf("run store: finish %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.account(id, now, size)
+	s.mu.Unlock()
+	_, err = s.Prune(now)
+	return err
+}
+
+// account counts a finished run (s.mu held, or the store not yet shared).
+func (s *Store) account(id string, at time.Time, size int64) {
+	if old, ok := s.ended[id]; ok {
+		s.bytes -= old.size
+	}
+	s.ended[id] = kept{at: at, size: size}
+	s.bytes += size
+}
+
+// Stats returns the finished runs kept and their bytes.
+func (s *Store) Stats() (runs int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ended), s.bytes
+}
+
+// Prune removes the finished runs past their retention at now, then the
+// oldest others while the store is over its size cap, and returns how
+// many it removed. Runs not yet ended are never pruned.
+func (s *Store) Prune(now time.Time) (int, error) {
+	s.mu.Lock()
+	type aged struct {
+		id string
+		kept
+	}
+	var gone []aged
+	var all []aged
+	for id, k := range s.ended {
+		if now.Sub(k.at) >= s.lim.Retention {
+			gone = append(gone, aged{id, k})
+		} else {
+			all = append(all, aged{id, k})
+		}
+	}
+	total := s.bytes
+	for _, g := range gone {
+		total -= g.size
+	}
+	if total > s.lim.MaxBytes {
+		sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+		for _, a := range all {
+			if total <= s.lim.MaxBytes {
+				break
+			}
+			gone = append(gone, a)
+			total -= a.size
+		}
+	}
+	s.mu.Unlock()
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		runs, events, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketEvents), tx.Bucket(bucketKeys)
+		for _, g := range gone {
+			if v := runs.Get([]byte(g.id)); v != nil {
+				var r Record
+				if err := json.Unmarshal(v, &r); err == nil && r.Key != "" {
+					if err := keys.Delete(keyOf(r.Owner, r.Key)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := runs.Delete([]byte(g.id)); err != nil {
+				return err
+			}
+			if err := events.Delete([]byte(g.id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("run store: prune: %w", err)
+	}
+	s.mu.Lock()
+	for _, g := range gone {
+		if k, ok := s.ended[g.id]; ok {
+			s.bytes -= k.size
+			delete(s.ended, g.id)
+		}
+	}
+	s.mu.Unlock()
+	return len(gone), nil
+}

@@ -1,0 +1,828 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/runstore"
+	"github.com/pmjail/pmjail/internal/strictjson"
+	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/job"
+)
+
+// The causes an async run is cancelled for, besides a shutdown's.
+var (
+	errDeleted       = errors.New("its owner cancelled it (DELETE)")
+	errDrainedQueued = errors.New("the daemon shut down before the run had a slot")
+	// lostReason is the cause a restarted daemon gives the runs the last
+	// one left queued or running.
+	lostReason = "the daemon restarted while the run was queued or running"
+)
+
+// pruneEvery bounds how long a finished run outlives its retention: the
+// store is also pruned at each run's end.
+const pruneEvery = time.Minute
+
+// deleteWait bounds how long DELETE waits for the cancelled run's result:
+// the jail stops a run at once, so this is a net, not a wait.
+const deleteWait = 30 * time.Second
+
+// asyncRuns are the daemon's async runs: the store, which owns every
+// run's record, and the runs live in this process.
+type asyncRuns struct {
+	store *runstore.Store
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*liveRun
+	// running counts the detached runs' goroutines, which Shutdown waits
+	// for before it closes the store.
+	running sync.WaitGroup
+
+	counts    *prometheus.CounterVec
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+// liveRun is an async run not yet ended: the events so far, for the
+// streams that follow it, and how to cancel it.
+type liveRun struct {
+	owner  string
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	buf     bytes.Buffer // the NDJSON events so far
+	started bool
+	ended   bool
+	changed chan struct{} // closed, and replaced, at each change
+}
+
+func newLiveRun(owner string, cancel context.CancelCauseFunc) *liveRun {
+	return &liveRun{owner: owner, cancel: cancel, changed: make(chan struct{})}
+}
+
+// emit records one event, as the stream of a sync run would send it.
+func (l *liveRun) emit(ev api.Event) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	l.append(func(b *bytes.Buffer) { b.Write(data); b.WriteByte('\n') })
+}
+
+func (l *liveRun) log(e ipc.Log) {
+	wire := api.Log(e)
+	l.emit(api.Event{Type: api.EventLog, Log: &wire})
+}
+
+func (l *liveRun) append(f func(*bytes.Buffer)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(&l.buf)
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// since returns the events from offset on, whether the run has ended, and
+// a channel closed at the next change.
+func (l *liveRun) since(offset int) ([]byte, bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.buf.Bytes()[offset:]), l.ended, l.changed
+}
+
+// openAsync opens the store of async runs in dir, ending as cancelled
+// the runs a previous daemon left unfinished.
+func (s *Server) openAsync(dir string, cfg RunsConfig) error {
+	store, lost, err := runstore.Open(dir, runstore.Limits{
+		Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes),
+	}, lostReason)
+	if err != nil {
+		return err
+	}
+	a := &asyncRuns{store: store, log: s.log, live: map[string]*liveRun{}, stop: make(chan struct{})}
+	a.counts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pmjail_async_runs_total",
+		Help: "Async runs by what happened to them: submitted, done, cancelled, or lost (left unfinished by a daemon that stopped, and cancelled at the next start).",
+	}, []string{"event"})
+	for _, e := range []string{"submitted", "done", "cancelled", "lost"} {
+		a.counts.WithLabelValues(e)
+	}
+	a.counts.WithLabelValues("lost").Add(float64(lost))
+	s.metrics.reg.MustRegister(a.counts,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pmjail_async_runs_stored",
+			Help: "Finished async runs kept in the store.",
+		}, func() float64 { n, _ := store.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pmjail_async_store_bytes",
+			Help: "Bytes of the finished async runs kept (results and events), which runs.max_bytes caps.",
+		}, func() float64 { _, b := store.Stats(); return float64(b) }))
+	if lost > 0 {
+		s.log.Warn("async runs left unfinished by the last daemon ended as cancelled", "count", lost)
+	}
+	s.log.Info("async runs", "store", dir, "retention", time.Duration(cfg.Retention).String(), "max_bytes", int64(cfg.MaxBytes))
+	go a.pruneLoop()
+	s.async = a
+	return nil
+}
+
+func (a *asyncRuns) pruneLoop() {
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.prune(now)
+		}
+	}
+}
+
+func (a *asyncRuns) prune(now time.Time) {
+	if n, err := a.store.Prune(now); err != nil {
+		a.log.Error("prune async runs", "err", err)
+	} else if n > 0 {
+		a.log.Info("pruned async runs", "count", n)
+	}
+}
+
+// cancelQueued cancels the live runs that have no slot yet: a draining
+// daemon starts no more.
+func (a *asyncRuns) cancelQueued() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, l := range a.live {
+		l.mu.Lock()
+		started := l.started
+		l.mu.Unlock()
+		if !started {
+			l.cancel(errDrainedQueued)
+		}
+	}
+}
+
+// wait waits for the detached runs to end, or ctx.
+func (a *asyncRuns) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { a.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close stops the pruning and closes the store, once the runs are over.
+func (a *asyncRuns) close() {
+	a.closeOnce.Do(func() {
+		close(a.stop)
+		if err := a.store.Close(); err != nil {
+			a.log.Error("close the async run store", "err", err)
+		}
+	})
+}
+
+// ownerOf is whom an async run belongs to: the tenant, for a peer of a
+// tenant the config names, else the peer's uid.
+func ownerOf(st *state, tn *tenant, p *Peer) string {
+	if tn != nil && tn != st.others {
+		return "tenant:" + tn.name
+	}
+	return "uid:" + strconv.FormatUint(uint64(p.UID), 10)
+}
+
+// wantsAsync reports a Prefer: respond-async.
+func wantsAsync(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), api.PreferAsync) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// runPath is a run's Location.
+func runPath(id string) string { return "/" + api.APIVersion + "/runs/" + id }
+
+// admission is a place reserveAsync took: waiting on it gives the run
+// slot (and its release) or ends with ctx.
+type admission = func(context.Context) (release func(), err error)
+
+// reserveAsync takes a place for a run of tn at once, in the tenant's
+// queue and the global one, or refuses as a sync run would be refused
+// when its wait would start (errShareFull, errQueueFull). The returned
+// wait then waits, without the sync runs' queue timeout (no connection
+// is held), for a slot of the share and a global one; it must be called
+// once.
+func (s *Server) reserveAsync(tn *tenant) (admission, error) {
+	if tn.share == nil {
+		return s.lim.reserve(false)
+	}
+	own, err := tn.share.lim.reserve(false)
+	if errors.Is(err, errQueueFull) {
+		return nil, errShareFull
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (func(), error) {
+		ownRelease, err := own(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The place in the tenant's queue bounds this one.
+		gwait, _ := s.lim.reserve(true)
+		global, err := gwait(ctx)
+		if err != nil {
+			ownRelease()
+			return nil, err
+		}
+		return func() { global(); ownRelease() }, nil
+	}, nil
+}
+
+// unreserve gives back a place reserveAsync took, for a run that will not
+// be started.
+func unreserve(wait admission) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if release, err := wait(ctx); err == nil {
+		release()
+	}
+}
+
+// pending is an async run admitted but not yet started: its record, its
+// job and its reserved place.
+type pending struct {
+	rec      *runstore.Record
+	tn       *tenant
+	resolved *job.Resolved
+	wait     admission
+}
+
+// admitAsync charges the tenant's rate and reserves a place for each job,
+// all or none: on a refusal it gives back what it took and returns the
+// refusal's status, code and message.
+func (s *Server) admitAsync(tn *tenant, n int) (waits []admission, status int, code, msg string, retry time.Duration) {
+	for range n {
+		if tn.share != nil {
+			if wait, ok := tn.share.bucket.take(time.Now()); !ok {
+				s.giveBack(tn, waits)
+				return nil, http.StatusTooManyRequests, codeRateLimited,
+					fmt.Sprintf("tenant %s is over its rate of %s", tn.name, tn.share.bucket.rate()), wait
+			}
+		}
+		w, err := s.reserveAsync(tn)
+		if err != nil {
+			if tn.share != nil {
+				tn.share.bucket.refund()
+			}
+			s.giveBack(tn, waits)
+			if errors.Is(err, errShareFull) {
+				return nil, http.StatusTooManyRequests, codeQueueFull,
+					fmt.Sprintf("every run slot and queue place of tenant %s is taken", tn.name), time.Second
+			}
+			return nil, http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", time.Second
+		}
+		waits = append(waits, w)
+	}
+	return waits, 0, "", "", 0
+}
+
+// submitAsync answers a POST /v1/runs with Prefer: respond-async whose job
+// is resolved: 202 with the run queued, or the run an Idempotency-Key
+// made before.
+func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, log *slog.Logger, reject func(int, string, string, string, time.Duration),
+	st *state, tn *tenant, resolved *job.Resolved, sum string) {
+	a := s.async
+	owner := ownerOf(st, tn, peerFrom(r.Context()))
+	key := r.Header.Get(api.IdempotencyKey)
+	if len(key) > 255 {
+		reject(http.StatusBadRequest, codeInvalid, "the Idempotency-Key header is over 255 bytes", api.IdempotencyKey, 0)
+		return
+	}
+	rec := &runstore.Record{ID: job.NewID(), Owner: owner, Key: key, Sum: sum, Status: api.RunQueued, SubmittedAt: time.Now().UTC()}
+	answerExisting := func(existing *runstore.Record) {
+		run, err := existing.Run()
+		if err != nil {
+			reject(http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+			return
+		}
+		w.Header().Set("Location", runPath(run.ID))
+		writeJSON(w, http.StatusAccepted, run)
+	}
+	conflict := func(id string) {
+		reject(http.StatusUnprocessableEntity, api.CodeIdempotencyConflict,
+			fmt.Sprintf("Idempotency-Key %q was given before with another job (run %s); use a new key for a new job", key, id), api.IdempotencyKey, 0)
+	}
+	if key != "" {
+		// The same submission again costs no rate or place.
+		existing, err := a.store.Lookup(owner, key)
+		switch {
+		case err != nil:
+			reject(http.StatusServiceUnavailable, codeBusy, "the async run store: "+err.Error(), "", 5*time.Second)
+			return
+		case existing != nil && existing.Sum != sum:
+			conflict(existing.ID)
+			return
+		case existing != nil:
+			log.Info("async run found by its idempotency key", "job", existing.ID)
+			answerExisting(existing)
+			return
+		}
+	}
+	waits, status, code, msg, retry := s.admitAsync(tn, 1)
+	if waits == nil {
+		reject(status, code, msg, "", retry)
+		return
+	}
+	existing, err := a.store.Create(rec)
+	switch {
+	case errors.Is(err, runstore.ErrKeyConflict):
+		s.giveBack(tn, waits)
+		conflict(existing.ID)
+		return
+	case err != nil:
+		s.giveBack(tn, waits)
+		log.Error("async run not stored", "err", err)
+		reject(http.StatusServiceUnavailable, codeBusy, "the async run could not be stored: "+err.Error(), "", 5*time.Second)
+		return
+	case existing != nil:
+		s.giveBack(tn, waits)
+		log.Info("async run found by its idempotency key", "job", existing.ID)
+		answerExisting(existing)
+		return
+	}
+	s.startDetached(rec, tn, resolved, waits[0])
+	log.Info("async run submitted", "job", rec.ID)
+	run, _ := rec.Run()
+	w.Header().Set("Location", runPath(rec.ID))
+	writeJSON(w, http.StatusAccepted, run)
+}
+
+// giveBack returns the rate and places admitAsync took, for runs not made.
+func (s *Server) giveBack(tn *tenant, waits []admission) {
+	for _, w := range waits {
+		unreserve(w)
+		if tn.share != nil {
+			tn.share.bucket.refund()
+		}
+	}
+}
+
+// startDetached starts an admitted async run: see runDetached.
+func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.Resolved, wait admission) {
+	a := s.async
+	ctx, cancel := context.WithCancelCause(s.runCtx)
+	l := newLiveRun(rec.Owner, cancel)
+	a.mu.Lock()
+	a.live[rec.ID] = l
+	a.mu.Unlock()
+	a.counts.WithLabelValues("submitted").Inc()
+	a.running.Add(1)
+	go func() {
+		defer a.running.Done()
+		defer cancel(nil)
+		s.runDetached(ctx, rec.ID, tn, resolved, wait, l)
+	}()
+}
+
+// errNotStarted wraps why runAdmitted never started a run: its admission
+// ended (ctx), the daemon began to drain, or it is short of descriptors.
+var errNotStarted = errors.New("run not started")
+
+// runAdmitted runs a job no client waits on: it waits for its admission
+// (wait, a place reserveAsync took, which it always gives back), then
+// runs the job under tenant tn's runner with opt (opt.ID the run's id),
+// gives the slot back and counts the run in the metrics. started, if
+// not nil, is called once the run has its slot. A run that never started
+// returns errNotStarted with the reason (ctx's cause, if it ended), and
+// its rate is refunded. ctx cancels the run; its cause is the cancelled
+// result's reason. It is the detached entry point of the daemon, for the
+// async API (runDetached) and any other queue that feeds it jobs.
+func (s *Server) runAdmitted(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
+	opt job.Options, started func()) (*jail.Result, error) {
+	queued := time.Now()
+	release, err := wait(ctx)
+	if err == nil && s.draining.Load() {
+		release()
+		err = errDrainedQueued
+	}
+	if err == nil {
+		if err = fdRoom(runFDReserve); err != nil {
+			release()
+			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		if tn.share != nil {
+			tn.share.bucket.refund() // it never ran
+		}
+		return nil, fmt.Errorf("%w: %w", errNotStarted, err)
+	}
+	wq := time.Since(queued)
+	if started != nil {
+		started()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
+	defer cancel()
+	res := tn.runner.Run(ctx, resolved, opt)
+	res.QueuedMS = wq.Milliseconds()
+	release()
+	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
+	return res, nil
+}
+
+// runDetached runs the async run id of tenant tn (runAdmitted), records
+// the events a stream would have sent into l, and stores its end.
+func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved, wait admission, l *liveRun) {
+	log := s.log.With("job", id, "tenant", tn.name, "async", true)
+	stdout := &outputStream{e: l, typ: api.EventStdout}
+	stderr := &outputStream{e: l, typ: api.EventStderr}
+	// Running is told from the live run, not written to the store: a run
+	// the daemon loses is cancelled whether it was queued or running, and
+	// each write is an fsync.
+	res, err := s.runAdmitted(ctx, tn, resolved, wait, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}, func() {
+		l.mu.Lock()
+		l.started = true
+		l.mu.Unlock()
+	})
+	if err != nil {
+		// Never started: its result is the reason alone.
+		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, strings.TrimPrefix(err.Error(), errNotStarted.Error()+": ")), log)
+		return
+	}
+	stdout.flush()
+	stderr.flush()
+	var out bytes.Buffer
+	if err := jail.WriteJSON(&out, res); err != nil {
+		log.Error("async result not encoded", "err", err)
+	}
+	result := bytes.TrimRight(out.Bytes(), "\n")
+	state := api.RunDone
+	if res.Status == api.StatusCancelled {
+		state = api.RunCancelled
+	}
+	s.endDetached(id, l, state, result, log)
+	log.Info("async run ended", "status", res.Status, "queued_ms", res.QueuedMS, "wall_ms", res.Usage.WallMS)
+}
+
+// endDetached stores the run's end, its result event last among its
+// events, and only then gives its followers that event: whoever saw the
+// result finds the run ended.
+func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result json.RawMessage, log *slog.Logger) {
+	a := s.async
+	last := resultEvent(result)
+	// The events are stored without their last, the result event, which
+	// the result makes again: a run's output is not kept three times.
+	l.mu.Lock()
+	events := bytes.Clone(l.buf.Bytes())
+	l.mu.Unlock()
+	if err := a.store.Finish(id, state, result, events); err != nil {
+		log.Error("async result not stored", "err", err)
+	}
+	if state == api.RunCancelled {
+		a.counts.WithLabelValues("cancelled").Inc()
+	} else {
+		a.counts.WithLabelValues("done").Inc()
+	}
+	a.mu.Lock()
+	delete(a.live, id)
+	a.mu.Unlock()
+	l.append(func(b *bytes.Buffer) { b.Write(last); l.ended = true })
+}
+
+// handleRunByID is /v1/runs/{id} (GET, DELETE) and /v1/runs/{id}/events
+// (GET). A run of another owner is not found: no peer learns which ids
+// exist.
+func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, "/"+api.APIVersion+"/runs/")
+	id, sub, _ := strings.Cut(rest, "/")
+	if id == "" || (sub != "" && sub != "events") {
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
+		return
+	}
+	method := http.MethodGet
+	if sub == "" && r.Method == http.MethodDelete {
+		method = http.MethodDelete
+	}
+	if r.Method != method {
+		allow := http.MethodGet
+		if sub == "" {
+			allow = "GET, DELETE"
+		}
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" "+r.URL.Path+": use "+allow, "", 0)
+		return
+	}
+	if s.async == nil {
+		s.asyncUnavailable(w)
+		return
+	}
+	st := s.state.Load()
+	p := peerFrom(r.Context())
+	owner := ownerOf(st, st.tenantFor(p), p)
+	rec, err := s.async.store.Get(owner, id)
+	if errors.Is(err, runstore.ErrNotFound) {
+		writeError(w, http.StatusNotFound, codeNotFound, "no run "+id+" of yours (it may be past its retention)", "", 0)
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	switch {
+	case sub == "events":
+		s.followEvents(w, r, owner, rec)
+	case method == http.MethodDelete:
+		s.cancelAsync(w, r, owner, rec)
+	default:
+		if l := s.async.liveOf(owner, rec.ID); l != nil && rec.Status == api.RunQueued {
+			l.mu.Lock()
+			if l.started {
+				rec.Status = api.RunRunning
+			}
+			l.mu.Unlock()
+		}
+		s.answerRun(w, rec)
+	}
+}
+
+func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record) {
+	run, err := rec.Run()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+func (s *Server) asyncUnavailable(w http.ResponseWriter) {
+	writeError(w, http.StatusServiceUnavailable, api.CodeAsyncUnavailable,
+		"this daemon keeps no async runs: its config names no runs.dir, and it has no state directory ($"+stateDirEnv+")", "", 0)
+}
+
+// stateDirEnv is the setting the daemon's default store directory comes
+// from (runtimes.EnvStateDir, named here for the message alone).
+const stateDirEnv = "PMJAIL_STATE_DIR"
+
+func (a *asyncRuns) liveOf(owner, id string) *liveRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l := a.live[id]; l != nil && l.owner == owner {
+		return l
+	}
+	return nil
+}
+
+// cancelAsync is DELETE /v1/runs/{id}: it cancels a run not yet ended and
+// answers with its end; an ended run is answered as it is.
+func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner string, rec *runstore.Record) {
+	if l := s.async.liveOf(owner, rec.ID); l != nil {
+		l.cancel(errDeleted)
+		ctx, cancel := context.WithTimeout(r.Context(), deleteWait)
+		defer cancel()
+		for {
+			_, ended, changed := l.since(0)
+			if ended {
+				break
+			}
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+		if again, err := s.async.store.Get(owner, rec.ID); err == nil {
+			rec = again
+		}
+	}
+	s.answerRun(w, rec)
+}
+
+// followEvents is GET /v1/runs/{id}/events: the run's events from its
+// start, as a stream would have sent them, following a live run to its
+// result.
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner string, rec *runstore.Record) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", api.NDJSON)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if l := s.async.liveOf(owner, rec.ID); l != nil {
+		offset := 0
+		for {
+			b, ended, changed := l.since(offset)
+			if len(b) > 0 && !write(b) {
+				return
+			}
+			offset += len(b)
+			if ended {
+				return
+			}
+			select {
+			case <-changed:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+	// Ended (perhaps since the lookup): the store has it all.
+	if again, err := s.async.store.Get(owner, rec.ID); err == nil {
+		rec = again
+	}
+	// A run the last daemon lost has no events: its result alone.
+	events, err := s.async.store.Events(owner, rec.ID)
+	if err != nil || len(rec.Result) == 0 {
+		return // pruned since: the stream ends without a result
+	}
+	if len(events) > 0 && !write(events) {
+		return
+	}
+	write(resultEvent(rec.Result))
+}
+
+// resultEvent is the result event line of a stored result.
+func resultEvent(result json.RawMessage) []byte {
+	return append(append([]byte(resultEventHead), result...), "}\n"...)
+}
+
+// batch is POST /v1/batches's body as read: each job is decoded and
+// checked as a POST /v1/runs body is.
+type batch struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// handleBatch is POST /v1/batches: up to runs.max_batch jobs, each its
+// own async run, all admitted or none.
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	peer := peerFrom(r.Context())
+	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
+	reject := func(status int, code, msg, field string, retry time.Duration) {
+		s.metrics.rejected.WithLabelValues(code).Inc()
+		log.Info("batch rejected", "code", code, "field", field, "detail", msg)
+		writeError(w, status, code, msg, field, retry)
+	}
+	if s.draining.Load() {
+		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+		return
+	}
+	if s.async == nil {
+		s.asyncUnavailable(w)
+		return
+	}
+	if r.Header.Get(api.IdempotencyKey) != "" {
+		reject(http.StatusBadRequest, codeInvalid, "a batch takes no Idempotency-Key: submit runs one by one to give each a key", api.IdempotencyKey, 0)
+		return
+	}
+	st := s.state.Load()
+	tn, status, msg := s.tenantOf(st, peer)
+	if tn == nil {
+		reject(status, codeForbidden, msg, "", 0)
+		return
+	}
+	log = log.With("tenant", tn.name)
+	if r.ContentLength > job.MaxRequestBytes {
+		reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
+		return
+	}
+	rc := http.NewResponseController(w)
+	bodyDone, err := s.bodies.take(r.Context(), peer.UID)
+	if err != nil {
+		s.refuseBody(reject, err)
+		return
+	}
+	data, err := readBody(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
+	bodyDone()
+	if err != nil {
+		if isTooLarge(err) {
+			reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
+			return
+		}
+		reject(http.StatusBadRequest, codeInvalid, "read batch: "+err.Error(), "", 0)
+		return
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	var b batch
+	if err := strictjson.Decode(data, &b); err != nil {
+		err = strictjson.Headed(err, "malformed batch JSON")
+		field := ""
+		if e, ok := errors.AsType[*strictjson.Error](err); ok {
+			field = e.Field
+		}
+		reject(http.StatusBadRequest, codeInvalid, err.Error(), field, 0)
+		return
+	}
+	maxBatch := st.cfg.Runs.MaxBatch
+	switch {
+	case len(b.Jobs) == 0:
+		reject(http.StatusBadRequest, codeInvalid, "jobs: a batch needs at least one job", "jobs", 0)
+		return
+	case len(b.Jobs) > maxBatch:
+		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("jobs: %d jobs, over this daemon's batch limit of %d (runs.max_batch)", len(b.Jobs), maxBatch), "jobs", 0)
+		return
+	}
+	resolved := make([]*job.Resolved, len(b.Jobs))
+	for i, raw := range b.Jobs {
+		req, err := job.Decode(bytes.NewReader(raw))
+		if err == nil {
+			resolved[i], err = job.Resolve(req, tn.ceil, false)
+		}
+		if err != nil {
+			msg, field := job.Refusal(err)
+			at := fmt.Sprintf("jobs[%d]", i)
+			if field != "" {
+				at += "." + field
+			}
+			reject(http.StatusBadRequest, codeInvalid, at+": "+msg, at, 0)
+			return
+		}
+	}
+	waits, status, code, msg, retry := s.admitAsync(tn, len(b.Jobs))
+	if waits == nil {
+		reject(status, code, msg+fmt.Sprintf(" (a batch of %d is admitted whole or not at all)", len(b.Jobs)), "", retry)
+		return
+	}
+	owner := ownerOf(st, tn, peer)
+	now := time.Now().UTC()
+	out := api.BatchRuns{Runs: make([]api.Run, 0, len(b.Jobs))}
+	var made []pending
+	for i := range b.Jobs {
+		rec := &runstore.Record{ID: job.NewID(), Owner: owner, Status: api.RunQueued, SubmittedAt: now}
+		if _, err := s.async.store.Create(rec); err != nil {
+			s.giveBack(tn, waits[i:])
+			for _, p := range made {
+				s.startDetached(p.rec, p.tn, p.resolved, p.wait)
+			}
+			log.Error("batch run not stored", "err", err)
+			reject(http.StatusServiceUnavailable, codeBusy, fmt.Sprintf("jobs[%d] could not be stored: %v", i, err), "", 5*time.Second)
+			return
+		}
+		made = append(made, pending{rec: rec, tn: tn, resolved: resolved[i], wait: waits[i]})
+		run, _ := rec.Run()
+		out.Runs = append(out.Runs, *run)
+	}
+	for _, p := range made {
+		s.startDetached(p.rec, p.tn, p.resolved, p.wait)
+	}
+	log.Info("batch submitted", "runs", len(made))
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// readBody reads a body whose size the reader caps.
+func readBody(r interface{ Read([]byte) (int, error) }) ([]byte, error) {
+	var b bytes.Buffer
+	_, err := b.ReadFrom(r)
+	return b.Bytes(), err
+}
+
+// tenantOf is the peer's tenant, or nil with the refusal's status and
+// message, as handleRun words it.
+func (s *Server) tenantOf(st *state, p *Peer) (*tenant, int, string) {
+	tn := st.tenantFor(p)
+	if tn == nil && p.GroupsErr != nil && st.byGroup() {
+		return nil, http.StatusForbidden, fmt.Sprintf("uid %d: the daemon could not read its supplementary groups (%v), and a tenant is matched by group", p.UID, p.GroupsErr)
+	}
+	if tn == nil {
+		return nil, http.StatusForbidden, fmt.Sprintf("uid %d (gid %d) matches no tenant of this pmjail daemon, and its config refuses other peers (others: %q)",
+			p.UID, p.GID, st.cfg.Others)
+	}
+	return tn, 0, ""
+}
+
+// asyncDir is where the store lives: the config's runs.dir, else the
+// daemon's state directory, else nowhere.
+func asyncDir(cfg *Config, stateDir string) string {
+	if cfg.Runs.Dir != "" {
+		return cfg.Runs.Dir
+	}
+	return stateDir
+}
