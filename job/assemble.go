@@ -20,6 +20,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = out.Stdout, out.Stderr
 	res.Truncated = out.Truncated
+	res.Truncated.Logs = session.LogsDropped > 0
 	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)
 	res.Value = session.Value
 	res.Usage.BrokerCalls = session.Calls
@@ -83,7 +84,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			if res.ExitCode == 0 {
 				res.ExitCode = 1
 			}
-			res.Error = &jail.ErrorInfo{Code: g.Name, Message: g.Message, Stack: g.Stack}
+			res.Error = guestError(g, 0)
 		} else if res.ExitCode != 0 {
 			res.Status = jail.StatusError
 			msg := fmt.Sprintf("exited with code %d", res.ExitCode)
@@ -95,6 +96,19 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	default:
 		res.Error = &jail.ErrorInfo{Code: string(out.Status), Message: out.Message}
 	}
+}
+
+// maxCauses bounds the cause chain a result carries, whatever the guest
+// sent.
+const maxCauses = 8
+
+// guestError is the result's error for what the guest reported.
+func guestError(g *ipc.GuestError, depth int) *jail.ErrorInfo {
+	e := &jail.ErrorInfo{Code: g.Name, Message: g.Message, Stack: g.Stack, Value: g.Value}
+	if g.Cause != nil && depth < maxCauses {
+		e.Cause = guestError(g.Cause, depth+1)
+	}
+	return e
 }
 
 func appendOnce(list []string, v string) []string {
