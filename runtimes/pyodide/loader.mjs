@@ -199,7 +199,7 @@ const source = await Deno.readTextFile(mainPath);
 const run = py.pyimport("_pmjail_boot").run;
 let outcome;
 try {
-  outcome = JSON.parse(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
+  outcome = valueFits(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
 } catch (err) {
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
@@ -219,6 +219,22 @@ switch (outcome.kind) {
   default:
     await finish({ type: "error", error: outcome.error });
     Deno.exit(1);
+}
+
+// valueFits parses the bootstrap's outcome, making a value too large for
+// the host's frame cap a ResultError with the sizes rather than a frame
+// the host refuses.
+function valueFits(text) {
+  const prefix = '{"kind": "done", "value": ';
+  const limit = (start.options?.max_frame || 4 << 20) - 24;
+  if (text.startsWith(prefix) && text.length - prefix.length - 1 > limit / 3) {
+    const size = new TextEncoder().encode(text).length - prefix.length - 1;
+    if (size > limit) {
+      const message = `the returned value is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
+      return { kind: "error", error: { name: "ResultError", message, stack: "" } };
+    }
+  }
+  return JSON.parse(text);
 }
 
 // finish sends the last frame and resolves once it is written; the caller
