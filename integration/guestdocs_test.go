@@ -1,0 +1,175 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// guestDocs is the page for guest authors whose examples this test runs.
+const guestDocs = "../docs/guest-api.md"
+
+// docExample is one fenced block marked runnable, and the result block
+// after it.
+type docExample struct {
+	line   int
+	lang   string
+	flags  []string
+	source string
+	want   json.RawMessage
+}
+
+// TestGuestDocsExamples runs every example on docs/guest-api.md marked
+// runnable, anywhere on the page, and checks its result against the
+// `json result` block that follows it (status ok when there is none).
+// {{ORIGIN}} in an example or its flags is a local HTTP origin.
+func TestGuestDocsExamples(t *testing.T) {
+	examples := readDocExamples(t, guestDocs)
+	if len(examples) < 10 {
+		t.Fatalf("%s: %d runnable examples; the page lost its examples or their markers", guestDocs, len(examples))
+	}
+	srv := newTestServer(t)
+	ext := map[string]string{"js": ".js", "javascript": ".js", "ts": ".ts", "typescript": ".ts", "py": ".py", "python": ".py"}
+	for _, ex := range examples {
+		t.Run(fmt.Sprintf("line%d", ex.line), func(t *testing.T) {
+			e, ok := ext[ex.lang]
+			if !ok {
+				t.Fatalf("%s:%d: a runnable block in %q, which no runtime takes", guestDocs, ex.line, ex.lang)
+			}
+			expand := strings.NewReplacer("{{ORIGIN}}", srv.origin)
+			args := []string{"run", "--json"}
+			for _, f := range ex.flags {
+				args = append(args, expand.Replace(f))
+			}
+			path := filepath.Join(t.TempDir(), "main"+e)
+			if err := os.WriteFile(path, []byte(expand.Replace(ex.source)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			inv := pmjailCmd(t, "", append(args, path)...)
+			var got any
+			if err := json.Unmarshal([]byte(inv.Stdout), &got); err != nil {
+				t.Fatalf("%s:%d: no result (exit %d): %v\n%s", guestDocs, ex.line, inv.ExitCode, err, inv.Stderr)
+			}
+			want := any(map[string]any{"status": "ok"})
+			if ex.want != nil {
+				if err := json.Unmarshal(ex.want, &want); err != nil {
+					t.Fatalf("%s:%d: the result block is not JSON: %v", guestDocs, ex.line, err)
+				}
+			}
+			if where := mismatch(got, want, "result"); where != "" {
+				t.Errorf("%s:%d: %s\nresult: %s", guestDocs, ex.line, where, inv.Stdout)
+			}
+		})
+	}
+}
+
+// readDocExamples finds the fenced blocks whose info string has the word
+// runnable: "```LANG runnable FLAG...", each FLAG "--name=value" or
+// "--name".
+func readDocExamples(t *testing.T, path string) []docExample {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		out     []docExample
+		cur     *docExample
+		inBlock bool
+		isWant  bool
+		body    strings.Builder
+	)
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if !inBlock {
+			info, ok := strings.CutPrefix(line, "```")
+			if !ok {
+				continue
+			}
+			inBlock, isWant = true, false
+			body.Reset()
+			words := strings.Fields(info)
+			switch {
+			case len(words) >= 2 && words[1] == "runnable":
+				ex := docExample{line: n, lang: words[0]}
+				for _, w := range words[2:] {
+					name, value, hasValue := strings.Cut(w, "=")
+					ex.flags = append(ex.flags, name)
+					if hasValue {
+						ex.flags = append(ex.flags, value)
+					}
+				}
+				out = append(out, ex)
+				cur = &out[len(out)-1]
+			case len(words) == 2 && words[0] == "json" && words[1] == "result" && cur != nil && cur.want == nil:
+				isWant = true
+			default:
+				cur = nil
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "```") {
+			inBlock = false
+			if cur != nil {
+				if isWant {
+					cur.want = json.RawMessage(body.String())
+					cur = nil
+				} else {
+					cur.source = body.String()
+				}
+			}
+			continue
+		}
+		body.WriteString(line)
+		body.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// mismatch says where got lacks what want has ("" when it has it all):
+// an object's members are checked for those want names, an array's
+// elements one for one, anything else for equality.
+func mismatch(got, want any, at string) string {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return fmt.Sprintf("%s is %v, want an object", at, got)
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				return fmt.Sprintf("%s has no %s", at, k)
+			}
+			if where := mismatch(gv, wv, at+"."+k); where != "" {
+				return where
+			}
+		}
+		return ""
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return fmt.Sprintf("%s is %v, want %d elements", at, got, len(w))
+		}
+		for i := range w {
+			if where := mismatch(g[i], w[i], fmt.Sprintf("%s[%d]", at, i)); where != "" {
+				return where
+			}
+		}
+		return ""
+	}
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Sprintf("%s is %#v, want %#v", at, got, want)
+	}
+	return ""
+}
