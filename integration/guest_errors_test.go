@@ -234,3 +234,19 @@ func TestGuestLogBudget(t *testing.T) {
 		t.Errorf("one log: truncated %v", r.Truncated)
 	}
 }
+
+// TestGuestTypeCheck: TypeScript is type-stripped unless the job asks for
+// Deno's checker, which then runs in the jail, offline, and reports type
+// errors with their locations.
+func TestGuestTypeCheck(t *testing.T) {
+	src := "const n: number = 'one';\nconst s: string = 2;\nexport default (input: { k: number }): number => input.k;\n"
+	if r := runGuest(t, "main.ts", src, "--input", `{"k":7}`); r.Status != "ok" || compact(r.Value) != "7" {
+		t.Errorf("without --check: status %s value %s error %+v, want ok 7", r.Status, r.Value, r.Error)
+	}
+	r := runGuest(t, "main.ts", src, "--check", "--input", `{"k":7}`)
+	wantError(t, "type errors", r, guestError{Code: "TypeError", Message: "Type 'string' is not assignable to type 'number'. at file:///job/main.ts:1:7 (and 1 more)"},
+		"TS2322 [ERROR]: Type 'string' is not assignable to type 'number'.", "at file:///job/main.ts:2:7", "Found 2 errors.")
+	if r := runGuest(t, "main.ts", "export default (input: { k: number }): number => input.k * 2;\n", "--check", "--input", `{"k":7}`); r.Status != "ok" || compact(r.Value) != "14" {
+		t.Errorf("a program that checks: status %s value %s error %+v, want ok 14", r.Status, r.Value, r.Error)
+	}
+}

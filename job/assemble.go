@@ -8,6 +8,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/initstage"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
@@ -85,6 +86,10 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 				res.ExitCode = 1
 			}
 			res.Error = guestError(g, 0)
+		} else if msg, report, ok := runtimes.TypeErrors(res.Stderr); ok && r.Request.TypeCheck && res.ExitCode == 1 && !session.Done {
+			// Deno's type checker stopped the run before it began.
+			res.Status = jail.StatusError
+			res.Error = &jail.ErrorInfo{Code: "TypeError", Message: msg, Stack: report}
 		} else if res.ExitCode != 0 {
 			res.Status = jail.StatusError
 			msg := fmt.Sprintf("exited with code %d", res.ExitCode)

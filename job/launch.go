@@ -33,6 +33,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 		TypeScript:  runtimes.TypeScript(r.Request.Runtime),
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
+		TypeCheck:   r.Request.TypeCheck,
 	})
 }
 

@@ -77,6 +77,9 @@ type Guest struct {
 	// CoarseTime switches on the timing mitigation (coarse clocks, no
 	// SharedArrayBuffer).
 	CoarseTime bool
+	// TypeCheck runs Deno's type checker on the program before it runs
+	// (deno run --check), in the same jail, offline.
+	TypeCheck bool
 }
 
 // Launch is everything the jail must assemble for one run: a program to
