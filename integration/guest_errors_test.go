@@ -147,6 +147,9 @@ func TestGuestErrorsJS(t *testing.T) {
 			guestError{Code: "ResultError", Message: "the returned value is 5242882 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
 		{"promise that never settles", "main.js", "export default async () => { await new Promise(() => {}); };\n",
 			guestError{Code: "UnsettledPromise", Message: "the handler's promise never settled: file:///job/main.js's default export was still awaiting when nothing (no timer, I/O or broker call) was left to settle it"}, nil},
+		{"top-level await that never settles", "main.js", "console.log('waiting');\nawait new Promise(() => {});\n",
+			guestError{Code: "UnsettledPromise", Message: "the script's top-level await never settled at file:///job/main.js:2:1: nothing (no timer, I/O or broker call) was left to settle it"},
+			[]string{"Top-level await promise never resolved\nawait new Promise(() => {});"}},
 	}
 	for _, c := range cases {
 		r := runGuest(t, c.file, c.src)

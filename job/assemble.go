@@ -90,6 +90,9 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			// Deno's type checker stopped the run before it began.
 			res.Status = jail.StatusError
 			res.Error = &jail.ErrorInfo{Code: "TypeError", Message: msg, Stack: report}
+		} else if msg, report, ok := runtimes.UnsettledAwait(res.Stderr); ok && r.Runtime == runtimes.Deno && res.ExitCode == 1 && !session.Done {
+			res.Status = jail.StatusError
+			res.Error = &jail.ErrorInfo{Code: "UnsettledPromise", Message: msg, Stack: report}
 		} else if res.ExitCode != 0 {
 			res.Status = jail.StatusError
 			msg := fmt.Sprintf("exited with code %d", res.ExitCode)

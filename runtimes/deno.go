@@ -198,3 +198,30 @@ func TypeErrors(stderr string) (message, report string, ok bool) {
 	}
 	return message, report, true
 }
+
+// stalledAwait is how Deno reports a top-level await that the empty event
+// loop can never settle.
+const stalledAwait = "error: Top-level await promise never resolved"
+
+// UnsettledAwait reads Deno's report of a plain script whose top-level
+// await can never settle (Deno's own: no event reaches the bootstrap) from
+// its stderr: a message naming the await's place, and the report. ok is
+// false when stderr holds no such report, or one about pmjail's files.
+func UnsettledAwait(stderr string) (message, report string, ok bool) {
+	i := strings.LastIndex(stderr, stalledAwait)
+	if i < 0 {
+		return "", "", false
+	}
+	report = strings.TrimSpace(strings.TrimPrefix(stderr[i:], "error: "))
+	at := ""
+	for _, line := range strings.Split(report, "\n") {
+		if rest, found := strings.CutPrefix(strings.TrimSpace(line), "at "); found {
+			at = strings.TrimSuffix(rest[strings.Index(rest, "(")+1:], ")")
+			break
+		}
+	}
+	if !strings.HasPrefix(at, "file://"+JobDir+"/") {
+		return "", "", false
+	}
+	return "the script's top-level await never settled at " + at + ": nothing (no timer, I/O or broker call) was left to settle it", report, true
+}

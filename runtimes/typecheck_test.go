@@ -26,3 +26,21 @@ func TestTypeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsettledAwait reads Deno's report of a top-level await that can
+// never settle, when it is about the job's own code.
+func TestUnsettledAwait(t *testing.T) {
+	stderr := "partial output\nerror: Top-level await promise never resolved\nawait new Promise(() => {})\n^\n    at <anonymous> (file:///job/main.js:3:1)\n"
+	msg, report, ok := UnsettledAwait(stderr)
+	if !ok || msg != "the script's top-level await never settled at file:///job/main.js:3:1: nothing (no timer, I/O or broker call) was left to settle it" {
+		t.Errorf("%v %q", ok, msg)
+	}
+	if report != "Top-level await promise never resolved\nawait new Promise(() => {})\n^\n    at <anonymous> (file:///job/main.js:3:1)" {
+		t.Errorf("report %q", report)
+	}
+	for _, s := range []string{"", "error: Uncaught Error\n", "error: Top-level await promise never resolved\n    at <anonymous> (file:///pmjail/bootstrap.js:9:1)\n"} {
+		if _, _, ok := UnsettledAwait(s); ok {
+			t.Errorf("%q read as the job's unsettled await", s)
+		}
+	}
+}

@@ -55,7 +55,8 @@ globalThis.addEventListener("unhandledrejection", (ev) => {
 });
 // The event loop ran empty while the handler's promise was pending: nothing
 // can settle it any more. (A plain script's top-level await that cannot
-// settle is Deno's own report, which names the guest's line.)
+// settle is Deno's own report on stderr, which names the guest's line and
+// which the host reads: runtimes.UnsettledAwait.)
 globalThis.addEventListener("beforeunload", (ev) => {
   if (!awaiting || reported) return;
   ev.preventDefault();
