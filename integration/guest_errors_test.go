@@ -216,6 +216,8 @@ func TestGuestErrorsPython(t *testing.T) {
 		{"exception raised through pmjail's own code", "import pmjail\n\nclass X:\n    def __str__(self):\n        raise ValueError('bad str')\n\ndef main(input):\n    pmjail.log.info(X())\n",
 			guestError{Code: "ValueError", Message: "bad str"},
 			[]string{"File \"/job/main.py\", line 8, in main", "File \"/job/main.py\", line 5, in __str__"}},
+		{"coroutine that never finishes", "import asyncio\n\nasync def main(input):\n    await asyncio.Future()\n",
+			guestError{Code: "UnsettledPromise", Message: "the Python program never finished: it was awaiting something that nothing (no timer, I/O or broker call) was left to settle"}, nil},
 		{"exception inside a broker call", "import pmjail\n\ndef main(input):\n    pmjail.log.info('x', meta={'s': {1}})\n",
 			guestError{Code: "TypeError", Message: "Object of type set is not JSON serializable"},
 			[]string{"File \"/job/main.py\", line 4, in main"}},

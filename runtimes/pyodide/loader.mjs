@@ -197,28 +197,44 @@ if (coarse) coarsenTime();
 
 const source = await Deno.readTextFile(mainPath);
 const run = py.pyimport("_pmjail_boot").run;
-let outcome;
-try {
-  outcome = valueFits(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
-} catch (err) {
+// The run is not awaited at the module's top level: when Python waits on
+// something nothing can settle any more (a Future no one resolves), the
+// event loop runs empty and beforeunload says so, where a top-level await
+// would end in Deno's own report, which names this file.
+let settled = false;
+globalThis.addEventListener("beforeunload", (ev) => {
+  if (settled) return;
+  settled = true;
+  ev.preventDefault();
+  const message = "the Python program never finished: it was awaiting something that nothing (no timer, I/O or broker call) was left to settle";
+  report({ kind: "error", error: { name: "UnsettledPromise", message, stack: "" } });
+});
+run.callPromising(bridge, JSON.stringify(input), source, mainPath).then(valueFits, (err) => {
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
-  outcome = { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
-}
+  return { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
+}).then((outcome) => {
+  if (settled) return;
+  settled = true;
+  return report(outcome);
+});
 
-switch (outcome.kind) {
-  case "done":
-    await finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
-    Deno.exit(0);
-    break;
-  case "exit":
-    // sys.exit(n): the exit code is the result, as for a Deno script.
-    await finish(null);
-    Deno.exit(outcome.code);
-    break;
-  default:
-    await finish({ type: "error", error: outcome.error });
-    Deno.exit(1);
+// report ends the run with the bootstrap's outcome.
+async function report(outcome) {
+  switch (outcome.kind) {
+    case "done":
+      await finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
+      Deno.exit(0);
+      break;
+    case "exit":
+      // sys.exit(n): the exit code is the result, as for a Deno script.
+      await finish(null);
+      Deno.exit(outcome.code);
+      break;
+    default:
+      await finish({ type: "error", error: outcome.error });
+      Deno.exit(1);
+  }
 }
 
 // valueFits parses the bootstrap's outcome, making a value too large for
