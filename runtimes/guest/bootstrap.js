@@ -40,7 +40,14 @@ async function report(frame, code) {
 }
 
 function fail(err) {
-  return report({ type: "error", error: describe(err) }, 1);
+  let error;
+  try {
+    error = describe(err);
+  } catch {
+    // A Proxy, or a getter that throws: nothing more can be said of it.
+    error = { name: "Error", message: "the guest threw a value that could not be read", stack: "" };
+  }
+  return report({ type: "error", error }, 1);
 }
 
 // Errors thrown after the module finished loading (timers, promises) end the

@@ -57,15 +57,18 @@ function isError(v) {
   return v instanceof Error || (v !== null && typeof v === "object" && Error.isError?.(v) === true);
 }
 
-// ownProperties are an Error's own enumerable properties but its cause,
-// which is reported as a chain of its own.
+// ownProperties are an Error's own enumerable properties but those
+// reported already: its cause (a chain of its own), and the name a
+// subclass's constructor may set.
 function ownProperties(err) {
   const props = {};
   for (const key of Object.keys(err)) {
-    if (key !== "cause") props[key] = err[key];
+    if (!REPORTED.has(key)) props[key] = err[key];
   }
   return props;
 }
+
+const REPORTED = new Set(["cause", "name", "message", "stack"]);
 
 // syntaxError recognises a module that did not parse. Deno reports it
 // from the dynamic import as a TypeError whose message is "SyntaxError:
