@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -260,4 +261,31 @@ func TestGuestTypeCheck(t *testing.T) {
 	if r := runGuest(t, "main.ts", "export default (input: { k: number }): number => input.k * 2;\n", "--check", "--input", `{"k":7}`); r.Status != "ok" || compact(r.Value) != "14" {
 		t.Errorf("a program that checks: status %s value %s error %+v, want ok 14", r.Status, r.Value, r.Error)
 	}
+}
+
+// TestGuestErrorsThroughTheDaemon: the error's value and cause, and a
+// type check, cross the socket API as they come from the CLI.
+func TestGuestErrorsThroughTheDaemon(t *testing.T) {
+	dir := daemonDir(t)
+	d := startDaemon(t, dir, fmt.Sprintf(baseConfig, 1, 4, "0660"))
+	submit := func(name, src string, flags ...string) *guestResult {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		inv := pmjailCmd(t, "", append(append([]string{"submit", "--socket", d.sock, "--json"}, flags...), path)...)
+		var r guestResult
+		if err := json.Unmarshal([]byte(inv.Stdout), &r); err != nil {
+			t.Fatalf("submit %s: no result (exit %d): %v\n%s", name, inv.ExitCode, err, inv.Stderr)
+		}
+		return &r
+	}
+	r := submit("cause.js", "const e = new Error('outer', { cause: { code: 42 } });\ne.code = 'E_OUTER';\nthrow e;\n")
+	wantError(t, "through the daemon", r, guestError{Code: "Error", Message: "outer", Value: json.RawMessage(`{"code":"E_OUTER"}`),
+		Cause: &guestError{Code: "ThrownValue", Message: `threw a non-Error value: {"code":42}`, Value: json.RawMessage(`{"code":42}`)}},
+		"at file:///job/main.js:1:11")
+	r = submit("typed.ts", "const n: number = 'one';\nconsole.log(n);\n", "--check")
+	wantError(t, "type check through the daemon", r, guestError{Code: "TypeError", Message: "Type 'string' is not assignable to type 'number'. at file:///job/main.ts:1:7"},
+		"TS2322 [ERROR]")
 }
