@@ -205,6 +205,8 @@ func TestGuestErrorsPython(t *testing.T) {
 			guestError{Code: "ResultError", Message: valueOK + "value.items[2] is a set (use a list)"}, nil},
 		{"non-string key", "def main(input):\n    return {1: 'a'}\n",
 			guestError{Code: "ResultError", Message: valueOK + `value has the key 1, which is not a string (JSON would make it "1")`}, nil},
+		{"integer too large to cross exactly", "def main(input):\n    return {'n': 2**64}\n",
+			guestError{Code: "ResultError", Message: valueOK + "value.n is 18446744073709551616, beyond the integers JSON carries exactly here (use a string)"}, nil},
 		{"nan in the value", "def main(input):\n    return [float('nan')]\n",
 			guestError{Code: "ResultError", Message: valueOK + "value[0] is nan, which JSON cannot hold"}, nil},
 		{"cycle in the value", "def main(input):\n    a = []\n    a.append(a)\n    return a\n",

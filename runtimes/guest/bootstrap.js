@@ -95,8 +95,8 @@ async function run() {
 // rejectionsSeen lets the unhandledrejection events due fire before a
 // handler's value counts: Deno dispatches them at a turn of its event loop
 // that may never come once the handler returned (an op that completes at
-// once is not one). Deno's own step does it in ~0.15 ms; without it, a
-// timer's turn does, slower.
+// once is not one). Deno's own step does it at once; without it, a
+// timer's turn does, slower (the first timer loads Deno's node:timers).
 async function rejectionsSeen() {
   if (typeof processRejections === "function") {
     try {

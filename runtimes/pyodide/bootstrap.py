@@ -167,7 +167,12 @@ def _error(exc, filename):
 def _check(value, path="value", parents=None, depth=0):
     """The reason value does not survive json.dumps and json.loads
     unchanged, naming the path ("value.items[2] is a set"), or None."""
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        # The value crosses as a JavaScript number, exact only this far.
+        if abs(value) > 2**53 - 1:
+            return f"{path} is {value}, beyond the integers JSON carries exactly here (use a string)"
         return None
     if isinstance(value, float):
         return None if value == value and value not in (float("inf"), float("-inf")) else f"{path} is {value}, which JSON cannot hold"
