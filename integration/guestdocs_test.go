@@ -22,12 +22,17 @@ type docExample struct {
 	flags  []string
 	source string
 	want   json.RawMessage
+	// files are the blocks marked file=PATH just before it: written
+	// beside the example's main file, at PATH.
+	files map[string]string
 }
 
 // TestGuestDocsExamples runs every example on docs/guest-api.md marked
 // runnable, anywhere on the page, and checks its result against the
 // `json result` block that follows it (status ok when there is none).
-// {{ORIGIN}} in an example or its flags is a local HTTP origin.
+// {{ORIGIN}} in an example or its flags is a local HTTP origin; {{DIR}}
+// among its flags is the directory the example's files are written to,
+// run as a whole in place of its main file.
 func TestGuestDocsExamples(t *testing.T) {
 	examples := readDocExamples(t, guestDocs)
 	if len(examples) < 10 {
@@ -41,16 +46,32 @@ func TestGuestDocsExamples(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s:%d: a runnable block in %q, which no runtime takes", guestDocs, ex.line, ex.lang)
 			}
-			expand := strings.NewReplacer("{{ORIGIN}}", srv.origin)
+			dir := t.TempDir()
+			expand := strings.NewReplacer("{{ORIGIN}}", srv.origin, "{{DIR}}", dir)
+			path := filepath.Join(dir, "main"+e)
 			args := []string{"run", "--json"}
 			for _, f := range ex.flags {
+				if f == "{{DIR}}" {
+					path = ""
+				}
 				args = append(args, expand.Replace(f))
 			}
-			path := filepath.Join(t.TempDir(), "main"+e)
-			if err := os.WriteFile(path, []byte(expand.Replace(ex.source)), 0o644); err != nil {
+			if path != "" {
+				args = append(args, path)
+			}
+			for name, text := range ex.files {
+				full := filepath.Join(dir, filepath.FromSlash(name))
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(expand.Replace(text)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, "main"+e), []byte(expand.Replace(ex.source)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			inv := pmjailCmd(t, "", append(args, path)...)
+			inv := pmjailCmd(t, "", args...)
 			var got any
 			if err := json.Unmarshal([]byte(inv.Stdout), &got); err != nil {
 				t.Fatalf("%s:%d: no result (exit %d): %v\n%s", guestDocs, ex.line, inv.ExitCode, err, inv.Stderr)
@@ -69,8 +90,9 @@ func TestGuestDocsExamples(t *testing.T) {
 }
 
 // readDocExamples finds the fenced blocks whose info string has the word
-// runnable: "```LANG runnable FLAG...", each FLAG "--name=value" or
-// "--name".
+// runnable: "```LANG runnable FLAG...", each FLAG "--name=value", "--name"
+// or a bare argument; blocks "```LANG file=PATH" just before one are its
+// other files.
 func readDocExamples(t *testing.T, path string) []docExample {
 	t.Helper()
 	f, err := os.Open(path)
@@ -83,6 +105,8 @@ func readDocExamples(t *testing.T, path string) []docExample {
 		cur     *docExample
 		inBlock bool
 		isWant  bool
+		file    string
+		files   map[string]string
 		body    strings.Builder
 	)
 	sc := bufio.NewScanner(f)
@@ -93,12 +117,15 @@ func readDocExamples(t *testing.T, path string) []docExample {
 			if !ok {
 				continue
 			}
-			inBlock, isWant = true, false
+			inBlock, isWant, file = true, false, ""
 			body.Reset()
 			words := strings.Fields(info)
 			switch {
+			case len(words) == 2 && strings.HasPrefix(words[1], "file="):
+				file, cur = strings.TrimPrefix(words[1], "file="), nil
 			case len(words) >= 2 && words[1] == "runnable":
-				ex := docExample{line: n, lang: words[0]}
+				ex := docExample{line: n, lang: words[0], files: files}
+				files = nil
 				for _, w := range words[2:] {
 					name, value, hasValue := strings.Cut(w, "=")
 					ex.flags = append(ex.flags, name)
@@ -111,13 +138,18 @@ func readDocExamples(t *testing.T, path string) []docExample {
 			case len(words) == 2 && words[0] == "json" && words[1] == "result" && cur != nil && cur.want == nil:
 				isWant = true
 			default:
-				cur = nil
+				cur, files = nil, nil
 			}
 			continue
 		}
 		if strings.HasPrefix(line, "```") {
 			inBlock = false
-			if cur != nil {
+			if file != "" {
+				if files == nil {
+					files = map[string]string{}
+				}
+				files[file] = body.String()
+			} else if cur != nil {
 				if isWant {
 					cur.want = json.RawMessage(body.String())
 					cur = nil
