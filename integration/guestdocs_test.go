@@ -205,3 +205,23 @@ func mismatch(got, want any, at string) string {
 	}
 	return ""
 }
+
+// TestReadDocExamples: what the runner takes from a page.
+func TestReadDocExamples(t *testing.T) {
+	page := "text\n\n```js\nnot run\n```\n\n```ts file=lib/util.ts\nexport const x = 1;\n```\n\n" +
+		"```ts runnable --entry=main.ts {{DIR}} --env=A=B\nimport { x } from \"./lib/util.ts\";\n```\n\n```json result\n{\"status\": \"ok\"}\n```\n\n" +
+		"```py runnable\nprint(1)\n```\n\n```json result\n{\"value\": 1}\n```\n\n```json result\n{\"ignored\": true}\n```\n"
+	path := filepath.Join(t.TempDir(), "page.md")
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := readDocExamples(t, path)
+	want := []docExample{
+		{line: 11, lang: "ts", flags: []string{"--entry", "main.ts", "{{DIR}}", "--env", "A=B"}, source: "import { x } from \"./lib/util.ts\";\n",
+			want: json.RawMessage("{\"status\": \"ok\"}\n"), files: map[string]string{"lib/util.ts": "export const x = 1;\n"}},
+		{line: 19, lang: "py", source: "print(1)\n", want: json.RawMessage("{\"value\": 1}\n")},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("examples\n got %+v\nwant %+v", got, want)
+	}
+}
