@@ -232,12 +232,35 @@ def _flush():
             pass
 
 
+# The coroutine being driven, for where() to look into.
+_driving = None
+
+
 def _settle(value):
     # A coroutine (an async main, or a script with top-level await) is driven
     # to completion through JS Promise integration.
+    global _driving
     if isinstance(value, types.CoroutineType):
-        return run_sync(value)
+        _driving = value
+        try:
+            return run_sync(value)
+        finally:
+            _driving = None
     return value
+
+
+def where(job_dir):
+    """Where the coroutine being driven waits, as "file:line" in the job's
+    own code (the innermost such await), or None. The loader asks when its
+    event loop ran empty with the coroutine unfinished."""
+    at = None
+    c = _driving
+    while c is not None:
+        frame = getattr(c, "cr_frame", None) or getattr(c, "gi_frame", None)
+        if frame is not None and frame.f_code.co_filename.startswith(job_dir + "/"):
+            at = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        c = getattr(c, "cr_await", None) or getattr(c, "gi_yieldfrom", None)
+    return at
 
 
 def run(bridge, input_json, source, filename):

@@ -206,7 +206,12 @@ globalThis.addEventListener("beforeunload", (ev) => {
   if (settled) return;
   settled = true;
   ev.preventDefault();
-  const message = "the Python program never finished: it was awaiting something that nothing (no timer, I/O or broker call) was left to settle";
+  let at = null;
+  try {
+    at = py.pyimport("_pmjail_boot").where(mainPath.slice(0, mainPath.lastIndexOf("/")));
+  } catch { /* the message does without the place */ }
+  const waiting = at ? `the await at ${at} was waiting` : "it was waiting";
+  const message = `the Python program never finished: ${waiting} for something that nothing (no timer, I/O or broker call) was left to settle`;
   report({ kind: "error", error: { name: "UnsettledPromise", message, stack: "" } });
 });
 run.callPromising(bridge, JSON.stringify(input), source, mainPath).then(valueFits, (err) => {
