@@ -21,6 +21,10 @@ type Job struct {
 	// Posture is how much of the run's posture its result carries:
 	// PostureFull (the default) or PostureSummary.
 	Posture string `json:"posture,omitempty"`
+	// TypeCheck runs Deno's type checker on the program, inside the jail,
+	// before it runs; a type error ends the run as error.code TypeError.
+	// Without it TypeScript's types are stripped, not checked.
+	TypeCheck bool `json:"typecheck,omitempty"`
 }
 
 // The modes of a run.

@@ -90,12 +90,21 @@ type ErrorInfo struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Stack   string `json:"stack,omitempty"`
+	// Value is what the guest threw, as JSON: a thrown non-Error itself
+	// (code "ThrownValue"), or an Error's own properties, its code among
+	// them.
+	Value json.RawMessage `json:"value,omitempty"`
+	// Cause is the guest error's cause, and so on down its chain (a
+	// bounded number of links).
+	Cause *ErrorInfo `json:"cause,omitempty"`
 }
 
-// Truncated says which output stream was cut at the output limit.
+// Truncated says which output stream was cut at the output limit, and
+// whether log entries were refused for the run's log budget.
 type Truncated struct {
 	Stdout bool `json:"stdout"`
 	Stderr bool `json:"stderr"`
+	Logs   bool `json:"logs,omitempty"`
 }
 
 // LogEntry is one host.log call.

@@ -17,6 +17,11 @@ type GuestError struct {
 	Name    string `json:"name"`
 	Message string `json:"message"`
 	Stack   string `json:"stack,omitempty"`
+	// Value is what was thrown, as JSON: a thrown non-Error itself, or an
+	// Error's own properties (its code among them).
+	Value json.RawMessage `json:"value,omitempty"`
+	// Cause is the error's cause, and so on down its chain.
+	Cause *GuestError `json:"cause,omitempty"`
 }
 
 // Reply error codes (PROTOCOL.md).
@@ -65,6 +70,9 @@ type StartSource struct {
 
 type startOptions struct {
 	Timing string `json:"timing"`
+	// MaxFrame is the largest frame the host reads, so that the guest can
+	// say a value is too large before it sends it.
+	MaxFrame int `json:"max_frame,omitempty"`
 }
 
 // replyFrame answers one call.

@@ -134,7 +134,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 	if timing == "" {
 		timing = "precise"
 	}
-	frame, err := appendStart(nil, input, startFrame{Type: typeStart, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing}, Source: cfg.Source}, s.ceil.MaxFrame)
+	frame, err := appendStart(nil, input, startFrame{Type: typeStart, Capabilities: cfg.Capabilities, Options: startOptions{Timing: timing, MaxFrame: s.ceil.MaxFrame}, Source: cfg.Source}, s.ceil.MaxFrame)
 	if err != nil {
 		// The job's input is the host's business, not a guest breach.
 		s.out.HostError = fmt.Errorf("start frame: %w", err)
@@ -375,6 +375,12 @@ func (s *session) handle(body []byte) bool {
 		if f.Error == nil {
 			s.protocolError("error frame without an error object")
 			return true
+		}
+		for e := f.Error; e != nil; e = e.Cause {
+			// A value too deep to pass on is dropped; the error stands.
+			if len(e.Value) > 0 && checkValueDepth(e.Value) != nil {
+				e.Value = nil
+			}
 		}
 		s.mu.Lock()
 		s.out.Error = f.Error

@@ -373,3 +373,22 @@ func TestAppendStartSource(t *testing.T) {
 		}
 	}
 }
+
+// An error frame keeps what the guest threw and its cause chain; a value
+// nested too deep to pass on is dropped, the error still stands.
+func TestGuestErrorValueAndCause(t *testing.T) {
+	noLeak(t)
+	r := startServe(t, context.Background(), SessionConfig{Ceiling: PermissiveCeiling()})
+	r.g.send(map[string]any{"type": "error", "error": map[string]any{
+		"name": "Error", "message": "outer", "value": map[string]any{"code": "E_OUTER"},
+		"cause": map[string]any{"name": "TypeError", "message": "inner", "value": json.RawMessage(nested(MaxValueDepth + 1))},
+	}})
+	out := r.wait(t, 5*time.Second)
+	e := out.Error
+	if e == nil || e.Name != "Error" || string(e.Value) != `{"code":"E_OUTER"}` || e.Cause == nil {
+		t.Fatalf("error %+v", e)
+	}
+	if e.Cause.Name != "TypeError" || e.Cause.Message != "inner" || e.Cause.Value != nil {
+		t.Errorf("cause %+v, want TypeError inner without its too-deep value", e.Cause)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/initstage"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
@@ -20,6 +21,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = out.Stdout, out.Stderr
 	res.Truncated = out.Truncated
+	res.Truncated.Logs = session.LogsDropped > 0
 	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)
 	res.Value = session.Value
 	res.Usage.BrokerCalls = session.Calls
@@ -83,7 +85,14 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			if res.ExitCode == 0 {
 				res.ExitCode = 1
 			}
-			res.Error = &jail.ErrorInfo{Code: g.Name, Message: g.Message, Stack: g.Stack}
+			res.Error = guestError(g, 0)
+		} else if msg, report, ok := runtimes.TypeErrors(res.Stderr); ok && r.Request.TypeCheck && res.ExitCode == 1 && !session.Done {
+			// Deno's type checker stopped the run before it began.
+			res.Status = jail.StatusError
+			res.Error = &jail.ErrorInfo{Code: "TypeError", Message: msg, Stack: report}
+		} else if msg, report, ok := runtimes.UnsettledAwait(res.Stderr); ok && r.Runtime == runtimes.Deno && res.ExitCode == 1 && !session.Done {
+			res.Status = jail.StatusError
+			res.Error = &jail.ErrorInfo{Code: "UnsettledPromise", Message: msg, Stack: report}
 		} else if res.ExitCode != 0 {
 			res.Status = jail.StatusError
 			msg := fmt.Sprintf("exited with code %d", res.ExitCode)
@@ -95,6 +104,19 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	default:
 		res.Error = &jail.ErrorInfo{Code: string(out.Status), Message: out.Message}
 	}
+}
+
+// maxCauses bounds the cause chain a result carries, whatever the guest
+// sent.
+const maxCauses = 8
+
+// guestError is the result's error for what the guest reported.
+func guestError(g *ipc.GuestError, depth int) *jail.ErrorInfo {
+	e := &jail.ErrorInfo{Code: g.Name, Message: g.Message, Stack: g.Stack, Value: g.Value}
+	if g.Cause != nil && depth < maxCauses {
+		e.Cause = guestError(g.Cause, depth+1)
+	}
+	return e
 }
 
 func appendOnce(list []string, v string) []string {

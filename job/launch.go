@@ -44,6 +44,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
 		Packages:    view,
+		TypeCheck:   r.Request.TypeCheck,
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // MaxSourceBytes caps a job's program text.
@@ -46,6 +47,8 @@ type Request struct {
 	// much posture it carries (api.Job says more).
 	Labels  map[string]string `json:"labels,omitempty"`
 	Posture string            `json:"posture,omitempty"`
+	// TypeCheck asks for Deno's type checker before the run (api.Job).
+	TypeCheck bool `json:"typecheck,omitempty"`
 	// Exec is set only by the CLI's `pmjail exec`: a native program instead
 	// of a runtime. It is not part of the socket API.
 	Exec *Exec `json:"-"`
@@ -133,6 +136,9 @@ func (r *Request) Validate() error {
 	}
 	if err := r.Capabilities.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if n, err := runtimes.ParseName(r.Runtime); r.TypeCheck && (r.Exec != nil || err == nil && n != runtimes.Deno) {
+		return invalidAt("typecheck", "only a Deno program (runtime deno or typescript) is type-checked")
 	}
 	switch r.Posture {
 	case "", api.PostureFull, api.PostureSummary:

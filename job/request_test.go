@@ -285,3 +285,23 @@ func TestResolveRefusalNamesTheField(t *testing.T) {
 		t.Errorf("field %q read from a message", field)
 	}
 }
+
+// Only a Deno program is type-checked; asking for it elsewhere is the
+// job's error, named.
+func TestValidateTypeCheck(t *testing.T) {
+	for _, req := range []Request{
+		{Runtime: "python", Source: "1", TypeCheck: true},
+		{Exec: &Exec{Program: "/bin/true"}, TypeCheck: true},
+	} {
+		err := req.Validate()
+		msg, field := Refusal(err)
+		if !errors.Is(err, ErrInvalid) || field != "typecheck" || msg != "typecheck: only a Deno program (runtime deno or typescript) is type-checked" {
+			t.Errorf("%s typecheck: %v (field %q)", req.Runtime, err, field)
+		}
+	}
+	for _, rt := range []string{"deno", "typescript", "ts"} {
+		if err := (&Request{Runtime: rt, Source: "1", TypeCheck: true}).Validate(); err != nil {
+			t.Errorf("%s typecheck: %v", rt, err)
+		}
+	}
+}

@@ -50,6 +50,9 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 		return "the run has no guest channel"
 	case len(job.GuestOwned) > 0:
 		return "the run writes host directories"
+	case r.Request.TypeCheck:
+		// The checker reads the job's file in the root before it runs.
+		return "type-checked runs are not served warm"
 	}
 	src := &ipc.StartSource{Text: r.Request.Source, TypeScript: runtimes.TypeScript(r.Request.Runtime)}
 	text, err := json.Marshal(src)

@@ -16,6 +16,7 @@ func FromAPI(j *api.Job) *Request {
 		// The same fields of the same units (profiles' are api's).
 		Limits: profiles.Limits(j.Limits),
 		Mode:   j.Mode, Profile: j.Profile, Labels: j.Labels, Posture: j.Posture,
+		TypeCheck: j.TypeCheck,
 	}
 	if c := j.Capabilities.Request; c != nil {
 		r.Capabilities.Request = &ipc.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}
@@ -37,6 +38,7 @@ func (r *Request) API() (*api.Job, error) {
 		Capabilities: api.Capabilities{Log: r.Capabilities.Log},
 		Limits:       api.Limits(r.Limits),
 		Mode:         r.Mode, Profile: r.Profile, Labels: r.Labels, Posture: r.Posture,
+		TypeCheck: r.TypeCheck,
 	}
 	if c := r.Capabilities.Request; c != nil {
 		j.Capabilities.Request = &api.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}

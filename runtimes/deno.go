@@ -113,10 +113,22 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
 	}
+	entry := GuestDir + "/bootstrap.js"
+	if guest.TypeCheck {
+		files = append(files, File{Path: checkEntry, Data: checkSource(main), Mode: 0o444})
+		entry = checkEntry
+	}
+	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, entry, main)
+	if guest.TypeCheck {
+		// --quiet: no "Check <entry>" line, which names pmjail's file, in
+		// the guest's stderr; type errors are still reported.
+		args[slices.Index(args, "--no-check")] = "--check"
+		args = slices.Insert(args, 2, "--quiet")
+	}
 	l := &Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
+		Args:    args,
 		Env:     denoEnv(),
 		Files:   files,
 		Copies:  copies,
@@ -154,6 +166,19 @@ func widenRead(args []string, dir string) {
 	}
 }
 
+// checkEntry is the entry of a type-checked run: Deno checks the modules
+// an entry imports statically, and the bootstrap imports the job's
+// dynamically, by a name it learns at run time.
+const checkEntry = GuestDir + "/check.ts"
+
+// checkSource is checkEntry's text: the job's module imported for its
+// types only (it is not evaluated here), then the bootstrap, which runs
+// it. A type error stops Deno before any of it runs, with its report on
+// stderr (TypeErrors reads it).
+func checkSource(main string) []byte {
+	return []byte("import type * as _job from " + strconv.Quote("file://"+main) + ";\nimport \"./bootstrap.js\";\n")
+}
+
 // Launch describes the run of job on its runtime.
 func (in *Install) Launch(guest Guest) (*Launch, error) {
 	switch guest.Runtime {
@@ -163,4 +188,70 @@ func (in *Install) Launch(guest Guest) (*Launch, error) {
 		return in.pythonLaunch(guest)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownRuntime, guest.Runtime)
+}
+
+// typeCheckFailed ends Deno's report of a failed type check.
+const typeCheckFailed = "error: Type checking failed."
+
+// TypeErrors reads the type errors out of the stderr of a type-checked
+// run that Deno stopped before it ran: a message naming the first error
+// and its location (and how many more there are), and the whole report.
+// ok is false when stderr is no such report.
+func TypeErrors(stderr string) (message, report string, ok bool) {
+	end := strings.Index(stderr, typeCheckFailed)
+	if end < 0 || !strings.HasPrefix(stderr, "TS") {
+		return "", "", false
+	}
+	report = strings.TrimSpace(stderr[:end])
+	var first, at string
+	count := 0
+	for _, line := range strings.Split(report, "\n") {
+		if _, msg, found := strings.Cut(line, " [ERROR]: "); found && strings.HasPrefix(line, "TS") {
+			count++
+			if first == "" {
+				first = msg
+			}
+		}
+		if rest, found := strings.CutPrefix(strings.TrimSpace(line), "at "); found && at == "" {
+			at = rest
+		}
+	}
+	if first == "" {
+		return "", "", false
+	}
+	message = first
+	if at != "" {
+		message += " at " + at
+	}
+	if count > 1 {
+		message += fmt.Sprintf(" (and %d more)", count-1)
+	}
+	return message, report, true
+}
+
+// stalledAwait is how Deno reports a top-level await that the empty event
+// loop can never settle.
+const stalledAwait = "error: Top-level await promise never resolved"
+
+// UnsettledAwait reads Deno's report of a plain script whose top-level
+// await can never settle (Deno's own: no event reaches the bootstrap) from
+// its stderr: a message naming the await's place, and the report. ok is
+// false when stderr holds no such report, or one about pmjail's files.
+func UnsettledAwait(stderr string) (message, report string, ok bool) {
+	i := strings.LastIndex(stderr, stalledAwait)
+	if i < 0 {
+		return "", "", false
+	}
+	report = strings.TrimSpace(strings.TrimPrefix(stderr[i:], "error: "))
+	at := ""
+	for _, line := range strings.Split(report, "\n") {
+		if rest, found := strings.CutPrefix(strings.TrimSpace(line), "at "); found {
+			at = strings.TrimSuffix(rest[strings.Index(rest, "(")+1:], ")")
+			break
+		}
+	}
+	if !strings.HasPrefix(at, "file://"+JobDir+"/") {
+		return "", "", false
+	}
+	return "the script's top-level await never settled at " + at + ": nothing (no timer, I/O or broker call) was left to settle it", report, true
 }

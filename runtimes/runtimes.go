@@ -80,6 +80,9 @@ type Guest struct {
 	// Packages is the host directory of the job's package view (package
 	// packages), bound read-only at PackagesDir; empty for none.
 	Packages string
+	// TypeCheck runs Deno's type checker on the program before it runs
+	// (deno run --check), in the same jail, offline.
+	TypeCheck bool
 }
 
 // Launch is everything the jail must assemble for one run: a program to

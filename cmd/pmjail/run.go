@@ -35,6 +35,7 @@ type runFlags struct {
 	mode    string
 	input   string
 	jsonOut bool
+	check   bool
 	caps    []string
 	memory  sizeFlag
 	output  sizeFlag
@@ -68,6 +69,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 			return nil
 		})
 		fs.StringVar(&f.input, "input", "", "the job's input: `JSON`, or @file")
+		fs.BoolVar(&f.check, "check", false, "type-check a Deno program (TypeScript) before it runs; a type error fails the run")
 	} else {
 		fs.Func("ro-bind", "bind `SRC[:DST]` read-only (repeatable)", func(s string) error {
 			f.roBinds = append(f.roBinds, s)
@@ -129,9 +131,10 @@ func (d *durationFlag) Set(v string) (err error) {
 // request builds the job object the flags describe.
 func (f *runFlags) request() (*job.Request, error) {
 	req := &job.Request{
-		Runtime: f.runtime,
-		Mode:    f.mode,
-		Profile: f.profile,
+		Runtime:   f.runtime,
+		Mode:      f.mode,
+		Profile:   f.profile,
+		TypeCheck: f.check,
 		Limits: profiles.Limits{
 			Memory: f.memory.v, Output: f.output.v,
 			CPUTime: f.cpuTime.v, Timeout: f.timeout.v, Pids: f.pids,

@@ -4,6 +4,7 @@
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
 import { Channel, makeHost } from "./channel.js";
 import { installFetch } from "./fetch.js";
+import { checkValue, describe } from "./report.js";
 
 const channel = new Channel();
 const start = await channel.started;
@@ -16,19 +17,41 @@ const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
 installFetch(channel, start.capabilities);
 
+// The largest frame the host reads (older hosts do not say).
+const maxFrame = start.options?.max_frame || 4 << 20;
+const mainURL = new URL(Deno.args[0], "file:///").href;
+
+// processRejections is Deno's own step that dispatches the
+// unhandledrejection events due (taken before any guest code can replace
+// it).
+const processRejections = Deno[Deno.internal]?.core?.processTicksAndRejections;
+
 let reported = false;
-async function fail(err) {
+// awaiting is set while a handler's promise is unsettled.
+let awaiting = false;
+
+// report sends the run's last frame, then exits. A frame sent is the
+// outcome: nothing after it counts.
+async function report(frame, code) {
   if (reported) return;
   reported = true;
-  const e = err instanceof Error ? err : new Error(String(err));
   try {
-    await channel.finish({
-      type: "error",
-      error: { name: e.name ?? "Error", message: e.message ?? String(err), stack: module.named(e.stack ?? "") },
-    });
+    await channel.finish(frame);
   } finally {
-    Deno.exit(1);
+    Deno.exit(code);
   }
+}
+
+function fail(err) {
+  let error;
+  try {
+    error = describe(err);
+  } catch {
+    // A Proxy, or a getter that throws: nothing more can be said of it.
+    error = { name: "Error", message: "the guest threw a value that could not be read", stack: "" };
+  }
+  renamed(error);
+  return report({ type: "error", error }, 1);
 }
 
 // Errors thrown after the module finished loading (timers, promises) end the
@@ -41,22 +64,93 @@ globalThis.addEventListener("unhandledrejection", (ev) => {
   ev.preventDefault();
   fail(ev.reason);
 });
+// The event loop ran empty while the handler's promise was pending: nothing
+// can settle it any more. (A plain script's top-level await that cannot
+// settle is Deno's own report on stderr, which names the guest's line and
+// which the host reads: runtimes.UnsettledAwait.)
+globalThis.addEventListener("beforeunload", (ev) => {
+  if (!awaiting || reported) return;
+  ev.preventDefault();
+  const message = `the handler's promise never settled: ${mainURL}'s default export was still awaiting when nothing (no timer, I/O or broker call) was left to settle it`;
+  report({ type: "error", error: { name: "UnsettledPromise", message, stack: "" } }, 1);
+});
 
-try {
-  const mod = await import(module.url);
-  if (typeof mod.default === "function") {
-    const value = await mod.default(input, Object.freeze({ host, input }));
-    // JSON.stringify throws for a value that cannot cross (a BigInt, a
-    // cycle): that is the guest's error, reported as such.
-    const sent = channel.finish({ type: "done", value: value === undefined ? null : value });
-    reported = true;
-    await sent;
-    Deno.exit(0);
+run();
+
+async function run() {
+  let value;
+  try {
+    const mod = await import(module.url);
+    // A plain script: its console output and exit code are the result, and
+    // work it scheduled keeps running until the event loop is empty.
+    if (typeof mod.default !== "function") return;
+    awaiting = true;
+    value = await mod.default(input, Object.freeze({ host, input }));
+    awaiting = false;
+  } catch (err) {
+    awaiting = false;
+    return fail(err);
   }
-  // A plain script: its console output and exit code are the result, and
-  // work it scheduled keeps running until the event loop is empty.
-} catch (err) {
-  await fail(err);
+  await rejectionsSeen();
+  if (reported) return;
+  return report(doneFrame(value), 0);
+}
+
+// rejectionsSeen lets the unhandledrejection events due fire before a
+// handler's value counts: Deno dispatches them at a turn of its event loop
+// that may never come once the handler returned (an op that completes at
+// once is not one). Deno's own step does it at once; without it, a
+// timer's turn does, slower (the first timer loads Deno's node:timers).
+async function rejectionsSeen() {
+  if (typeof processRejections === "function") {
+    try {
+      processRejections();
+      return;
+    } catch { /* take the slow way */ }
+  }
+  await new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+// doneFrame is the frame for a handler's value, or a ResultError saying
+// why the value cannot be the result as it is.
+function doneFrame(value) {
+  if (value === undefined) return { type: "done" };
+  let why;
+  try {
+    why = checkValue(value);
+  } catch (err) {
+    why = `reading it threw: ${err?.message ?? err}`;
+  }
+  let text;
+  if (!why) {
+    try {
+      text = JSON.stringify(value);
+    } catch (err) {
+      why = `JSON.stringify threw: ${err?.message ?? err}`;
+    }
+  }
+  if (!why) {
+    // The frame is {"type":"done","value":<text>}, in UTF-8.
+    const limit = maxFrame - 24;
+    const size = text.length > limit / 3 ? new TextEncoder().encode(text).length : text.length;
+    if (size <= limit) return { type: "done", value };
+    why = `is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
+    return resultError(`the returned value ${why}`);
+  }
+  return resultError(`the returned value cannot be sent as JSON: ${why}`);
+}
+
+function resultError(message) {
+  return { type: "error", error: { name: "ResultError", message, stack: "" } };
+}
+
+// renamed gives a warm run's error, its causes included, the names a
+// cold run's would have: the job's file, not the module's blob: URL.
+function renamed(error) {
+  for (let e = error; e; e = e.cause) {
+    if (typeof e.message === "string") e.message = module.named(e.message);
+    if (typeof e.stack === "string") e.stack = module.named(e.stack);
+  }
 }
 
 // moduleOf is what to import: the job's file in its root, or, for a

@@ -1,8 +1,8 @@
 # pmjail's Python bootstrap, the module _pmjail_boot that loader.mjs bakes into
 # the memory snapshot (or installs on a cold start) inside the jail. It offers the
 # broker as the `pmjail` module, runs /job/main.py (a plain script, or a
-# handler script defining `main(input, ctx)`), and returns the outcome to the
-# loader as JSON. Every check happens on the host; nothing here is trusted.
+# handler script defining `main(input)` or `main(input, ctx)`), and returns
+# the outcome to the loader as JSON. Every check happens on the host; nothing here is trusted.
 import ast
 import json
 import os
@@ -216,18 +216,100 @@ def _traceback(exc, filename):
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
     te = traceback.TracebackException(type(exc), exc, tb, compact=True)
+    # The frames of the bootstrap and of Pyodide's glue (a broker call's
+    # run_sync) mean nothing to the script's author: drop them wherever
+    # they are, in the chained exceptions too.
+    seen = set()
+    todo = [te]
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list([f for f in t.stack if not _ours(f.filename)])
+        todo += [t.__cause__, t.__context__]
     return "".join(te.format())
 
 
+def _ours(path):
+    return path == __file__ or "/_pyodide/" in path or "/pyodide/" in path
+
+
+# The longest cause chain an error report carries.
+_MAX_CAUSES = 8
+
+
+def _describe(exc, filename, depth=0):
+    message = str(exc)
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        # The script's author gets the place: file:line:column.
+        message = f"{exc.msg} at {exc.filename}:{exc.lineno}:{exc.offset or 0}"
+    out = {"name": type(exc).__name__, "message": message, "stack": _traceback(exc, filename)}
+    # An exception's own attributes (a code, an errno) are its value, as
+    # far as they are JSON.
+    props = {k: v for k, v in getattr(exc, "__dict__", {}).items() if not k.startswith("_")}
+    if props:
+        try:
+            out["value"] = json.loads(json.dumps(props, allow_nan=False))
+        except (TypeError, ValueError):
+            pass
+    if exc.__cause__ is not None and depth < _MAX_CAUSES:
+        out["cause"] = _describe(exc.__cause__, filename, depth + 1)
+    return out
+
+
 def _error(exc, filename):
-    return {
-        "kind": "error",
-        "error": {
-            "name": type(exc).__name__,
-            "message": str(exc),
-            "stack": _traceback(exc, filename),
-        },
-    }
+    return {"kind": "error", "error": _describe(exc, filename)}
+
+
+def _check(value, path="value", parents=None, depth=0):
+    """The reason value does not survive json.dumps and json.loads
+    unchanged, naming the path ("value.items[2] is a set"), or None."""
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        # The value crosses as a JavaScript number, exact only this far.
+        if abs(value) > 2**53 - 1:
+            return f"{path} is {value}, beyond the integers JSON carries exactly here (use a string)"
+        return None
+    if isinstance(value, float):
+        return None if value == value and value not in (float("inf"), float("-inf")) else f"{path} is {value}, which JSON cannot hold"
+    parents = parents if parents is not None else []
+    if any(value is p for p in parents):
+        return f"{path} refers back to {'value' if len(parents) == 1 else 'an enclosing object'} (a cycle)"
+    if depth >= 64:
+        return f"{path} nests deeper than 64 levels"
+    parents.append(value)
+    try:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                why = _check(item, f"{path}[{i}]", parents, depth + 1)
+                if why:
+                    return why
+            return None
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"{path} has the key {key!r}, which is not a string (JSON would make it {json.dumps(str(key))})"
+                why = _check(item, path + (f".{key}" if key.isidentifier() else f"[{json.dumps(key)}]"), parents, depth + 1)
+                if why:
+                    return why
+            return None
+    finally:
+        parents.pop()
+    hint = {set: " (use a list)", frozenset: " (use a list)", bytes: " (decode it, or encode it as base64)"}.get(type(value), "")
+    what = "a function" if callable(value) else f"a {type(value).__name__}"
+    return f"{path} is {what}{hint}"
+
+
+def _call_main(handler, input_value, ctx):
+    # def main(input) works as well as def main(input, ctx).
+    code = getattr(handler, "__code__", None)
+    if code is not None and not code.co_flags & 0x04:  # no *args
+        wanted = code.co_argcount - (1 if hasattr(handler, "__self__") else 0)
+        if wanted == 1:
+            return handler(input_value)
+    return handler(input_value, ctx)
 
 
 def _exit_code(exc):
@@ -248,12 +330,35 @@ def _flush():
             pass
 
 
+# The coroutine being driven, for where() to look into.
+_driving = None
+
+
 def _settle(value):
     # A coroutine (an async main, or a script with top-level await) is driven
     # to completion through JS Promise integration.
+    global _driving
     if isinstance(value, types.CoroutineType):
-        return run_sync(value)
+        _driving = value
+        try:
+            return run_sync(value)
+        finally:
+            _driving = None
     return value
+
+
+def where(job_dir):
+    """Where the coroutine being driven waits, as "file:line" in the job's
+    own code (the innermost such await), or None. The loader asks when its
+    event loop ran empty with the coroutine unfinished."""
+    at = None
+    c = _driving
+    while c is not None:
+        frame = getattr(c, "cr_frame", None) or getattr(c, "gi_frame", None)
+        if frame is not None and frame.f_code.co_filename.startswith(job_dir + "/"):
+            at = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        c = getattr(c, "cr_await", None) or getattr(c, "gi_yieldfrom", None)
+    return at
 
 
 def run(bridge, input_json, source, filename):
@@ -278,15 +383,21 @@ def run(bridge, input_json, source, filename):
         code = compile(source, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         _settle(eval(code, main_ns))
         handler = main_ns.get("main")
-        if callable(handler):
-            ctx = types.SimpleNamespace(host=pmjail, input=input_value)
-            value = _settle(handler(input_value, ctx))
+        if handler is not None and not callable(handler):
             _flush()
-            try:
-                text = json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"main() returned a value that is not JSON-serialisable: {exc}") from None
-            return '{"kind": "done", "value": ' + text + "}"
+            kind = type(handler).__name__
+            message = (f"main is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function: a handler script "
+                       "defines def main(input) or def main(input, ctx)")
+            return json.dumps({"kind": "error", "error": {"name": "TypeError", "message": message, "stack": ""}})
+        if handler is not None:
+            ctx = types.SimpleNamespace(host=pmjail, input=input_value)
+            value = _settle(_call_main(handler, input_value, ctx))
+            _flush()
+            why = _check(value)
+            if why:
+                message = f"the returned value cannot be sent as JSON: {why}"
+                return json.dumps({"kind": "error", "error": {"name": "ResultError", "message": message, "stack": ""}})
+            return '{"kind": "done", "value": ' + json.dumps(value, allow_nan=False) + "}"
         _flush()
         return json.dumps({"kind": "done"})
     except SystemExit as exc:

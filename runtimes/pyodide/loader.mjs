@@ -210,28 +210,65 @@ if (coarse) coarsenTime();
 // name the job's file all the same.
 const source = start.source ? start.source.text : await Deno.readTextFile(mainPath);
 const run = py.pyimport("_pmjail_boot").run;
-let outcome;
-try {
-  outcome = JSON.parse(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
-} catch (err) {
+// The run is not awaited at the module's top level: when Python waits on
+// something nothing can settle any more (a Future no one resolves), the
+// event loop runs empty and beforeunload says so, where a top-level await
+// would end in Deno's own report, which names this file.
+let settled = false;
+globalThis.addEventListener("beforeunload", (ev) => {
+  if (settled) return;
+  settled = true;
+  ev.preventDefault();
+  let at = null;
+  try {
+    at = py.pyimport("_pmjail_boot").where(mainPath.slice(0, mainPath.lastIndexOf("/")));
+  } catch { /* the message does without the place */ }
+  const waiting = at ? `the await at ${at} was waiting` : "it was waiting";
+  const message = `the Python program never finished: ${waiting} for something that nothing (no timer, I/O or broker call) was left to settle`;
+  report({ kind: "error", error: { name: "UnsettledPromise", message, stack: "" } });
+});
+run.callPromising(bridge, JSON.stringify(input), source, mainPath).then(valueFits, (err) => {
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
-  outcome = { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
+  return { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
+}).then((outcome) => {
+  if (settled) return;
+  settled = true;
+  return report(outcome);
+});
+
+// report ends the run with the bootstrap's outcome.
+async function report(outcome) {
+  switch (outcome.kind) {
+    case "done":
+      await finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
+      Deno.exit(0);
+      break;
+    case "exit":
+      // sys.exit(n): the exit code is the result, as for a Deno script.
+      await finish(null);
+      Deno.exit(outcome.code);
+      break;
+    default:
+      await finish({ type: "error", error: outcome.error });
+      Deno.exit(1);
+  }
 }
 
-switch (outcome.kind) {
-  case "done":
-    await finish("value" in outcome ? { type: "done", value: outcome.value } : { type: "done" });
-    Deno.exit(0);
-    break;
-  case "exit":
-    // sys.exit(n): the exit code is the result, as for a Deno script.
-    await finish(null);
-    Deno.exit(outcome.code);
-    break;
-  default:
-    await finish({ type: "error", error: outcome.error });
-    Deno.exit(1);
+// valueFits parses the bootstrap's outcome, making a value too large for
+// the host's frame cap a ResultError with the sizes rather than a frame
+// the host refuses.
+function valueFits(text) {
+  const prefix = '{"kind": "done", "value": ';
+  const limit = (start.options?.max_frame || 4 << 20) - 24;
+  if (text.startsWith(prefix) && text.length - prefix.length - 1 > limit / 3) {
+    const size = new TextEncoder().encode(text).length - prefix.length - 1;
+    if (size > limit) {
+      const message = `the returned value is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
+      return { kind: "error", error: { name: "ResultError", message, stack: "" } };
+    }
+  }
+  return JSON.parse(text);
 }
 
 // finish sends the last frame and resolves once it is written; the caller
