@@ -166,7 +166,7 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 			lim := tc.limits
 			res := warmRun(t, d, &api.Job{Runtime: "deno", Source: tc.source, Limits: lim})
 			if res.Status != tc.want {
-				t.Fatalf("status %s (%s), want %s", res.Status, res.Error, tc.want)
+				t.Fatalf("status %s (%+v), want %s", res.Status, res.Error, tc.want)
 			}
 			// The job's share: the runtime's own start is not counted.
 			if tc.want == jail.StatusCPULimit && (res.Usage.CPUMS < 300 || res.Usage.CPUMS > 2000) {
