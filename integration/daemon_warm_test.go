@@ -35,10 +35,21 @@ func awaitWarm(t *testing.T, d *daemon) {
 // it.
 func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
 	t.Helper()
-	awaitWarm(t, d)
-	res, err := d.c.Run(context.Background(), job)
-	if err != nil {
-		t.Fatal(err)
+	// Idle counts every template's runtimes: the one this job needs may
+	// still be refilling (slowly on a loaded host) while another is idle.
+	// The jobs here may run twice; a cold run for want of an idle one is
+	// tried again, any other cold run fails the test.
+	var res *api.Result
+	for try := 0; ; try++ {
+		awaitWarm(t, d)
+		var err error
+		res, err = d.c.Run(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Warm || res.WarmReason != "no warm runtime was idle" || try == 20 {
+			break
+		}
 	}
 	if !res.Warm {
 		t.Fatalf("run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)
