@@ -18,11 +18,12 @@ const (
 type Event struct {
 	Type string `json:"type"`
 	// Data is an output chunk. Chunks are cut only at UTF-8 character
-	// boundaries; bytes that are not UTF-8 arrive as U+FFFD (the result's
-	// stdout and stderr are the authoritative copy).
-	Data   string  `json:"data,omitempty"`
-	Log    *Log    `json:"log,omitempty"`
-	Result *Result `json:"result,omitempty"`
+	// boundaries; a chunk that is not UTF-8 text is its bytes in base64,
+	// and Encoding says so (EncodingBase64).
+	Data     string  `json:"data,omitempty"`
+	Encoding string  `json:"encoding,omitempty"`
+	Log      *Log    `json:"log,omitempty"`
+	Result   *Result `json:"result,omitempty"`
 }
 
 // Log is one entry the guest logged through the broker, as it happens.

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Status says how a run ended. The names are the result object's contract.
@@ -61,7 +64,10 @@ type Result struct {
 	Stdout    string          `json:"stdout"`
 	Stderr    string          `json:"stderr"`
 	Truncated Truncated       `json:"truncated"`
-	Logs      []LogEntry      `json:"logs"`
+	// Encoding says which of Stdout and Stderr is base64: a stream that is
+	// not valid UTF-8 is carried as its bytes in base64, never altered.
+	Encoding Encoding   `json:"encoding,omitzero"`
+	Logs     []LogEntry `json:"logs"`
 	// LimitsHit names every limit the run met, even one the guest survived
 	// (a fork refused under the pids cap).
 	LimitsHit []string `json:"limits_hit,omitempty"`
@@ -91,6 +97,45 @@ type ErrorInfo struct {
 type Truncated struct {
 	Stdout bool `json:"stdout"`
 	Stderr bool `json:"stderr"`
+}
+
+// Encoding names the encoding of each output stream of a result:
+// EncodingBase64, or empty for text.
+type Encoding struct {
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+}
+
+// Output returns the guest's stdout and stderr as the bytes it wrote,
+// decoding a stream the result carries in base64.
+func (r *Result) Output() (stdout, stderr []byte, err error) {
+	if stdout, err = decodeText(r.Stdout, r.Encoding.Stdout); err != nil {
+		return nil, nil, fmt.Errorf("stdout: %w", err)
+	}
+	if stderr, err = decodeText(r.Stderr, r.Encoding.Stderr); err != nil {
+		return nil, nil, fmt.Errorf("stderr: %w", err)
+	}
+	return stdout, stderr, nil
+}
+
+// EncodeText returns b as a JSON string's content and its encoding:
+// itself when it is UTF-8 text, else base64.
+func EncodeText(b []byte) (text, encoding string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return base64.StdEncoding.EncodeToString(b), EncodingBase64
+}
+
+// decodeText is EncodeText's inverse.
+func decodeText(s, encoding string) ([]byte, error) {
+	switch encoding {
+	case "":
+		return []byte(s), nil
+	case EncodingBase64:
+		return base64.StdEncoding.DecodeString(s)
+	}
+	return nil, fmt.Errorf("unknown encoding %q", encoding)
 }
 
 // LogEntry is one host.log call.

@@ -21,24 +21,33 @@ var nativeEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG
 
 // launch describes what to exec for the job.
 func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
+	stdin, err := r.Request.StdinBytes()
+	if err != nil {
+		return nil, err
+	}
 	if x := r.Request.Exec; x != nil {
-		return nativeLaunch(x)
+		return nativeLaunch(x, stdin, r.Request.Env)
 	}
 	if rn.Install == nil {
 		return nil, fmt.Errorf("%w: no runtime files found", runtimes.ErrNotInstalled)
 	}
+	files, entry := r.Request.Program()
 	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
 		TypeScript:  runtimes.TypeScript(r.Request.Runtime),
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
+		Files:       files,
+		Entry:       entry,
+		Env:         r.Request.Env,
+		Stdin:       stdin,
 	})
 }
 
 // nativeLaunch binds a native program, found by the operator's PATH, at the
 // path it was asked by, with the --ro-bind paths beside it.
-func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
+func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launch, error) {
 	path, err := exec.LookPath(x.Program)
 	if err != nil {
 		return nil, fmt.Errorf("program %q: %w", x.Program, err)
@@ -56,7 +65,11 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 		Program: file,
 		Target:  path,
 		Args:    append([]string{path}, x.Args...),
-		Env:     nativeEnv,
+		Env:     runtimes.Environ(nativeEnv, env),
+	}
+	if len(stdin) > 0 {
+		l.Files = append(l.Files, runtimes.File{Path: runtimes.StdinFile, Data: stdin, Mode: 0o444})
+		l.Stdin = runtimes.StdinFile
 	}
 	for _, b := range x.Binds {
 		src, dst, ok := strings.Cut(b, ":")

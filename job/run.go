@@ -320,6 +320,7 @@ func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtime
 		ID:          a.res.ID,
 		Spec:        spec,
 		Files:       launch.Files,
+		Stdin:       launch.Stdin,
 		Seccomp:     flt.program,
 		Landlock:    r.Profile.Landlock,
 		Timeout:     time.Duration(lim.Timeout),

@@ -16,6 +16,7 @@ func FromAPI(j *api.Job) *Request {
 		// The same fields of the same units (profiles' are api's).
 		Limits: profiles.Limits(j.Limits),
 		Mode:   j.Mode, Profile: j.Profile, Labels: j.Labels, Posture: j.Posture,
+		Files: j.Files, Entry: j.Entry, Stdin: j.Stdin, StdinEncoding: j.StdinEncoding, Env: j.Env,
 	}
 	if c := j.Capabilities.Request; c != nil {
 		r.Capabilities.Request = &ipc.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}
@@ -37,6 +38,7 @@ func (r *Request) API() (*api.Job, error) {
 		Capabilities: api.Capabilities{Log: r.Capabilities.Log},
 		Limits:       api.Limits(r.Limits),
 		Mode:         r.Mode, Profile: r.Profile, Labels: r.Labels, Posture: r.Posture,
+		Files: r.Files, Entry: r.Entry, Stdin: r.Stdin, StdinEncoding: r.StdinEncoding, Env: r.Env,
 	}
 	if c := r.Capabilities.Request; c != nil {
 		j.Capabilities.Request = &api.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}

@@ -3,7 +3,9 @@ package runtimes
 import (
 	"embed"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -107,20 +109,32 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if guest.TypeScript {
 		main = JobDir + "/main.ts"
 	}
-	files = append(files, File{Path: main, Data: guest.Source, Mode: 0o444})
+	if guest.Files != nil {
+		var own []File
+		own, main = jobFiles(guest.Files, guest.Entry)
+		files = append(files, own...)
+	} else {
+		files = append(files, File{Path: main, Data: guest.Source, Mode: 0o444})
+	}
 	var copies []Copy
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
 	}
-	return &Launch{
+	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main)
+	if len(guest.Env) > 0 {
+		// Deno reads no variable without a grant: the job's names, and
+		// only those (not DENO_DIR and the rest of the runtime's own).
+		args = slices.Insert(args, len(args)-2, "--allow-env="+strings.Join(slices.Sorted(maps.Keys(guest.Env)), ","))
+	}
+	return withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main),
-		Env:     denoEnv(),
+		Args:    args,
+		Env:     Environ(denoEnv(), guest.Env),
 		Files:   files,
 		Copies:  copies,
 		Channel: true,
-	}, nil
+	}, guest.Stdin), nil
 }
 
 // Launch describes the run of job on its runtime.

@@ -1,5 +1,11 @@
 package runtimes
 
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+)
+
 // pythonHeapFloorMiB is the smallest V8 old space a Python run gets. Python's
 // own objects live in Pyodide's wasm memory, which is not V8 heap: a
 // --max-old-space-size does not bound it (measured: a 300 MB bytearray runs
@@ -59,7 +65,32 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, File{Path: pythonMain, Data: guest.Source, Mode: 0o444})
+	main := pythonMain
+	if guest.Files != nil {
+		var own []File
+		own, main = jobFiles(guest.Files, guest.Entry)
+		files = append(files, own...)
+	} else {
+		files = append(files, File{Path: pythonMain, Data: guest.Source, Mode: 0o444})
+	}
+	jobArg := "-"
+	if guest.Files != nil || len(guest.Env) > 0 {
+		manifest := struct {
+			Files []string          `json:"files"`
+			Env   map[string]string `json:"env"`
+		}{Files: []string{}, Env: guest.Env}
+		for _, p := range slices.Sorted(maps.Keys(guest.Files)) {
+			if p != guest.Entry {
+				manifest.Files = append(manifest.Files, JobDir+"/"+p)
+			}
+		}
+		data, err := json.Marshal(manifest)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Path: pythonJob, Data: data, Mode: 0o444})
+		jobArg = pythonJob
+	}
 
 	binds := in.pyodideBinds()
 	snapshotArg, start := "-", "snapshot"
@@ -74,15 +105,15 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	} else {
 		start = "cold: " + err.Error()
 	}
-	return &Launch{
+	return withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
-		Args:    pythonArgs(guest.MemoryBytes, snap != nil, "run", snapshotArg, pythonMain),
+		Args:    pythonArgs(guest.MemoryBytes, snap != nil, "run", snapshotArg, main, jobArg),
 		Env:     denoEnv(),
 		Binds:   binds,
 		Copies:  copies,
 		Files:   files,
 		Channel: true,
 		Start:   start,
-	}, nil
+	}, guest.Stdin), nil
 }

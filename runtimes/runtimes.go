@@ -77,6 +77,15 @@ type Guest struct {
 	// CoarseTime switches on the timing mitigation (coarse clocks, no
 	// SharedArrayBuffer).
 	CoarseTime bool
+	// Files, when set, is the program as several files in place of
+	// Source: paths relative to JobDir (checked by package job), and
+	// Entry the one that runs.
+	Files map[string]string
+	Entry string
+	// Env is added to the runtime's own environment (names checked by
+	// package job); Stdin is the program's standard input.
+	Env   map[string]string
+	Stdin []byte
 }
 
 // Launch is everything the jail must assemble for one run: a program to
@@ -99,6 +108,9 @@ type Launch struct {
 	Copies []Copy
 	// Channel asks the jail for the guest channel's FIFOs.
 	Channel bool
+	// Stdin is the path, among Files, of the program's standard input;
+	// empty for none (/dev/null).
+	Stdin string
 	// Start says how the runtime starts, for the result: for Python
 	// "snapshot" or "cold: <why>" (see PythonStart); empty for others.
 	Start string
@@ -135,4 +147,34 @@ const (
 	DenoTarget = RuntimeDir + "/deno"
 
 	ChannelOut = layout.ChannelOut
+	StdinFile  = layout.StdinFile
 )
+
+// jobFiles are the files of a several-file program under JobDir, and the
+// in-jail path of its entry.
+func jobFiles(files map[string]string, entry string) ([]File, string) {
+	out := make([]File, 0, len(files))
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		out = append(out, File{Path: JobDir + "/" + p, Data: []byte(files[p]), Mode: 0o444})
+	}
+	return out, JobDir + "/" + entry
+}
+
+// withStdin adds the program's standard input to l: a file of the root
+// the init stage opens as fd 0 (see Launch.Stdin).
+func withStdin(l *Launch, stdin []byte) *Launch {
+	if len(stdin) > 0 {
+		l.Files = append(l.Files, File{Path: StdinFile, Data: stdin, Mode: 0o444})
+		l.Stdin = StdinFile
+	}
+	return l
+}
+
+// Environ is base and then env as NAME=VALUE, sorted by name.
+func Environ(base []string, env map[string]string) []string {
+	out := slices.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -42,11 +43,19 @@ func cmdSubmit(args []string) int {
 		res, err = c.Run(ctx, wire)
 	} else {
 		res, err = c.Stream(ctx, wire, func(ev api.Event) {
+			// Bytes pass through as the guest wrote them, whatever
+			// their encoding on the wire.
+			data := []byte(ev.Data)
+			if ev.Encoding == api.EncodingBase64 {
+				if b, err := base64.StdEncoding.DecodeString(ev.Data); err == nil {
+					data = b
+				}
+			}
 			switch ev.Type {
 			case api.EventStdout:
-				_, _ = stdout.Write([]byte(ev.Data))
+				_, _ = stdout.Write(data)
 			case api.EventStderr:
-				_, _ = os.Stderr.WriteString(ev.Data)
+				_, _ = os.Stderr.Write(data)
 			}
 		})
 	}

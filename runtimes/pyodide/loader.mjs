@@ -4,14 +4,14 @@
 // from seconds to a fraction of one), and hands the job to bootstrap.py.
 //
 // Usage (inside the jail):
-//   deno run ... /pmjail/loader.mjs run <assetsDir> <snapshot|-> /job/main.py
+//   deno run ... /pmjail/loader.mjs run <assetsDir> <snapshot|-> /job/main.py [<job.json>|-]
 // Usage (by the supervisor, once per Pyodide+Deno version, no guest code):
 //   deno run ... <dir>/loader.mjs snapshot <assetsDir> <outFile>
 //   deno run ... /pmjail/loader.mjs warm <assetsDir> <snapshot|->
 // (warm runs at the in-jail paths: Deno's code cache is keyed by them)
 import { Channel, makeHost } from "./channel.js";
 
-const [mode, assetsDir, snapshotArg, mainPath] = Deno.args;
+const [mode, assetsDir, snapshotArg, mainPath, jobArg] = Deno.args;
 const here = new URL(".", import.meta.url).pathname;
 const snapshotPath = mode !== "snapshot" && snapshotArg && snapshotArg !== "-" ? snapshotArg : null;
 
@@ -142,6 +142,9 @@ const rawWriter = (file) => ({
 });
 py.setStdout(rawWriter(Deno.stdout));
 py.setStderr(rawWriter(Deno.stderr));
+// stdin is the job's (a file the init stage opened, or /dev/null): read
+// as it is asked for, bytes as they are.
+py.setStdin({ read: (buf) => Deno.stdin.readSync(buf) ?? 0, isatty: false });
 
 // Package installation needs a network and a writable site-packages, and
 // pmjail gives neither: refuse it at once with a clear reason instead of
@@ -196,10 +199,16 @@ const bridge = {
 if (coarse) coarsenTime();
 
 const source = await Deno.readTextFile(mainPath);
+// The job's other files (several-file jobs), which the manifest lists,
+// go into Python's own file system beside the entry, where its import
+// system finds them; the manifest's env becomes os.environ's.
+const manifest = jobArg && jobArg !== "-" ? JSON.parse(Deno.readTextFileSync(jobArg)) : { files: [], env: {} };
+const files = {};
+for (const p of manifest.files) files[p] = Deno.readTextFileSync(p);
 const run = py.pyimport("_pmjail_boot").run;
 let outcome;
 try {
-  outcome = JSON.parse(await run.callPromising(bridge, JSON.stringify(input), source, mainPath));
+  outcome = JSON.parse(await run.callPromising(bridge, JSON.stringify(input), source, mainPath, JSON.stringify(files), JSON.stringify(manifest.env ?? {})));
 } catch (err) {
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
