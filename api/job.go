@@ -8,7 +8,7 @@ type Job struct {
 	// type stripping. Names are taken exactly as the OpenAPI enum spells
 	// them, in lower case.
 	Runtime      string          `json:"runtime"`
-	Source       string          `json:"source"`
+	Source       string          `json:"source,omitempty"`
 	Input        json.RawMessage `json:"input,omitempty"`
 	Capabilities Capabilities    `json:"capabilities"`
 	Limits       Limits          `json:"limits"`

@@ -37,7 +37,7 @@ type Request struct {
 	// type stripping. It is spelled exactly as the socket API takes it
 	// (runtimes.Names): the CLI lower-cases its --runtime.
 	Runtime      string           `json:"runtime"`
-	Source       string           `json:"source"`
+	Source       string           `json:"source,omitempty"`
 	Input        json.RawMessage  `json:"input,omitempty"`
 	Capabilities ipc.Capabilities `json:"capabilities"`
 	Limits       profiles.Limits  `json:"limits"`
