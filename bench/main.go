@@ -31,7 +31,7 @@ type Bench struct {
 	trueAdded *startCost
 }
 
-var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "seccomp", "memory", "daemon", "soak", "gobench"}
+var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "seccomp", "memory", "daemon", "soak", "gobench", "files"}
 
 func main() {
 	// -origin is the loopback origin the broker section starts as a
@@ -75,8 +75,9 @@ func run() int {
 	sections := map[string]func(context.Context) error{
 		"deno": b.denoHello, "native": b.nativeTrue, "phases": b.phaseBreakdown, "python": b.pythonHello, "broker": b.broker, "seccomp": b.seccompCost,
 		"memory": b.memory, "daemon": b.daemonThroughput, "soak": b.soak, "gobench": b.goBench,
+		"files": b.filesHello,
 	}
-	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"]
+	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"] || want["files"]
 	if needDaemon {
 		d, err := StartDaemon(ctx, b)
 		if err != nil {
