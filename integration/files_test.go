@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,10 +46,10 @@ except OSError as e:
     ro = "read-only " + type(e).__name__
 print(util.greet("py"), value(), ro)
 `,
-	"util.py":        "def greet(name):\n    return 'hello ' + name\n",
+	"util.py":         "def greet(name):\n    return 'hello ' + name\n",
 	"pkg/__init__.py": "",
-	"pkg/mod.py":     "from .lib import x\n\ndef value():\n    return x * 2\n",
-	"pkg/lib.py":     "x = 21\n",
+	"pkg/mod.py":      "from .lib import x\n\ndef value():\n    return x * 2\n",
+	"pkg/lib.py":      "x = 21\n",
 }
 
 const pyJobOut = "hello py 42 read-only PermissionError\n"
@@ -169,6 +170,27 @@ console.log(b.length, b[0], b[255], Deno.env.get("GREETING"));`)
 	inv = pmjailCmd(t, "", "exec", "--env", "GREETING=hi", "--", "env")
 	if want := "PATH=/usr/local/bin:/usr/bin:/bin\nHOME=/tmp\nLANG=C.UTF-8\nGREETING=hi\n"; inv.ExitCode != 0 || inv.Stdout != want {
 		t.Errorf("exec env: exit %d stdout %q stderr %q, want %q", inv.ExitCode, inv.Stdout, inv.Stderr, want)
+	}
+	// The host's environment never reaches a guest: pmjail itself runs
+	// with a variable set, and each guest tries to read it (harmless if
+	// the jail fails: it only prints what it finds).
+	for _, c := range []struct{ name, src, want string }{
+		{"env.js", `import process from "node:process";
+const tries = [];
+for (const f of [() => Deno.env.get("HOST_SECRET"), () => Deno.env.toObject(), () => Deno.env.get("HOME"), () => process.env.HOST_SECRET]) {
+  try { tries.push(String(f())); } catch (e) { tries.push(e.name); }
+}
+console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable NotCapable NotCapable hi\n"},
+		{"env.py", "import os\nprint(sorted(os.environ), os.environ['GREETING'])\n", "['GREETING', 'HOME', 'LANG', 'PATH', 'TMPDIR'] hi\n"},
+	} {
+		path := filepath.Join(dir, c.name)
+		writeFile(t, path, c.src)
+		cmd := exec.Command(pmjail, "run", "--env", "GREETING=hi", path)
+		cmd.Env = append(os.Environ(), "HOST_SECRET=s3cret")
+		out, err := cmd.Output()
+		if err != nil || string(out) != c.want {
+			t.Errorf("%s with HOST_SECRET in pmjail's environment: %q (%v), want %q", c.name, out, err, c.want)
+		}
 	}
 	// Without stdin given, or with --no-stdin, the program reads nothing.
 	inv = pmjailCmd(t, "abc", "exec", "--no-stdin", "--", "cat")
