@@ -276,6 +276,12 @@ Deno.stdout.writeSync(all); Deno.stderr.writeSync(all.slice().reverse());`
 		t.Fatal(err)
 	}
 	checkBinary(t, "daemon", got, want, rev)
+	got, err = d.c.Run(ctx, &api.Job{Runtime: "python",
+		Source: "import sys\nsys.stdout.buffer.write(bytes(range(256)))\nsys.stderr.buffer.write(bytes(range(255, -1, -1)))\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBinary(t, "daemon, python", got, want, rev)
 	var streamed [2][]byte
 	got, err = d.c.Stream(ctx, &api.Job{Runtime: "deno", Source: src}, func(ev api.Event) {
 		b := []byte(ev.Data)
