@@ -236,6 +236,11 @@ console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable
 	if res.Status != api.StatusOK || res.Stdout != "text in b\n" {
 		t.Errorf("deno with stdin and env through the daemon: %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 	}
+	// submit passes its own stdin and --env on, as run does.
+	inv = pmjailCmd(t, string(allBytes()), "submit", "--socket", d.sock, "--env", "GREETING=sent", js)
+	if inv.ExitCode != 0 || inv.Stdout != "256 0 255 sent\n" {
+		t.Errorf("submit < 256 bytes: exit %d stdout %q stderr %q", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
 	_, err = d.c.Run(ctx, &api.Job{Runtime: "deno", Source: "1", Env: map[string]string{"NODE_OPTIONS": "--require=/tmp/x"}})
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Field != "env.NODE_OPTIONS" ||
