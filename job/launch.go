@@ -67,10 +67,7 @@ func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launc
 		Args:    append([]string{path}, x.Args...),
 		Env:     runtimes.Environ(nativeEnv, env),
 	}
-	if len(stdin) > 0 {
-		l.Files = append(l.Files, runtimes.File{Path: runtimes.StdinFile, Data: stdin, Mode: 0o444})
-		l.Stdin = runtimes.StdinFile
-	}
+	l.SetStdin(stdin)
 	for _, b := range x.Binds {
 		src, dst, ok := strings.Cut(b, ":")
 		if !ok {

@@ -120,11 +120,13 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
 	}
-	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, GuestDir+"/bootstrap.js", main)
+	bootstrap := GuestDir + "/bootstrap.js"
+	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, bootstrap, main)
 	if len(guest.Env) > 0 {
 		// Deno reads no variable without a grant: the job's names, and
 		// only those (not DENO_DIR and the rest of the runtime's own).
-		args = slices.Insert(args, len(args)-2, "--allow-env="+strings.Join(slices.Sorted(maps.Keys(guest.Env)), ","))
+		// Flags go before the module; after it they are its arguments.
+		args = slices.Insert(args, slices.Index(args, bootstrap), "--allow-env="+strings.Join(slices.Sorted(maps.Keys(guest.Env)), ","))
 	}
 	return withStdin(&Launch{
 		Program: in.DenoPath,

@@ -82,8 +82,10 @@ type Guest struct {
 	// Entry the one that runs.
 	Files map[string]string
 	Entry string
-	// Env is added to the runtime's own environment (names checked by
-	// package job); Stdin is the program's standard input.
+	// Env is the program's own variables (names checked by package job):
+	// added to Deno's environment, readable by exactly these names, or
+	// given to Python's os.environ by the loader. Stdin is the program's
+	// standard input.
 	Env   map[string]string
 	Stdin []byte
 }
@@ -160,13 +162,19 @@ func jobFiles(files map[string]string, entry string) ([]File, string) {
 	return out, JobDir + "/" + entry
 }
 
-// withStdin adds the program's standard input to l: a file of the root
-// the init stage opens as fd 0 (see Launch.Stdin).
-func withStdin(l *Launch, stdin []byte) *Launch {
+// SetStdin gives the program stdin as its standard input: a file of the
+// root that the init stage opens as fd 0 (see Launch.Stdin). Nothing
+// leaves /dev/null there.
+func (l *Launch) SetStdin(stdin []byte) {
 	if len(stdin) > 0 {
 		l.Files = append(l.Files, File{Path: StdinFile, Data: stdin, Mode: 0o444})
 		l.Stdin = StdinFile
 	}
+}
+
+// withStdin is l after l.SetStdin(stdin).
+func withStdin(l *Launch, stdin []byte) *Launch {
+	l.SetStdin(stdin)
 	return l
 }
 
