@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -185,4 +186,22 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// A path checkFilePath accepts names a file inside the job's directory,
+// exactly as given: joined and cleaned it neither moves nor leaves /job,
+// which is what the init stage writes.
+func FuzzFilePath(f *testing.F) {
+	for _, s := range []string{"main.ts", "lib/x.ts", "../x", "a/../../b", "/etc/passwd", "a//b", "./a", "a/.", "..", ".", "", "a\x00b", "..a/b..", "a/\u2028/b", strings.Repeat("a/", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if checkFilePath(p) != nil {
+			return
+		}
+		joined := path.Join("/job", p)
+		if joined != "/job/"+p || !strings.HasPrefix(joined, "/job/") {
+			t.Fatalf("accepted %q, which lands at %q", p, joined)
+		}
+	})
 }
