@@ -99,43 +99,67 @@ type Truncated struct {
 	Stderr bool `json:"stderr"`
 }
 
-// Encoding names the encoding of each output stream of a result:
-// EncodingBase64, or empty for text.
+// Encoding says which output stream of a result crosses the wire in
+// base64 (EncodingBase64): one that is not valid UTF-8, which a JSON
+// string cannot carry unaltered. Empty means text. In Go, Stdout and
+// Stderr always hold the bytes as written; MarshalJSON and UnmarshalJSON
+// encode and decode them.
 type Encoding struct {
 	Stdout string `json:"stdout,omitempty"`
 	Stderr string `json:"stderr,omitempty"`
 }
 
-// Output returns the guest's stdout and stderr as the bytes it wrote,
-// decoding a stream the result carries in base64.
-func (r *Result) Output() (stdout, stderr []byte, err error) {
-	if stdout, err = decodeText(r.Stdout, r.Encoding.Stdout); err != nil {
-		return nil, nil, fmt.Errorf("stdout: %w", err)
+// OutputEncoding is the encoding a stream's bytes cross the wire in:
+// "" for UTF-8 text, else EncodingBase64.
+func OutputEncoding(s string) string {
+	if utf8.ValidString(s) {
+		return ""
 	}
-	if stderr, err = decodeText(r.Stderr, r.Encoding.Stderr); err != nil {
-		return nil, nil, fmt.Errorf("stderr: %w", err)
-	}
-	return stdout, stderr, nil
+	return EncodingBase64
 }
 
-// EncodeText returns b as a JSON string's content and its encoding:
-// itself when it is UTF-8 text, else base64.
-func EncodeText(b []byte) (text, encoding string) {
-	if utf8.Valid(b) {
-		return string(b), ""
+// resultJSON is Result without its methods, as it crosses the wire.
+type resultJSON Result
+
+// MarshalJSON writes r with each stream Encoding names in base64.
+func (r Result) MarshalJSON() ([]byte, error) {
+	w := resultJSON(r)
+	if r.Encoding.Stdout == EncodingBase64 {
+		w.Stdout = base64.StdEncoding.EncodeToString([]byte(r.Stdout))
 	}
-	return base64.StdEncoding.EncodeToString(b), EncodingBase64
+	if r.Encoding.Stderr == EncodingBase64 {
+		w.Stderr = base64.StdEncoding.EncodeToString([]byte(r.Stderr))
+	}
+	return json.Marshal(&w)
 }
 
-// decodeText is EncodeText's inverse.
-func decodeText(s, encoding string) ([]byte, error) {
+// UnmarshalJSON reads a result, decoding each stream Encoding names.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var w resultJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var err error
+	if w.Stdout, err = decodeText(w.Stdout, w.Encoding.Stdout); err != nil {
+		return fmt.Errorf("result stdout: %w", err)
+	}
+	if w.Stderr, err = decodeText(w.Stderr, w.Encoding.Stderr); err != nil {
+		return fmt.Errorf("result stderr: %w", err)
+	}
+	*r = Result(w)
+	return nil
+}
+
+// decodeText returns s as the bytes it carries in encoding.
+func decodeText(s, encoding string) (string, error) {
 	switch encoding {
 	case "":
-		return []byte(s), nil
+		return s, nil
 	case EncodingBase64:
-		return base64.StdEncoding.DecodeString(s)
+		b, err := base64.StdEncoding.DecodeString(s)
+		return string(b), err
 	}
-	return nil, fmt.Errorf("unknown encoding %q", encoding)
+	return "", fmt.Errorf("unknown encoding %q", encoding)
 }
 
 // LogEntry is one host.log call.

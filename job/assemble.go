@@ -3,7 +3,6 @@ package job
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
@@ -16,22 +15,14 @@ import (
 // last resort, is reached.
 var v8OutOfMemory = []string{"JavaScript heap out of memory", "Fatal JavaScript out of memory", "Fatal process out of memory"}
 
-// outputText is a stream as the result carries it: as it is when it is
-// UTF-8 text, else its bytes in base64 (api.EncodingBase64), so that no
-// byte is lost to U+FFFD.
-func outputText(s string) (text, encoding string) {
-	if utf8.ValidString(s) {
-		return s, ""
-	}
-	return api.EncodeText([]byte(s))
-}
-
 // assemble turns what the jail, the broker and the cgroup saw into the
 // result, deciding the status by what ended the run first.
 func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, session *ipc.Outcome, haveCgroup bool, usage cgroup.Usage) {
 	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
-	res.Stdout, res.Encoding.Stdout = outputText(out.Stdout)
-	res.Stderr, res.Encoding.Stderr = outputText(out.Stderr)
+	res.Stdout, res.Stderr = out.Stdout, out.Stderr
+	// Bytes that are not UTF-8 cross the wire in base64 (api.Encoding);
+	// the result keeps them as they are, and its encoders convert.
+	res.Encoding = api.Encoding{Stdout: api.OutputEncoding(out.Stdout), Stderr: api.OutputEncoding(out.Stderr)}
 	res.Truncated = out.Truncated
 	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)
 	res.Value = session.Value

@@ -84,11 +84,10 @@ func (o *outputStream) flush() {
 	}
 }
 
-// chunk is an output event for b: its text, or its bytes in base64 when
-// it is not UTF-8.
+// chunk is an output event for b, marked base64 when it is not UTF-8.
 func (o *outputStream) chunk(b []byte) api.Event {
-	data, enc := api.EncodeText(b)
-	return api.Event{Type: o.typ, Data: data, Encoding: enc}
+	data := string(b)
+	return api.Event{Type: o.typ, Data: data, Encoding: api.OutputEncoding(data)}
 }
 
 // completeUTF8 returns the length of b without a trailing incomplete (but

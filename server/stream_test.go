@@ -3,9 +3,11 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -31,20 +33,28 @@ func TestOutputStreamCarriesBytes(t *testing.T) {
 	var text64, plain int
 	sc := bufio.NewScanner(w.Body)
 	for sc.Scan() {
+		// On the wire: text, or base64 marked so.
+		var wire struct{ Data, Encoding string }
+		if err := json.Unmarshal(sc.Bytes(), &wire); err != nil {
+			t.Fatal(err)
+		}
+		if wire.Encoding == api.EncodingBase64 {
+			text64++
+			if _, err := base64.StdEncoding.DecodeString(wire.Data); err != nil {
+				t.Fatalf("event %s: %v", sc.Bytes(), err)
+			}
+		} else {
+			plain++
+			if !utf8.ValidString(wire.Data) {
+				t.Fatalf("event %s: not UTF-8 and not marked base64", sc.Bytes())
+			}
+		}
+		// Decoded: the bytes as written.
 		var ev api.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatal(err)
 		}
-		b, _, err := (&api.Result{Stdout: ev.Data, Encoding: api.Encoding{Stdout: ev.Encoding}}).Output()
-		if err != nil {
-			t.Fatalf("event %s: %v", sc.Bytes(), err)
-		}
-		if ev.Encoding == api.EncodingBase64 {
-			text64++
-		} else {
-			plain++
-		}
-		got = append(got, b...)
+		got = append(got, ev.Data...)
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the stream carried %q,\nwant %q", got, want)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"os"
@@ -111,7 +112,10 @@ func (f *runFlags) stdin(req *job.Request, fromStdin bool) error {
 	if err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}
-	req.Stdin, req.StdinEncoding = api.EncodeText(data)
+	req.Stdin = string(data)
+	if !utf8.Valid(data) {
+		req.Stdin, req.StdinEncoding = base64.StdEncoding.EncodeToString(data), api.EncodingBase64
+	}
 	return nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -43,19 +42,13 @@ func cmdSubmit(args []string) int {
 		res, err = c.Run(ctx, wire)
 	} else {
 		res, err = c.Stream(ctx, wire, func(ev api.Event) {
-			// Bytes pass through as the guest wrote them, whatever
-			// their encoding on the wire.
-			data := []byte(ev.Data)
-			if ev.Encoding == api.EncodingBase64 {
-				if b, err := base64.StdEncoding.DecodeString(ev.Data); err == nil {
-					data = b
-				}
-			}
+			// Bytes pass through as the guest wrote them (the event
+			// arrives decoded, whatever its encoding on the wire).
 			switch ev.Type {
 			case api.EventStdout:
-				_, _ = stdout.Write(data)
+				_, _ = stdout.Write([]byte(ev.Data))
 			case api.EventStderr:
-				_, _ = os.Stderr.Write(data)
+				_, _ = os.Stderr.WriteString(ev.Data)
 			}
 		})
 	}
