@@ -8,7 +8,7 @@ type Job struct {
 	// type stripping. Names are taken exactly as the OpenAPI enum spells
 	// them, in lower case.
 	Runtime      string          `json:"runtime"`
-	Source       string          `json:"source"`
+	Source       string          `json:"source,omitempty"`
 	Input        json.RawMessage `json:"input,omitempty"`
 	Capabilities Capabilities    `json:"capabilities"`
 	Limits       Limits          `json:"limits"`
@@ -25,7 +25,51 @@ type Job struct {
 	// before it runs; a type error ends the run as error.code TypeError.
 	// Without it TypeScript's types are stripped, not checked.
 	TypeCheck bool `json:"typecheck,omitempty"`
+	// Files is the several-file form of the program, in place of Source:
+	// relative path → text, read-only under the job's directory, where
+	// relative imports find each other. Entry names the one to run; left
+	// out, the one of DefaultEntries that Files holds.
+	Files map[string]string `json:"files,omitempty"`
+	Entry string            `json:"entry,omitempty"`
+	// Stdin is the program's standard input: text, or bytes in base64
+	// when StdinEncoding is EncodingBase64. Without it stdin is empty.
+	Stdin         string `json:"stdin,omitempty"`
+	StdinEncoding string `json:"stdin_encoding,omitempty"`
+	// Env is added to the program's environment, which never holds the
+	// host's. Names are checked against EnvReserved.
+	Env map[string]string `json:"env,omitempty"`
 }
+
+// DefaultEntries are the files a job's Files runs when it names no Entry.
+var DefaultEntries = []string{"main.ts", "main.js", "main.mjs", "main.py"}
+
+// The bounds of a job's Files, Stdin and Env.
+const (
+	MaxFiles       = 256
+	MaxFilesBytes  = 1 << 20 // all the files' text together
+	MaxFilePath    = 512     // bytes of one path
+	MaxStdinBytes  = 1 << 20 // decoded
+	MaxEnv         = 64
+	MaxEnvNameLen  = 128
+	MaxEnvValueLen = 8 << 10
+)
+
+// EnvReserved are the names a job's Env may not set, and
+// EnvReservedPrefixes the beginnings of such names, in any case: those
+// pmjail sets itself, and those that change how a runtime, the dynamic
+// loader or a proxy-aware client behaves rather than what the program
+// reads.
+var (
+	EnvReserved = []string{
+		"PATH", "HOME", "LANG", "TMPDIR", "NO_COLOR", "TZDIR",
+		"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+	}
+	EnvReservedPrefixes = []string{"DENO_", "NODE_", "NPM_", "V8_", "RUST_", "LD_", "GLIBC_", "MALLOC_", "PYTHON", "PYODIDE_", "PMJAIL_"}
+)
+
+// The encodings of bytes carried in a JSON string: EncodingBase64 for
+// bytes that are not UTF-8 text; the empty string means text.
+const EncodingBase64 = "base64"
 
 // The modes of a run.
 const (

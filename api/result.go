@@ -1,8 +1,11 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Status says how a run ended. The names are the result object's contract.
@@ -61,7 +64,10 @@ type Result struct {
 	Stdout    string          `json:"stdout"`
 	Stderr    string          `json:"stderr"`
 	Truncated Truncated       `json:"truncated"`
-	Logs      []LogEntry      `json:"logs"`
+	// Encoding says which of Stdout and Stderr is base64: a stream that is
+	// not valid UTF-8 is carried as its bytes in base64, never altered.
+	Encoding Encoding   `json:"encoding,omitzero"`
+	Logs     []LogEntry `json:"logs"`
 	// LimitsHit names every limit the run met, even one the guest survived
 	// (a fork refused under the pids cap).
 	LimitsHit []string `json:"limits_hit,omitempty"`
@@ -105,6 +111,69 @@ type Truncated struct {
 	Stdout bool `json:"stdout"`
 	Stderr bool `json:"stderr"`
 	Logs   bool `json:"logs,omitempty"`
+}
+
+// Encoding says which output stream of a result crosses the wire in
+// base64 (EncodingBase64): one that is not valid UTF-8, which a JSON
+// string cannot carry unaltered. Empty means text. In Go, Stdout and
+// Stderr always hold the bytes as written; MarshalJSON and UnmarshalJSON
+// encode and decode them.
+type Encoding struct {
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+}
+
+// OutputEncoding is the encoding a stream's bytes cross the wire in:
+// "" for UTF-8 text, else EncodingBase64.
+func OutputEncoding(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return EncodingBase64
+}
+
+// resultJSON is Result without its methods, as it crosses the wire.
+type resultJSON Result
+
+// MarshalJSON writes r with each stream Encoding names in base64.
+func (r Result) MarshalJSON() ([]byte, error) {
+	w := resultJSON(r)
+	if r.Encoding.Stdout == EncodingBase64 {
+		w.Stdout = base64.StdEncoding.EncodeToString([]byte(r.Stdout))
+	}
+	if r.Encoding.Stderr == EncodingBase64 {
+		w.Stderr = base64.StdEncoding.EncodeToString([]byte(r.Stderr))
+	}
+	return json.Marshal(&w)
+}
+
+// UnmarshalJSON reads a result, decoding each stream Encoding names.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var w resultJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var err error
+	if w.Stdout, err = decodeText(w.Stdout, w.Encoding.Stdout); err != nil {
+		return fmt.Errorf("result stdout: %w", err)
+	}
+	if w.Stderr, err = decodeText(w.Stderr, w.Encoding.Stderr); err != nil {
+		return fmt.Errorf("result stderr: %w", err)
+	}
+	*r = Result(w)
+	return nil
+}
+
+// decodeText returns s as the bytes it carries in encoding.
+func decodeText(s, encoding string) (string, error) {
+	switch encoding {
+	case "":
+		return s, nil
+	case EncodingBase64:
+		b, err := base64.StdEncoding.DecodeString(s)
+		return string(b), err
+	}
+	return "", fmt.Errorf("unknown encoding %q", encoding)
 }
 
 // LogEntry is one host.log call.

@@ -46,6 +46,7 @@ var sectionOrder = []string{
 	"soak",
 	"gobench",
 	"packages",
+	"files",
 }
 
 func main() {
@@ -102,8 +103,9 @@ func run() int {
 		"soak":     b.soak,
 		"gobench":  b.goBench,
 		"packages": b.packagesImport,
+		"files":    b.filesHello,
 	}
-	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"]
+	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"] || want["files"]
 	if needDaemon {
 		d, err := StartDaemon(ctx, b)
 		if err != nil {

@@ -66,7 +66,7 @@ func vmHWM(t testing.TB, pid int) int64 {
 const budgetAttack = `export default async (input, ctx) => {
   const calls = Array.from({ length: 16 }, () => ctx.host.request.send({ url: input.url }));
   const codes = (await Promise.all(calls)).map((r) => (r.ok ? "ok" : r.error.code));
-  const chunk = new Uint8Array(1 << 20).fill(1);
+  const chunk = new Uint8Array(1 << 20).fill(input.byte ?? 1);
   for (let i = 0; i < 16; i++) {
     for (const w of [Deno.stdout, Deno.stderr]) {
       let off = 0;
@@ -87,10 +87,17 @@ const budgetHeadroom = 64 << 20
 // process's peak over its whole life.
 func TestTrust_DaemonMemoryBudget(t *testing.T) {
 	origin := controlReplyServer(t, 2<<20)
-	for _, streamed := range []bool{false, true} {
-		name := map[bool]string{false: "result", true: "streamed"}[streamed]
-		t.Run(name, func(t *testing.T) {
-			idle, peak := budgetAttackPeak(t, origin, streamed)
+	for _, c := range []struct {
+		name     string
+		streamed bool
+		b        byte
+	}{
+		{"result", false, 1}, {"streamed", true, 1},
+		// Output that is not UTF-8 crosses in base64, also streamed.
+		{"streamed-binary", true, 0xff},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			idle, peak := budgetAttackPeakOf(t, origin, c.streamed, c.b)
 			t.Logf("daemon VmHWM: idle %d MiB, after the attack %d MiB (+%d MiB)", idle>>20, peak>>20, (peak-idle)>>20)
 			if peak-idle > budgetHeadroom {
 				t.Errorf("the daemon's peak grew by %d MiB serving one run, over the %d MiB allowed", (peak-idle)>>20, budgetHeadroom>>20)
@@ -102,6 +109,13 @@ func TestTrust_DaemonMemoryBudget(t *testing.T) {
 // budgetAttackPeak starts a daemon, runs budgetAttack on it once and
 // returns the daemon's VmHWM before and after.
 func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak int64) {
+	tb.Helper()
+	return budgetAttackPeakOf(tb, origin, streamed, 1)
+}
+
+// budgetAttackPeakOf is budgetAttackPeak with the output made of the
+// byte b.
+func budgetAttackPeakOf(tb testing.TB, origin string, streamed bool, b byte) (idle, peak int64) {
 	tb.Helper()
 	d := startDaemon(tb, daemonDir(tb), `{"version": 1, "max_concurrency": 1, "max_queue": 2, "socket": {"mode": "0660"},
 		"ceiling": {"limits": {"memory": "1G", "output": "16M", "timeout": "2m", "cpu_time": "60s"},
@@ -118,7 +132,7 @@ func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak i
 	req := &api.Job{
 		Runtime:      "deno",
 		Source:       budgetAttack,
-		Input:        json.RawMessage(`{"url":` + strconv.Quote(origin+"/") + `}`),
+		Input:        json.RawMessage(`{"url":` + strconv.Quote(origin+"/") + `,"byte":` + strconv.Itoa(int(b)) + `}`),
 		Capabilities: api.Capabilities{Request: &api.RequestCapability{URLs: []string{origin}}},
 		Limits:       api.Limits{Output: 16 << 20, Memory: 1 << 30},
 	}
@@ -147,9 +161,9 @@ func budgetAttackPeak(tb testing.TB, origin string, streamed bool) (idle, peak i
 			tb.Errorf("a 2 MiB reply of control characters answered %q, want too_large (12 MiB escaped, over the frame cap)", c)
 		}
 	}
-	want := strings.Repeat("\x01", 16<<20)
+	want := strings.Repeat(string([]byte{b}), 16<<20)
 	if res.Stdout != want || res.Stderr != want || res.Truncated.Stdout || res.Truncated.Stderr {
-		tb.Errorf("stdout %d bytes, stderr %d, truncated %+v: want 16 MiB of \\x01 each", len(res.Stdout), len(res.Stderr), res.Truncated)
+		tb.Errorf("stdout %d bytes, stderr %d, truncated %+v: want 16 MiB of %#x each", len(res.Stdout), len(res.Stderr), res.Truncated, b)
 	}
 	return idle, peak
 }

@@ -2,11 +2,13 @@ package jail
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
@@ -37,16 +39,40 @@ func WriteJSON(w io.Writer, r *Result) error {
 	if _, err := io.WriteString(w, `,"stdout":`); err != nil {
 		return err
 	}
-	if err := jsonstr.Write(w, r.Stdout); err != nil {
+	if err := writeOutput(w, r.Stdout, r.Encoding.Stdout); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(w, `,"stderr":`); err != nil {
 		return err
 	}
-	if err := jsonstr.Write(w, r.Stderr); err != nil {
+	if err := writeOutput(w, r.Stderr, r.Encoding.Stderr); err != nil {
 		return err
 	}
 	_, err = w.Write(b[at+len(outputMembers):])
+	return err
+}
+
+// writeOutput writes a stream as a JSON string: escaped, or, when its
+// encoding says so, in base64 a piece at a time (a copy of a piece, never
+// of the whole).
+func writeOutput(w io.Writer, s, encoding string) error {
+	if encoding != api.EncodingBase64 {
+		return jsonstr.Write(w, s)
+	}
+	if _, err := io.WriteString(w, `"`); err != nil {
+		return err
+	}
+	enc := base64.NewEncoder(base64.StdEncoding, w)
+	const piece = 48 << 10 // a multiple of 3: no padding inside
+	for i := 0; i < len(s); i += piece {
+		if _, err := enc.Write([]byte(s[i:min(i+piece, len(s))])); err != nil {
+			return err
+		}
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, `"`)
 	return err
 }
 

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -32,6 +33,11 @@ func TestResultWriteJSONMatchesMarshal(t *testing.T) {
 			QueuedMS: 7, Labels: map[string]string{"stdout": ""},
 			Posture: &api.Posture{Mode: "auto", Notes: []string{`,"stdout":"","stderr":""`}},
 		},
+		// Streams that are not UTF-8 go in base64, in pieces: lengths on
+		// either side of a piece's and of base64's 3-byte groups.
+		{ID: "c3", Stdout: strings.Repeat("\xff\x00", 48<<10) + "x", Stderr: "\xfe",
+			Encoding: api.Encoding{Stdout: api.EncodingBase64, Stderr: api.EncodingBase64}},
+		{ID: "d4", Stdout: strings.Repeat("\x80", 3*(48<<10)), Stderr: "ok", Encoding: api.Encoding{Stdout: api.EncodingBase64}},
 	} {
 		want, err := json.Marshal(r)
 		if err != nil {
@@ -44,5 +50,38 @@ func TestResultWriteJSONMatchesMarshal(t *testing.T) {
 		if !bytes.Equal(got.Bytes(), want) {
 			t.Errorf("WriteJSON differs from json.Marshal:\n got %.300s\nwant %.300s", got.Bytes(), want)
 		}
+	}
+}
+
+// A result whose streams are not UTF-8 crosses the wire in base64 and
+// comes back as the bytes written: all 256 of them.
+func TestResultBytesRoundTrip(t *testing.T) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	r := &Result{ID: "e5", Stdout: string(all), Stderr: "text\n"}
+	r.Encoding = api.Encoding{Stdout: api.OutputEncoding(r.Stdout), Stderr: api.OutputEncoding(r.Stderr)}
+	var b bytes.Buffer
+	if err := WriteJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var wire struct {
+		Stdout, Stderr string
+		Encoding       map[string]string
+	}
+	if err := json.Unmarshal(b.Bytes(), &wire); err != nil {
+		t.Fatal(err)
+	}
+	if wire.Encoding["stdout"] != "base64" || wire.Encoding["stderr"] != "" || wire.Stderr != "text\n" ||
+		wire.Stdout != base64.StdEncoding.EncodeToString(all) {
+		t.Fatalf("on the wire: %+v", wire)
+	}
+	var back Result
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Stdout != string(all) || back.Stderr != "text\n" || back.Encoding != r.Encoding {
+		t.Fatalf("decoded: stdout %q stderr %q encoding %+v", back.Stdout, back.Stderr, back.Encoding)
 	}
 }

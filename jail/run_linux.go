@@ -32,6 +32,9 @@ type Job struct {
 	Spec *specs.Spec
 	// Files are written into the job's root (bootstrap and source).
 	Files []runtimes.File
+	// Stdin is the file of Files the guest reads as standard input;
+	// empty for /dev/null.
+	Stdin string
 	// Seccomp is a compiled filter program (package seccomp), nil for none.
 	Seccomp []byte
 	// Landlock adds a Landlock ruleset where the kernel has one.
@@ -598,7 +601,7 @@ func configFor(job *Job, c *child, hostMountNS uint64) initstage.Config {
 	}
 	cfg.Process = &proc
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
-	cfg.Landlock, cfg.Channel = job.Landlock, job.Channel != nil
+	cfg.Landlock, cfg.Channel, cfg.Stdin = job.Landlock, job.Channel != nil, job.Stdin
 	return cfg
 }
 

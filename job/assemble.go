@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
@@ -20,6 +21,9 @@ var v8OutOfMemory = []string{"JavaScript heap out of memory", "Fatal JavaScript 
 func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, session *ipc.Outcome, haveCgroup bool, usage cgroup.Usage) {
 	res.Status, res.ExitCode, res.Signal = out.Status, out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = out.Stdout, out.Stderr
+	// Bytes that are not UTF-8 cross the wire in base64 (api.Encoding);
+	// the result keeps them as they are, and its encoders convert.
+	res.Encoding = api.Encoding{Stdout: api.OutputEncoding(out.Stdout), Stderr: api.OutputEncoding(out.Stderr)}
 	res.Truncated = out.Truncated
 	res.Truncated.Logs = session.LogsDropped > 0
 	res.LimitsHit = append(res.LimitsHit, out.LimitsHit...)

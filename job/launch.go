@@ -21,8 +21,12 @@ var nativeEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG
 
 // launch describes what to exec for the job.
 func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
+	stdin, err := r.Request.StdinBytes()
+	if err != nil {
+		return nil, err
+	}
 	if x := r.Request.Exec; x != nil {
-		return nativeLaunch(x)
+		return nativeLaunch(x, stdin, r.Request.Env)
 	}
 	if rn.Install == nil {
 		return nil, fmt.Errorf("%w: no runtime files found", runtimes.ErrNotInstalled)
@@ -37,6 +41,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 			return nil, err
 		}
 	}
+	files, entry := r.Request.Program()
 	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
@@ -45,12 +50,16 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 		CoarseTime:  r.Profile.CoarseTime,
 		Packages:    view,
 		TypeCheck:   r.Request.TypeCheck,
+		Files:       files,
+		Entry:       entry,
+		Env:         r.Request.Env,
+		Stdin:       stdin,
 	})
 }
 
 // nativeLaunch binds a native program, found by the operator's PATH, at the
 // path it was asked by, with the --ro-bind paths beside it.
-func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
+func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launch, error) {
 	path, err := exec.LookPath(x.Program)
 	if err != nil {
 		return nil, fmt.Errorf("program %q: %w", x.Program, err)
@@ -68,8 +77,9 @@ func nativeLaunch(x *Exec) (*runtimes.Launch, error) {
 		Program: file,
 		Target:  path,
 		Args:    append([]string{path}, x.Args...),
-		Env:     nativeEnv,
+		Env:     runtimes.Environ(nativeEnv, env),
 	}
+	l.SetStdin(stdin)
 	for _, b := range x.Binds {
 		src, dst, ok := strings.Cut(b, ":")
 		if !ok {

@@ -23,8 +23,9 @@ const MaxSourceBytes = 1 << 20
 // MaxInputBytes caps a job's input.
 const MaxInputBytes = 1 << 20
 
-// MaxRequestBytes caps a whole job object.
-const MaxRequestBytes = MaxSourceBytes + MaxInputBytes + 64<<10
+// MaxRequestBytes caps a whole job object: its source (or files), input
+// and stdin (in base64 at most), with room for the rest.
+const MaxRequestBytes = MaxSourceBytes + MaxInputBytes + api.MaxStdinBytes*4/3 + 128<<10
 
 // ErrInvalid marks every error caused by the request itself.
 var ErrInvalid = errors.New("invalid job")
@@ -37,7 +38,7 @@ type Request struct {
 	// type stripping. It is spelled exactly as the socket API takes it
 	// (runtimes.Names): the CLI lower-cases its --runtime.
 	Runtime      string           `json:"runtime"`
-	Source       string           `json:"source"`
+	Source       string           `json:"source,omitempty"`
 	Input        json.RawMessage  `json:"input,omitempty"`
 	Capabilities ipc.Capabilities `json:"capabilities"`
 	Limits       profiles.Limits  `json:"limits"`
@@ -49,6 +50,13 @@ type Request struct {
 	Posture string            `json:"posture,omitempty"`
 	// TypeCheck asks for Deno's type checker before the run (api.Job).
 	TypeCheck bool `json:"typecheck,omitempty"`
+	// Files, Entry, Stdin, StdinEncoding and Env are api.Job's (see
+	// files.go for their checks).
+	Files         map[string]string `json:"files,omitempty"`
+	Entry         string            `json:"entry,omitempty"`
+	Stdin         string            `json:"stdin,omitempty"`
+	StdinEncoding string            `json:"stdin_encoding,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
 	// Exec is set only by the CLI's `pmjail exec`: a native program instead
 	// of a runtime. It is not part of the socket API.
 	Exec *Exec `json:"-"`
@@ -116,9 +124,12 @@ func (r *Request) Validate() error {
 		if r.Runtime == "" {
 			return invalidAt("runtime", "missing (want deno or python)")
 		}
-		if r.Source == "" {
+		if r.Source == "" && r.Files == nil {
 			return invalidAt("source", "empty program")
 		}
+	}
+	if err := r.validateProgram(); err != nil {
+		return err
 	}
 	if len(r.Source) > MaxSourceBytes {
 		return invalidAt("source", "%d bytes is over the %d-byte cap", len(r.Source), MaxSourceBytes)

@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -84,15 +85,17 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		if rt == runtimes.Deno {
 			// Before the run: an import of a package not allowed here is
 			// refused by name (the job's root would refuse it anyway).
-			refs, err := packages.Scan([]byte(req.Source))
+			field, text := req.programText()
+			refs, err := packages.Scan(text)
 			if err == nil {
 				err = packages.Allowed(refs, ceil.Packages)
 			}
 			if err != nil {
-				return nil, invalidAt("source", "%w", err)
+				return nil, invalidAt(field, "%w", err)
 			}
 		}
-		r.Packages = forRuntime(rt, []byte(req.Source), ceil.Packages)
+		_, text := req.programText()
+		r.Packages = forRuntime(rt, text, ceil.Packages)
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
 		return nil, invalidAt("profile", "%q: only built-in profile names are accepted here", req.Profile)
@@ -152,6 +155,19 @@ func forRuntime(rt runtimes.Name, source []byte, allowed []packages.Ref) []packa
 		}
 	}
 	return out
+}
+
+// programText is the program's code as one text for scanning its
+// imports, and the field it came from: the source, or every file of a
+// several-file job (any of them may import a package).
+func (r *Request) programText() (field string, text []byte) {
+	if r.Files == nil {
+		return "source", []byte(r.Source)
+	}
+	for _, p := range slices.Sorted(maps.Keys(r.Files)) {
+		text = append(append(text, r.Files[p]...), '\n')
+	}
+	return "files", text
 }
 
 // String is a one-line summary for logs.

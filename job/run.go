@@ -346,6 +346,7 @@ func (a *attempt) jailJob(spec *specs.Spec, launch *runtimes.Launch, flt filter)
 		ID:          a.res.ID,
 		Spec:        spec,
 		Files:       launch.Files,
+		Stdin:       launch.Stdin,
 		Seccomp:     flt.program,
 		Landlock:    r.Profile.Landlock,
 		Timeout:     time.Duration(lim.Timeout),

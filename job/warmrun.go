@@ -53,6 +53,13 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	case r.Request.TypeCheck:
 		// The checker reads the job's file in the root before it runs.
 		return "type-checked runs are not served warm"
+	case r.Request.Files != nil:
+		// Relative imports resolve against files in the root.
+		return "several-file jobs are not served warm"
+	case r.Request.Stdin != "" || len(r.Request.Env) > 0:
+		// stdin is a file of the root and env the process's own: both
+		// are the job's, and a warm runtime holds nothing of a job.
+		return "jobs with stdin or env are not served warm"
 	}
 	src := &ipc.StartSource{Text: r.Request.Source, TypeScript: runtimes.TypeScript(r.Request.Runtime)}
 	text, err := json.Marshal(src)

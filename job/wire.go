@@ -17,6 +17,7 @@ func FromAPI(j *api.Job) *Request {
 		Limits: profiles.Limits(j.Limits),
 		Mode:   j.Mode, Profile: j.Profile, Labels: j.Labels, Posture: j.Posture,
 		TypeCheck: j.TypeCheck,
+		Files:     j.Files, Entry: j.Entry, Stdin: j.Stdin, StdinEncoding: j.StdinEncoding, Env: j.Env,
 	}
 	if c := j.Capabilities.Request; c != nil {
 		r.Capabilities.Request = &ipc.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}
@@ -39,6 +40,7 @@ func (r *Request) API() (*api.Job, error) {
 		Limits:       api.Limits(r.Limits),
 		Mode:         r.Mode, Profile: r.Profile, Labels: r.Labels, Posture: r.Posture,
 		TypeCheck: r.TypeCheck,
+		Files:     r.Files, Entry: r.Entry, Stdin: r.Stdin, StdinEncoding: r.StdinEncoding, Env: r.Env,
 	}
 	if c := r.Capabilities.Request; c != nil {
 		j.Capabilities.Request = &api.RequestCapability{URLs: c.URLs, Methods: c.Methods, Auth: c.Auth}

@@ -3,6 +3,7 @@ package runtimes
 import (
 	"embed"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -108,7 +109,13 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if guest.TypeScript {
 		main = JobDir + "/main.ts"
 	}
-	files = append(files, File{Path: main, Data: guest.Source, Mode: 0o444})
+	if guest.Files != nil {
+		var own []File
+		own, main = jobFiles(guest.Files, guest.Entry)
+		files = append(files, own...)
+	} else {
+		files = append(files, File{Path: main, Data: guest.Source, Mode: 0o444})
+	}
 	var copies []Copy
 	if cache, err := in.GuestCache(); err == nil {
 		copies = append(copies, Copy{Source: cache.Dir, Target: denoDir})
@@ -125,15 +132,21 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		args[slices.Index(args, "--no-check")] = "--check"
 		args = slices.Insert(args, 2, "--quiet")
 	}
-	l := &Launch{
+	if len(guest.Env) > 0 {
+		// Deno reads no variable without a grant: the job's names, and
+		// only those (not DENO_DIR and the rest of the runtime's own).
+		// Flags go before the module; after it they are its arguments.
+		args = slices.Insert(args, slices.Index(args, entry), "--allow-env="+strings.Join(slices.Sorted(maps.Keys(guest.Env)), ","))
+	}
+	l := withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
 		Args:    args,
-		Env:     denoEnv(),
+		Env:     Environ(denoEnv(), guest.Env),
 		Files:   files,
 		Copies:  copies,
 		Channel: true,
-	}
+	}, guest.Stdin)
 	if guest.Packages != "" {
 		withPackages(l, guest.Packages)
 	}

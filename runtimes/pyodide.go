@@ -19,6 +19,10 @@ const (
 	snapshotTarget = RuntimeDir + "/pyodide.snapshot"
 	pyodideLoader  = GuestDir + "/loader.mjs"
 	pythonMain     = JobDir + "/main.py"
+	// pythonJob lists, as JSON, the job's other files (the loader cannot
+	// list a directory: the policy refuses getdents64) and its env, which
+	// the loader gives Python's os.environ (it reads no variable itself).
+	pythonJob = GuestDir + "/job.json"
 )
 
 // pyodideAssets are the files of the pyodide package a run reads: the

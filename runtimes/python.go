@@ -1,8 +1,11 @@
 package runtimes
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // pythonHeapFloorMiB is the smallest V8 old space a Python run gets. Python's
@@ -64,7 +67,32 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, File{Path: pythonMain, Data: guest.Source, Mode: 0o444})
+	main := pythonMain
+	if guest.Files != nil {
+		var own []File
+		own, main = jobFiles(guest.Files, guest.Entry)
+		files = append(files, own...)
+	} else {
+		files = append(files, File{Path: pythonMain, Data: guest.Source, Mode: 0o444})
+	}
+	jobArg := "-"
+	if guest.Files != nil || len(guest.Env) > 0 {
+		manifest := struct {
+			Files []string          `json:"files"`
+			Env   map[string]string `json:"env"`
+		}{Files: []string{}, Env: guest.Env}
+		for _, p := range slices.Sorted(maps.Keys(guest.Files)) {
+			if p != guest.Entry {
+				manifest.Files = append(manifest.Files, JobDir+"/"+p)
+			}
+		}
+		data, err := json.Marshal(manifest)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Path: pythonJob, Data: data, Mode: 0o444})
+		jobArg = pythonJob
+	}
 
 	binds := in.pyodideBinds()
 	snapshotArg, start := "-", "snapshot"
@@ -79,7 +107,7 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	} else {
 		start = "cold: " + err.Error()
 	}
-	rest := []string{snapshotArg, pythonMain}
+	rest := []string{snapshotArg, main, jobArg}
 	wheels := hasWheels(guest.Packages)
 	if wheels {
 		// The loader copies the wheels' tree into Pyodide's file system.
@@ -90,7 +118,7 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	if wheels {
 		widenRead(args, PackagesDir)
 	}
-	return &Launch{
+	return withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
 		Args:    args,
@@ -100,7 +128,7 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 		Files:   files,
 		Channel: true,
 		Start:   start,
-	}, nil
+	}, guest.Stdin), nil
 }
 
 // viewPython is the wheels' tree in a package view (package packages'

@@ -83,6 +83,17 @@ type Guest struct {
 	// TypeCheck runs Deno's type checker on the program before it runs
 	// (deno run --check), in the same jail, offline.
 	TypeCheck bool
+	// Files, when set, is the program as several files in place of
+	// Source: paths relative to JobDir (checked by package job), and
+	// Entry the one that runs.
+	Files map[string]string
+	Entry string
+	// Env is the program's own variables (names checked by package job):
+	// added to Deno's environment, readable by exactly these names, or
+	// given to Python's os.environ by the loader. Stdin is the program's
+	// standard input.
+	Env   map[string]string
+	Stdin []byte
 }
 
 // Launch is everything the jail must assemble for one run: a program to
@@ -105,6 +116,9 @@ type Launch struct {
 	Copies []Copy
 	// Channel asks the jail for the guest channel's FIFOs.
 	Channel bool
+	// Stdin is the path, among Files, of the program's standard input;
+	// empty for none (/dev/null).
+	Stdin string
 	// Start says how the runtime starts, for the result: for Python
 	// "snapshot" or "cold: <why>" (see PythonStart); empty for others.
 	Start string
@@ -145,4 +159,40 @@ const (
 	// PackagesDir holds the job's vetted packages, read-only: for Deno it
 	// is DENO_DIR (its npm cache), for Python its python/ is on sys.path.
 	PackagesDir = "/packages"
+	StdinFile   = layout.StdinFile
 )
+
+// jobFiles are the files of a several-file program under JobDir, and the
+// in-jail path of its entry.
+func jobFiles(files map[string]string, entry string) ([]File, string) {
+	out := make([]File, 0, len(files))
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		out = append(out, File{Path: JobDir + "/" + p, Data: []byte(files[p]), Mode: 0o444})
+	}
+	return out, JobDir + "/" + entry
+}
+
+// SetStdin gives the program stdin as its standard input: a file of the
+// root that the init stage opens as fd 0 (see Launch.Stdin). Nothing
+// leaves /dev/null there.
+func (l *Launch) SetStdin(stdin []byte) {
+	if len(stdin) > 0 {
+		l.Files = append(l.Files, File{Path: StdinFile, Data: stdin, Mode: 0o444})
+		l.Stdin = StdinFile
+	}
+}
+
+// withStdin is l after l.SetStdin(stdin).
+func withStdin(l *Launch, stdin []byte) *Launch {
+	l.SetStdin(stdin)
+	return l
+}
+
+// Environ is base and then env as NAME=VALUE, sorted by name.
+func Environ(base []string, env map[string]string) []string {
+	out := slices.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}

@@ -52,8 +52,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
-			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source and %d of input, with room for the rest)",
-				job.MaxRequestBytes, job.MaxSourceBytes, job.MaxInputBytes), "", 0)
+			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source or files, %d of input and %d of stdin, with room for the rest)",
+				job.MaxRequestBytes, job.MaxSourceBytes, job.MaxInputBytes, api.MaxStdinBytes), "", 0)
 	}
 	if r.ContentLength > job.MaxRequestBytes {
 		tooLarge()

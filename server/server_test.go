@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -217,7 +218,7 @@ func TestServerRefusals(t *testing.T) {
 		t.Errorf("chunked oversize body: %d %+v", status, eb)
 	}
 	// The refusal names the caps a client can act on, not only the body's.
-	if want := "job is larger than 2162688 bytes (at most 1048576 bytes of source and 1048576 of input, with room for the rest)"; eb.Error.Message != want {
+	if want := fmt.Sprintf("job is larger than %d bytes (at most 1048576 bytes of source or files, 1048576 of input and 1048576 of stdin, with room for the rest)", job.MaxRequestBytes); eb.Error.Message != want {
 		t.Errorf("oversize message %q, want %q", eb.Error.Message, want)
 	}
 }

@@ -73,7 +73,7 @@ func (o *outputStream) Write(p []byte) (int, error) {
 	cut := completeUTF8(buf)
 	o.pending = append([]byte(nil), buf[cut:]...)
 	if cut > 0 {
-		o.e.emit(api.Event{Type: o.typ, Data: string(buf[:cut])})
+		o.e.emit(o.chunk(buf[:cut]))
 	}
 	return len(p), nil
 }
@@ -83,9 +83,15 @@ func (o *outputStream) flush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.pending) > 0 {
-		o.e.emit(api.Event{Type: o.typ, Data: string(o.pending)})
+		o.e.emit(o.chunk(o.pending))
 		o.pending = nil
 	}
+}
+
+// chunk is an output event for b, marked base64 when it is not UTF-8.
+func (o *outputStream) chunk(b []byte) api.Event {
+	data := string(b)
+	return api.Event{Type: o.typ, Data: data, Encoding: api.OutputEncoding(data)}
 }
 
 // completeUTF8 returns the length of b without a trailing incomplete (but

@@ -47,6 +47,9 @@ type runFlags struct {
 	forExec bool
 	// packages narrows what a run may import (run's --packages).
 	packages *[]packages.Ref
+	entry    string
+	env      []string
+	noStdin  bool
 }
 
 func newRunFlags(name string, forExec bool) *runFlags {
@@ -70,6 +73,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		})
 		fs.StringVar(&f.input, "input", "", "the job's input: `JSON`, or @file")
 		fs.BoolVar(&f.check, "check", false, "type-check a Deno program (TypeScript) before it runs; a type error fails the run")
+		fs.StringVar(&f.entry, "entry", "", "with a DIR, the `FILE` in it that runs (default main.ts, main.js or main.py)")
 	} else {
 		fs.Func("ro-bind", "bind `SRC[:DST]` read-only (repeatable)", func(s string) error {
 			f.roBinds = append(f.roBinds, s)
@@ -91,6 +95,11 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		f.pids = n
 		return nil
 	})
+	fs.Func("env", "add `NAME=VALUE` to the program's environment (repeatable)", func(s string) error {
+		f.env = append(f.env, s)
+		return nil
+	})
+	fs.BoolVar(&f.noStdin, "no-stdin", false, "give the program an empty stdin instead of pmjail's own")
 	if name != "submit" { // a daemon's operator sets what its runs require
 		requireFlag(fs, &f.require, "`LAYERS` mode required insists on besides the core, comma-separated")
 	}
@@ -157,6 +166,9 @@ func (f *runFlags) request() (*job.Request, error) {
 		// twice is refused), and fieldFlags words its refusal as --input's.
 		req.Input = data
 	}
+	if err := f.environment(req); err != nil {
+		return nil, err
+	}
 	return req, nil
 }
 
@@ -170,9 +182,9 @@ func readCapped(name string, max int64) ([]byte, error) {
 
 // Synopses of the commands that take run flags, for their --help.
 const (
-	runSynopsis    = "run [flags] FILE|-"
+	runSynopsis    = "run [flags] FILE|DIR|-"
 	execSynopsis   = "exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]"
-	submitSynopsis = "submit [--socket PATH] [flags] FILE|-"
+	submitSynopsis = "submit [--socket PATH] [flags] FILE|DIR|-"
 )
 
 func cmdRun(args []string) int {
@@ -206,6 +218,17 @@ func (f *runFlags) programRequest(args []string) (*job.Request, error) {
 	file := f.fs.Arg(0)
 	req, err := f.request()
 	if err != nil {
+		return nil, err
+	}
+	if file != "-" {
+		if st, err := os.Stat(file); err == nil && st.IsDir() {
+			return req, f.directory(req, file)
+		}
+	}
+	if f.entry != "" {
+		return nil, errors.New("--entry: names a file of a DIR, and the program is one file")
+	}
+	if err := f.stdin(req, file == "-"); err != nil {
 		return nil, err
 	}
 	if req.Runtime == "" {
@@ -252,6 +275,9 @@ func cmdExec(args []string) int {
 		return fail("exec: %v", err)
 	}
 	req.Exec = &job.Exec{Program: f.fs.Arg(0), Args: f.fs.Args()[1:], Binds: f.roBinds}
+	if err := f.stdin(req, false); err != nil {
+		return fail("exec: %v", err)
+	}
 	return f.execute(req)
 }
 
@@ -304,6 +330,7 @@ var fieldFlags = map[string]string{
 	"limits.pids":     "pids",
 	"limits.output":   "output-limit",
 	"input":           "input",
+	"entry":           "entry",
 }
 
 // refusal words job.Resolve's refusal for the command line.
@@ -315,6 +342,9 @@ func (f *runFlags) refusal(err error) string {
 // ("--memory: 8M is below the 16M minimum", not "limits.memory: …"); a
 // message about a field no flag set is kept as it is.
 func (f *runFlags) flagged(msg, field string) string {
+	if strings.HasPrefix(field, "env") && len(f.env) > 0 {
+		return "--env: " + msg
+	}
 	name, known := fieldFlags[field]
 	if !known {
 		return msg

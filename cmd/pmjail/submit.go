@@ -55,6 +55,8 @@ func cmdSubmit(args []string) int {
 		res, err = c.Run(ctx, wire)
 	} else {
 		res, err = c.Stream(ctx, wire, func(ev api.Event) {
+			// Bytes pass through as the guest wrote them (the event
+			// arrives decoded, whatever its encoding on the wire).
 			switch ev.Type {
 			case api.EventStdout:
 				_, _ = stdout.Write([]byte(ev.Data))

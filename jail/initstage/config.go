@@ -51,6 +51,9 @@ type Config struct {
 	Landlock bool
 	// Channel asks for the guest channel's FIFOs.
 	Channel bool
+	// Stdin is a file of the root (one of Files) opened as the runtime's
+	// standard input; empty leaves /dev/null there.
+	Stdin string
 }
 
 // Join follows the configuration once the supervisor has the job's cgroup:

@@ -58,6 +58,27 @@ func TestMakeMountPointAndWriteRootFile(t *testing.T) {
 	}
 }
 
+// A file whose path would leave the root is refused whatever let it
+// through: nothing is written beside the root, nor anywhere else.
+func TestWriteRootFileStaysInTheRoot(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/job/../../escaped", "/job/../../../escaped", "../escaped", "job/x", "/job//x", "/job/./x", "/"} {
+		if err := writeRootFile(root, p, []byte("x"), 0o444); err == nil || !strings.Contains(err.Error(), "not a clean absolute path") {
+			t.Errorf("writeRootFile(%q): %v, want a refusal", p, err)
+		}
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 1 {
+		t.Errorf("beside the root: %v, want the root alone", entries)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("in the root: %v, want nothing", entries)
+	}
+}
+
 // copyTree copies directories and regular files, and nothing else: no
 // symbolic link (followed or not), FIFO or socket.
 func TestCopyTree(t *testing.T) {

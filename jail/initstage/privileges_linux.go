@@ -64,12 +64,32 @@ var rlimitNames = map[string]int{
 // channel's placeholder too when there is no channel): the guest inherits
 // stdin, stdout, stderr and the channel, nothing else.
 func (s *setup) closeExtraFDs() error {
+	if err := s.openStdin(); err != nil {
+		return err
+	}
 	first := uint(ControlFD)
 	if !s.cfg.Channel {
 		first = ChannelFD
 	}
 	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return os.NewSyscallError("close_range", err)
+	}
+	return nil
+}
+
+// openStdin puts the job's standard input (Config.Stdin, a file of the
+// read-only root) at fd 0 in place of /dev/null.
+func (s *setup) openStdin() error {
+	if s.cfg.Stdin == "" {
+		return nil
+	}
+	fd, err := unix.Open(s.cfg.Stdin, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open stdin", Path: s.cfg.Stdin, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Dup3(fd, 0, 0); err != nil {
+		return os.NewSyscallError("dup3 stdin", err)
 	}
 	return nil
 }

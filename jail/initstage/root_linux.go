@@ -340,6 +340,12 @@ func filesOutsideMounts(files []layout.File, mounts []specs.Mount) error {
 }
 
 func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
+	// A job's files come from its client (package job checks them); a
+	// path that is not absolute and clean could name a place outside the
+	// root, which filepath.Join would resolve before the pivot.
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return fmt.Errorf("write %q: not a clean absolute path in the root", path)
+	}
 	dst := filepath.Join(root, path)
 	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)

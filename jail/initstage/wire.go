@@ -29,7 +29,7 @@ import (
 // format changes takes a new magic number, since a daemon keeps the init
 // stage it chose at start while the file may be replaced under it.
 const (
-	configMagic   = 0x706d6a63 // "pmjc"
+	configMagic   = 0x706d6a43 // "pmjC": with stdin
 	joinMagic     = 0x706d6a6a // "pmjj"
 	premountMagic = 0x706d6a70 // "pmjp"
 	reportMagic   = 0x706d6a52 // "pmjR": typed stage and layer
@@ -92,6 +92,7 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 	e.uint(c.HostMountNS)
 	e.bool(c.Landlock)
 	e.bool(c.Channel)
+	e.string(c.Stdin)
 	return e.end(maxConfigSize)
 }
 
@@ -129,6 +130,7 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 	cfg.HostMountNS = d.uint()
 	cfg.Landlock = d.bool()
 	cfg.Channel = d.bool()
+	cfg.Stdin = d.string()
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode configuration: %w", err)
 	}

@@ -92,6 +92,7 @@ func fullConfig() Config {
 		HostMountNS:  4026531841,
 		Landlock:     true,
 		Channel:      true,
+		Stdin:        "/pmjail/stdin",
 	}
 }
 
@@ -163,7 +164,7 @@ func TestConfigRefusesMalformedMessages(t *testing.T) {
 		t.Errorf("a report decoded as a configuration: %v", err)
 	}
 	// A count of 2^60 strings, in a body of a few bytes.
-	huge := []byte{0x63, 0x6a, 0x6d, 0x70, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}
+	huge := []byte{0x43, 0x6a, 0x6d, 0x70, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}
 	if err := c.UnmarshalBinary(huge); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("a huge count: %v", err)
 	}

@@ -26,4 +26,8 @@ const (
 	ChannelDir = GuestDir + "/channel"
 	ChannelIn  = ChannelDir + "/in"
 	ChannelOut = ChannelDir + "/out"
+
+	// StdinFile holds the job's standard input, when it gives one: the
+	// init stage opens it as the runtime's fd 0.
+	StdinFile = GuestDir + "/stdin"
 )

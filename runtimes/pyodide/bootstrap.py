@@ -4,6 +4,7 @@
 # handler script defining `main(input)` or `main(input, ctx)`), and returns
 # the outcome to the loader as JSON. Every check happens on the host; nothing here is trusted.
 import ast
+import importlib
 import json
 import os
 import sys
@@ -361,9 +362,24 @@ def where(job_dir):
     return at
 
 
-def run(bridge, input_json, source, filename):
+def _job_files(files_json, env_json, filename):
+    # The job's other files, read-only beside its entry; the entry's
+    # directory leads sys.path as a script's does in CPython, so `import
+    # util` and a package's `from .lib import x` resolve there.
+    for path, text in json.loads(files_json).items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(path, 0o444)
+    sys.path.insert(0, os.path.dirname(filename))
+    importlib.invalidate_caches()
+    os.environ.update(json.loads(env_json))
+
+
+def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
     _reseed()
     _harden()
+    _job_files(files_json, env_json, filename)
     input_value = json.loads(input_json)
     pmjail = _make_module(bridge, input_value)
     sys.modules["pmjail"] = pmjail

@@ -4,7 +4,7 @@
 // from seconds to a fraction of one), and hands the job to bootstrap.py.
 //
 // Usage (inside the jail):
-//   deno run ... /pmjail/loader.mjs run <assetsDir> <snapshot|-> /job/main.py
+//   deno run ... /pmjail/loader.mjs run <assetsDir> <snapshot|-> /job/main.py <job.json|-> [<packages>]
 // Usage (by the supervisor, once per Pyodide+Deno version, no guest code):
 //   deno run ... <dir>/loader.mjs snapshot <assetsDir> <outFile>
 //   deno run ... /pmjail/loader.mjs warm <assetsDir> <snapshot|->
@@ -12,7 +12,7 @@
 import { Channel, makeHost } from "./channel.js";
 import { installFetch } from "./fetch.js";
 
-const [mode, assetsDir, snapshotArg, mainPath, packagesDir] = Deno.args;
+const [mode, assetsDir, snapshotArg, mainPath, jobArg, packagesDir] = Deno.args;
 const here = new URL(".", import.meta.url).pathname;
 const snapshotPath = mode !== "snapshot" && snapshotArg && snapshotArg !== "-" ? snapshotArg : null;
 
@@ -140,6 +140,9 @@ const rawWriter = (file) => ({
 });
 py.setStdout(rawWriter(Deno.stdout));
 py.setStderr(rawWriter(Deno.stderr));
+// stdin is the job's (a file the init stage opened, or /dev/null): read
+// as it is asked for, bytes as they are.
+py.setStdin({ read: (buf) => Deno.stdin.readSync(buf) ?? 0, isatty: false });
 
 // The operator's vetted wheels (pmjail packages), bound read-only at
 // packagesDir: copied into Pyodide's file system read-only, first on
@@ -209,6 +212,12 @@ if (coarse) coarsenTime();
 // A warm runtime's program comes in the start frame; its tracebacks
 // name the job's file all the same.
 const source = start.source ? start.source.text : await Deno.readTextFile(mainPath);
+// The job's other files (several-file jobs), which the manifest lists,
+// go into Python's own file system beside the entry, where its import
+// system finds them; the manifest's env becomes os.environ's.
+const manifest = jobArg && jobArg !== "-" ? JSON.parse(Deno.readTextFileSync(jobArg)) : { files: [], env: {} };
+const files = {};
+for (const p of manifest.files) files[p] = Deno.readTextFileSync(p);
 const run = py.pyimport("_pmjail_boot").run;
 // The run is not awaited at the module's top level: when Python waits on
 // something nothing can settle any more (a Future no one resolves), the
@@ -227,7 +236,7 @@ globalThis.addEventListener("beforeunload", (ev) => {
   const message = `the Python program never finished: ${waiting} for something that nothing (no timer, I/O or broker call) was left to settle`;
   report({ kind: "error", error: { name: "UnsettledPromise", message, stack: "" } });
 });
-run.callPromising(bridge, JSON.stringify(input), source, mainPath).then(valueFits, (err) => {
+run.callPromising(bridge, JSON.stringify(input), source, mainPath, JSON.stringify(files), JSON.stringify(manifest.env ?? {})).then(valueFits, (err) => {
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
   return { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
