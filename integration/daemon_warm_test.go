@@ -47,7 +47,7 @@ func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Warm || res.WarmReason != "no warm runtime was idle" || try == 20 {
+		if res.Warm || try == 20 || !transientCold(res.WarmReason) {
 			break
 		}
 	}
@@ -55,6 +55,13 @@ func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
 		t.Fatalf("run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)
 	}
 	return res
+}
+
+// transientCold reports whether a run went cold only for want of an idle
+// runtime of its own template (one being refilled, or a template the pool
+// has just learnt), not for anything of the job's.
+func transientCold(reason string) bool {
+	return reason == "no warm runtime was idle" || strings.HasPrefix(reason, "the first run of its profile and options")
 }
 
 // TestDaemonWarm runs jobs on warm runtimes: two in a row share nothing
@@ -254,10 +261,20 @@ func TestDaemonWarmPython(t *testing.T) {
 	}
 	run := func(source string, lim api.Limits) *api.Result {
 		t.Helper()
-		await()
-		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: source, Limits: lim})
-		if err != nil {
-			t.Fatal(err)
+		// On a fresh cache the snapshot and then the warm code cache are
+		// built while the daemon serves, each a new template: a run that
+		// went cold for want of its own template's runtime is tried again.
+		var res *api.Result
+		for try := 0; ; try++ {
+			await()
+			var err error
+			res, err = d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: source, Limits: lim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Warm || try == 10 || !transientCold(res.WarmReason) {
+				break
+			}
 		}
 		if !res.Warm {
 			t.Fatalf("python run not served warm: %q (status %s, %s)", res.WarmReason, res.Status, res.Stderr)

@@ -68,15 +68,6 @@ func writeTree(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-// allBytes is every byte value once, in order.
-func allBytes() []byte {
-	b := make([]byte, 256)
-	for i := range b {
-		b[i] = byte(i)
-	}
-	return b
-}
-
 // Several-file jobs run through the CLI (`pmjail run DIR`) and through
 // the daemon (the job's files, and `pmjail submit DIR`); a path that would
 // leave the job's directory is refused before any run, with a 400 naming
@@ -156,15 +147,15 @@ console.log(b.length, b[0], b[255], Deno.env.get("GREETING"));`)
 		{js, "256 0 255 hi there\n"},
 		{py, "256 0 255 hi there True\n"},
 	} {
-		inv := pmjailCmd(t, string(allBytes()), "run", "--env", "GREETING=hi there", c.file)
+		inv := pmjailCmd(t, string(allBytes(false)), "run", "--env", "GREETING=hi there", c.file)
 		if inv.ExitCode != 0 || inv.Stdout != c.want {
 			t.Errorf("run %s < 256 bytes: exit %d stdout %q stderr %q, want %q", filepath.Base(c.file), inv.ExitCode, inv.Stdout, inv.Stderr, c.want)
 		}
 	}
 	// A native program reads the bytes as they are and writes them back;
 	// its whole environment is pmjail's three names and the job's.
-	inv := pmjailCmd(t, string(allBytes()), "exec", "--", "cat")
-	if inv.ExitCode != 0 || inv.Stdout != string(allBytes()) {
+	inv := pmjailCmd(t, string(allBytes(false)), "exec", "--", "cat")
+	if inv.ExitCode != 0 || inv.Stdout != string(allBytes(false)) {
 		t.Errorf("exec cat < 256 bytes: exit %d, stdout %q", inv.ExitCode, inv.Stdout)
 	}
 	inv = pmjailCmd(t, "", "exec", "--env", "GREETING=hi", "--", "env")
@@ -220,7 +211,7 @@ console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable
 		t.Fatal(err)
 	}
 	res, err := d.c.Run(ctx, &api.Job{Runtime: "python", Source: string(src),
-		Stdin: base64.StdEncoding.EncodeToString(allBytes()), StdinEncoding: api.EncodingBase64,
+		Stdin: base64.StdEncoding.EncodeToString(allBytes(false)), StdinEncoding: api.EncodingBase64,
 		Env: map[string]string{"GREETING": "hi"}})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +228,7 @@ console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable
 		t.Errorf("deno with stdin and env through the daemon: %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 	}
 	// submit passes its own stdin and --env on, as run does.
-	inv = pmjailCmd(t, string(allBytes()), "submit", "--socket", d.sock, "--env", "GREETING=sent", js)
+	inv = pmjailCmd(t, string(allBytes(false)), "submit", "--socket", d.sock, "--env", "GREETING=sent", js)
 	if inv.ExitCode != 0 || inv.Stdout != "256 0 255 sent\n" {
 		t.Errorf("submit < 256 bytes: exit %d stdout %q stderr %q", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
@@ -258,7 +249,7 @@ func TestBinaryOutput(t *testing.T) {
 	src := `const all = Uint8Array.from({length: 256}, (_, i) => i);
 Deno.stdout.writeSync(all); Deno.stderr.writeSync(all.slice().reverse());`
 	writeFile(t, script, src)
-	want, rev := allBytes(), allBytes()
+	want, rev := allBytes(false), allBytes(false)
 	for i := range rev {
 		rev[i] = byte(255 - i)
 	}
