@@ -196,7 +196,7 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 	t.Run("pids", func(t *testing.T) {
 		// A job whose tasks bound is below what the waiting runtime runs
 		// goes cold, and says why.
-		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `console.log(1)`, Limits: api.Limits{Pids: 2}})
+		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `console.log(1)`, Limits: api.Limits{Pids: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

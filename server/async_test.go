@@ -24,7 +24,7 @@ import (
 // uid's peer must reach it) and the store's directory inside it.
 func asyncDirs(t *testing.T) (sock, store string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "pmjail-async-")
+	dir, err := os.MkdirTemp("", "async-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestConnCapsIdleHolder(t *testing.T) {
 	})
 	// A socket another user can reach, as a 0666 socket in a public
 	// directory is.
-	dir, err := os.MkdirTemp("", "pmjail-conns")
+	dir, err := os.MkdirTemp("", "conns-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func parent() {
 // CPU limit files of newer Go), and closing those crashes it some time
 // later.
 func lowFDs() {
-	out, err := os.CreateTemp("", "pmjail-spawn")
+	out, err := os.CreateTemp("", "spawn-")
 	if err != nil {
 		os.Exit(2)
 	}
