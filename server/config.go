@@ -71,6 +71,8 @@ type Config struct {
 	OthersRate           string `json:"others_rate"`
 	// Metrics is where /metrics is served besides the socket.
 	Metrics MetricsConfig `json:"metrics"`
+	// Queue is where the daemon takes jobs besides its socket (queue.go).
+	Queue QueueConfig `json:"queue"`
 
 	// derived is what normalize worked out from Ceiling and Allow, kept so
 	// that the server applies exactly what was checked: each secret's
@@ -303,6 +305,11 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("prestart: %d is over the %d this daemon keeps at most", c.Pool, MaxPool)
 	case c.Pool == 0:
 		c.Pool = min(c.MaxConcurrency, MaxPool)
+	}
+	if c.Queue.NATS != nil {
+		if err := c.Queue.NATS.Check(c.MaxConcurrency); err != nil {
+			return err
+		}
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)

@@ -20,6 +20,7 @@ import (
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/queue"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -94,6 +95,8 @@ type Server struct {
 	cancelRuns context.CancelCauseFunc
 	draining   atomic.Bool
 	shutdownMu sync.Mutex
+	// worker pulls the config's queue jobs (queue.go); nil without one.
+	worker *queue.Worker
 }
 
 // New builds a server and, before it takes any work, sweeps what a previous
@@ -375,6 +378,9 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	defer s.opt.Prober.Close()
 	// Scrapes are cut, not drained: they hold no run.
 	defer s.metricsHTTP.Close()
+	// The queue's runs end, within the same grace, before the pool closes.
+	queueDone := s.stopQueue(grace)
+	defer func() { <-queueDone }()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)

@@ -166,7 +166,7 @@ func readCapped(name string, max int64) ([]byte, error) {
 const (
 	runSynopsis    = "run [flags] FILE|-"
 	execSynopsis   = "exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]"
-	submitSynopsis = "submit [--socket PATH] [flags] FILE|-"
+	submitSynopsis = "submit [--socket PATH | --nats URLS [--tenant T] [--id ID]] [flags] FILE|-"
 )
 
 func cmdRun(args []string) int {

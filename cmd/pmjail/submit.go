@@ -18,6 +18,7 @@ import (
 func cmdSubmit(args []string) int {
 	f := newRunFlags("submit", false)
 	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket, `PATH`")
+	nf := natsFlags(f.fs)
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
@@ -35,6 +36,9 @@ func cmdSubmit(args []string) int {
 	// Interrupting submit closes the connection, which cancels the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if nf.urls != "" {
+		return submitNATS(ctx, nf, wire, f.jsonOut)
+	}
 	c := client.New(*sock)
 	defer c.Close()
 	var res *jail.Result
