@@ -19,6 +19,9 @@ type Layout struct {
 	Retention time.Duration
 	// Duplicates is the stream's window for a job id sent twice.
 	Duplicates time.Duration
+	// History is how many values of a key the bucket keeps (default 1):
+	// a result is stored once, so more shows a second store.
+	History uint8
 }
 
 // Provision makes (or updates) the work-queue stream and the result
@@ -54,6 +57,7 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 		TTL:      l.Retention,
 		Storage:  jetstream.FileStorage,
 		Replicas: l.Replicas,
+		History:  l.History,
 	}); err != nil {
 		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 	}

@@ -172,8 +172,10 @@ func (w *Worker) pull(ctx context.Context) {
 			case <-time.After(backoff):
 			}
 		}
-		batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := w.cons.Fetch(1, jetstream.FetchContext(fctx))
 		if err != nil {
+			cancel()
 			backoff = min(2*backoff+100*time.Millisecond, 2*time.Second)
 			w.log.Debug("queue: pull", "err", err)
 			continue
@@ -184,7 +186,8 @@ func (w *Worker) pull(ctx context.Context) {
 			w.handle(msg)
 			w.running.Done()
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		cancel()
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			w.log.Debug("queue: pull", "err", err)
 			backoff = 100 * time.Millisecond
 		}
