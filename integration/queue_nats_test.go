@@ -268,4 +268,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
