@@ -31,7 +31,7 @@ type Bench struct {
 	trueAdded *startCost
 }
 
-var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "seccomp", "memory", "daemon", "soak", "gobench"}
+var sectionOrder = []string{"deno", "native", "phases", "python", "broker", "seccomp", "memory", "daemon", "queue", "soak", "gobench"}
 
 func main() {
 	// -origin is the loopback origin the broker section starts as a
@@ -74,7 +74,7 @@ func run() int {
 	started := time.Now()
 	sections := map[string]func(context.Context) error{
 		"deno": b.denoHello, "native": b.nativeTrue, "phases": b.phaseBreakdown, "python": b.pythonHello, "broker": b.broker, "seccomp": b.seccompCost,
-		"memory": b.memory, "daemon": b.daemonThroughput, "soak": b.soak, "gobench": b.goBench,
+		"memory": b.memory, "daemon": b.daemonThroughput, "queue": b.queueThroughput, "soak": b.soak, "gobench": b.goBench,
 	}
 	needDaemon := len(want) == 0 || want["deno"] || want["phases"] || want["daemon"] || want["soak"] || want["memory"]
 	if needDaemon {
