@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/pmjail/pmjail/api"
 )
 
@@ -26,6 +28,10 @@ type Config struct {
 	User         string `json:"user"`
 	Password     string `json:"password"`
 	PasswordFile string `json:"password_file"`
+	// InboxPrefix is the prefix of the connection's reply subjects
+	// (default "_INBOX"): a tenant's user with one of its own, and
+	// subscribe permission on it alone, sees no one else's replies.
+	InboxPrefix string `json:"inbox_prefix"`
 	// Stream is the work-queue stream the jobs are in (default
 	// "PMJAIL_JOBS"); it must exist, made by the operator with its
 	// replicas, limits and retention.
@@ -131,6 +137,10 @@ func (c *Config) Check(concurrency int) error {
 	def(&c.Bucket, DefaultBucket)
 	def(&c.Subject, DefaultSubject)
 	def(&c.ResultSubject, DefaultResultSubject)
+	def(&c.InboxPrefix, nats.InboxPrefix[:len(nats.InboxPrefix)-1])
+	if err := checkSubject(c.InboxPrefix); err != nil {
+		return fmt.Errorf(at+"inbox_prefix: %q: %w", c.InboxPrefix, err)
+	}
 	for key, v := range map[string]string{"stream": c.Stream, "consumer": c.Consumer, "bucket": c.Bucket} {
 		if !streamName.MatchString(v) {
 			return fmt.Errorf(at+"%s: %q (want 1 to 64 letters, digits, '-' and '_')", key, v)

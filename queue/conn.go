@@ -18,6 +18,7 @@ const HeaderID = "Pmjail-Job-Id"
 func connect(c *Config, name string, opts ...nats.Option) (*nats.Conn, error) {
 	o := []nats.Option{
 		nats.Name(name),
+		nats.CustomInboxPrefix(c.InboxPrefix),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),

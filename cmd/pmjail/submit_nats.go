@@ -13,7 +13,7 @@ import (
 // natsOptions are submit's flags for a NATS JetStream queue of workers.
 type natsOptions struct {
 	urls, creds, nkey, user, passwordFile string
-	stream, subject, bucket               string
+	stream, subject, bucket, inbox        string
 	tenant, id                            string
 }
 
@@ -27,6 +27,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 	fs.StringVar(&o.stream, "nats-stream", "", "the jobs' stream, `NAME` (default "+queue.DefaultStream+")")
 	fs.StringVar(&o.subject, "nats-subject", "", "the jobs' subject prefix, `SUBJECT` (default "+queue.DefaultSubject+")")
 	fs.StringVar(&o.bucket, "nats-bucket", "", "the results' bucket, `NAME` (default "+queue.DefaultBucket+")")
+	fs.StringVar(&o.inbox, "nats-inbox", "", "the connection's reply subject prefix, `PREFIX` (default _INBOX)")
 	fs.StringVar(&o.tenant, "tenant", "others", "the `TENANT` whose subject the job goes to (NATS permissions decide who may)")
 	fs.StringVar(&o.id, "id", "", "the job's `ID` (default a fresh one): a job id whose result exists is not run again")
 	return o
@@ -36,7 +37,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 // the bucket; interrupting stops the wait, not the job.
 func submitNATS(ctx context.Context, o *natsOptions, job *api.Job, jsonOut bool) int {
 	cfg := queue.Config{URLs: strings.Split(o.urls, ","), Credentials: o.creds, Nkey: o.nkey,
-		User: o.user, PasswordFile: o.passwordFile, Stream: o.stream, Subject: o.subject, Bucket: o.bucket}
+		User: o.user, PasswordFile: o.passwordFile, Stream: o.stream, Subject: o.subject, Bucket: o.bucket, InboxPrefix: o.inbox}
 	c, err := queue.Dial(ctx, cfg)
 	if err != nil {
 		return fail("submit: %v", err)
