@@ -74,16 +74,25 @@ type Worker struct {
 	// stop ends the pulls; cancel the runs in flight.
 	stop, cancel context.CancelFunc
 	runCtx       context.Context
-	pulling      sync.WaitGroup
-	running      sync.WaitGroup
+	// closed closes with the connection.
+	closed  chan struct{}
+	pulling sync.WaitGroup
+	running sync.WaitGroup
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
 // binds the stream, its consumer and the bucket; it starts nothing.
 func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger) (*Worker, error) {
-	w := &Worker{cfg: *cfg, exec: exec, log: log}
+	w := &Worker{cfg: *cfg, exec: exec, log: log, closed: make(chan struct{})}
 	var err error
-	if w.nc, err = connect(cfg, "pmjail worker"); err != nil {
+	// The connection's events go to the daemon's log, whose every line is
+	// JSON, not to the client's default print.
+	w.nc, err = connect(cfg, "pmjail worker",
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("queue: nats", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("queue: disconnected from nats", "err", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("queue: reconnected to nats", "server", nc.ConnectedUrlRedacted()) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }))
+	if err != nil {
 		return nil, err
 	}
 	ok := false
@@ -155,9 +164,7 @@ func (w *Worker) Stop(grace time.Duration) {
 	if err := w.nc.Drain(); err != nil {
 		w.nc.Close()
 	}
-	for !w.nc.IsClosed() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-w.closed
 	w.log.Info("queue worker stopped")
 }
 
