@@ -238,6 +238,19 @@ func TestQueueNATSCluster(t *testing.T) {
 		t.Errorf("job over the ceiling: %+v %v", res, err)
 	}
 
+	// The CLI submits and waits as the Go client does; the same id sent
+	// again gets the stored result, not a second run.
+	for range 2 {
+		inv := pmjailCmd(t, `console.log("from the cli")`, "submit", "--nats", strings.Join(cfg.URLs, ","),
+			"--id", "cli-1", "--runtime", "deno", "--json", "-")
+		if inv.ExitCode != 0 || inv.Result == nil || inv.Result.Stdout != "from the cli\n" || inv.Result.ID != "cli-1" {
+			t.Errorf("pmjail submit --nats: exit %d, %+v, stderr %s", inv.ExitCode, inv.Result, inv.Stderr)
+		}
+	}
+	if h, err := kv.History(ctx, queue.Key("others", "cli-1")); err != nil || len(h) != 1 {
+		t.Errorf("cli-1: %d values in the bucket (%v), want 1", len(h), err)
+	}
+
 	// The killed worker's cgroups are swept by the worker started in its
 	// place; then every worker stops clean.
 	if left := jobCgroups(killedPID); len(left) > 0 {
