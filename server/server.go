@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -299,6 +300,9 @@ func (s *Server) reload(cfg *Config) error {
 	}
 	if old.cfg.Metrics != cfg.Metrics {
 		s.log.Warn("config reload: metrics settings change only at restart")
+	}
+	if !reflect.DeepEqual(old.cfg.Queue, cfg.Queue) {
+		s.log.Warn("config reload: queue settings change only at restart")
 	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
 	s.resizeShares(st)
