@@ -78,6 +78,8 @@ func usage() {
                                      serve the socket API (as a systemd service)
   pmjail submit [--socket PATH] [run flags] FILE|-
                                      send a job to a daemon, print it like run
+  pmjail submit --nats URLS [--tenant T] [--id ID] [run flags] FILE|-
+                                     send it to the workers of a NATS JetStream queue
   pmjail version | --version | -v    print this build's version
 
 run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --require LAYERS
