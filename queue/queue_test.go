@@ -228,3 +228,47 @@ func waitEmpty(t *testing.T, c *Client, cfg Config) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// started is an echo that says when a run starts.
+type started struct {
+	echo
+	began chan struct{}
+}
+
+func (e *started) Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error) {
+	e.began <- struct{}{}
+	return e.echo.Execute(ctx, tenant, body)
+}
+
+// A stopping worker lets its run go on for the grace period, then cancels
+// it and sends the job back, where another worker takes it.
+func TestWorkerStopSendsTheJobBack(t *testing.T) {
+	cfg, c := setup(t, 30*time.Second)
+	slow := &started{echo: echo{hold: time.Minute}, began: make(chan struct{}, 1)}
+	w, err := NewWorker(context.Background(), &cfg, slow, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Submit(ctx, "alice", "handed-back", &api.Job{Runtime: "deno", Source: "back"}); err != nil {
+		t.Fatal(err)
+	}
+	<-slow.began
+	t0 := time.Now()
+	w.Stop(500 * time.Millisecond)
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Stop took %v with a grace of 500ms", d)
+	}
+	// Well within the ack wait of 30s: the job came back by a nak.
+	fast := &echo{}
+	startWorker(t, cfg, fast)
+	res, err := c.Wait(ctx, "alice", "handed-back")
+	if err != nil || res.Stdout != "back" {
+		t.Fatalf("the job after its worker stopped: %+v %v", res, err)
+	}
+	if fast.calls.Load() != 1 {
+		t.Errorf("the second worker ran it %d times", fast.calls.Load())
+	}
+}

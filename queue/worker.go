@@ -77,7 +77,6 @@ type Worker struct {
 	// closed closes with the connection.
 	closed  chan struct{}
 	pulling sync.WaitGroup
-	running sync.WaitGroup
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
@@ -149,9 +148,9 @@ func (w *Worker) Start() {
 // connection once every run has let its job go.
 func (w *Worker) Stop(grace time.Duration) {
 	w.stop()
-	w.pulling.Wait() // no run starts after this
+	// A pull ends with the run it took.
 	done := make(chan struct{})
-	go func() { w.running.Wait(); close(done) }()
+	go func() { w.pulling.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(grace):
@@ -189,9 +188,7 @@ func (w *Worker) pull(ctx context.Context) {
 		}
 		backoff = 0
 		for msg := range batch.Messages() {
-			w.running.Add(1)
 			w.handle(msg)
-			w.running.Done()
 		}
 		cancel()
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
