@@ -72,55 +72,61 @@ func (b *Bench) queueThroughput(ctx context.Context) error {
 
 	var rows [][]string
 	for workers := 1; workers <= 3; workers++ {
-		var ds []*Daemon
-		for i := range workers {
-			d, err := startDaemon(ctx, b, fmt.Sprintf("queue-w%d-%d", workers, i), workerConfig)
-			if err != nil {
-				for _, d := range ds {
-					d.Stop()
-				}
-				return err
-			}
-			ds = append(ds, d)
-		}
-		var rates []float64
-		for range rounds {
-			r, err := viaQueue(ctx)
-			if err != nil {
-				for _, d := range ds {
-					d.Stop()
-				}
-				return err
-			}
-			rates = append(rates, r)
-		}
-		for _, d := range ds {
-			d.Stop()
-		}
 		// The same jobs through one daemon's socket, as many at once as
-		// the workers take from the queue together.
+		// the workers take from the queue together; the two sides take
+		// turns, which goes first alternating.
 		conc := workers * perWorker
-		sd, err := startDaemon(ctx, b, fmt.Sprintf("queue-socket-%d", conc), fmt.Sprintf(`{"version": 1, "max_concurrency": %d}`, conc))
+		ds, err := startDaemons(ctx, b, workers, workerConfig, conc)
 		if err != nil {
 			return err
 		}
-		var srates []float64
-		for range rounds {
-			r, err := batch(ctx, queueJobs, conc, sd.Hello)
-			if err != nil {
-				sd.Stop()
-				return err
-			}
-			srates = append(srates, r)
+		sd := ds[len(ds)-1]
+		var rates, srates []float64
+		sides := []func() error{
+			func() error { r, err := viaQueue(ctx); rates = append(rates, r); return err },
+			func() error { r, err := batch(ctx, queueJobs, conc, sd.Hello); srates = append(srates, r); return err },
 		}
-		sd.Stop()
+		for r := range rounds {
+			for k := range sides {
+				if err := sides[(k+r)%2](); err != nil {
+					stopAll(ds)
+					return err
+				}
+			}
+		}
+		stopAll(ds)
 		sm, m := medianF(srates), medianF(rates)
 		rows = append(rows, []string{fmt.Sprint(workers), fmt.Sprint(conc),
 			fmt.Sprintf("%.1f/s (%.1f – %.1f)", m, minF(rates), maxF(rates)),
 			fmt.Sprintf("%.1f/s (%.1f – %.1f)", sm, minF(srates), maxF(srates)), fmt.Sprintf("%.2f×", m/sm)})
 	}
 	b.Report.Table([]string{"workers", "runs at once", "through JetStream, jobs/s (median, min – max)", "through one daemon's socket", "queue / socket"}, rows)
-	b.Report.Para("%d rounds of %d Deno hello jobs (`console.log(1)`) per row. Through the queue: all %d published to the work-queue stream of a one-node JetStream server in the bench's process (file storage, one replica), then every result waited for in the bucket (package queue's Client, as `pmjail submit --nats`); each worker is a `pmjail serve` under `%s`. Through the socket: the same job with the Go client, as many at once as the workers run together, to one daemon whose max_concurrency is that many. This machine has %d cores: more workers add no cores, so the rows show what the queue costs, not what more hosts gain (docs/queue.md).",
+	b.Report.Para("%d rounds of %d Deno hello jobs (`console.log(1)`) per row. Through the queue: all %d published to the work-queue stream of a one-node JetStream server in the bench's process (file storage, one replica), then every result waited for in the bucket (package queue's Client, as `pmjail submit --nats`); each worker is a `pmjail serve` under `%s`. Through the socket: the same job with the Go client, as many at once as the workers run together, to one daemon whose max_concurrency is that many, running beside the workers (it idles through the queue's rounds, the workers through its); the two sides take turns, which goes first alternating. This machine has %d cores: more workers add no cores, so the rows show what the queue costs, not what more hosts gain (docs/queue.md).",
 		rounds, queueJobs, queueJobs, workerConfig, runtime.NumCPU())
 	return nil
+}
+
+// startDaemons starts n queue workers under config and, last, a socket
+// daemon of max_concurrency conc.
+func startDaemons(ctx context.Context, b *Bench, n int, config string, conc int) ([]*Daemon, error) {
+	var ds []*Daemon
+	for i := range n + 1 {
+		name, cfg := fmt.Sprintf("queue-w%d-%d", n, i), config
+		if i == n {
+			name, cfg = fmt.Sprintf("queue-socket-%d", conc), fmt.Sprintf(`{"version": 1, "max_concurrency": %d}`, conc)
+		}
+		d, err := startDaemon(ctx, b, name, cfg)
+		if err != nil {
+			stopAll(ds)
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
+func stopAll(ds []*Daemon) {
+	for _, d := range ds {
+		d.Stop()
+	}
 }
