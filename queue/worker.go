@@ -227,24 +227,34 @@ func (w *Worker) handle(msg jetstream.Msg) {
 			Message: fmt.Sprintf("header %s: %v", HeaderID, CheckID(id))}
 	}
 
-	// A job whose result is stored ran already: a redelivery after its
-	// worker died between the store and the ack, or a job sent twice.
-	ctx, cancel := context.WithTimeout(w.runCtx, opTimeout)
-	_, err = w.kv.Get(ctx, key)
-	cancel()
-	switch {
-	case err == nil:
-		log.Info("queue: job already done: acked without running")
-		w.ack(msg, log)
-		return
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		log.Warn("queue: result bucket unreachable: job sent back", "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-
 	beats := w.beat(msg)
 	defer beats()
+	// A job whose result is stored ran already: a redelivery after its
+	// worker died between the store and the ack, or a job sent twice.
+	// While the cluster elects a leader the bucket does not answer: the
+	// look-up is tried again, not the job sent back, which would spend
+	// one of its deliveries.
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(w.runCtx, opTimeout)
+		_, err = w.kv.Get(ctx, key)
+		cancel()
+		switch {
+		case err == nil:
+			log.Info("queue: job already done: acked without running")
+			w.ack(msg, log)
+			return
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case try+1 < storeTries && w.runCtx.Err() == nil:
+			log.Warn("queue: result bucket not answering yet", "try", try+1, "err", err)
+			time.Sleep(storeBackoff * time.Duration(1+try/4))
+			continue
+		default:
+			log.Warn("queue: result bucket unreachable: job sent back", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		break
+	}
 	var res *api.Result
 	if refusal == nil {
 		res, err = w.exec.Execute(w.runCtx, tenant, msg.Data())
