@@ -190,6 +190,21 @@ func TestQueueNATSCluster(t *testing.T) {
 		}
 	}
 	t.Logf("%d results in %v", len(seen), time.Since(started).Round(time.Millisecond))
+	// The jobs the killed worker held came to the others after the ack
+	// wait (the survivors' logs count the deliveries).
+	redelivered := 0
+	for _, w := range workers[1:] {
+		for _, line := range strings.Split(w.logs.String(), "\n") {
+			if strings.Contains(line, `"queue: job done"`) && !strings.Contains(line, `"delivered":1,`) {
+				redelivered++
+			}
+		}
+	}
+	t.Logf("%d jobs done by the survivors on a second or later delivery", redelivered)
+	if redelivered == 0 {
+		// Its two slots are busy but for moments while jobs wait.
+		t.Errorf("no job of the killed worker was done by another")
+	}
 
 	// Exactly the jobs' keys, each stored once, each its own job's output.
 	for i := range jobs {
