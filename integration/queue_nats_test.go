@@ -107,7 +107,7 @@ func TestQueueNATSCluster(t *testing.T) {
 	for try := 1; ; try++ {
 		// A request sent before the leader exists gets no answer: each
 		// try has its own deadline.
-		tctx, tcancel := context.WithTimeout(pctx, 5*time.Second)
+		tctx, tcancel := context.WithTimeout(pctx, 2*time.Second)
 		err := queue.Provision(tctx, cfg, queue.Layout{Replicas: 3, MaxJobs: 10000, Retention: time.Hour, History: 5})
 		tcancel()
 		if err == nil {
