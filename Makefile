@@ -70,7 +70,7 @@ test: check test-host test-vm test-systemd
 # race detector on the packages whose tests pass as nobody without a skip,
 # plus ipc (its one root test is cheap). The other packages start jails
 # and would pay -race's slowdown in every run.
-RACE_PKGS ?= ./api ./client ./cmd/pmjail ./internal/... ./ipc ./job ./packages ./posture ./profiles ./runtimes
+RACE_PKGS ?= ./api ./client ./cmd/pmjail ./internal/... ./ipc ./job ./packages ./posture ./profiles ./queue ./runtimes
 check: deps
 	$(MAKE) --no-print-directory lint
 	CGO_ENABLED=0 $(GO) vet ./...

@@ -84,6 +84,8 @@ type Config struct {
 	Metrics MetricsConfig `json:"metrics"`
 	// Runs is the store of async runs (RunsConfig).
 	Runs RunsConfig `json:"runs"`
+	// Queue is where the daemon takes jobs besides its socket (queue.go).
+	Queue QueueConfig `json:"queue"`
 
 	// derived is what normalize worked out from Ceiling and Allow, kept so
 	// that the server applies exactly what was checked: each secret's
@@ -384,6 +386,11 @@ func (c *Config) normalize() error {
 	}
 	if err := c.normalizeWarm(); err != nil {
 		return err
+	}
+	if c.Queue.NATS != nil {
+		if err := c.Queue.NATS.Check(c.MaxConcurrency); err != nil {
+			return err
+		}
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = profiles.Duration(DefaultQueueTimeout)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/posture"
+	"github.com/pmjail/pmjail/queue"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -105,6 +107,8 @@ type Server struct {
 	cancelRuns context.CancelCauseFunc
 	draining   atomic.Bool
 	shutdownMu sync.Mutex
+	// worker pulls the config's queue jobs (queue.go); nil without one.
+	worker *queue.Worker
 }
 
 // New builds a server and, before it takes any work, sweeps what a previous
@@ -345,6 +349,9 @@ func (s *Server) reload(cfg *Config) error {
 	if old.cfg.Metrics != cfg.Metrics {
 		s.log.Warn("config reload: metrics settings change only at restart")
 	}
+	if !reflect.DeepEqual(old.cfg.Queue, cfg.Queue) {
+		s.log.Warn("config reload: queue settings change only at restart")
+	}
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
 	s.resizeShares(st)
 	s.metrics.addTenants(st)
@@ -455,6 +462,9 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	defer s.opt.Prober.Close()
 	// Scrapes are cut, not drained: they hold no run.
 	defer s.metricsHTTP.Close()
+	// The queue's runs end, within the same grace, before the pool closes.
+	queueDone := s.stopQueue(grace)
+	defer func() { <-queueDone }()
 	s.draining.Store(true)
 	running, queued, _, _ := s.lim.stats()
 	s.log.Info("draining", "in_flight", running, "queued", queued, "grace", grace)

@@ -84,6 +84,8 @@ func usage() {
                                      (--async: print the run's id, do not wait)
   pmjail runs get|events|cancel [--socket PATH] ID
                                      an async run: its state, its output, or cancel it
+  pmjail submit --nats URLS [--tenant T] [--id ID] [run flags] FILE|-
+                                     send it to the workers of a NATS JetStream queue
   pmjail version | --version | -v    print this build's version
 
 run flags: --runtime deno|python --profile NAME|FILE --mode auto|required --require LAYERS

@@ -184,7 +184,7 @@ func readCapped(name string, max int64) ([]byte, error) {
 const (
 	runSynopsis    = "run [flags] FILE|DIR|-"
 	execSynopsis   = "exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]"
-	submitSynopsis = "submit [--socket PATH] [flags] FILE|DIR|-"
+	submitSynopsis = "submit [--socket PATH | --nats URLS [--tenant T] [--id ID]] [flags] FILE|DIR|-"
 )
 
 func cmdRun(args []string) int {

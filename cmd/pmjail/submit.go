@@ -20,6 +20,7 @@ func cmdSubmit(args []string) int {
 	sock := f.fs.String("socket", client.DefaultSocketPath, "the daemon's Unix socket, `PATH`")
 	async := f.fs.Bool("async", false, "submit as an async run: print its id and status, and do not wait (see pmjail runs)")
 	key := f.fs.String("idempotency-key", "", "with --async, the submission's `KEY`: the same key and job again name the same run")
+	nf := natsFlags(f.fs)
 	req, err := f.programRequest(args)
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
@@ -37,6 +38,12 @@ func cmdSubmit(args []string) int {
 	// Interrupting submit closes the connection, which cancels the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if nf.urls != "" {
+		if *async || *key != "" {
+			return commandFailure(f.fs, submitSynopsis, errors.New("--async, --idempotency-key: not with --nats (a queue job is async already; --id names it)"))
+		}
+		return submitNATS(ctx, nf, wire, f.jsonOut)
+	}
 	c := client.New(*sock)
 	defer c.Close()
 	if *async {

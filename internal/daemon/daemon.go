@@ -36,6 +36,10 @@ const exitFailure = 125
 // refuses: the check worked, its answer is no.
 const exitInvalidConfig = 1
 
+// queueStartTimeout bounds the set-up of the queue worker: reaching a
+// NATS server and binding the stream, consumer and bucket.
+const queueStartTimeout = 30 * time.Second
+
 // Main runs the daemon, `pmjail serve [--socket PATH] [--config FILE]
 // [--check-config]` with args the flags, until a signal stops it, and
 // returns the process's exit code: SIGTERM/SIGINT drain and stop it,
@@ -109,6 +113,15 @@ func Main(args []string, version string) int {
 	}
 	ln, activated, err := server.Listen(cfg.Socket)
 	if err != nil {
+		return fail(fmt.Errorf("serve: %w", err))
+	}
+	// The queue's jobs start only once the socket is bound: a daemon that
+	// cannot serve its socket takes none.
+	qctx, cancelQueue := context.WithTimeout(context.Background(), queueStartTimeout)
+	err = srv.StartQueue(qctx)
+	cancelQueue()
+	if err != nil {
+		ln.Close()
 		return fail(fmt.Errorf("serve: %w", err))
 	}
 	var metricsLn net.Listener

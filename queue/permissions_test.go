@@ -1,0 +1,174 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// tenantsSeen is an echo that records the tenants it ran jobs for.
+type tenantsSeen struct {
+	echo
+	mu      sync.Mutex
+	tenants []string
+}
+
+func (e *tenantsSeen) Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error) {
+	e.mu.Lock()
+	e.tenants = append(e.tenants, tenant)
+	e.mu.Unlock()
+	return e.echo.Execute(ctx, tenant, body)
+}
+
+// startShippedNATS starts a server from deploy/queue/nats-server.conf, its
+// password hashes replaced by plain test passwords and its cluster left
+// out: the permissions under test are the ones shipped.
+func startShippedNATS(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "deploy", "queue", "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer(
+		"$2a$11$REPLACE_WITH_BCRYPT_HASH_OF_THE_WORKERS_PASSWORD", "worker-pw",
+		"$2a$11$REPLACE_WITH_BCRYPT_HASH_OF_CIS_PASSWORD", "ci-pw",
+	).Replace(string(data))
+	path := filepath.Join(t.TempDir(), "nats-server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("deploy/queue/nats-server.conf: %v", err)
+	}
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.HTTPHost, opts.HTTPPort = "", 0
+	opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
+	opts.StoreDir = t.TempDir()
+	opts.JetStreamMaxStore = 1 << 30
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns.ClientURL()
+}
+
+// TestTenantPermissions attacks the shipped permissions as tenant ci:
+// submitting as another tenant, reading another tenant's result, and
+// listening on the workers' replies and other tenants' results all fail,
+// while ci's own job runs and its result reaches it.
+func TestTenantPermissions(t *testing.T) {
+	url := startShippedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
+	if err := workerCfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatalf("provision as the workers' user: %v", err)
+	}
+	e := &tenantsSeen{}
+	w, err := NewWorker(ctx, &workerCfg, e, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("worker as the workers' user: %v", err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+
+	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
+	if err != nil {
+		t.Fatalf("dial as ci: %v", err)
+	}
+	defer ci.Close()
+	res, err := ci.Run(ctx, "ci", &api.Job{Runtime: "deno", Source: "own"})
+	if err != nil || res.Stdout != "own" {
+		t.Fatalf("ci's own job: %+v %v", res, err)
+	}
+	if got, err := ci.Get(ctx, "ci", res.ID); err != nil || got.Stdout != "own" {
+		t.Errorf("ci's own result: %+v %v", got, err)
+	}
+
+	// Another tenant's result, stored by a worker.
+	if _, err := w.kv.Create(ctx, Key("other", "secret"), []byte(`{"id":"secret","status":"ok","stdout":"secret"}`)); err != nil {
+		t.Fatal(err)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
+
+	sctx, scancel := short()
+	err = ci.Submit(sctx, "other", "forged", &api.Job{Runtime: "deno", Source: "forged"})
+	scancel()
+	if err == nil {
+		t.Errorf("ci submitted a job as tenant other")
+	}
+	sctx, scancel = short()
+	if got, err := ci.Get(sctx, "other", "secret"); err == nil {
+		t.Errorf("ci read other's result: %+v", got)
+	}
+	scancel()
+	sctx, scancel = short()
+	if got, err := ci.Wait(sctx, "other", "secret"); err == nil {
+		t.Errorf("ci watched other's result: %+v", got)
+	}
+	scancel()
+
+	// Raw subscriptions on others' replies and results are refused by
+	// the server.
+	violations := make(chan string, 8)
+	nc, err := nats.Connect(url, nats.UserInfo("ci", "ci-pw"), nats.CustomInboxPrefix("_INBOX_ci"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err.Error() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, subj := range []string{"_INBOX.>", "pmjail.results.>", "$KV.pmjail_results.>"} {
+		if _, err := nc.SubscribeSync(subj); err != nil {
+			continue // refused at once
+		}
+		select {
+		case v := <-violations:
+			if !strings.Contains(strings.ToLower(v), "permissions violation") {
+				t.Errorf("subscribe %s: %s, want a permissions violation", subj, v)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("subscribe %s as ci: no permissions violation", subj)
+		}
+	}
+	// A direct read of the stream's messages, past the key filter.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel = short()
+	if s, err := js.Stream(sctx, "KV_"+DefaultBucket); err == nil {
+		if m, err := s.GetLastMsgForSubject(sctx, "$KV."+DefaultBucket+".other.secret"); err == nil {
+			t.Errorf("ci read other's result from the stream: %s", m.Data)
+		}
+	}
+	scancel()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, tn := range e.tenants {
+		if tn != "ci" {
+			t.Errorf("the worker ran a job for tenant %q submitted by ci", tn)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Layout is what Provision makes: the stream's and the bucket's
+// replicas and bounds, the operator's choices of capacity and retention.
+type Layout struct {
+	Replicas int
+	// MaxJobs bounds the jobs waiting in the stream: beyond it a submit
+	// is refused (back-pressure at the door, not in the workers).
+	MaxJobs int64
+	// Retention is how long a result stays in the bucket.
+	Retention time.Duration
+	// Duplicates is the stream's window for a job id sent twice.
+	Duplicates time.Duration
+	// History is how many values of a key the bucket keeps (default 1):
+	// a result is stored once, so more shows a second store.
+	History uint8
+}
+
+// Provision makes (or updates) the work-queue stream and the result
+// bucket the config names, as an operator's `nats stream add` and `nats
+// kv add` would: for tests, benchmarks and a first set-up.
+func Provision(ctx context.Context, cfg Config, l Layout) error {
+	if err := cfg.Check(1); err != nil {
+		return err
+	}
+	nc, err := connect(&cfg, "pmjail provision")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{cfg.Subject + ".*"},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   l.Replicas,
+		MaxMsgs:    l.MaxJobs,
+		Discard:    jetstream.DiscardNew,
+		Duplicates: l.Duplicates,
+	}); err != nil {
+		return fmt.Errorf("stream %s: %w", cfg.Stream, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   cfg.Bucket,
+		TTL:      l.Retention,
+		Storage:  jetstream.FileStorage,
+		Replicas: l.Replicas,
+		History:  l.History,
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+	}
+	return nil
+}
