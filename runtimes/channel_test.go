@@ -18,7 +18,7 @@ import (
 // channelScript writes script (%q in it stands for the real channel.js)
 // into dir and returns the command that runs it under Deno, with read and
 // write access, dir and args its arguments.
-func channelScript(ctx context.Context, t *testing.T, in *Install, script, dir string, args ...string) *exec.Cmd {
+func channelScript(ctx context.Context, t testing.TB, in *Install, script, dir string, args ...string) *exec.Cmd {
 	t.Helper()
 	channelJS, err := filepath.Abs("guest/channel.js")
 	if err != nil {
@@ -51,7 +51,7 @@ const frame = (obj) => {
 
 // hostFIFOs makes the channel's two FIFOs in dir and opens the host's
 // ends of them, first, as the init stage holds them.
-func hostFIFOs(t *testing.T, dir string) map[string]*os.File {
+func hostFIFOs(t testing.TB, dir string) map[string]*os.File {
 	t.Helper()
 	ends := map[string]*os.File{}
 	for _, p := range []string{"in", "out"} {

@@ -16,6 +16,11 @@ const SCRATCH_SIZE = 4096;
 // reads the next frame: a caller may wait for their reply in a
 // synchronous read. request.send waits on the network, so it never does.
 const PROMPT = new Set(["log.debug", "log.info", "log.warn", "log.error", "input.get"]);
+// NOTE_HEAD is, per log method, the length of a note's JSON with an empty
+// message: what a note's encoded length has over its message's.
+const NOTE_HEAD = new Map(
+  ["log.debug", "log.info", "log.warn", "log.error"].map((m) => [m, JSON.stringify({ type: "note", method: m, params: { message: "" } }).length]),
+);
 const encoder = new TextEncoder();
 let decoder;
 
@@ -48,6 +53,14 @@ export class Channel {
   #scratch = new Uint8Array(SCRATCH_SIZE);
   #nextId = 1;
   #pending = new Map();
+  // #credit is the host's word, in a log reply, of how much more logging
+  // it accepts (ipc/PROTOCOL.md): within it a log call goes out as a note,
+  // answered here, and the guest does not wait a round trip for a reply
+  // it knows. #lastCall is the id of the last frame sent while it is a
+  // call: a reply's credit counts every frame before it, so only the
+  // reply to the last one sent is current.
+  #credit = null;
+  #lastCall = 0;
   #reading = false;
   // #broken says why the channel is unusable, once it is: calls then fail
   // at once instead of waiting for a reply that cannot come.
@@ -180,6 +193,7 @@ export class Channel {
       const p = this.#pending.get(frame.id);
       if (!p) return;
       this.#pending.delete(frame.id);
+      if (frame.id === this.#lastCall) this.#credit = frame.credit ?? null;
       p(frame.ok ? { ok: true, value: frame.value ?? null } : { ok: false, error: frame.error });
     }
   }
@@ -301,6 +315,7 @@ export class Channel {
   // through #pump, unless syncOnly, when it sends nothing and returns
   // false.
   #begin(method, params, resolve, syncOnly) {
+    if (this.#credit !== null && this.#note(method, params, resolve)) return true;
     // The id is taken only by a call that goes out: one declined leaves
     // the next call the id the host expects next.
     const id = this.#nextId;
@@ -317,6 +332,10 @@ export class Channel {
     if (syncOnly && !waitHere) return false;
     this.#nextId++;
     this.#pending.set(id, resolve);
+    this.#lastCall = id;
+    // A log call's bytes are the host's to count (it cuts and scrubs);
+    // any other call spends one call of the credit.
+    if (this.#credit !== null && (NOTE_HEAD.has(method) || --this.#credit.calls < 0)) this.#credit = null;
     let sync;
     try {
       sync = this.#write(frame, due);
@@ -331,6 +350,39 @@ export class Channel {
     }
     if (!sync) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
     this.#pump();
+    return true;
+  }
+
+  // #note sends a log call of a message alone as a note and answers it
+  // as the host would, when the credit covers it; false, having sent
+  // nothing, when it does not. The message's bytes are counted as its
+  // JSON's, never fewer than the host counts: escapes only lengthen it.
+  #note(method, params, resolve) {
+    const head = NOTE_HEAD.get(method);
+    if (head === undefined || params === null || typeof params !== "object" || typeof params.message !== "string") return false;
+    for (const key in params) if (key !== "message") return false;
+    const c = this.#credit;
+    if (c.calls < 1 || c.logs < 1) return false;
+    let frame;
+    try {
+      frame = this.#encode({ type: "note", method, params: { message: params.message } });
+    } catch {
+      return false;
+    }
+    const bytes = frame.length - 4 - head;
+    if (bytes > c.message || bytes > c.bytes || frame.length - 4 > c.frame) return false;
+    c.calls--;
+    c.logs--;
+    c.bytes -= bytes;
+    this.#lastCall = 0;
+    try {
+      // No reply is due for a note: it writes at once unless one is.
+      if (!this.#write(frame)) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
+    } catch (err) {
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    resolve({ ok: true, value: null });
     return true;
   }
 
