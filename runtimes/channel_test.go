@@ -237,7 +237,7 @@ func TestChannelStartFrameComesLate(t *testing.T) {
 
 // waitReading waits until a thread of pid sits in read(2) on its
 // descriptor for path: the guest is waiting for what the test will write.
-func waitReading(t *testing.T, pid int, path string) {
+func waitReading(t testing.TB, pid int, path string) {
 	t.Helper()
 	tasks := fmt.Sprintf("/proc/%d/task", pid)
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
