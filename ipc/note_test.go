@@ -111,3 +111,37 @@ func TestNoteAttacks(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBrokerNote is BenchmarkBrokerDispatch for notes: the host's
+// work per log call the guest sends unanswered, the guest writing as
+// fast as the host reads.
+func BenchmarkBrokerNote(b *testing.B) {
+	host, gconn := socketPair(b)
+	ceil := PermissiveCeiling()
+	ceil.MaxCalls = 1 << 30
+	ceil.MaxLogs = 1 << 30
+	ceil.MaxLogBytes = 1 << 40
+	done := make(chan Outcome, 1)
+	go func() {
+		done <- Serve(context.Background(), host, SessionConfig{Capabilities: Capabilities{Log: true}, Ceiling: ceil})
+	}()
+	g := newTestGuest(b, gconn)
+	g.recv()
+	frame, err := AppendFrame(nil, note("log.info", "bench"), DefaultMaxFrame)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := gconn.Write(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The last call's reply comes after every note before it is handled.
+	wantOK(b, g.call("log.info", map[string]string{"message": "end"}))
+	b.StopTimer()
+	g.send(map[string]any{"type": "done"})
+	if out := <-done; out.Calls != b.N+1 {
+		b.Fatalf("%d calls, want %d", out.Calls, b.N+1)
+	}
+}
