@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestGrowPipe: the channel's incoming pipe is grown to channelPipeSize,
+// TestGrowPipe: a channel's pipe is grown to channelPipeSize,
 // and stays usable in Go's poller (growPipe must not take the fd out of
 // non-blocking mode, as os.File.Fd would).
 func TestGrowPipe(t *testing.T) {
