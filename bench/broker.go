@@ -112,15 +112,20 @@ func (b *Bench) broker(ctx context.Context) error {
 	inputBare := js[bareInput].Median - js[bareHello].Median
 	sourceBare := js[bareSource].Median - js[bareHello].Median
 	inputOver, sourceOver := inputAdded-inputBare, sourceAdded-sourceBare
-	b.Report.Table([]string{"per call", "time", "what"}, [][]string{
-		{"bare pipe round trip", us(pipe), "two threads, one byte each way over a pipe pair (blocking read/write), in the bench process"},
-		{"host dispatch (`BenchmarkBrokerDispatch`)", us(dispatch), "ipc.Serve answering log.info to an in-process Go guest over a socket pair"},
-		{"JS `host.log.info`", us(jsCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
-		{"Python `pmjail.log.info`", us(pyCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)},
-		{"JS `host.log.info`, inside the guest", us(jsInside), fmt.Sprintf("the guest's own clock around its %d calls (`log-timed.js`), median of %d runs", logCalls, b.Reps)},
-		{"Python `pmjail.log.info`, inside the guest", us(pyInside), fmt.Sprintf("the same in Python (`log-timed.py`), median of %d runs", b.PyReps)},
-		{"JS `host.request.send`, loopback", us(reqCall), fmt.Sprintf("(%d calls − hello) / %d, through the CLI", requestCalls, requestCalls)},
-		{"a GET from the host, loopback", us(directCall), fmt.Sprintf("%d GETs / %d, in the bench", requestCalls, requestCalls)},
+	// Each row also as a multiple of the two floors measured in this run:
+	// on a loaded machine every figure moves, these ratios much less.
+	row := func(name string, d time.Duration, what string) []string {
+		return []string{name, us(d), fmt.Sprintf("%.2f×", Ratio(d, pipe)), fmt.Sprintf("%.2f×", Ratio(d, dispatch)), what}
+	}
+	b.Report.Table([]string{"per call", "time", "× pipe", "× dispatch", "what"}, [][]string{
+		row("bare pipe round trip", pipe, "two threads, one byte each way over a pipe pair (blocking read/write), in the bench process"),
+		row("host dispatch (`BenchmarkBrokerDispatch`)", dispatch, "ipc.Serve answering log.info to an in-process Go guest over a socket pair"),
+		row("JS `host.log.info`", jsCall, fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)),
+		row("Python `pmjail.log.info`", pyCall, fmt.Sprintf("(%d calls − hello) / %d, through the CLI", logCalls, logCalls)),
+		row("JS `host.log.info`, inside the guest", jsInside, fmt.Sprintf("the guest's own clock around its %d calls (`log-timed.js`), median of %d runs", logCalls, b.Reps)),
+		row("Python `pmjail.log.info`, inside the guest", pyInside, fmt.Sprintf("the same in Python (`log-timed.py`), median of %d runs", b.PyReps)),
+		row("JS `host.request.send`, loopback", reqCall, fmt.Sprintf("(%d calls − hello) / %d, through the CLI", requestCalls, requestCalls)),
+		row("a GET from the host, loopback", directCall, fmt.Sprintf("%d GETs / %d, in the bench", requestCalls, requestCalls)),
 	})
 	b.Report.Para("1 MB of input adds %s through pmjail and %s to bare Deno reading and parsing it, so pmjail's own share is %s; 1 MB of source adds %s through pmjail and %s to bare Deno, pmjail's share %s. The targets below read \"1 MB adds ≤ 5 ms\" as pmjail's share: what carrying the megabyte into the jail costs over Deno doing the same work on it (reading and analysing a module, parsing JSON), which no channel can take away.", signedMS(inputAdded), signedMS(inputBare), signedMS(inputOver), signedMS(sourceAdded), signedMS(sourceBare), signedMS(sourceOver))
 

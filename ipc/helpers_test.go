@@ -45,6 +45,7 @@ type hostFrame struct {
 	OK           bool            `json:"ok"`
 	Value        json.RawMessage `json:"value"`
 	Error        *CallError      `json:"error"`
+	Credit       *logCredit      `json:"credit"`
 	Input        json.RawMessage `json:"input"`
 	Capabilities json.RawMessage `json:"capabilities"`
 	Options      struct {

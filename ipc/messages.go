@@ -82,6 +82,24 @@ type replyFrame struct {
 	OK    bool            `json:"ok"`
 	Value json.RawMessage `json:"value,omitempty"`
 	Error *CallError      `json:"error,omitempty"`
+	// Credit, on an accepted log call's reply, is how far the guest may
+	// log without waiting for replies (see logCredit).
+	Credit *logCredit `json:"credit,omitempty"`
+}
+
+// logCredit is what the run's budgets still hold, as of the reply that
+// carries it: the guest may send that many log calls as notes (no reply)
+// and answer them itself, every one of which the host accepts as the
+// reply would have. It is the host's own count, so a guest that lies
+// about it only misleads itself: notes pass every check a call does.
+// None is given while the scrubber holds secrets, which can lengthen a
+// message past what the guest counted.
+type logCredit struct {
+	Calls   int `json:"calls"`   // broker calls of any kind
+	Logs    int `json:"logs"`    // log entries
+	Bytes   int `json:"bytes"`   // bytes of log messages
+	Message int `json:"message"` // the longest message kept whole
+	Frame   int `json:"frame"`   // the largest frame body
 }
 
 // guestFrame is the union of what the guest may send; which fields count
@@ -100,6 +118,7 @@ const (
 	typeStart = "start"
 	typeReply = "reply"
 	typeCall  = "call"
+	typeNote  = "note"
 	typeDone  = "done"
 	typeError = "error"
 )

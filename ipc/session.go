@@ -327,7 +327,12 @@ func (s *session) isStopped() bool {
 
 // reply answers call id. A value too big for a frame becomes too_large.
 func (s *session) reply(id uint64, method string, value json.RawMessage, cerr *CallError) {
-	rf := replyFrame{Type: typeReply, ID: id, OK: cerr == nil, Value: value, Error: cerr}
+	s.replyCredit(id, method, value, cerr, nil)
+}
+
+// replyCredit is reply with a log credit on a successful reply.
+func (s *session) replyCredit(id uint64, method string, value json.RawMessage, cerr *CallError, credit *logCredit) {
+	rf := replyFrame{Type: typeReply, ID: id, OK: cerr == nil, Value: value, Error: cerr, Credit: credit}
 	frame, err := AppendFrame(nil, rf, s.ceil.MaxFrame)
 	if errors.Is(err, ErrFrameTooLarge) {
 		cerr = callErr(CodeTooLarge, "the reply would exceed the %d-byte frame cap", s.ceil.MaxFrame)
@@ -358,6 +363,9 @@ func (s *session) handle(body []byte) bool {
 	switch f.Type {
 	case typeCall:
 		s.handleCall(&f)
+		return false
+	case typeNote:
+		s.handleNote(&f)
 		return false
 	case typeDone:
 		s.mu.Lock()
@@ -441,7 +449,15 @@ func (s *session) handleCall(f *guestFrame) {
 		}
 		s.reply(id, f.Method, input, nil)
 	case "log.debug", "log.info", "log.warn", "log.error":
-		s.safeCall(id, f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
+		value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
+		if s.ctx.Err() != nil {
+			return
+		}
+		var credit *logCredit
+		if cerr == nil {
+			credit = s.logCredit()
+		}
+		s.replyCredit(id, f.Method, value, cerr, credit)
 	case "request.send":
 		if s.cfg.Capabilities.Request == nil {
 			s.reply(id, f.Method, nil, callErr(CodeDenied, "the job did not declare the request capability"))
@@ -479,16 +495,6 @@ func (s *session) handleCall(f *guestFrame) {
 	}
 }
 
-// safeCall runs one broker call and replies, turning a panic into an
-// internal error so a broker bug cannot take the supervisor down.
-func (s *session) safeCall(id uint64, method string, call func() (json.RawMessage, *CallError)) {
-	value, cerr := s.recovered(method, call)
-	if s.ctx.Err() != nil {
-		return // the session is over; nobody reads this reply
-	}
-	s.reply(id, method, value, cerr)
-}
-
 // recovered runs one broker call, turning a panic into an internal error.
 func (s *session) recovered(method string, call func() (json.RawMessage, *CallError)) (v json.RawMessage, cerr *CallError) {
 	defer func() {
@@ -498,4 +504,56 @@ func (s *session) recovered(method string, call func() (json.RawMessage, *CallEr
 		}
 	}()
 	return call()
+}
+
+// handleNote takes a log call sent as a note: checked, counted and kept
+// exactly as a call, but not answered. The guest sends one only within
+// the credit of an earlier reply, which promised it would be accepted;
+// one that is refused anyway (a guest writing its own frames) is counted
+// as the call would have been and dropped, since nobody waits for it.
+func (s *session) handleNote(f *guestFrame) {
+	switch f.Method {
+	case "log.debug", "log.info", "log.warn", "log.error":
+	default:
+		s.protocolError("a note for %.80q: only log methods take one", f.Method)
+		return
+	}
+	s.mu.Lock()
+	s.out.Calls++
+	over := s.out.Calls > s.ceil.MaxCalls
+	s.mu.Unlock()
+	var cerr *CallError
+	switch {
+	case over:
+		cerr = callErr(CodeRateLimited, "more than %d broker calls in this run", s.ceil.MaxCalls)
+	case checkValueDepth(f.Params) != nil:
+		cerr = callErr(CodeInvalidRequest, "params nest too deeply")
+	default:
+		_, cerr = s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
+	}
+	if cerr != nil {
+		if cerr.Code == CodeDenied {
+			s.mu.Lock()
+			s.out.Denied[f.Method]++
+			s.mu.Unlock()
+		}
+		s.log.Debug("ipc note refused", "method", f.Method, "code", cerr.Code, "reason", cerr.Message)
+	}
+}
+
+// logCredit is the credit an accepted log call's reply carries, or nil
+// when the scrubber could make a message longer than the guest counts.
+func (s *session) logCredit() *logCredit {
+	if len(s.broker.scrubber.forms) > 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &logCredit{
+		Calls:   max(0, s.ceil.MaxCalls-s.out.Calls),
+		Logs:    max(0, s.ceil.MaxLogs-len(s.out.Logs)),
+		Bytes:   max(0, s.ceil.MaxLogBytes-s.logBytes),
+		Message: s.ceil.MaxLogMessage,
+		Frame:   s.ceil.MaxFrame,
+	}
 }

@@ -125,6 +125,11 @@ func FuzzSession(f *testing.F) {
 		`{"type":"done","value":null}`))
 	f.Add(fuzzFrames(call(1, "request.send", `{"url":"`+authed+`/","timeout_ms":-1}`), call(1, "input.get", `{}`), ``, `[`))
 	f.Add(fuzzFrames(call(9007199254740991, "nope", `{}`), `{"type":"call","id":"1","method":"input.get"}`))
+	f.Add(fuzzFrames(
+		`{"type":"note","method":"log.info","params":{"message":"n"}}`,
+		`{"type":"note","method":"log.debug","params":{"message":"`+fuzzSecret+`","meta":[[[1]]]}}`,
+		`{"type":"note","method":"request.send","params":{"url":"`+authed+`/"}}`,
+		`{"type":"done"}`))
 
 	caps := Capabilities{Log: true, Request: &RequestCapability{
 		URLs:    []string{authed, other},

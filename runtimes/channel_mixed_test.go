@@ -44,18 +44,23 @@ for (let i = 0; i < 20; i++) seen.push((await host.log.info("sync " + i)).ok);
 for (let i = 0; i < 20; i++) seen.push(ch.callSync("log.info", { message: "callSync " + i })?.ok);
 seen.push(ch.callSync("request.send", { url: origin + "/" }) === null);
 const slow = host.request.send({ url: origin + "/slow" });
-// With the request's asynchronous read outstanding, callSync declines too.
-seen.push(ch.callSync("log.info", { message: "declined" }) === null);
+// With the request's asynchronous read outstanding, callSync declines a
+// call that needs its reply (a meta makes it one) ...
+seen.push(ch.callSync("log.info", { message: "declined", meta: 1 }) === null);
+// ... and answers one the host's credit covers, as a note.
+seen.push(ch.callSync("log.info", { message: "noted" })?.ok === true);
 let fired = false;
 setTimeout(async () => {
   fired = true;
   seen.push((await host.request.send({ url: origin + "/release" })).ok);
 }, 20);
-// While the request waits, log calls go the asynchronous way; they still
-// resolve at once, and the timer still fires among them.
+// While the request waits, log calls that need their reply go the
+// asynchronous way; they still resolve at once, and the timer still
+// fires among them. (Notes resolve in place, as a resolved promise does:
+// a loop of them would not let the timer run.)
 let during = 0;
 while (!fired) {
-  seen.push((await host.log.info("during " + during++)).ok);
+  seen.push((await host.log.info("during " + during++, {})).ok);
 }
 const r = await slow;
 seen.push(r.ok && r.value.body === "released");
@@ -117,9 +122,14 @@ func TestChannelMixedCalls(t *testing.T) {
 	if !o.Done || o.ProtocolError != nil || o.HostError != nil {
 		t.Errorf("session outcome: done %v, protocol error %v, host error %v", o.Done, o.ProtocolError, o.HostError)
 	}
+	noted := false
 	for _, l := range o.Logs {
 		if l.Message == "declined" {
 			t.Errorf("a call callSync declined reached the host")
 		}
+		noted = noted || l.Message == "noted"
+	}
+	if !noted {
+		t.Errorf("the log callSync sent as a note did not reach the host")
 	}
 }

@@ -56,6 +56,40 @@ switch (mode) {
     print(readFrame());
     break;
   }
+  case "credit": {
+    // The host's credit on a log reply lets log calls of a message alone
+    // go as notes, answered in place, while it covers them; a call of any
+    // kind spends one of its calls, and a log call sent as a call ends it
+    // until its own reply brings another.
+    const credit = (calls, logs, bytes) => ({ calls, logs, bytes, message: 4, frame: 1 << 20 });
+    hostIn.writeSync(frame({ type: "reply", id: 1, ok: true, value: null, credit: credit(10, 2, 5) }));
+    print(ch.callSync("log.info", { message: "a" }));
+    print(readFrame());
+    print(ch.callSync("log.warn", { message: "bc" }));
+    print(readFrame());
+    // Longer than the credit's whole message: a call, whose reply's credit
+    // is the one that counts from then on.
+    hostIn.writeSync(frame({ type: "reply", id: 2, ok: true, value: null, credit: credit(9, 1, 2) }));
+    print(ch.callSync("log.info", { message: "toolong" }));
+    print(readFrame());
+    // Over the bytes left: a call; its reply has no credit, so none is left.
+    hostIn.writeSync(frame({ type: "reply", id: 3, ok: true, value: null }));
+    print(ch.callSync("log.info", { message: "abc" }));
+    print(readFrame());
+    hostIn.writeSync(frame({ type: "reply", id: 4, ok: true, value: null, credit: credit(2, 5, 10) }));
+    print(ch.callSync("log.info", { message: "d" }));
+    print(readFrame());
+    // A request in flight spends a call of the credit; a note still goes
+    // while it waits, then the credit's calls are spent.
+    const pending = ch.call("request.send", { url: "http://x" });
+    print(readFrame());
+    print(ch.callSync("log.info", { message: "e" }));
+    print(readFrame());
+    print(ch.callSync("log.info", { message: "f" }));
+    hostIn.writeSync(frame({ type: "reply", id: 5, ok: true, value: 7 }));
+    print(await pending);
+    break;
+  }
   case "oversize":
   case "garbage":
   case "closed": {
@@ -97,6 +131,23 @@ func TestChannelCallSync(t *testing.T) {
 			`{"ok":true,"value":7}`,
 			`{"ok":true,"value":null}`,
 			`\"id\":2,\"method\":\"log.info\"`,
+		}},
+		{"credit", []string{
+			`{"ok":true,"value":null}`,
+			`{\"type\":\"call\",\"id\":1,\"method\":\"log.info\"`,
+			`{"ok":true,"value":null}`,
+			`"{\"type\":\"note\",\"method\":\"log.warn\",\"params\":{\"message\":\"bc\"}}"`,
+			`{"ok":true,"value":null}`,
+			`\"id\":2,\"method\":\"log.info\",\"params\":{\"message\":\"toolong\"}`,
+			`{"ok":true,"value":null}`,
+			`\"id\":3,\"method\":\"log.info\",\"params\":{\"message\":\"abc\"}`,
+			`{"ok":true,"value":null}`,
+			`\"id\":4,\"method\":\"log.info\"`,
+			`\"id\":5,\"method\":\"request.send\"`,
+			`{"ok":true,"value":null}`,
+			`"{\"type\":\"note\",\"method\":\"log.info\",\"params\":{\"message\":\"e\"}}"`,
+			`null`,
+			`{"ok":true,"value":7}`,
 		}},
 		{"oversize", broken("channel broken: a frame of")},
 		{"garbage", broken("channel broken")},

@@ -18,7 +18,7 @@ import (
 // channelScript writes script (%q in it stands for the real channel.js)
 // into dir and returns the command that runs it under Deno, with read and
 // write access, dir and args its arguments.
-func channelScript(ctx context.Context, t *testing.T, in *Install, script, dir string, args ...string) *exec.Cmd {
+func channelScript(ctx context.Context, t testing.TB, in *Install, script, dir string, args ...string) *exec.Cmd {
 	t.Helper()
 	channelJS, err := filepath.Abs("guest/channel.js")
 	if err != nil {
@@ -51,7 +51,7 @@ const frame = (obj) => {
 
 // hostFIFOs makes the channel's two FIFOs in dir and opens the host's
 // ends of them, first, as the init stage holds them.
-func hostFIFOs(t *testing.T, dir string) map[string]*os.File {
+func hostFIFOs(t testing.TB, dir string) map[string]*os.File {
 	t.Helper()
 	ends := map[string]*os.File{}
 	for _, p := range []string{"in", "out"} {
@@ -237,7 +237,7 @@ func TestChannelStartFrameComesLate(t *testing.T) {
 
 // waitReading waits until a thread of pid sits in read(2) on its
 // descriptor for path: the guest is waiting for what the test will write.
-func waitReading(t *testing.T, pid int, path string) {
+func waitReading(t testing.TB, pid int, path string) {
 	t.Helper()
 	tasks := fmt.Sprintf("/proc/%d/task", pid)
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {

@@ -16,6 +16,13 @@ const SCRATCH_SIZE = 4096;
 // reads the next frame: a caller may wait for their reply in a
 // synchronous read. request.send waits on the network, so it never does.
 const PROMPT = new Set(["log.debug", "log.info", "log.warn", "log.error", "input.get"]);
+// NOTE_HEAD is, per log method, a note's JSON up to its message, which
+// follows as a JSON string and "}}": built so, a note costs one
+// stringify of a string (cheaper than of an object while V8's code for
+// it is cold, as in a run's first calls).
+const NOTE_HEAD = new Map(
+  ["log.debug", "log.info", "log.warn", "log.error"].map((m) => [m, `{"type":"note","method":"${m}","params":{"message":`]),
+);
 const encoder = new TextEncoder();
 let decoder;
 
@@ -48,6 +55,14 @@ export class Channel {
   #scratch = new Uint8Array(SCRATCH_SIZE);
   #nextId = 1;
   #pending = new Map();
+  // #credit is the host's word, in a log reply, of how much more logging
+  // it accepts (ipc/PROTOCOL.md): within it a log call goes out as a note,
+  // answered here, and the guest does not wait a round trip for a reply
+  // it knows. #lastCall is the id of the last frame sent while it is a
+  // call: a reply's credit counts every frame before it, so only the
+  // reply to the last one sent is current.
+  #credit = null;
+  #lastCall = 0;
   #reading = false;
   // #broken says why the channel is unusable, once it is: calls then fail
   // at once instead of waiting for a reply that cannot come.
@@ -180,6 +195,7 @@ export class Channel {
       const p = this.#pending.get(frame.id);
       if (!p) return;
       this.#pending.delete(frame.id);
+      if (frame.id === this.#lastCall) this.#credit = frame.credit ?? null;
       p(frame.ok ? { ok: true, value: frame.value ?? null } : { ok: false, error: frame.error });
     }
   }
@@ -201,7 +217,11 @@ export class Channel {
   // #scratch, which the caller must use before the next #encode, or a
   // frame of its own.
   #encode(obj) {
-    const text = JSON.stringify(obj);
+    return this.#frame(JSON.stringify(obj));
+  }
+
+  // #frame is #encode for a frame's JSON text.
+  #frame(text) {
     if (text.length <= SCRATCH_SIZE - 4) {
       const { read, written } = encoder.encodeInto(text, this.#scratch.subarray(4));
       if (read === text.length) {
@@ -301,6 +321,7 @@ export class Channel {
   // through #pump, unless syncOnly, when it sends nothing and returns
   // false.
   #begin(method, params, resolve, syncOnly) {
+    if (this.#credit !== null && this.#note(method, params, resolve)) return true;
     // The id is taken only by a call that goes out: one declined leaves
     // the next call the id the host expects next.
     const id = this.#nextId;
@@ -317,6 +338,10 @@ export class Channel {
     if (syncOnly && !waitHere) return false;
     this.#nextId++;
     this.#pending.set(id, resolve);
+    this.#lastCall = id;
+    // A log call's bytes are the host's to count (it cuts and scrubs);
+    // any other call spends one call of the credit.
+    if (this.#credit !== null && (NOTE_HEAD.has(method) || --this.#credit.calls < 0)) this.#credit = null;
     let sync;
     try {
       sync = this.#write(frame, due);
@@ -331,6 +356,35 @@ export class Channel {
     }
     if (!sync) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
     this.#pump();
+    return true;
+  }
+
+  // #note sends a log call of a message alone as a note and answers it
+  // as the host would, when the credit covers it; false, having sent
+  // nothing, when it does not. The message's bytes are counted as its
+  // JSON's, never fewer than the host counts: escapes only lengthen it.
+  #note(method, params, resolve) {
+    const head = NOTE_HEAD.get(method);
+    if (head === undefined || typeof params?.message !== "string") return false;
+    for (const key in params) if (key !== "message") return false;
+    const c = this.#credit;
+    if (c.calls < 1 || c.logs < 1) return false;
+    const frame = this.#frame(head + JSON.stringify(params.message) + "}}");
+    // The message's JSON, quotes excluded.
+    const bytes = frame.length - 4 - head.length - 4;
+    if (bytes > c.message || bytes > c.bytes || frame.length - 4 > c.frame) return false;
+    c.calls--;
+    c.logs--;
+    c.bytes -= bytes;
+    this.#lastCall = 0;
+    try {
+      // No reply is due for a note: it writes at once unless one is.
+      if (!this.#write(frame)) this.#flushing.catch((err) => this.#closed(`channel broken: ${err?.message ?? err}`));
+    } catch (err) {
+      resolve({ ok: false, error: { code: "internal", message: String(err) } });
+      return true;
+    }
+    resolve({ ok: true, value: null });
     return true;
   }
 
