@@ -405,72 +405,34 @@ func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.R
 	}()
 }
 
-// errNotStarted wraps why runAdmitted never started a run: its admission
-// ended (ctx), the daemon began to drain, or it is short of descriptors.
-var errNotStarted = errors.New("run not started")
-
-// runAdmitted runs a job no client waits on: it waits for its admission
-// (wait, a place reserveAsync took, which it always gives back), then
-// runs the job under tenant tn's runner with opt (opt.ID the run's id),
-// gives the slot back and counts the run in the metrics. started, if
-// not nil, is called once the run has its slot. A run that never started
-// returns errNotStarted with the reason (ctx's cause, if it ended), and
-// its rate is refunded. ctx cancels the run; its cause is the cancelled
-// result's reason. It is the detached entry point of the daemon, for the
-// async API (runDetached) and any other queue that feeds it jobs.
-func (s *Server) runAdmitted(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
-	opt job.Options, started func()) (*jail.Result, error) {
-	queued := time.Now()
-	release, err := wait(ctx)
-	if err == nil && s.draining.Load() {
-		release()
-		err = errDrainedQueued
-	}
-	if err == nil {
-		if err = fdRoom(runFDReserve); err != nil {
-			release()
-			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
-		}
-	}
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			err = cause
-		}
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
-		}
-		return nil, fmt.Errorf("%w: %w", errNotStarted, err)
-	}
-	wq := time.Since(queued)
-	if started != nil {
-		started()
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
-	defer cancel()
-	res := tn.runner.Run(ctx, resolved, opt)
-	res.QueuedMS = wq.Milliseconds()
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
-	return res, nil
-}
-
-// runDetached runs the async run id of tenant tn (runAdmitted), records
+// runDetached runs the async run id of tenant tn (runInSlot), records
 // the events a stream would have sent into l, and stores its end.
 func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved, wait admission, l *liveRun) {
 	log := s.log.With("job", id, "tenant", tn.name, "async", true)
 	stdout := &outputStream{e: l, typ: api.EventStdout}
 	stderr := &outputStream{e: l, typ: api.EventStderr}
+	// A run whose slot comes as the daemon drains is not started:
+	// cancelQueued may have looked before it had its slot.
+	drained := func(ctx context.Context) (func(), error) {
+		release, err := wait(ctx)
+		if err == nil && s.draining.Load() {
+			release()
+			return nil, errDrainedQueued
+		}
+		return release, err
+	}
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and
 	// each write is an fsync.
-	res, err := s.runAdmitted(ctx, tn, resolved, wait, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}, func() {
+	res, err := s.runInSlot(ctx, tn, resolved, drained, func() job.Options {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}
 	})
 	if err != nil {
 		// Never started: its result is the reason alone.
-		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, strings.TrimPrefix(err.Error(), errNotStarted.Error()+": ")), log)
+		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, err.Error()), log)
 		return
 	}
 	stdout.flush()

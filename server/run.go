@@ -106,13 +106,25 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	qctx, cancelQueue := context.WithTimeout(r.Context(), time.Duration(st.cfg.QueueTimeout))
-	queued := time.Now()
-	release, err := s.admit(qctx, tn)
-	cancelQueue()
-	if err != nil && tn.share != nil {
-		tn.share.bucket.refund() // it never ran
-	}
+	// A client that goes away cancels its run, and its wait for a slot:
+	// r.Context() ends when the connection closes, and at the end of a
+	// shutdown's grace period.
+	var (
+		ev     *events
+		stdout *outputStream
+		stderr *outputStream
+	)
+	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
+		if !wantsStream(r) {
+			return job.Options{}
+		}
+		// The stream's 200 goes out once the run has its slot, so that a
+		// refusal before can still be an error status.
+		ev = newEvents(w)
+		stdout = &outputStream{e: ev, typ: api.EventStdout}
+		stderr = &outputStream{e: ev, typ: api.EventStderr}
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
+	})
 	switch {
 	case errors.Is(err, errShareFull):
 		reject(http.StatusTooManyRequests, codeQueueFull,
@@ -120,6 +132,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, errQueueFull):
 		reject(http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", "", time.Second)
+		return
+	case errors.Is(err, errNoFDs):
+		reject(http.StatusServiceUnavailable, codeBusy, err.Error(), "", 5*time.Second)
 		return
 	case err != nil && r.Context().Err() != nil:
 		log.Info("client gone while queued")
@@ -129,41 +144,6 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no run slot freed within %v", time.Duration(st.cfg.QueueTimeout)), "", 5*time.Second)
 		return
 	}
-	defer release()
-	wait := time.Since(queued)
-	if err := fdRoom(runFDReserve); err != nil {
-		release()
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
-		}
-		reject(http.StatusServiceUnavailable, codeBusy, "the daemon is short of file descriptors: "+err.Error(), "", 5*time.Second)
-		return
-	}
-
-	// A client that goes away cancels its run: r.Context() ends when the
-	// connection closes, and at the end of a shutdown's grace period.
-	ctx, cancel := context.WithTimeout(runContext(r.Context()), time.Duration(resolved.Limits.Timeout)+runSlack)
-	defer cancel()
-
-	var (
-		res    *jail.Result
-		ev     *events
-		stdout *outputStream
-		stderr *outputStream
-		opt    job.Options
-	)
-	if wantsStream(r) {
-		ev = newEvents(w)
-		stdout = &outputStream{e: ev, typ: api.EventStdout}
-		stderr = &outputStream{e: ev, typ: api.EventStderr}
-		opt = job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
-	}
-	res = tn.runner.Run(ctx, resolved, opt)
-	res.QueuedMS = wait.Milliseconds()
-	// The slot and the counters are settled before the answer goes out, so
-	// that a client reading /metrics after its result sees its run.
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wait.Seconds())
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()
@@ -174,8 +154,65 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			log.Info("result not sent", "job", res.ID, "err", err)
 		}
 	}
-	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", wait.Milliseconds(),
+	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", res.QueuedMS,
 		"wall_ms", res.Usage.WallMS, "client_gone", r.Context().Err() != nil)
+}
+
+// runInSlot is the one way the daemon runs a resolved job of tenant tn,
+// whatever brought it (a connection, the async API, a queue): it waits
+// for its slot (wait, which it always gives back), checks the daemon has
+// descriptors to spare, calls start for the run's options (nil: none),
+// runs the job under tn's runner, gives the slot back and counts the run
+// in the metrics before returning its result. ctx cancels the wait and
+// the run; its cause is the cancelled result's reason. A run that never
+// started returns no result and why: ctx's cause if it ended, else the
+// admission's refusal (errShareFull, errQueueFull, its wait's error) or
+// fdRoom's (errNoFDs); its rate is refunded.
+func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
+	start func() job.Options) (*jail.Result, error) {
+	queued := time.Now()
+	release, err := wait(ctx)
+	if err == nil {
+		if err = fdRoom(runFDReserve); err != nil {
+			release()
+			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		if tn.share != nil {
+			tn.share.bucket.refund() // it never ran
+		}
+		return nil, err
+	}
+	defer release()
+	wq := time.Since(queued)
+	var opt job.Options
+	if start != nil {
+		opt = start()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
+	defer cancel()
+	res := tn.runner.Run(ctx, resolved, opt)
+	res.QueuedMS = wq.Milliseconds()
+	// The slot and the counters are settled before the caller answers, so
+	// that a client reading /metrics after its result sees its run.
+	release()
+	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
+	return res, nil
+}
+
+// queued is the admission of a run that waits for its slot, as a
+// connection's does: for a slot of tn's share and a global one, within
+// the config's queue timeout.
+func (s *Server) queued(st *state, tn *tenant) admission {
+	return func(ctx context.Context) (func(), error) {
+		qctx, cancel := context.WithTimeout(ctx, time.Duration(st.cfg.QueueTimeout))
+		defer cancel()
+		return s.admit(qctx, tn)
+	}
 }
 
 // errShareFull is admit's refusal when the tenant's own slots and queue
