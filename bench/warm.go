@@ -17,6 +17,22 @@ func (d *Daemon) awaitWarm(ctx context.Context, n int) error {
 	return d.awaitWarmOf(ctx, "deno", n, 10*time.Second)
 }
 
+// idleMemory is the memory of one idle warm runtime of rt (its cgroup's),
+// read once n of them wait (awaitWarmOf); "n/a" when none does.
+func (d *Daemon) idleMemory(ctx context.Context, rt string, n int, limit time.Duration) (string, error) {
+	if err := d.awaitWarmOf(ctx, rt, n, limit); err != nil {
+		return "", err
+	}
+	h, err := d.Client.Health(ctx)
+	if err != nil {
+		return "", err
+	}
+	if idle := h.Warm.Idle[rt]; idle > 0 {
+		return fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory[rt])/float64(idle)/(1<<20)), nil
+	}
+	return "n/a", nil
+}
+
 // awaitWarmOf waits until n warm runtimes of rt wait, for up to limit.
 func (d *Daemon) awaitWarmOf(ctx context.Context, rt string, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
@@ -81,16 +97,9 @@ func (b *Bench) warmHello(ctx context.Context) error {
 	}
 	mw, mb := median(tw), median(tb)
 	ratio := float64(mw) / float64(mb)
-	if err := d.awaitWarm(ctx, 2); err != nil {
-		return err
-	}
-	h, err := d.Client.Health(ctx)
+	perRuntime, err := d.idleMemory(ctx, "deno", 2, 10*time.Second)
 	if err != nil {
 		return err
-	}
-	perRuntime := "n/a"
-	if n := h.Warm.Idle["deno"]; n > 0 {
-		perRuntime = fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory["deno"])/float64(n)/(1<<20))
 	}
 	b.Report.Table([]string{"what", "median", "vs bare cold deno run"}, [][]string{
 		{"Deno hello request→result, daemon with warm runtimes", ms(mw), fmt.Sprintf("%.2f×", ratio)},
@@ -161,16 +170,9 @@ func (b *Bench) warmPython(ctx context.Context, d *Daemon) error {
 	}
 	mw, mb := median(tw), median(tb)
 	ratio := float64(mw) / float64(mb)
-	if err := d.awaitWarmOf(ctx, "python", 1, time.Minute); err != nil {
-		return err
-	}
-	h, err := d.Client.Health(ctx)
+	perRuntime, err := d.idleMemory(ctx, "python", 1, time.Minute)
 	if err != nil {
 		return err
-	}
-	perRuntime := "n/a"
-	if n := h.Warm.Idle["python"]; n > 0 {
-		perRuntime = fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory["python"])/float64(n)/(1<<20))
 	}
 	b.Report.Table([]string{"what", "median", "vs bare cold Pyodide"}, [][]string{
 		{"Python hello request→result, daemon with a warm runtime", ms(mw), fmt.Sprintf("%.3f×", ratio)},
