@@ -646,17 +646,11 @@ type batch struct {
 // handleBatch is POST /v1/batches: up to runs.max_batch jobs, each its
 // own async run, all admitted or none.
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
-	peer := peerFrom(r.Context())
-	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
-	reject := func(status int, code, msg, field string, retry time.Duration) {
-		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("batch rejected", "code", code, "field", field, "detail", msg)
-		writeError(w, status, code, msg, field, retry)
-	}
-	if s.draining.Load() {
-		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+	peer, rf := s.openPost(w, r, "batch rejected")
+	if rf == nil {
 		return
 	}
+	reject := rf.reject
 	if s.async == nil {
 		s.asyncUnavailable(w)
 		return
@@ -671,7 +665,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		reject(status, codeForbidden, msg, "", 0)
 		return
 	}
-	log = log.With("tenant", tn.name)
+	rf.log = rf.log.With("tenant", tn.name)
+	log := rf.log
 	if r.ContentLength > job.MaxRequestBytes {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
 		return
@@ -767,7 +762,7 @@ func readBody(r interface{ Read([]byte) (int, error) }) ([]byte, error) {
 }
 
 // tenantOf is the peer's tenant, or nil with the refusal's status and
-// message, as handleRun words it.
+// message.
 func (s *Server) tenantOf(st *state, p *Peer) (*tenant, int, string) {
 	tn := st.tenantFor(p)
 	if tn == nil && p.GroupsErr != nil && st.byGroup() {

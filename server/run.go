@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -19,31 +20,19 @@ import (
 // against its ceiling, charge its rate, wait for a slot of its share and
 // a global one, run, answer (at once or as a stream).
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	peer := peerFrom(r.Context())
-	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
-	reject := func(status int, code, msg, field string, retry time.Duration) {
-		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("run rejected", "code", code, "field", field, "detail", msg)
-		writeError(w, status, code, msg, field, retry)
-	}
-	if s.draining.Load() {
-		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+	peer, rf := s.openPost(w, r, "run rejected")
+	if rf == nil {
 		return
 	}
+	reject := rf.reject
 	st := s.state.Load()
-	tn := st.tenantFor(peer)
-	if tn == nil && peer.GroupsErr != nil && st.byGroup() {
-		reject(http.StatusForbidden, codeForbidden,
-			fmt.Sprintf("uid %d: the daemon could not read its supplementary groups (%v), and a tenant is matched by group", peer.UID, peer.GroupsErr), "", 0)
-		return
-	}
+	tn, status, msg := s.tenantOf(st, peer)
 	if tn == nil {
-		reject(http.StatusForbidden, codeForbidden,
-			fmt.Sprintf("uid %d (gid %d) matches no tenant of this pmjail daemon, and its config refuses other peers (others: %q)",
-				peer.UID, peer.GID, st.cfg.Others), "", 0)
+		reject(status, codeForbidden, msg, "", 0)
 		return
 	}
-	log = log.With("tenant", tn.name)
+	rf.log = rf.log.With("tenant", tn.name)
+	log := rf.log
 	async := wantsAsync(r)
 	if async && s.async == nil {
 		s.metrics.rejected.WithLabelValues(api.CodeAsyncUnavailable).Inc()
@@ -213,6 +202,34 @@ func (s *Server) queued(st *state, tn *tenant) admission {
 		defer cancel()
 		return s.admit(qctx, tn)
 	}
+}
+
+// refuser answers a POST handler's refusals: counted by code, logged as
+// what with log (which gains the tenant once it is known) and written.
+type refuser struct {
+	s    *Server
+	w    http.ResponseWriter
+	log  *slog.Logger
+	what string
+}
+
+func (f *refuser) reject(status int, code, msg, field string, retry time.Duration) {
+	f.s.metrics.rejected.WithLabelValues(code).Inc()
+	f.log.Info(f.what, "code", code, "field", field, "detail", msg)
+	writeError(f.w, status, code, msg, field, retry)
+}
+
+// openPost starts a POST that submits runs: its peer, and the refuser
+// its refusals go through, which logs them as what. A draining daemon
+// refuses it at once: the refuser is then nil.
+func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (*Peer, *refuser) {
+	peer := peerFrom(r.Context())
+	rf := &refuser{s: s, w: w, log: s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID), what: what}
+	if s.draining.Load() {
+		rf.reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+		return peer, nil
+	}
+	return peer, rf
 }
 
 // errShareFull is admit's refusal when the tenant's own slots and queue
