@@ -222,44 +222,11 @@ func wantsAsync(r *http.Request) bool {
 // runPath is a run's Location.
 func runPath(id string) string { return "/" + api.APIVersion + "/runs/" + id }
 
-// admission is a place reserveAsync took: waiting on it gives the run
+// admission is a place reserve took: waiting on it gives the run
 // slot (and its release) or ends with ctx.
 type admission = func(context.Context) (release func(), err error)
 
-// reserveAsync takes a place for a run of tn at once, in the tenant's
-// queue and the global one, or refuses as a sync run would be refused
-// when its wait would start (errShareFull, errQueueFull). The returned
-// wait then waits, without the sync runs' queue timeout (no connection
-// is held), for a slot of the share and a global one; it must be called
-// once.
-func (s *Server) reserveAsync(tn *tenant) (admission, error) {
-	if tn.share == nil {
-		return s.lim.reserve(false)
-	}
-	own, err := tn.share.lim.reserve(false)
-	if errors.Is(err, errQueueFull) {
-		return nil, errShareFull
-	}
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) (func(), error) {
-		ownRelease, err := own(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// The place in the tenant's queue bounds this one.
-		gwait, _ := s.lim.reserve(true)
-		global, err := gwait(ctx)
-		if err != nil {
-			ownRelease()
-			return nil, err
-		}
-		return func() { global(); ownRelease() }, nil
-	}, nil
-}
-
-// unreserve gives back a place reserveAsync took, for a run that will not
+// unreserve gives back a place reserve took, for a run that will not
 // be started.
 func unreserve(wait admission) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -290,7 +257,10 @@ func (s *Server) admitAsync(tn *tenant, n int) (waits []admission, status int, c
 					fmt.Sprintf("tenant %s is over its rate of %s", tn.name, tn.share.bucket.rate()), wait
 			}
 		}
-		w, err := s.reserveAsync(tn)
+		// No connection is held: the run waits without the sync runs'
+		// queue timeout, and beyond the global queue (its place in the
+		// tenant's bounds it).
+		w, err := s.reserve(tn, true)
 		if err != nil {
 			if tn.share != nil {
 				tn.share.bucket.refund()

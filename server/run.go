@@ -236,25 +236,51 @@ func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (
 // are taken.
 var errShareFull = errors.New("tenant share full")
 
-// admit takes a slot of the tenant's share, then a global one: a tenant
-// waits first behind its own runs, so that one tenant's burst fills its
-// own queue before the global one. The returned release gives both back
+// admit takes a slot of the tenant's share, then a global one (reserve,
+// then its wait until ctx ends). The returned release gives both back
 // and may be called more than once.
 func (s *Server) admit(ctx context.Context, tn *tenant) (release func(), err error) {
-	if tn.share == nil {
-		return s.lim.acquire(ctx)
+	wait, err := s.reserve(tn, false)
+	if err != nil {
+		return nil, err
 	}
-	own, err := tn.share.lim.acquire(ctx)
+	return wait(ctx)
+}
+
+// reserve takes a place for a run of tn at once, in the tenant's queue
+// (errShareFull when it is full) or, for a tenant without a share, the
+// global one (errQueueFull). The returned wait waits for a slot of the
+// share, then a global one: a tenant waits first behind its own runs, so
+// that one tenant's burst fills its own queue before the global one.
+// Unless uncapped, a full global queue then refuses (errQueueFull); an
+// uncapped run waits beyond it, its place in the tenant's queue bounding
+// it. The wait must be called once.
+func (s *Server) reserve(tn *tenant, uncapped bool) (admission, error) {
+	if tn.share == nil {
+		return s.lim.reserve(false)
+	}
+	own, err := tn.share.lim.reserve(false)
 	if errors.Is(err, errQueueFull) {
 		return nil, errShareFull
 	}
 	if err != nil {
 		return nil, err
 	}
-	global, err := s.lim.acquire(ctx)
-	if err != nil {
-		own()
-		return nil, err
-	}
-	return func() { global(); own() }, nil
+	return func(ctx context.Context) (func(), error) {
+		ownRelease, err := own(ctx)
+		if err != nil {
+			return nil, err
+		}
+		gwait, err := s.lim.reserve(uncapped)
+		if err != nil {
+			ownRelease()
+			return nil, err
+		}
+		global, err := gwait(ctx)
+		if err != nil {
+			ownRelease()
+			return nil, err
+		}
+		return func() { global(); ownRelease() }, nil
+	}, nil
 }
