@@ -630,12 +630,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.state.Load()
-	tn, status, msg := s.tenantOf(st, peer)
+	tn := rf.tenant(st, peer)
 	if tn == nil {
-		reject(status, codeForbidden, msg, "", 0)
 		return
 	}
-	rf.log = rf.log.With("tenant", tn.name)
 	log := rf.log
 	if r.ContentLength > job.MaxRequestBytes {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)

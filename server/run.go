@@ -26,12 +26,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	reject := rf.reject
 	st := s.state.Load()
-	tn, status, msg := s.tenantOf(st, peer)
+	tn := rf.tenant(st, peer)
 	if tn == nil {
-		reject(status, codeForbidden, msg, "", 0)
 		return
 	}
-	rf.log = rf.log.With("tenant", tn.name)
 	log := rf.log
 	async := wantsAsync(r)
 	if async && s.async == nil {
@@ -217,6 +215,18 @@ func (f *refuser) reject(status int, code, msg, field string, retry time.Duratio
 	f.s.metrics.rejected.WithLabelValues(code).Inc()
 	f.log.Info(f.what, "code", code, "field", field, "detail", msg)
 	writeError(f.w, status, code, msg, field, retry)
+}
+
+// tenant is the peer's tenant (tenantOf), whose name its refusals then
+// log; nil when the peer has none, refused.
+func (f *refuser) tenant(st *state, p *Peer) *tenant {
+	tn, status, msg := f.s.tenantOf(st, p)
+	if tn == nil {
+		f.reject(status, codeForbidden, msg, "", 0)
+		return nil
+	}
+	f.log = f.log.With("tenant", tn.name)
+	return tn
 }
 
 // openPost starts a POST that submits runs: its peer, and the refuser
