@@ -45,16 +45,9 @@ func (b *Bench) asyncThroughput(ctx context.Context) error {
 	var rows [][]string
 	for _, c := range []int{1, 2} {
 		n := 32 * c
-		rates := make([][]float64, len(sides))
-		for r := 0; r < rounds; r++ {
-			for k := range sides {
-				i := (k + r) % len(sides)
-				rate, err := batch(ctx, n, c, sides[i])
-				if err != nil {
-					return err
-				}
-				rates[i] = append(rates[i], rate)
-			}
+		rates, err := inTurns(ctx, rounds, n, c, sides)
+		if err != nil {
+			return err
 		}
 		sm, am := medianF(rates[0]), medianF(rates[1])
 		rows = append(rows, []string{fmt.Sprint(c), fmt.Sprint(n), fmt.Sprintf("%.1f/s", sm), fmt.Sprintf("%.1f/s", am), fmt.Sprintf("%.2f", am/sm)})

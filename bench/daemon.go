@@ -264,6 +264,24 @@ func (d *Daemon) Stats() (DaemonStats, error) {
 	return st, nil
 }
 
+// inTurns measures rounds batches of n runs at concurrency c of each
+// side, the sides taking turns (each round starts with another side, so
+// drift hits all alike): the rates, side by side.
+func inTurns(ctx context.Context, rounds, n, c int, sides []func(context.Context) error) ([][]float64, error) {
+	rates := make([][]float64, len(sides))
+	for r := range rounds {
+		for k := range sides {
+			i := (k + r) % len(sides)
+			rate, err := batch(ctx, n, c, sides[i])
+			if err != nil {
+				return nil, err
+			}
+			rates[i] = append(rates[i], rate)
+		}
+	}
+	return rates, nil
+}
+
 // batch runs n jobs with c workers and returns runs per second.
 func batch(ctx context.Context, n, c int, one func(context.Context) error) (float64, error) {
 	var next atomic.Int64
@@ -323,17 +341,9 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 	var rows [][]string
 	for _, c := range []int{1, 2, 4} {
 		n := 32 * c
-		rates := make([][]float64, len(sides))
-		for r := 0; r < rounds; r++ {
-			// Each round starts with another side.
-			for k := range sides {
-				i := (k + r) % len(sides)
-				rate, err := batch(ctx, n, c, sides[i])
-				if err != nil {
-					return err
-				}
-				rates[i] = append(rates[i], rate)
-			}
+		rates, err := inTurns(ctx, rounds, n, c, sides)
+		if err != nil {
+			return err
 		}
 		dm, cm, bm := medianF(rates[0]), medianF(rates[1]), medianF(rates[2])
 		ratio := dm / bm

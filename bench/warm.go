@@ -12,9 +12,44 @@ import (
 // a request's runtime has started, in its whole jail, before it arrives.
 const warmDaemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn", "warm": {"deno": 2, "python": 1}}`
 
-// awaitWarm waits, off the clock, until n warm Deno runtimes wait again.
-func (d *Daemon) awaitWarm(ctx context.Context, n int) error {
-	return d.awaitWarmOf(ctx, "deno", n, 10*time.Second)
+// warmTurns times warm and bare in turns, rounds times after skip
+// rounds not kept, each warm request sent once n warm runtimes of rt wait
+// (awaitWarmOf, off the clock): the two medians.
+func (d *Daemon) warmTurns(ctx context.Context, warm, bare Variant, rt string, n int, limit time.Duration, rounds, skip int) (time.Duration, time.Duration, error) {
+	var tw, tb []time.Duration
+	for i := range rounds + skip {
+		if err := d.awaitWarmOf(ctx, rt, n, limit); err != nil {
+			return 0, 0, err
+		}
+		w, err := warm.Once(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		c, err := bare.Once(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if i >= skip {
+			tw, tb = append(tw, w), append(tb, c)
+		}
+	}
+	return median(tw), median(tb), nil
+}
+
+// idleMemory is the memory of one idle warm runtime of rt (its cgroup's),
+// read once n of them wait (awaitWarmOf); "n/a" when none does.
+func (d *Daemon) idleMemory(ctx context.Context, rt string, n int, limit time.Duration) (string, error) {
+	if err := d.awaitWarmOf(ctx, rt, n, limit); err != nil {
+		return "", err
+	}
+	h, err := d.Client.Health(ctx)
+	if err != nil {
+		return "", err
+	}
+	if idle := h.Warm.Idle[rt]; idle > 0 {
+		return fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory[rt])/float64(idle)/(1<<20)), nil
+	}
+	return "n/a", nil
 }
 
 // awaitWarmOf waits until n warm runtimes of rt wait, for up to limit.
@@ -62,35 +97,15 @@ func (b *Bench) warmHello(ctx context.Context) error {
 		return nil
 	}}
 	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
-	var tw, tb []time.Duration
-	for i := range b.Reps + 2 {
-		if err := d.awaitWarm(ctx, 2); err != nil {
-			return err
-		}
-		w, err := warm.Once(ctx)
-		if err != nil {
-			return err
-		}
-		c, err := bare.Once(ctx)
-		if err != nil {
-			return err
-		}
-		if i >= 2 { // the first two warm up the page cache
-			tw, tb = append(tw, w), append(tb, c)
-		}
-	}
-	mw, mb := median(tw), median(tb)
-	ratio := float64(mw) / float64(mb)
-	if err := d.awaitWarm(ctx, 2); err != nil {
-		return err
-	}
-	h, err := d.Client.Health(ctx)
+	// The first two rounds warm up the page cache.
+	mw, mb, err := d.warmTurns(ctx, warm, bare, "deno", 2, 10*time.Second, b.Reps, 2)
 	if err != nil {
 		return err
 	}
-	perRuntime := "n/a"
-	if n := h.Warm.Idle["deno"]; n > 0 {
-		perRuntime = fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory["deno"])/float64(n)/(1<<20))
+	ratio := float64(mw) / float64(mb)
+	perRuntime, err := d.idleMemory(ctx, "deno", 2, 10*time.Second)
+	if err != nil {
+		return err
 	}
 	b.Report.Table([]string{"what", "median", "vs bare cold deno run"}, [][]string{
 		{"Deno hello request→result, daemon with warm runtimes", ms(mw), fmt.Sprintf("%.2f×", ratio)},
@@ -144,33 +159,14 @@ func (b *Bench) warmPython(ctx context.Context, d *Daemon) error {
 		return err
 	}}
 	bare := Variant{Name: "bare Pyodide (cold DENO_DIR)", Argv: []string{b.Deno, "run", "--allow-read=" + b.PyodideDir, "pyodide-hello.mjs"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
-	var tw, tb []time.Duration
-	for range b.PyReps {
-		if err := d.awaitWarmOf(ctx, "python", 1, time.Minute); err != nil {
-			return err
-		}
-		w, err := warm.Once(ctx)
-		if err != nil {
-			return err
-		}
-		c, err := bare.Once(ctx)
-		if err != nil {
-			return err
-		}
-		tw, tb = append(tw, w), append(tb, c)
-	}
-	mw, mb := median(tw), median(tb)
-	ratio := float64(mw) / float64(mb)
-	if err := d.awaitWarmOf(ctx, "python", 1, time.Minute); err != nil {
-		return err
-	}
-	h, err := d.Client.Health(ctx)
+	mw, mb, err := d.warmTurns(ctx, warm, bare, "python", 1, time.Minute, b.PyReps, 0)
 	if err != nil {
 		return err
 	}
-	perRuntime := "n/a"
-	if n := h.Warm.Idle["python"]; n > 0 {
-		perRuntime = fmt.Sprintf("%.1f MiB", float64(h.Warm.Memory["python"])/float64(n)/(1<<20))
+	ratio := float64(mw) / float64(mb)
+	perRuntime, err := d.idleMemory(ctx, "python", 1, time.Minute)
+	if err != nil {
+		return err
 	}
 	b.Report.Table([]string{"what", "median", "vs bare cold Pyodide"}, [][]string{
 		{"Python hello request→result, daemon with a warm runtime", ms(mw), fmt.Sprintf("%.3f×", ratio)},

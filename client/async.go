@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,15 +17,10 @@ import (
 // sent as the Idempotency-Key: the same key and job again return the run
 // the first made; another job under it is refused (*Error, 422).
 func (c *Client) SubmitAsync(ctx context.Context, req *api.Job, key string) (*api.Run, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode job: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+APIVersion+"/runs", bytes.NewReader(data))
+	hreq, err := newPost(ctx, "/"+APIVersion+"/runs", "job", req)
 	if err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Prefer", api.PreferAsync)
 	if key != "" {
 		hreq.Header.Set(api.IdempotencyKey, key)
@@ -38,15 +32,10 @@ func (c *Client) SubmitAsync(ctx context.Context, req *api.Job, key string) (*ap
 // SubmitBatch sends jobs as one batch of async runs, admitted whole or
 // not at all, and returns the runs in the jobs' order.
 func (c *Client) SubmitBatch(ctx context.Context, jobs []api.Job) (*api.BatchRuns, error) {
-	data, err := json.Marshal(api.Batch{Jobs: jobs})
-	if err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+APIVersion+"/batches", bytes.NewReader(data))
+	hreq, err := newPost(ctx, "/"+APIVersion+"/batches", "batch", api.Batch{Jobs: jobs})
 	if err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
 	var out api.BatchRuns
 	return &out, c.decode(hreq, &out)
 }
@@ -54,18 +43,18 @@ func (c *Client) SubmitBatch(ctx context.Context, jobs []api.Job) (*api.BatchRun
 // GetRun returns an async run: its status, and its result once it ended.
 // A run of another owner, or past its retention, is an *Error (404).
 func (c *Client) GetRun(ctx context.Context, id string) (*api.Run, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, base+runPath(id), nil)
-	if err != nil {
-		return nil, err
-	}
-	var run api.Run
-	return &run, c.decode(hreq, &run)
+	return c.run(ctx, http.MethodGet, id)
 }
 
 // CancelRun cancels an async run not yet ended and returns it as it then
 // is (an ended run is returned unchanged).
 func (c *Client) CancelRun(ctx context.Context, id string) (*api.Run, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+runPath(id), nil)
+	return c.run(ctx, http.MethodDelete, id)
+}
+
+// run sends method to the run id's path and decodes the run answered.
+func (c *Client) run(ctx context.Context, method, id string) (*api.Run, error) {
+	hreq, err := http.NewRequestWithContext(ctx, method, base+runPath(id), nil)
 	if err != nil {
 		return nil, err
 	}

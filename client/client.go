@@ -149,17 +149,27 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 }
 
 func (c *Client) post(ctx context.Context, req *api.Job, accept string) (*http.Response, error) {
-	data, err := json.Marshal(req)
+	hreq, err := newPost(ctx, "/"+APIVersion+"/runs", "job", req)
 	if err != nil {
-		return nil, fmt.Errorf("encode job: %w", err)
+		return nil, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+APIVersion+"/runs", bytes.NewReader(data))
+	hreq.Header.Set("Accept", accept)
+	return c.do(hreq)
+}
+
+// newPost is a POST of v as JSON to path; what names v in an encoding
+// error.
+func newPost(ctx context.Context, path, what string, v any) (*http.Request, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", what, err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(data))
 	if err != nil {
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", accept)
-	return c.do(hreq)
+	return hreq, nil
 }
 
 func (c *Client) get(ctx context.Context, path string) ([]byte, error) {

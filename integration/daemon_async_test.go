@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/clienttest"
 )
 
 // An async run outlives its daemon: SIGKILL the daemon with one run done
@@ -38,19 +39,8 @@ func TestDaemonAsyncRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
-	go func() {
-		var once bool
-		// The stream ends with the daemon; only its first line matters.
-		_, _ = d.c.RunEvents(ctx, long.ID, func(ev api.Event) {
-			if ev.Type == api.EventStdout && !once {
-				once = true
-				close(started)
-			}
-		})
-	}()
 	select {
-	case <-started:
+	case <-clienttest.Started(ctx, d.c, long.ID):
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the long run never started: %s", d.logs)
 	}

@@ -133,15 +133,11 @@ func (s *Store) addTarball(tgz []byte, source string, want *Ref) (Entry, error) 
 	if err != nil {
 		return Entry{}, fmt.Errorf("%w: %s is not a gzipped npm tarball: %w", ErrRefused, source, err)
 	}
-	work, err := s.workDir()
+	u, work, err := s.newUnpacker()
 	if err != nil {
 		return Entry{}, err
 	}
 	defer removeSealed(work)
-	u := &unpacker{root: work + "/pkg"}
-	if err := u.mkdir(u.root); err != nil {
-		return Entry{}, err
-	}
 	tr := tar.NewReader(zr)
 	var manifest []byte
 	for {

@@ -223,6 +223,16 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	defer os.Remove(f.Name())
+	if err := writeReadOnly(f, data); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// writeReadOnly writes data to f, makes it read-only whatever the umask
+// (what the store keeps is never changed in place; a guest reads it
+// through a view) and closes it, on every path.
+func writeReadOnly(f *os.File, data []byte) error {
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return err
@@ -231,16 +241,28 @@ func writeAtomic(path string, data []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return f.Close()
 }
 
 // integrity is data's sha512 as npm spells it.
 func integrity(data []byte) string {
 	sum := sha512.Sum512(data)
 	return "sha512-" + base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// newUnpacker makes a work directory, which the caller removes
+// (removeSealed), and an unpacker into its pkg/.
+func (s *Store) newUnpacker() (*unpacker, string, error) {
+	work, err := s.workDir()
+	if err != nil {
+		return nil, "", err
+	}
+	u := &unpacker{root: work + "/pkg"}
+	if err := u.mkdir(u.root); err != nil {
+		removeSealed(work)
+		return nil, "", err
+	}
+	return u, work, nil
 }
 
 // unpacker writes one package's files below root, checking every path and
@@ -270,16 +292,7 @@ func (u *unpacker) write(name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrRefused, name, err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	// Whatever the umask: the guest reads it through a view.
-	if err := f.Chmod(0o444); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeReadOnly(f, data)
 }
 
 func (u *unpacker) mkdir(p string) error {

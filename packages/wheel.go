@@ -53,15 +53,11 @@ func (s *Store) AddWheel(path string) (Entry, error) {
 	if !purelib(wheelMeta) {
 		return Entry{}, fmt.Errorf("%w: %s is not a pure-Python wheel (its WHEEL file lacks Root-Is-Purelib: true)", ErrRefused, base)
 	}
-	work, err := s.workDir()
+	u, work, err := s.newUnpacker()
 	if err != nil {
 		return Entry{}, err
 	}
 	defer removeSealed(work)
-	u := &unpacker{root: work + "/pkg"}
-	if err := u.mkdir(u.root); err != nil {
-		return Entry{}, err
-	}
 	for _, f := range zr.File {
 		name := f.Name
 		if strings.HasSuffix(name, "/") {

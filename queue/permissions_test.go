@@ -58,16 +58,7 @@ func startShippedNATS(t *testing.T) string {
 	opts.StoreDir = t.TempDir()
 	opts.JetStreamMaxStore = 1 << 30
 	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns.ClientURL()
+	return serveNATS(t, opts)
 }
 
 // TestTenantPermissions attacks the shipped permissions as tenant ci:

@@ -56,7 +56,14 @@ func TestConfigCheckNamesTheField(t *testing.T) {
 // startNATS starts a one-node JetStream server in this process.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	return serveNATS(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+}
+
+// serveNATS starts a NATS server of opts in this process, stopped at the
+// test's end, and returns its client URL.
+func serveNATS(t *testing.T, opts *server.Options) string {
+	t.Helper()
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

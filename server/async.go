@@ -222,44 +222,11 @@ func wantsAsync(r *http.Request) bool {
 // runPath is a run's Location.
 func runPath(id string) string { return "/" + api.APIVersion + "/runs/" + id }
 
-// admission is a place reserveAsync took: waiting on it gives the run
+// admission is a place reserve took: waiting on it gives the run
 // slot (and its release) or ends with ctx.
 type admission = func(context.Context) (release func(), err error)
 
-// reserveAsync takes a place for a run of tn at once, in the tenant's
-// queue and the global one, or refuses as a sync run would be refused
-// when its wait would start (errShareFull, errQueueFull). The returned
-// wait then waits, without the sync runs' queue timeout (no connection
-// is held), for a slot of the share and a global one; it must be called
-// once.
-func (s *Server) reserveAsync(tn *tenant) (admission, error) {
-	if tn.share == nil {
-		return s.lim.reserve(false)
-	}
-	own, err := tn.share.lim.reserve(false)
-	if errors.Is(err, errQueueFull) {
-		return nil, errShareFull
-	}
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) (func(), error) {
-		ownRelease, err := own(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// The place in the tenant's queue bounds this one.
-		gwait, _ := s.lim.reserve(true)
-		global, err := gwait(ctx)
-		if err != nil {
-			ownRelease()
-			return nil, err
-		}
-		return func() { global(); ownRelease() }, nil
-	}, nil
-}
-
-// unreserve gives back a place reserveAsync took, for a run that will not
+// unreserve gives back a place reserve took, for a run that will not
 // be started.
 func unreserve(wait admission) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -290,7 +257,10 @@ func (s *Server) admitAsync(tn *tenant, n int) (waits []admission, status int, c
 					fmt.Sprintf("tenant %s is over its rate of %s", tn.name, tn.share.bucket.rate()), wait
 			}
 		}
-		w, err := s.reserveAsync(tn)
+		// No connection is held: the run waits without the sync runs'
+		// queue timeout, and beyond the global queue (its place in the
+		// tenant's bounds it).
+		w, err := s.reserve(tn, true)
 		if err != nil {
 			if tn.share != nil {
 				tn.share.bucket.refund()
@@ -405,72 +375,34 @@ func (s *Server) startDetached(rec *runstore.Record, tn *tenant, resolved *job.R
 	}()
 }
 
-// errNotStarted wraps why runAdmitted never started a run: its admission
-// ended (ctx), the daemon began to drain, or it is short of descriptors.
-var errNotStarted = errors.New("run not started")
-
-// runAdmitted runs a job no client waits on: it waits for its admission
-// (wait, a place reserveAsync took, which it always gives back), then
-// runs the job under tenant tn's runner with opt (opt.ID the run's id),
-// gives the slot back and counts the run in the metrics. started, if
-// not nil, is called once the run has its slot. A run that never started
-// returns errNotStarted with the reason (ctx's cause, if it ended), and
-// its rate is refunded. ctx cancels the run; its cause is the cancelled
-// result's reason. It is the detached entry point of the daemon, for the
-// async API (runDetached) and any other queue that feeds it jobs.
-func (s *Server) runAdmitted(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
-	opt job.Options, started func()) (*jail.Result, error) {
-	queued := time.Now()
-	release, err := wait(ctx)
-	if err == nil && s.draining.Load() {
-		release()
-		err = errDrainedQueued
-	}
-	if err == nil {
-		if err = fdRoom(runFDReserve); err != nil {
-			release()
-			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
-		}
-	}
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			err = cause
-		}
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
-		}
-		return nil, fmt.Errorf("%w: %w", errNotStarted, err)
-	}
-	wq := time.Since(queued)
-	if started != nil {
-		started()
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
-	defer cancel()
-	res := tn.runner.Run(ctx, resolved, opt)
-	res.QueuedMS = wq.Milliseconds()
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
-	return res, nil
-}
-
-// runDetached runs the async run id of tenant tn (runAdmitted), records
+// runDetached runs the async run id of tenant tn (runInSlot), records
 // the events a stream would have sent into l, and stores its end.
 func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolved *job.Resolved, wait admission, l *liveRun) {
 	log := s.log.With("job", id, "tenant", tn.name, "async", true)
 	stdout := &outputStream{e: l, typ: api.EventStdout}
 	stderr := &outputStream{e: l, typ: api.EventStderr}
+	// A run whose slot comes as the daemon drains is not started:
+	// cancelQueued may have looked before it had its slot.
+	drained := func(ctx context.Context) (func(), error) {
+		release, err := wait(ctx)
+		if err == nil && s.draining.Load() {
+			release()
+			return nil, errDrainedQueued
+		}
+		return release, err
+	}
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and
 	// each write is an fsync.
-	res, err := s.runAdmitted(ctx, tn, resolved, wait, job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}, func() {
+	res, err := s.runInSlot(ctx, tn, resolved, drained, func() job.Options {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}
 	})
 	if err != nil {
 		// Never started: its result is the reason alone.
-		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, strings.TrimPrefix(err.Error(), errNotStarted.Error()+": ")), log)
+		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, err.Error()), log)
 		return
 	}
 	stdout.flush()
@@ -684,17 +616,11 @@ type batch struct {
 // handleBatch is POST /v1/batches: up to runs.max_batch jobs, each its
 // own async run, all admitted or none.
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
-	peer := peerFrom(r.Context())
-	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
-	reject := func(status int, code, msg, field string, retry time.Duration) {
-		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("batch rejected", "code", code, "field", field, "detail", msg)
-		writeError(w, status, code, msg, field, retry)
-	}
-	if s.draining.Load() {
-		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+	peer, rf := s.openPost(w, r, "batch rejected")
+	if rf == nil {
 		return
 	}
+	reject := rf.reject
 	if s.async == nil {
 		s.asyncUnavailable(w)
 		return
@@ -704,12 +630,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.state.Load()
-	tn, status, msg := s.tenantOf(st, peer)
+	tn := rf.tenant(st, peer)
 	if tn == nil {
-		reject(status, codeForbidden, msg, "", 0)
 		return
 	}
-	log = log.With("tenant", tn.name)
+	log := rf.log
 	if r.ContentLength > job.MaxRequestBytes {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
 		return
@@ -805,7 +730,7 @@ func readBody(r interface{ Read([]byte) (int, error) }) ([]byte, error) {
 }
 
 // tenantOf is the peer's tenant, or nil with the refusal's status and
-// message, as handleRun words it.
+// message.
 func (s *Server) tenantOf(st *state, p *Peer) (*tenant, int, string) {
 	tn := st.tenantFor(p)
 	if tn == nil && p.GroupsErr != nil && st.byGroup() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/clienttest"
 )
 
 // asyncDirs makes a world-traversable directory for the socket (another
@@ -339,18 +340,8 @@ func TestAsyncAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
-	go func() {
-		var once bool
-		_, _ = ts.c.RunEvents(ctx, running.ID, func(ev api.Event) {
-			if ev.Type == api.EventStdout && !once {
-				once = true
-				close(started)
-			}
-		})
-	}()
 	select {
-	case <-started:
+	case <-clienttest.Started(ctx, ts.c, running.ID):
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first run never started")
 	}
@@ -413,18 +404,8 @@ func TestAsyncShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
-	go func() {
-		var once bool
-		_, _ = ts.c.RunEvents(ctx, running.ID, func(ev api.Event) {
-			if ev.Type == api.EventStdout && !once {
-				once = true
-				close(started)
-			}
-		})
-	}()
 	select {
-	case <-started:
+	case <-clienttest.Started(ctx, ts.c, running.ID):
 	case <-time.After(60 * time.Second):
 		t.Fatal("the run never started")
 	}

@@ -20,10 +20,6 @@ type QueueConfig struct {
 	NATS *queue.Config `json:"nats"`
 }
 
-// errQueueStopped is the cause a queued run is cut short for when its
-// worker stops: its job goes back to the stream for another worker.
-var errQueueStopped = errors.New("the queue worker stopped")
-
 // StartQueue connects the config's queue worker, if it has one, and
 // starts it: jobs of the queue then run beside the socket's, under the
 // same tenants, ceilings, slots and rates (Execute). Shutdown stops it.
@@ -76,8 +72,8 @@ func (st *state) tenantNamed(name string) *tenant {
 // (queue.Executor): decoded and resolved against that tenant's ceiling
 // as a socket job is, within its rate (waited for, not refused: a queued
 // job has no client to retry it) and a slot of its share and a global
-// one. ctx ends when the worker stops, which cuts the run short and sends
-// the job back.
+// one (runInSlot). ctx ends when the worker stops, which cuts the run
+// short and sends the job back.
 func (s *Server) Execute(ctx context.Context, tenantName string, body []byte) (*api.Result, error) {
 	st := s.state.Load()
 	tn := st.tenantNamed(tenantName)
@@ -113,38 +109,18 @@ func (s *Server) Execute(ctx context.Context, tenantName string, body []byte) (*
 			}
 		}
 	}
-	refund := func() {
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
-		}
-	}
-	qctx, cancelQueue := context.WithTimeout(ctx, time.Duration(st.cfg.QueueTimeout))
-	queued := time.Now()
-	release, err := s.admit(qctx, tn)
-	cancelQueue()
-	if err != nil {
-		refund()
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
+	res, err := s.runInSlot(ctx, tn, resolved, s.queued(st, tn), nil)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	case errors.Is(err, errNoFDs):
+		return nil, &queue.Later{After: 5 * time.Second, Reason: err.Error()}
+	case err != nil:
 		return nil, &queue.Later{After: time.Second, Reason: fmt.Sprintf("no run slot of tenant %s: %v", tn.name, err)}
 	}
-	defer release()
-	wait := time.Since(queued)
-	if err := fdRoom(runFDReserve); err != nil {
-		release()
-		refund()
-		return nil, &queue.Later{After: 5 * time.Second, Reason: "the daemon is short of file descriptors: " + err.Error()}
-	}
-	rctx, cancel := context.WithTimeoutCause(ctx, time.Duration(resolved.Limits.Timeout)+runSlack, errQueueStopped)
-	defer cancel()
-	res := tn.runner.Run(rctx, resolved, job.Options{})
-	res.QueuedMS = wait.Milliseconds()
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wait.Seconds())
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("run %s cut short: %w", res.ID, context.Cause(ctx))
 	}
-	log.Info("queued run done", "job", res.ID, "status", res.Status, "queued_ms", wait.Milliseconds(), "wall_ms", res.Usage.WallMS)
+	log.Info("queued run done", "job", res.ID, "status", res.Status, "queued_ms", res.QueuedMS, "wall_ms", res.Usage.WallMS)
 	return res, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -19,31 +20,17 @@ import (
 // against its ceiling, charge its rate, wait for a slot of its share and
 // a global one, run, answer (at once or as a stream).
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	peer := peerFrom(r.Context())
-	log := s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID)
-	reject := func(status int, code, msg, field string, retry time.Duration) {
-		s.metrics.rejected.WithLabelValues(code).Inc()
-		log.Info("run rejected", "code", code, "field", field, "detail", msg)
-		writeError(w, status, code, msg, field, retry)
-	}
-	if s.draining.Load() {
-		reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+	peer, rf := s.openPost(w, r, "run rejected")
+	if rf == nil {
 		return
 	}
+	reject := rf.reject
 	st := s.state.Load()
-	tn := st.tenantFor(peer)
-	if tn == nil && peer.GroupsErr != nil && st.byGroup() {
-		reject(http.StatusForbidden, codeForbidden,
-			fmt.Sprintf("uid %d: the daemon could not read its supplementary groups (%v), and a tenant is matched by group", peer.UID, peer.GroupsErr), "", 0)
-		return
-	}
+	tn := rf.tenant(st, peer)
 	if tn == nil {
-		reject(http.StatusForbidden, codeForbidden,
-			fmt.Sprintf("uid %d (gid %d) matches no tenant of this pmjail daemon, and its config refuses other peers (others: %q)",
-				peer.UID, peer.GID, st.cfg.Others), "", 0)
 		return
 	}
-	log = log.With("tenant", tn.name)
+	log := rf.log
 	async := wantsAsync(r)
 	if async && s.async == nil {
 		s.metrics.rejected.WithLabelValues(api.CodeAsyncUnavailable).Inc()
@@ -106,13 +93,25 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	qctx, cancelQueue := context.WithTimeout(r.Context(), time.Duration(st.cfg.QueueTimeout))
-	queued := time.Now()
-	release, err := s.admit(qctx, tn)
-	cancelQueue()
-	if err != nil && tn.share != nil {
-		tn.share.bucket.refund() // it never ran
-	}
+	// A client that goes away cancels its run, and its wait for a slot:
+	// r.Context() ends when the connection closes, and at the end of a
+	// shutdown's grace period.
+	var (
+		ev     *events
+		stdout *outputStream
+		stderr *outputStream
+	)
+	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
+		if !wantsStream(r) {
+			return job.Options{}
+		}
+		// The stream's 200 goes out once the run has its slot, so that a
+		// refusal before can still be an error status.
+		ev = newEvents(w)
+		stdout = &outputStream{e: ev, typ: api.EventStdout}
+		stderr = &outputStream{e: ev, typ: api.EventStderr}
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
+	})
 	switch {
 	case errors.Is(err, errShareFull):
 		reject(http.StatusTooManyRequests, codeQueueFull,
@@ -120,6 +119,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, errQueueFull):
 		reject(http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", "", time.Second)
+		return
+	case errors.Is(err, errNoFDs):
+		reject(http.StatusServiceUnavailable, codeBusy, err.Error(), "", 5*time.Second)
 		return
 	case err != nil && r.Context().Err() != nil:
 		log.Info("client gone while queued")
@@ -129,41 +131,6 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no run slot freed within %v", time.Duration(st.cfg.QueueTimeout)), "", 5*time.Second)
 		return
 	}
-	defer release()
-	wait := time.Since(queued)
-	if err := fdRoom(runFDReserve); err != nil {
-		release()
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
-		}
-		reject(http.StatusServiceUnavailable, codeBusy, "the daemon is short of file descriptors: "+err.Error(), "", 5*time.Second)
-		return
-	}
-
-	// A client that goes away cancels its run: r.Context() ends when the
-	// connection closes, and at the end of a shutdown's grace period.
-	ctx, cancel := context.WithTimeout(runContext(r.Context()), time.Duration(resolved.Limits.Timeout)+runSlack)
-	defer cancel()
-
-	var (
-		res    *jail.Result
-		ev     *events
-		stdout *outputStream
-		stderr *outputStream
-		opt    job.Options
-	)
-	if wantsStream(r) {
-		ev = newEvents(w)
-		stdout = &outputStream{e: ev, typ: api.EventStdout}
-		stderr = &outputStream{e: ev, typ: api.EventStderr}
-		opt = job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
-	}
-	res = tn.runner.Run(ctx, resolved, opt)
-	res.QueuedMS = wait.Milliseconds()
-	// The slot and the counters are settled before the answer goes out, so
-	// that a client reading /metrics after its result sees its run.
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wait.Seconds())
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()
@@ -174,33 +141,156 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			log.Info("result not sent", "job", res.ID, "err", err)
 		}
 	}
-	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", wait.Milliseconds(),
+	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", res.QueuedMS,
 		"wall_ms", res.Usage.WallMS, "client_gone", r.Context().Err() != nil)
+}
+
+// runInSlot is the one way the daemon runs a resolved job of tenant tn,
+// whatever brought it (a connection, the async API, a queue): it waits
+// for its slot (wait, which it always gives back), checks the daemon has
+// descriptors to spare, calls start for the run's options (nil: none),
+// runs the job under tn's runner, gives the slot back and counts the run
+// in the metrics before returning its result. ctx cancels the wait and
+// the run; its cause is the cancelled result's reason. A run that never
+// started returns no result and why: ctx's cause if it ended, else the
+// admission's refusal (errShareFull, errQueueFull, its wait's error) or
+// fdRoom's (errNoFDs); its rate is refunded.
+func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
+	start func() job.Options) (*jail.Result, error) {
+	queued := time.Now()
+	release, err := wait(ctx)
+	if err == nil {
+		if err = fdRoom(runFDReserve); err != nil {
+			release()
+			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		if tn.share != nil {
+			tn.share.bucket.refund() // it never ran
+		}
+		return nil, err
+	}
+	defer release()
+	wq := time.Since(queued)
+	var opt job.Options
+	if start != nil {
+		opt = start()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
+	defer cancel()
+	res := tn.runner.Run(ctx, resolved, opt)
+	res.QueuedMS = wq.Milliseconds()
+	// The slot and the counters are settled before the caller answers, so
+	// that a client reading /metrics after its result sees its run.
+	release()
+	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
+	return res, nil
+}
+
+// queued is the admission of a run that waits for its slot, as a
+// connection's does: for a slot of tn's share and a global one, within
+// the config's queue timeout.
+func (s *Server) queued(st *state, tn *tenant) admission {
+	return func(ctx context.Context) (func(), error) {
+		qctx, cancel := context.WithTimeout(ctx, time.Duration(st.cfg.QueueTimeout))
+		defer cancel()
+		return s.admit(qctx, tn)
+	}
+}
+
+// refuser answers a POST handler's refusals: counted by code, logged as
+// what with log (which gains the tenant once it is known) and written.
+type refuser struct {
+	s    *Server
+	w    http.ResponseWriter
+	log  *slog.Logger
+	what string
+}
+
+func (f *refuser) reject(status int, code, msg, field string, retry time.Duration) {
+	f.s.metrics.rejected.WithLabelValues(code).Inc()
+	f.log.Info(f.what, "code", code, "field", field, "detail", msg)
+	writeError(f.w, status, code, msg, field, retry)
+}
+
+// tenant is the peer's tenant (tenantOf), whose name its refusals then
+// log; nil when the peer has none, refused.
+func (f *refuser) tenant(st *state, p *Peer) *tenant {
+	tn, status, msg := f.s.tenantOf(st, p)
+	if tn == nil {
+		f.reject(status, codeForbidden, msg, "", 0)
+		return nil
+	}
+	f.log = f.log.With("tenant", tn.name)
+	return tn
+}
+
+// openPost starts a POST that submits runs: its peer, and the refuser
+// its refusals go through, which logs them as what. A draining daemon
+// refuses it at once: the refuser is then nil.
+func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (*Peer, *refuser) {
+	peer := peerFrom(r.Context())
+	rf := &refuser{s: s, w: w, log: s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID), what: what}
+	if s.draining.Load() {
+		rf.reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
+		return peer, nil
+	}
+	return peer, rf
 }
 
 // errShareFull is admit's refusal when the tenant's own slots and queue
 // are taken.
 var errShareFull = errors.New("tenant share full")
 
-// admit takes a slot of the tenant's share, then a global one: a tenant
-// waits first behind its own runs, so that one tenant's burst fills its
-// own queue before the global one. The returned release gives both back
+// admit takes a slot of the tenant's share, then a global one (reserve,
+// then its wait until ctx ends). The returned release gives both back
 // and may be called more than once.
 func (s *Server) admit(ctx context.Context, tn *tenant) (release func(), err error) {
-	if tn.share == nil {
-		return s.lim.acquire(ctx)
+	wait, err := s.reserve(tn, false)
+	if err != nil {
+		return nil, err
 	}
-	own, err := tn.share.lim.acquire(ctx)
+	return wait(ctx)
+}
+
+// reserve takes a place for a run of tn at once, in the tenant's queue
+// (errShareFull when it is full) or, for a tenant without a share, the
+// global one (errQueueFull). The returned wait waits for a slot of the
+// share, then a global one: a tenant waits first behind its own runs, so
+// that one tenant's burst fills its own queue before the global one.
+// Unless uncapped, a full global queue then refuses (errQueueFull); an
+// uncapped run waits beyond it, its place in the tenant's queue bounding
+// it. The wait must be called once.
+func (s *Server) reserve(tn *tenant, uncapped bool) (admission, error) {
+	if tn.share == nil {
+		return s.lim.reserve(false)
+	}
+	own, err := tn.share.lim.reserve(false)
 	if errors.Is(err, errQueueFull) {
 		return nil, errShareFull
 	}
 	if err != nil {
 		return nil, err
 	}
-	global, err := s.lim.acquire(ctx)
-	if err != nil {
-		own()
-		return nil, err
-	}
-	return func() { global(); own() }, nil
+	return func(ctx context.Context) (func(), error) {
+		ownRelease, err := own(ctx)
+		if err != nil {
+			return nil, err
+		}
+		gwait, err := s.lim.reserve(uncapped)
+		if err != nil {
+			ownRelease()
+			return nil, err
+		}
+		global, err := gwait(ctx)
+		if err != nil {
+			ownRelease()
+			return nil, err
+		}
+		return func() { global(); ownRelease() }, nil
+	}, nil
 }
