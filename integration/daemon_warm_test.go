@@ -206,6 +206,23 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 	})
 }
 
+// TestDaemonWarmDenials: a warm run's guest calling a syscall the filter
+// refuses (getdents64, listing its job directory) has the call counted in
+// denied_syscalls, as a cold run does: the warm root holds the job
+// directory, and the run serves the runtime's seccomp listener.
+func TestDaemonWarmDenials(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	const list = `try { for (const _ of Deno.readDirSync("/job")) { /* nothing */ } console.log("listed") }
+catch (e) { console.log(e.name) }`
+	res := warmRun(t, d, &api.Job{Runtime: "deno", Source: list})
+	if res.Status != jail.StatusOK || strings.TrimSpace(res.Stdout) != "listed" {
+		t.Errorf("warm listing of /job: status %s, stdout %q, stderr %q; want it listed (empty)", res.Status, res.Stdout, res.Stderr)
+	}
+	if res.Denied["getdents64"] == 0 {
+		t.Errorf("warm run: denied_syscalls %v, want getdents64 counted", res.Denied)
+	}
+}
+
 // TestDaemonWarmKilled SIGKILLs a daemon whose warm runtimes wait: they
 // die with it, and the next start sweeps their cgroups.
 func TestDaemonWarmKilled(t *testing.T) {
