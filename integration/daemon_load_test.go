@@ -203,9 +203,13 @@ func gone(pid int) bool {
 	return false
 }
 
+// TestDaemonCrashRecovery SIGKILLs a daemon with cold runs in flight: it
+// counts their cgroups and guests, which warm runtimes (off here) would
+// stand in for before any run started; TestDaemonWarmKilled kills one
+// with a warm run in flight.
 func TestDaemonCrashRecovery(t *testing.T) {
 	dir := daemonDir(t)
-	cfg := fmt.Sprintf(baseConfig, 4, 8, "0660")
+	cfg := `{"version": 1, "max_concurrency": 4, "max_queue": 8, "socket": {"mode": "0660"}, "warm": {"deno": 0}}`
 	d := startDaemon(t, dir, cfg)
 	// Load that is mid-run when the daemon dies.
 	var wg sync.WaitGroup

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -21,9 +20,10 @@ import (
 // job's cgroup can stop it: a pooled init stage that failed to join that
 // cgroup (v1), or was not born in it (v2), would let it run to the
 // wall-clock limit. The cgroup is the one the init stage waited with,
-// made ahead, whose limits the run wrote.
+// made ahead, whose limits the run wrote. Warm runtimes are off: a run
+// they serve takes no init stage, and each holds a cgroup of its own.
 func TestDaemonPrestartedRunIsContained(t *testing.T) {
-	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 1, 2, "0660"))
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 1, "max_queue": 2, "socket": {"mode": "0660"}, "warm": {"deno": 0}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -58,6 +58,9 @@ func TestDaemonPrestartedRunIsContained(t *testing.T) {
 		Limits: api.Limits{Memory: 64 << 20, Timeout: api.Duration(20 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res.Warm {
+		t.Fatalf("run %s served warm with warm runtimes off", res.ID)
 	}
 	if res.Status != jail.StatusMemoryLimit || !strings.Contains(res.Stdout, "started") {
 		t.Fatalf("status %s stdout %q error %+v, want memory_limit after the guest started", res.Status, res.Stdout, res.Error)

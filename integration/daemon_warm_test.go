@@ -1,12 +1,17 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
@@ -206,8 +211,26 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 	})
 }
 
-// TestDaemonWarmKilled SIGKILLs a daemon whose warm runtimes wait: they
-// die with it, and the next start sweeps their cgroups.
+// TestDaemonWarmDenials: a warm run's guest calling a syscall the filter
+// refuses (getdents64, listing its job directory) has the call counted in
+// denied_syscalls, as a cold run does: the warm root holds the job
+// directory, and the run serves the runtime's seccomp listener.
+func TestDaemonWarmDenials(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	const list = `try { for (const _ of Deno.readDirSync("/job")) { /* nothing */ } console.log("listed") }
+catch (e) { console.log(e.name) }`
+	res := warmRun(t, d, &api.Job{Runtime: "deno", Source: list})
+	if res.Status != jail.StatusOK || strings.TrimSpace(res.Stdout) != "listed" {
+		t.Errorf("warm listing of /job: status %s, stdout %q, stderr %q; want it listed (empty)", res.Status, res.Stdout, res.Stderr)
+	}
+	if res.Denied["getdents64"] == 0 {
+		t.Errorf("warm run: denied_syscalls %v, want getdents64 counted", res.Denied)
+	}
+}
+
+// TestDaemonWarmKilled SIGKILLs a daemon whose warm runtimes wait, one
+// of them running a job: they die with it, the running one's lease is
+// free, and the next start sweeps their cgroups.
 func TestDaemonWarmKilled(t *testing.T) {
 	dir := daemonDir(t)
 	before := snapshotHost(t)
@@ -216,16 +239,34 @@ func TestDaemonWarmKilled(t *testing.T) {
 		t.Fatalf("first run: %+v %v", res, err)
 	}
 	awaitWarm(t, d)
+	// A runtime that waits now was started before the job below came:
+	// its guest's start (in clock ticks since boot) is before this one.
+	idleSince := bootTicks(t)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		// The answer never comes: the daemon dies first.
+		_, _ = d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `for (;;) {}`})
+	}()
+	guest := spinningGuest(t, d)
+	if started := startTicks(t, guest); started >= idleSince {
+		t.Fatalf("the running guest %d started at tick %d, after the runtimes waited (%d): not served warm", guest, started, idleSince)
+	}
+	pidfd := openPidfd(t, guest)
+	slot := leaseSlot(t, guest)
 	runtimes := named(descendants(d.pid()), "deno")
-	if len(runtimes) == 0 {
-		t.Fatalf("no waiting deno under the daemon")
+	if len(runtimes) < 2 {
+		t.Fatalf("deno under the daemon: %v, want the running guest and a waiting runtime", describePids(runtimes))
 	}
 	oldPID := d.pid()
 	all := descendants(oldPID)
 	d.kill()
+	<-ran
+	waitGone(t, pidfd, guest, "the warm run's guest outlived the SIGKILLed daemon")
 	if living := outliving(all, 5*time.Second); len(living) > 0 {
 		t.Errorf("processes %v outlived the SIGKILLed daemon by 5s", describePids(living))
 	}
+	wantLeaseFree(t, slot)
 	// No jailed process, mount (a jail's root, a network namespace held
 	// by a bind), temp dir or SysV segment is left; the cgroups wait for
 	// the next start's sweep.
@@ -337,4 +378,34 @@ def main(input, ctx):
 	if res.Status != jail.StatusMemoryLimit {
 		t.Errorf("memory bomb: %s (%+v), want memory_limit", res.Status, res.Error)
 	}
+}
+
+// bootTicks is the time since boot in clock ticks, rounded down: the unit
+// of a process's start in /proc/PID/stat.
+func bootTicks(t *testing.T) int64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano() / (int64(time.Second) / clockTicks)
+}
+
+// startTicks is when pid started, in clock ticks since boot (field 22
+// of /proc/PID/stat).
+func startTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 20 {
+		t.Fatalf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	n, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		t.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return n
 }

@@ -108,20 +108,7 @@ func TestTrust_LifetimeDaemonGuestDiesWithDaemon(t *testing.T) {
 	loop := filepath.Join(t.TempDir(), "loop.js")
 	writeFile(t, loop, `for (;;) {}`)
 	submit, _ := startPmjail(t, "submit", "--socket", d.sock, loop)
-	var guest int
-	deadline := time.Now().Add(60 * time.Second)
-	for guest == 0 {
-		// A deno the daemon runs for itself (the caches it builds at
-		// start) is no job's: only one under a lease's guest id is.
-		if g := slices.DeleteFunc(named(descendants(d.pid()), "deno"), notLeased); len(g) > 0 {
-			guest = onlyOne(t, g, "deno guest")
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon started no deno guest: %s", d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	guest := spinningGuest(t, d)
 	pidfd := openPidfd(t, guest)
 	slot := leaseSlot(t, guest)
 	jail := descendants(d.pid())
@@ -289,6 +276,31 @@ func processUID(pid int) (int, bool) {
 // lease's pair.
 func leaseGuestID(uid int) bool {
 	return uid >= leaseIDBase && uid < leaseIDBase+2*leaseSlots && uid%2 == 1
+}
+
+// spinningGuest waits for the guest of d's run of an endless loop and
+// returns its pid: the one deno, under a lease's guest id, that has spent
+// half a second of CPU. A deno the daemon runs for itself (the caches it
+// builds at start) runs under no lease's id; its warm runtimes do, but
+// wait for a job after a start of a few clock ticks.
+func spinningGuest(t *testing.T, d *daemon) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var spinning []int
+		for _, p := range slices.DeleteFunc(named(descendants(d.pid()), "deno"), notLeased) {
+			if self, _, err := cpuTicks(p); err == nil && self >= clockTicks/2 {
+				spinning = append(spinning, p)
+			}
+		}
+		if len(spinning) > 0 {
+			return onlyOne(t, spinning, "spinning deno guest")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon started no spinning deno guest within 60s: %s", d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // notLeased reports whether pid runs under no job's guest id.

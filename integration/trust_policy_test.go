@@ -253,8 +253,8 @@ func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		supervisorMS := (after - before) * 1000 / clockTicks
-		t.Logf("daemon %d ms of CPU, guest %d ms; denied_syscalls %v, limits_hit %v; %s directory listings",
-			supervisorMS, res.Usage.CPUMS, res.Denied, res.LimitsHit, strings.TrimSpace(res.Stdout))
+		t.Logf("daemon %d ms of CPU, guest %d ms (warm %v); denied_syscalls %v, limits_hit %v; %s directory listings",
+			supervisorMS, res.Usage.CPUMS, res.Warm, res.Denied, res.LimitsHit, strings.TrimSpace(res.Stdout))
 		checkFloodShare(t, Result{Status: string(res.Status), ExitCode: res.ExitCode, Stderr: res.Stderr,
 			Denied: res.Denied, LimitsHit: res.LimitsHit}, "getdents64", supervisorMS, res.Usage.CPUMS, 300)
 	})

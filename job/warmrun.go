@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -124,7 +125,10 @@ func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
 		args = append(args, arg)
 	}
 	spec.Process.Args = args
-	var files []runtimes.File
+	// The job directory stays, empty: a guest lists or stats it as in a
+	// cold run, where it holds the job's files (a guest reading it must
+	// meet the same filter, not a missing directory).
+	files := []runtimes.File{{Path: runtimes.JobDir, Mode: os.ModeDir | 0o755}}
 	for _, f := range job.Files {
 		if !strings.HasPrefix(f.Path, runtimes.JobDir+"/") {
 			files = append(files, f)

@@ -56,6 +56,15 @@ func TestMakeMountPointAndWriteRootFile(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(root, "pmjail/x/boot.js")); err != nil || string(b) != "short" {
 		t.Fatalf("rewritten file: %q %v", b, err)
 	}
+	// A directory mode makes an empty directory, twice over.
+	for range 2 {
+		if err := writeRootFile(root, "/job", nil, os.ModeDir|0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(root, "job")); err != nil || len(entries) != 0 {
+		t.Fatalf("directory: %v %v, want an empty one", entries, err)
+	}
 }
 
 // A file whose path would leave the root is refused whatever let it

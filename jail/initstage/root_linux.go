@@ -347,6 +347,14 @@ func writeRootFile(root, path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %q: not a clean absolute path in the root", path)
 	}
 	dst := filepath.Join(root, path)
+	if mode.IsDir() {
+		// An empty directory the runtime expects (a warm runtime's job
+		// directory, whose files come with the start frame).
+		if err := mkdirAll(dst); err != nil {
+			return fmt.Errorf("create %s: %w", path, err)
+		}
+		return nil
+	}
 	if err := mkdirAll(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}

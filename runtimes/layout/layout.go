@@ -7,7 +7,8 @@ package layout
 
 import "os"
 
-// File is a file created inside the job's root.
+// File is a file created inside the job's root; with os.ModeDir in Mode,
+// an empty directory.
 type File struct {
 	Path string
 	Data []byte

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmjail/pmjail/jail"
 )
 
@@ -335,9 +337,11 @@ func (e *env) watchdog() (string, error) {
 }
 
 // inFlight starts a Deno job that sleeps for d as a member, waits until the
-// daemon runs it, and returns where its outcome will arrive.
+// daemon runs it, and returns where its outcome will arrive. The job has
+// stdin, so that it runs cold, in a cgroup made for it: a warm runtime's
+// was made ahead, under a prestarted name, which jobCgroups leaves out.
 func (e *env) inFlight(d time.Duration) (<-chan *outcome, error) {
-	job := fmt.Sprintf(`{"runtime": "deno", "limits": `+tcgLimits+`,
+	job := fmt.Sprintf(`{"runtime": "deno", "limits": `+tcgLimits+`, "stdin": "cold",
 		"source": "await new Promise((r) => setTimeout(r, %d)); console.log('slept')"}`, d.Milliseconds())
 	done := make(chan *outcome, 1)
 	go func() {
@@ -421,7 +425,7 @@ func (e *env) killRestart() (string, error) {
 		return "", err
 	}
 	// In flight is counted from the request: wait for the job's cgroup and
-	// its processes.
+	// its runtime.
 	var jobs []string
 	err = poll(startupTime, func() error {
 		if jobs, err = jobCgroups(e.cgroup, false); err != nil {
@@ -430,14 +434,28 @@ func (e *env) killRestart() (string, error) {
 		if len(jobs) != 1 {
 			return fmt.Errorf("%w: job cgroups %v, want one", errNotYet, jobs)
 		}
-		procs, err := os.ReadFile(filepath.Join(e.cgroup, jobs[0], "cgroup.procs"))
-		if err != nil || len(procs) == 0 {
-			return fmt.Errorf("%w: no process in %s yet (%v)", errNotYet, jobs[0], err)
+		for _, pid := range pidsNamed("deno") {
+			if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && strings.Contains(string(cg), "/"+jobs[0]) {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("%w: no deno in %s yet", errNotYet, jobs[0])
 	})
 	if err != nil {
 		return "", err
+	}
+	// Every runtime and init stage the daemon has (the job's, and the warm
+	// runtimes waiting) must die with it; pidfds name exactly those.
+	var pidfds []int
+	defer func() {
+		for _, fd := range pidfds {
+			unix.Close(fd)
+		}
+	}()
+	for _, pid := range pidsNamed("deno", "pmjail-init") {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			pidfds = append(pidfds, fd)
+		}
 	}
 	killed := e.pid
 	if err := syscall.Kill(killed, syscall.SIGKILL); err != nil {
@@ -475,8 +493,14 @@ func (e *env) killRestart() (string, error) {
 	if _, err := os.Stat(filepath.Join(e.cgroup, jobs[0])); !os.IsNotExist(err) {
 		return "", fmt.Errorf("the killed daemon's job cgroup %s is still there: %v", jobs[0], err)
 	}
-	if left := processesNamed("deno"); len(left) > 0 {
-		return "", fmt.Errorf("the killed daemon's job still runs: %v", left)
+	// The killed daemon's processes, not every deno: the new daemon starts
+	// warm runtimes of its own. A pidfd polls readable once its process
+	// has exited.
+	for _, fd := range pidfds {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err != nil || n == 0 {
+			return "", fmt.Errorf("a runtime or init stage of the killed daemon still runs (pid %d; %v)", pidfdPid(fd), err)
+		}
 	}
 	return fmt.Sprintf("pid %d killed; pid %d serves (NRestarts 1); job cgroup %s and its Deno gone", killed, e.pid, jobs[0]), nil
 }

@@ -100,6 +100,37 @@ func processesNamed(names ...string) []string {
 	return found
 }
 
+// pidsNamed returns the pids of the processes whose command is one of
+// names.
+func pidsNamed(names ...string) []int {
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+		if err != nil || !slices.Contains(names, strings.TrimSpace(string(comm))) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(dir)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// pidfdPid is the pid a pidfd names, from its fdinfo (-1: exited or
+// unread).
+func pidfdPid(fd int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return pid
+			}
+		}
+	}
+	return -1
+}
+
 // jailProcesses are the commands of a daemon and its jobs.
 var jailProcesses = []string{"pmjail", "pmjail-serve", "pmjail-init", "deno"}
 
