@@ -463,11 +463,15 @@ func (s *session) handleCall(f *guestFrame) {
 	}
 	switch f.Method {
 	case "input.get":
+		// Checked once (appendStart) and spliced in as the start frame
+		// splices it: encoding a megabyte of input anew for each of a
+		// run's calls would cost the daemon ~10 ms a call, the guest a
+		// copy.
 		input := s.cfg.Input
 		if len(input) == 0 {
 			input = json.RawMessage("null")
 		}
-		s.reply(id, f.Method, input, nil)
+		s.replyRaw(id, f.Method, input)
 	case "log.debug", "log.info", "log.warn", "log.error":
 		value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
 		if s.ctx.Err() != nil {
