@@ -291,3 +291,15 @@ func TestGuestErrorsThroughTheDaemon(t *testing.T) {
 	wantError(t, "type check through the daemon", r, guestError{Code: "TypeError", Message: "Type 'string' is not assignable to type 'number'. at file:///job/main.ts:1:7"},
 		"TS2322 [ERROR]")
 }
+
+// TestGuestErrorInheritedCause: a guest that puts a cause getter on
+// Object.prototype (one that hands out a new object every time) before it
+// throws gets its error reported, not a bootstrap walking an endless
+// chain of causes until the wall limit: only an error's own cause counts.
+func TestGuestErrorInheritedCause(t *testing.T) {
+	src := "export default () => {\n  Object.defineProperty(Object.prototype, 'cause', { get() { return { message: 'm' }; }, configurable: true });\n  throw new Error('proto cause');\n};\n"
+	r := runGuest(t, "main.js", src, "--timeout", "20s")
+	if r.Status != "error" || r.Error == nil || r.Error.Code != "Error" || r.Error.Message != "proto cause" {
+		t.Fatalf("status %s error %+v, want error \"proto cause\"", r.Status, r.Error)
+	}
+}

@@ -45,6 +45,12 @@ type Ceiling struct {
 	MaxLogs               int           // log entries kept per run, default 1000
 	MaxLogMessage         int           // bytes of one log message (longer ones are cut), default 8 KiB
 	MaxLogBytes           int           // bytes of all log messages and meta per run, default 1 MiB
+	// MaxGuestBytes bounds the bytes of the frames the host decodes for
+	// one run, default 64 MiB: decoding costs the daemon many times what
+	// writing costs the guest, and none of it is the run's CPU time. Past
+	// it, calls are answered rate_limited and notes dropped, each read
+	// past by its head only (ipc/PROTOCOL.md).
+	MaxGuestBytes int64
 	// Secrets the broker may inject, by name.
 	Secrets map[string]Secret
 
@@ -78,6 +84,7 @@ const (
 	DefaultMaxLogs          = 1000
 	DefaultMaxLogMessage    = 8 << 10
 	DefaultMaxLogBytes      = 1 << 20
+	DefaultMaxGuestBytes    = 64 << 20
 )
 
 // PermissiveCeiling is the CLI's ceiling: every capability, any origin and
@@ -98,6 +105,7 @@ func (c Ceiling) WithDefaults() Ceiling {
 	setDefault(&c.MaxLogs, DefaultMaxLogs)
 	setDefault(&c.MaxLogMessage, DefaultMaxLogMessage)
 	setDefault(&c.MaxLogBytes, DefaultMaxLogBytes)
+	setDefault(&c.MaxGuestBytes, DefaultMaxGuestBytes)
 	return c
 }
 

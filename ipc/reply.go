@@ -123,6 +123,12 @@ func readFill(r io.Reader, b []byte) (int, error) {
 // budget.
 func (s *session) replyValue(id uint64, method string, value json.RawMessage) {
 	defer s.broker.budget.Release(int64(len(value)))
+	s.replyRaw(id, method, value)
+}
+
+// replyRaw answers call id with value, JSON the host has checked already,
+// written around the value rather than encoded again.
+func (s *session) replyRaw(id uint64, method string, value json.RawMessage) {
 	head := binary.BigEndian.AppendUint32(nil, 0)
 	head = append(head, replyHead...)
 	head = strconv.AppendUint(head, id, 10)

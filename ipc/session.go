@@ -92,7 +92,9 @@ type session struct {
 	out      Outcome
 	inflight map[uint64]bool
 	logBytes int
-	failure  error // why a writer or call stopped the session
+	// decoded counts the bytes of the frames read whole (MaxGuestBytes).
+	decoded int64
+	failure error // why a writer or call stopped the session
 }
 
 var errStopped = errors.New("session stopped")
@@ -149,6 +151,12 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 		if big, ok := errors.AsType[*FrameTooLargeError](err); ok {
 			err = s.skipOversized(big)
 			if err == nil {
+				continue
+			}
+		}
+		if spent, ok := errors.AsType[*overBudgetError](err); ok {
+			body, err = s.skipOverBudget(spent.length)
+			if err == nil && body == nil {
 				continue
 			}
 		}
@@ -226,7 +234,19 @@ func (s *session) readFrame() ([]byte, error) {
 	if !s.setDeadline(s.conn.SetReadDeadline, time.Now().Add(s.ceil.FrameTimeout)) {
 		return nil, errStopped
 	}
-	return ReadFrame(s.br, s.ceil.MaxFrame)
+	// From the frame that would pass the budget on, a frame within the
+	// cap is read by its head only (skipOverBudget); errors of a short
+	// header are ReadFrame's to say.
+	if hdr, err := s.br.Peek(headerLen); err == nil {
+		n := int64(binary.BigEndian.Uint32(hdr))
+		if n <= int64(s.ceil.MaxFrame) && s.decoded+headerLen+n > s.ceil.MaxGuestBytes {
+			s.decoded = s.ceil.MaxGuestBytes // spent: smaller frames do not slip in
+			return nil, &overBudgetError{length: int(n)}
+		}
+	}
+	body, err := ReadFrame(s.br, s.ceil.MaxFrame)
+	s.decoded += headerLen + int64(len(body))
+	return body, err
 }
 
 // end records why reading stopped.
@@ -443,11 +463,15 @@ func (s *session) handleCall(f *guestFrame) {
 	}
 	switch f.Method {
 	case "input.get":
+		// Checked once (appendStart) and spliced in as the start frame
+		// splices it: encoding a megabyte of input anew for each of a
+		// run's calls would cost the daemon ~10 ms a call, the guest a
+		// copy.
 		input := s.cfg.Input
 		if len(input) == 0 {
 			input = json.RawMessage("null")
 		}
-		s.reply(id, f.Method, input, nil)
+		s.replyRaw(id, f.Method, input)
 	case "log.debug", "log.info", "log.warn", "log.error":
 		value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.handleLog(f.Method[len("log."):], f.Params) })
 		if s.ctx.Err() != nil {

@@ -52,17 +52,85 @@ func (s *session) skipOversized(big *FrameTooLargeError) error {
 	return nil
 }
 
+// overBudgetError is readFrame's for a frame that arrives once the run's
+// frames have used MaxGuestBytes; nothing of it has been read.
+type overBudgetError struct{ length int }
+
+func (e *overBudgetError) Error() string {
+	return fmt.Sprintf("a frame of %d bytes past the run's budget", e.length)
+}
+
+// skipOverBudget handles a frame of n bytes that arrives past the run's
+// MaxGuestBytes. Decoding a frame costs the daemon many times what writing
+// it costs the guest, outside the run's CPU time; reading past one costs
+// both sides alike. So its head alone is read: a call is read past and
+// answered rate_limited, a note read past and dropped (counted as the call
+// and the log it would have been), and the run's last frame (done or
+// error) is read whole and returned for handle. A frame whose head does
+// not name its type first cannot be told apart without decoding it: that
+// is a protocol error.
+func (s *session) skipOverBudget(n int) ([]byte, error) {
+	head, err := s.br.Peek(headerLen + min(n, maxCallHead))
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read frame past the budget: %w", err)
+	}
+	typ, id, method := frameHead(head[headerLen:])
+	switch {
+	case typ == "":
+		return nil, fmt.Errorf("%w: past the run's %d-byte budget for frames, a frame must name its type first (before any object or array)", ErrProtocol, s.ceil.MaxGuestBytes)
+	case typ == typeDone || typ == typeError:
+		return ReadFrame(s.br, s.ceil.MaxFrame)
+	case typ != typeCall && typ != typeNote:
+		return nil, fmt.Errorf("%w: unknown frame type %.80q", ErrProtocol, typ)
+	}
+	if typ == typeCall && (id == nil || method == "") {
+		return nil, fmt.Errorf("%w: past the run's %d-byte budget for frames, a call must name its id and method before its params", ErrProtocol, s.ceil.MaxGuestBytes)
+	}
+	if _, err := s.br.Discard(headerLen + n); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read frame past the budget: skipping it: %w", err)
+	}
+	if typ == typeNote {
+		s.mu.Lock()
+		s.out.Calls++
+		s.out.LogsDropped++
+		s.mu.Unlock()
+		return nil, nil
+	}
+	if callID, admitted := s.admitCall(id, method); admitted {
+		if len(method) > 4 && method[:4] == "log." {
+			s.mu.Lock()
+			s.out.LogsDropped++
+			s.mu.Unlock()
+		}
+		s.reply(callID, method, nil, callErr(CodeRateLimited, "the run's frames have used the %d bytes a run may send", s.ceil.MaxGuestBytes))
+	}
+	return nil, nil
+}
+
 // parseCallHead reads the leading members of a frame body's top-level
 // object, as far as they are strings and numbers and the head holds them,
 // and reports the call's id and method when the frame is a call that names
 // both.
 func parseCallHead(head []byte) (id json.RawMessage, method string, ok bool) {
+	typ, id, method := frameHead(head)
+	return id, method, typ == typeCall && id != nil && method != ""
+}
+
+// frameHead reads the leading members of a frame body's top-level object,
+// as far as they are strings and numbers and the head holds them, and
+// returns its type, id and method as far as they are among them.
+func frameHead(head []byte) (typ string, id json.RawMessage, method string) {
 	dec := json.NewDecoder(bytes.NewReader(head))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, "", false
+		return "", nil, ""
 	}
-	var typ string
 	for typ == "" || id == nil || method == "" {
 		k, err := dec.Token()
 		key, isKey := k.(string)
@@ -76,7 +144,7 @@ func parseCallHead(head []byte) (id json.RawMessage, method string, ok bool) {
 		switch v := v.(type) {
 		case json.Delim:
 			// An object or array: what follows it is out of reach.
-			return id, method, typ == typeCall && id != nil && method != ""
+			return typ, id, method
 		case string:
 			switch key {
 			case "type":
@@ -90,5 +158,5 @@ func parseCallHead(head []byte) (id json.RawMessage, method string, ok bool) {
 			}
 		}
 	}
-	return id, method, typ == typeCall && id != nil && method != ""
+	return typ, id, method
 }

@@ -169,6 +169,22 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	return got, reason
 }
 
+// putBack returns r, taken for a job it could not serve and untouched,
+// to the front of key's idle runtimes (it is the oldest), or ends it when
+// the pool no longer wants it.
+func (w *Warm) putBack(key string, r *warmRuntime) {
+	w.mu.Lock()
+	t := w.tmpls[key]
+	keep := !w.closed && t != nil && len(w.idle[key]) < w.sizes[t.class]
+	if keep {
+		w.idle[key] = append([]*warmRuntime{r}, w.idle[key]...)
+	}
+	w.mu.Unlock()
+	if !keep {
+		w.discardAll([]*warmRuntime{r})
+	}
+}
+
 // Learn makes wj's template one the pool keeps runtimes for, before any
 // run asked for it (a daemon's start), and starts filling it.
 func (w *Warm) Learn(wj *WarmJob) {
@@ -420,9 +436,16 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 		s.out.WarmReason = reason
 		return false
 	}
-	base, reason := r.fit(job.Spec.Linux.Resources)
+	base, reason, touched := r.fit(job.Spec.Linux.Resources)
 	if reason != "" {
-		job.Warm.discardAll([]*warmRuntime{r})
+		if touched {
+			job.Warm.discardAll([]*warmRuntime{r})
+		} else {
+			// Nothing of the job reached it: it waits for the next one,
+			// so that a stream of jobs it cannot serve does not empty
+			// the pool for everyone.
+			job.Warm.putBack(job.WarmJob.Key, r)
+		}
 		s.out.WarmReason = reason
 		return false
 	}
@@ -457,8 +480,22 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 // returns the cgroup's CPU time then (the runtime's own start, which the
 // job's CPU time leaves out); or why the job cannot run on it: the runtime
 // already holds more memory or tasks than the job may, or the cgroup
-// refused a limit.
-func (r *warmRuntime) fit(res *specs.LinuxResources) (time.Duration, string) {
+// refused a limit. touched says whether it wrote to the cgroup: a runtime
+// refused before that is as it was.
+func (r *warmRuntime) fit(res *specs.LinuxResources) (base time.Duration, reason string, touched bool) {
+	base, reason = r.check(res)
+	if reason != "" {
+		return 0, reason, false
+	}
+	if err := r.cg.SetLimits(res); err != nil {
+		return 0, "the warm runtime's cgroup refused the job's limits: " + err.Error(), true
+	}
+	return base, "", true
+}
+
+// check is fit's reading part: the cgroup's CPU time, or why the job
+// cannot run on the runtime.
+func (r *warmRuntime) check(res *specs.LinuxResources) (time.Duration, string) {
 	if res == nil {
 		res = &specs.LinuxResources{}
 	}
@@ -487,9 +524,6 @@ func (r *warmRuntime) fit(res *specs.LinuxResources) (time.Duration, string) {
 	base, err := r.cg.CPUTime()
 	if err != nil {
 		return 0, "the warm runtime's CPU time cannot be read: " + err.Error()
-	}
-	if err := r.cg.SetLimits(res); err != nil {
-		return 0, "the warm runtime's cgroup refused the job's limits: " + err.Error()
 	}
 	return base, ""
 }

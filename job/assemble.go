@@ -77,7 +77,8 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 			how = "the V8 heap cap"
 		}
 		res.Error = &jail.ErrorInfo{Code: "memory_limit", Message: fmt.Sprintf("memory limit of %v exceeded (%s)", r.Limits.Memory, how)}
-	case session.ProtocolError != nil && out.Status != jail.StatusTimeout && out.Status != jail.StatusOutputLimit:
+	case session.ProtocolError != nil && out.Status != jail.StatusTimeout && out.Status != jail.StatusOutputLimit && out.Status != jail.StatusCPULimit:
+		// A limit's kill can cut a frame short: the limit ended the run.
 		setStatus(res, jail.StatusProtocolError)
 		res.Error = &jail.ErrorInfo{Code: "protocol_error", Message: session.ProtocolError.Error()}
 	case session.HostError != nil:

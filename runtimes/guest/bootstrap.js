@@ -146,8 +146,10 @@ function resultError(message) {
 
 // renamed gives a warm run's error, its causes included, the names a
 // cold run's would have: the job's file, not the module's blob: URL.
+// Only a cause of its own counts: describe gives each one, and a getter
+// the guest put on Object.prototype would hand out causes for ever.
 function renamed(error) {
-  for (let e = error; e; e = e.cause) {
+  for (let e = error; e; e = Object.hasOwn(e, "cause") ? e.cause : null) {
     if (typeof e.message === "string") e.message = module.named(e.message);
     if (typeof e.stack === "string") e.stack = module.named(e.stack);
   }

@@ -25,6 +25,7 @@ export function describe(thrown, depth = 0) {
   if (!isError(thrown)) {
     const text = safeJSON(thrown);
     const out = {
+      __proto__: null,
       name: "ThrownValue",
       message: clip(`threw a non-Error value: ${text ?? safeString(thrown)}`, MAX_MESSAGE),
       stack: "",
@@ -37,7 +38,11 @@ export function describe(thrown, depth = 0) {
   let stack = typeof thrown.stack === "string" ? thrown.stack : "";
   const syntax = syntaxError(name, message);
   if (syntax) ({ name, message, stack } = syntax);
+  // No prototype: the value and cause assigned below become its own even
+  // where the guest put a setter or a getter of those names on
+  // Object.prototype.
   const out = {
+    __proto__: null,
     name: clip(name, 128),
     message: clip(scrub(message), MAX_MESSAGE),
     stack: clip(cleanStack(stack), MAX_STACK),
@@ -61,7 +66,7 @@ function isError(v) {
 // reported already: its cause (a chain of its own), and the name a
 // subclass's constructor may set.
 function ownProperties(err) {
-  const props = {};
+  const props = { __proto__: null };
   for (const key of Object.keys(err)) {
     if (!REPORTED.has(key)) props[key] = err[key];
   }

@@ -1,0 +1,110 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestChannelFloodCostsTheGuest: a guest that writes megabyte frames to
+// the channel as fast as the host reads them used to cost the supervisor
+// a core for the run's whole wall time (decoding a frame costs ~30 times
+// what writing it costs), none of it the run's CPU time, so a run with a
+// small CPU limit could keep a daemon core busy until its wall limit.
+// Past the run's frame budget (ipc.Ceiling.MaxGuestBytes) the host reads a
+// frame by its head only, as cheaply as the guest writes it: the guest now
+// pays for its flood and meets its own CPU limit.
+func TestChannelFloodCostsTheGuest(t *testing.T) {
+	// Harmless outside a jail: it writes only to the jail's channel, and
+	// stops where there is none.
+	src := `let out;
+try { out = Deno.openSync("/pmjail/channel/out", { write: true }); } catch { console.log("not jailed"); Deno.exit(0); }
+const msg = "x".repeat((4 << 20) - 200);
+const body = new TextEncoder().encode(JSON.stringify({ type: "note", method: "log.info", params: { message: msg } }));
+const frame = new Uint8Array(4 + body.length);
+new DataView(frame.buffer).setUint32(0, body.length);
+frame.set(body, 4);
+for (;;) { let off = 0; while (off < frame.length) off += out.writeSync(frame.subarray(off)); }
+`
+	res, host := supervisorCPU(t, src, "--cap", "log", "--timeout", "15s", "--cpu-time", "500ms")
+	t.Logf("status %s after %d ms; guest CPU %d ms, supervisor CPU %s, %d frames", res.Status, res.Usage.WallMS, res.Usage.CPUMS, host.Round(time.Millisecond), res.Usage.BrokerCalls)
+	if res.Status != "cpu_limit" {
+		t.Fatalf("status %s (error %+v), want cpu_limit: the flood must cost the guest its CPU time, not the host's", res.Status, res.Error)
+	}
+	if host > 8*time.Second {
+		t.Errorf("the supervisor spent %s of CPU on a guest limited to 500ms", host)
+	}
+}
+
+// TestChannelInputGetCostsTheHostACopy: input.get hands the guest the
+// job's input, up to a megabyte, on each of up to MaxCalls calls. A guest
+// that reads the replies raw pays a copy for each; the host used to pay a
+// JSON encoding of the whole input (~10 ms a megabyte), a thousand times
+// a run, none of it the run's CPU time. The input is checked once and
+// spliced into each reply as the start frame splices it.
+func TestChannelInputGetCostsTheHostACopy(t *testing.T) {
+	input := filepath.Join(t.TempDir(), "input.json")
+	if err := os.WriteFile(input, []byte(`{"blob":"`+strings.Repeat("y", 1000<<10)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Harmless outside a jail: it talks only to the jail's channel.
+	src := `let out, inp;
+try { out = Deno.openSync("/pmjail/channel/out", { write: true }); inp = Deno.openSync("/pmjail/channel/in", { read: true }); } catch { console.log("not jailed"); Deno.exit(0); }
+const buf = new Uint8Array(1 << 20), hdr = new Uint8Array(4);
+let got = 0;
+for (let id = 1; id <= 300; id++) {
+  const b = new TextEncoder().encode('{"type":"call","id":' + id + ',"method":"input.get","params":null}');
+  const f = new Uint8Array(4 + b.length); new DataView(f.buffer).setUint32(0, b.length); f.set(b, 4);
+  out.writeSync(f);
+  // The reply, read raw and not parsed: a copy is all it costs the guest.
+  let have = 0;
+  while (have < 4) have += inp.readSync(hdr.subarray(have));
+  let need = new DataView(hdr.buffer).getUint32(0);
+  while (need > 0) { const n = inp.readSync(buf.subarray(0, Math.min(buf.length, need))); need -= n; got += n; }
+}
+console.log(got);
+`
+	res, host := supervisorCPU(t, src, "--timeout", "60s", "--input", "@"+input)
+	t.Logf("status %s after %d ms; guest CPU %d ms, supervisor CPU %s; %s bytes read", res.Status, res.Usage.WallMS, res.Usage.CPUMS, host.Round(time.Millisecond), strings.TrimSpace(res.Stdout))
+	if res.Status != "ok" || res.Usage.BrokerCalls != 300 {
+		t.Fatalf("status %s, %d calls (error %+v), want ok and 300", res.Status, res.Usage.BrokerCalls, res.Error)
+	}
+	// 300 MB of replies: ~3 s of encoding before, a copy (~0.1 s) now.
+	if host > 1500*time.Millisecond {
+		t.Errorf("the supervisor spent %s of CPU on 300 input.get calls", host)
+	}
+}
+
+// supervisorCPU runs source with `pmjail run --json` and returns the
+// result and the CPU time the supervisor spent on it: pmjail's rusage
+// (its reaped children included) less the guest's, which the run's
+// cgroup counted.
+func supervisorCPU(t *testing.T, source string, flags ...string) (*Result, time.Duration) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "guest.js")
+	if err := os.WriteFile(path, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin, argv, env := weakened(t, append(append([]string{"run", "--json"}, flags...), path))
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	_ = cmd.Run()
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("no result: %v\nstdout %.500s\nstderr %.2000s", err, stdout.String(), stderr.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return &res, total - time.Duration(res.Usage.CPUMS)*time.Millisecond
+}
