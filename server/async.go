@@ -107,9 +107,19 @@ func (l *liveRun) since(offset int) ([]byte, bool, <-chan struct{}) {
 // openAsync opens the store of async runs in dir, ending as cancelled
 // the runs a previous daemon left unfinished.
 func (s *Server) openAsync(dir string, cfg RunsConfig) error {
-	store, lost, err := runstore.Open(dir, runstore.Limits{
-		Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes),
-	}, lostReason)
+	lim := runstore.Limits{Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes)}
+	store, lost, err := runstore.Open(dir, lim, lostReason)
+	if errors.Is(err, runstore.ErrDamaged) {
+		// A damaged file must not keep the daemon down: its runs are
+		// lost, said loudly, and the file kept for a look into it.
+		aside, aerr := runstore.SetAside(dir)
+		if aerr != nil {
+			return fmt.Errorf("%w (%w)", err, aerr)
+		}
+		s.log.Error("the async run store was damaged: set aside, and a new one started; the runs it held are lost",
+			"err", err, "damaged", aside)
+		store, lost, err = runstore.Open(dir, lim, lostReason)
+	}
 	if err != nil {
 		return err
 	}

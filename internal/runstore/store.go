@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -36,6 +37,10 @@ var (
 	ErrKeyConflict = errors.New("idempotency key used with another job")
 	// ErrEnded: the run already has its final result.
 	ErrEnded = errors.New("run already ended")
+	// ErrDamaged: the file is not a sound store (a bad disk, a crash of
+	// the file system, a hand that wrote into it). bbolt panics on a bad
+	// page; the store turns that into this error, not a daemon's crash.
+	ErrDamaged = errors.New("the run store's file is damaged")
 )
 
 var (
@@ -86,6 +91,10 @@ func (r *Record) Run() (*api.Run, error) {
 type Store struct {
 	db  *bolt.DB
 	lim Limits
+	// damaged is the first panic a transaction recovered from. bbolt
+	// may have left its locks held as it unwound: every later call is
+	// refused with it, none waits on them.
+	damaged atomic.Pointer[error]
 
 	// mu guards the accounting of finished runs, which pruning reads.
 	mu    sync.Mutex
@@ -110,14 +119,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		return nil, 0, fmt.Errorf("run store: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout})
+	db, err := openFile(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
 	s := &Store{db: db, lim: lim, ended: map[string]kept{}}
 	lost := 0
 	now := time.Now()
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -138,7 +147,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 			return nil
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
+		// Every page is read once here, where a bad one is an error
+		// the daemon reports at its start, not a panic in a run's end.
+		for _, b := range [][]byte{bucketEvents, bucketKeys} {
+			if err := tx.Bucket(b).ForEach(func(_, v []byte) error { _ = len(v); return nil }); err != nil {
+				return err
+			}
 		}
 		for _, r := range unfinished {
 			r.Status, r.EndedAt = api.RunCancelled, now
@@ -153,18 +169,95 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		return nil
 	})
 	if err != nil {
-		db.Close()
+		_ = s.close()
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
 	if _, err := s.Prune(now); err != nil {
-		db.Close()
+		_ = s.close()
 		return nil, 0, err
 	}
 	return s, lost, nil
 }
 
-// Close closes the file.
-func (s *Store) Close() error { return s.db.Close() }
+// openFile opens the bbolt file at path. bbolt panics on a damaged
+// page it reads as it opens (its freelist): that is ErrDamaged, with the
+// file closed. The file's mapping stays, and with it the file's lock,
+// until the process ends: bbolt gives no way to undo it. The daemon sets
+// such a file aside (SetAside) and opens a new one, once, at its start.
+func openFile(path string) (db *bolt.DB, err error) {
+	var f *os.File
+	opts := &bolt.Options{Timeout: openTimeout, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		var err error
+		f, err = os.OpenFile(name, flag, mode)
+		return f, err
+	}}
+	defer func() {
+		if p := recover(); p != nil {
+			if f != nil {
+				f.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: %v", ErrDamaged, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, opts)
+	if err != nil && !errors.Is(err, bolt.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
+		// Not a sound file (bad meta pages, a bad size): bbolt's
+		// words, under the store's sentinel.
+		err = fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	return db, err
+}
+
+// SetAside renames a damaged store's file in dir out of the way, to a
+// name that tells when, and returns the new path: Open then starts an
+// empty store, and the old file stays for whoever wants to look into it.
+func SetAside(dir string) (string, error) {
+	path := filepath.Join(dir, FileName)
+	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("run store: set the damaged file aside: %w", err)
+	}
+	return aside, nil
+}
+
+// Close closes the file; a store damaged while open is left to the
+// process's end, as bbolt may hold its locks (see damaged).
+func (s *Store) Close() error { return s.close() }
+
+func (s *Store) close() (err error) {
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: close: %v", ErrDamaged, p)
+		}
+	}()
+	return s.db.Close()
+}
+
+// update and view are bbolt's Update and View, with a panic on a damaged
+// page turned into ErrDamaged, for this call and every later one.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return s.guard(func() error { return s.db.Update(fn) })
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	return s.guard(func() error { return s.db.View(fn) })
+}
+
+func (s *Store) guard(call func() error) (err error) {
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v (restart the daemon to set it aside)", ErrDamaged, p)
+			s.damaged.CompareAndSwap(nil, &err)
+		}
+	}()
+	return call()
+}
 
 // Cancelled is the result of a run cancelled for reason before it had
 // one of its own, as the jail words a cancelled run's.
@@ -190,7 +283,7 @@ func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
 // before, it stores nothing and returns the run the key made, with
 // ErrKeyConflict if that run's job (its Sum) differs.
 func (s *Store) Create(r *Record) (existing *Record, err error) {
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		runs, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketKeys)
 		if r.Key != "" {
 			if id := keys.Get(keyOf(r.Owner, r.Key)); id != nil {
@@ -225,7 +318,7 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 // Lookup returns the run owner's idempotency key made, or nil.
 func (s *Store) Lookup(owner, key string) (*Record, error) {
 	var r *Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		id := tx.Bucket(bucketKeys).Get(keyOf(owner, key))
 		if id == nil {
 			return nil
@@ -247,7 +340,7 @@ func (s *Store) Lookup(owner, key string) (*Record, error) {
 // another owner is not told apart from none.
 func (s *Store) Get(owner, id string) (*Record, error) {
 	var r *Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRuns).Get([]byte(id))
 		if v == nil {
 			return ErrNotFound
@@ -275,7 +368,7 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		out = bytes.Clone(tx.Bucket(bucketEvents).Get([]byte(id)))
 		return nil
 	})
@@ -287,7 +380,7 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
 	now := time.Now()
 	var size int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
 		v := runs.Get([]byte(id))
 		if v == nil {
@@ -373,7 +466,7 @@ func (s *Store) Prune(now time.Time) (int, error) {
 	if len(gone) == 0 {
 		return 0, nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		runs, events, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketEvents), tx.Bucket(bucketKeys)
 		for _, g := range gone {
 			if v := runs.Get([]byte(g.id)); v != nil {
