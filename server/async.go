@@ -96,12 +96,34 @@ func (l *liveRun) append(f func(*bytes.Buffer)) {
 	l.changed = make(chan struct{})
 }
 
-// since returns the events from offset on, whether the run has ended, and
-// a channel closed at the next change.
+// eventChunk bounds the events one follower copies at a time: a run's
+// events may be tens of megabytes (a control byte of output is six),
+// and each of a peer's many connections may follow it without reading.
+const eventChunk = 64 << 10
+
+// since returns at most eventChunk bytes of the events from offset on,
+// whether they are the last (the run has ended), and a channel closed
+// when there is more: at once if there is more already, else at the
+// next change.
 func (l *liveRun) since(offset int) ([]byte, bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return bytes.Clone(l.buf.Bytes()[offset:]), l.ended, l.changed
+	rest := l.buf.Bytes()[offset:]
+	if len(rest) > eventChunk {
+		return bytes.Clone(rest[:eventChunk]), false, closedChan
+	}
+	return bytes.Clone(rest), l.ended, l.changed
+}
+
+// closedChan is a channel always ready.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// done returns whether the run has ended, and a channel closed at the
+// next change.
+func (l *liveRun) done() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended, l.changed
 }
 
 // openAsync opens the store of async runs in dir, ending as cancelled
@@ -564,7 +586,9 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case sub == "events":
-		s.followEvents(w, r, owner, rec)
+		id := rec.ID
+		rec = nil // its result is read again at the stream's end, not held
+		s.followEvents(w, r, owner, id)
 	case method == http.MethodDelete:
 		s.cancelAsync(w, r, owner, rec)
 	default:
@@ -614,7 +638,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 		ctx, cancel := context.WithTimeout(r.Context(), deleteWait)
 		defer cancel()
 		for {
-			_, ended, changed := l.since(0)
+			ended, changed := l.done()
 			if ended {
 				break
 			}
@@ -635,7 +659,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 // followEvents is GET /v1/runs/{id}/events: the run's events from its
 // start, as a stream would have sent them, following a live run to its
 // result.
-func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner string, rec *runstore.Record) {
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id string) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", api.NDJSON)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -647,7 +671,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner stri
 		}
 		return rc.Flush() == nil
 	}
-	if l := s.async.liveOf(owner, rec.ID); l != nil {
+	if l := s.async.liveOf(owner, id); l != nil {
 		offset := 0
 		for {
 			b, ended, changed := l.since(offset)
@@ -665,17 +689,29 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner stri
 			}
 		}
 	}
-	// Ended (perhaps since the lookup): the store has it all.
-	if again, err := s.async.store.Get(owner, rec.ID); err == nil {
-		rec = again
+	// Ended (perhaps since the lookup): the store has it all. A run the
+	// last daemon lost has no events: its result alone. The events are
+	// read a chunk at a time, each in its own short read of the store,
+	// and the result after them: a follower that stops reading holds no
+	// copy of them all (a run's events and result may be tens of
+	// megabytes, and a peer has many connections), nor a read of the
+	// store open.
+	for offset := 0; ; {
+		b, err := s.async.store.EventsChunk(id, offset, eventChunk)
+		if err != nil {
+			return // pruned since: the stream ends without a result
+		}
+		if len(b) == 0 {
+			break
+		}
+		if !write(b) {
+			return
+		}
+		offset += len(b)
 	}
-	// A run the last daemon lost has no events: its result alone.
-	events, err := s.async.store.Events(owner, rec.ID)
+	rec, err := s.async.store.Get(owner, id)
 	if err != nil || len(rec.Result) == 0 {
 		return // pruned since: the stream ends without a result
-	}
-	if len(events) > 0 && !write(events) {
-		return
 	}
 	write(resultEvent(rec.Result))
 }

@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +53,87 @@ func TestAsyncDamagedStoreStarts(t *testing.T) {
 	}
 	if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK || !strings.Contains(res.Stdout, "fresh") {
 		t.Fatalf("async run on the new store: %+v %v", res, err)
+	}
+}
+
+// followers opens n event streams of run id over raw connections and
+// reads each one's header alone, then leaves them unread: a client that
+// follows a run and stops reading. It returns the responses.
+func followers(t *testing.T, sock, id string, n int) []*http.Response {
+	t.Helper()
+	var out []*http.Response
+	for range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := fmt.Fprintf(c, "GET /v1/runs/%s/events HTTP/1.1\r\nHost: pmjail\r\n\r\n", id); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("follow %s: %v %v", id, resp, err)
+		}
+		out = append(out, resp)
+	}
+	return out
+}
+
+// heap is the live heap after a collection.
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Each follower of a run's events that stops reading holds a bounded
+// chunk of them, not a copy of them all: a run that prints a few
+// megabytes of control characters (six bytes each in its events) and a
+// peer's connections following it, unread, must not take the daemon's
+// memory, while the run is live or after it ended.
+func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	// 2 MiB of \x01, about 12 MiB of events; then it waits to be
+	// cancelled.
+	src := `console.log("\x01".repeat(2 << 20)); await new Promise((r) => setTimeout(r, 120000));`
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: src, Limits: api.Limits{Output: 8 << 20, Timeout: api.Duration(2 * time.Minute)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One reader sees the output whole: the run is past its print.
+	sc := bufio.NewScanner(followers(t, sock, r.ID, 1)[0].Body)
+	sc.Buffer(nil, 64<<20)
+	got := 0
+	for got < 2<<20 && sc.Scan() {
+		got += strings.Count(sc.Text(), `\u0001`)
+	}
+	if got < 2<<20 {
+		t.Fatalf("the first follower saw %d of the output: %v", got, sc.Err())
+	}
+	if run, err := ts.c.GetRun(ctx, r.ID); err != nil || run.Status != api.RunRunning {
+		t.Fatalf("the run, once printed: %+v %v, want it running", run, err)
+	}
+	const n = 8
+	const bound = 24 << 20
+	base := heap()
+	followers(t, sock, r.ID, n)
+	grown := int64(heap()) - int64(base)
+	t.Logf("heap grew %d KiB", grown>>10)
+	if grown > bound {
+		t.Errorf("%d unread followers of a live run: the heap grew %d MiB, want under %d MiB", n, grown>>20, bound>>20)
+	}
+	if _, err := ts.c.CancelRun(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	base = heap()
+	followers(t, sock, r.ID, n)
+	grown = int64(heap()) - int64(base)
+	t.Logf("heap grew %d KiB", grown>>10)
+	if grown > bound {
+		t.Errorf("%d unread followers of an ended run: the heap grew %d MiB, want under %d MiB", n, grown>>20, bound>>20)
 	}
 }

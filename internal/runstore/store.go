@@ -18,6 +18,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -200,7 +201,7 @@ func openFile(path string) (db *bolt.DB, err error) {
 		}
 	}()
 	db, err = bolt.Open(path, 0o600, opts)
-	if err != nil && !errors.Is(err, bolt.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
+	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
 		// Not a sound file (bad meta pages, a bad size): bbolt's
 		// words, under the store's sentinel.
 		err = fmt.Errorf("%w: %w", ErrDamaged, err)
@@ -370,6 +371,27 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 	var out []byte
 	err := s.view(func(tx *bolt.Tx) error {
 		out = bytes.Clone(tx.Bucket(bucketEvents).Get([]byte(id)))
+		return nil
+	})
+	return out, err
+}
+
+// EventsChunk returns at most max bytes of run id's stored events (as
+// Events), from offset on: none past their end, ErrNotFound once the
+// run is gone. Its caller checked the run's owner (Get) before the first
+// chunk: reading the record again at each chunk would decode its result,
+// megabytes perhaps, for each of a stream's chunks; a pruned run's id
+// is not made again.
+func (s *Store) EventsChunk(id string, offset, max int) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketRuns).Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		v := tx.Bucket(bucketEvents).Get([]byte(id))
+		if offset < len(v) {
+			out = bytes.Clone(v[offset:min(len(v), offset+max)])
+		}
 		return nil
 	})
 	return out, err
