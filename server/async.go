@@ -172,6 +172,23 @@ func (s *Server) openAsync(dir string, cfg RunsConfig) error {
 	return nil
 }
 
+// reloadRuns applies a reloaded runs section: its retention and size
+// cap at once (the store is pruned to them); its dir at the next start.
+func (s *Server) reloadRuns(old, cfg RunsConfig) {
+	if old.Dir != cfg.Dir {
+		s.log.Warn("config reload: runs.dir changes only at restart")
+	}
+	if s.async == nil {
+		return
+	}
+	n, err := s.async.store.SetLimits(runstore.Limits{Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes)}, time.Now())
+	if err != nil {
+		s.log.Error("config reload: async run store limits", "err", err)
+	} else if n > 0 {
+		s.log.Info("pruned async runs to the reloaded limits", "count", n)
+	}
+}
+
 func (a *asyncRuns) pruneLoop() {
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()

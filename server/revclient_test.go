@@ -137,3 +137,49 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 		t.Errorf("%d unread followers of an ended run: the heap grew %d MiB, want under %d MiB", n, grown>>20, bound>>20)
 	}
 }
+
+// The runs section's retention and size cap apply at a reload, as the
+// config says: an operator who lowers runs.max_bytes as the disk fills,
+// or runs.retention, sees the store pruned to them at once.
+func TestAsyncRunsReload(t *testing.T) {
+	sock, store := asyncDirs(t)
+	cfgJSON := `{"version": 1, "runs": {"dir": %q, "retention": %q, "max_bytes": %q}}`
+	ts := startServerAt(t, fmt.Sprintf(cfgJSON, store, "1h", "64M"), sock)
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("x".repeat(40000))`}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK {
+			t.Fatalf("%+v %v", res, err)
+		}
+		ids = append(ids, r.ID)
+	}
+	reload := func(retention, maxBytes string) {
+		t.Helper()
+		cfg, err := ParseConfig(strings.NewReader(fmt.Sprintf(cfgJSON, store, retention, maxBytes)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Socket.Path = sock
+		if err := ts.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Room for one run alone: the older goes.
+	reload("1h", "100K")
+	if n, b := ts.async.store.Stats(); n != 1 || b > 100<<10 {
+		t.Errorf("after a reload to max_bytes 100K: %d runs, %d bytes; want 1 within the cap", n, b)
+	}
+	if _, err := ts.c.GetRun(ctx, ids[1]); err != nil {
+		t.Errorf("the newest run: %v", err)
+	}
+	// A retention shorter than the run's age: it goes at the next prune.
+	reload("1ms", "100K")
+	ts.async.prune(time.Now())
+	if n, _ := ts.async.store.Stats(); n != 0 {
+		t.Errorf("after a reload to retention 1ms: %d runs kept, want 0", n)
+	}
+}

@@ -97,7 +97,8 @@ type Store struct {
 	// refused with it, none waits on them.
 	damaged atomic.Pointer[error]
 
-	// mu guards the accounting of finished runs, which pruning reads.
+	// mu guards the accounting of finished runs, which pruning reads,
+	// and lim, which a reload changes.
 	mu    sync.Mutex
 	ended map[string]kept
 	bytes int64
@@ -443,6 +444,18 @@ func (s *Store) account(id string, at time.Time, size int64) {
 	}
 	s.ended[id] = kept{at: at, size: size}
 	s.bytes += size
+}
+
+// SetLimits changes the limits, as a config reload does, and prunes to
+// them at once.
+func (s *Store) SetLimits(lim Limits, now time.Time) (int, error) {
+	if lim.Retention <= 0 || lim.MaxBytes <= 0 {
+		return 0, fmt.Errorf("run store: retention %v and size cap %d must be above 0", lim.Retention, lim.MaxBytes)
+	}
+	s.mu.Lock()
+	s.lim = lim
+	s.mu.Unlock()
+	return s.Prune(now)
 }
 
 // Stats returns the finished runs kept and their bytes.
