@@ -621,12 +621,72 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record) {
+	if len(rec.Result) > 0 {
+		s.answerEnded(w, rec)
+		return
+	}
 	run, err := rec.Run()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
 		return
 	}
 	writeJSON(w, http.StatusOK, run)
+}
+
+// answerEnded answers with an ended run, its result written from the
+// store a chunk at a time, each within a deadline: a result may be tens
+// of megabytes, and a peer may ask on many connections and read none.
+func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record) {
+	head, err := json.Marshal(api.Run{ID: rec.ID, Status: rec.Status, SubmittedAt: api.Time{Time: rec.SubmittedAt}})
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	id := rec.ID
+	rec.Result = nil // not held while the answer is written
+	first, err := s.async.store.ResultChunk(id, 0, eventChunk)
+	if err != nil || len(first) == 0 {
+		writeError(w, http.StatusNotFound, codeNotFound, "no run "+id+" of yours (it may be past its retention)", "", 0)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	write := chunkWriter(w)
+	// {"id":…,"submitted_at":…} less its brace, then the result.
+	if !write(head[:len(head)-1]) || !write([]byte(`,"result":`)) || !s.writeResult(write, id, first) {
+		// Cut short: the peer must not take a shorter answer for whole.
+		panic(http.ErrAbortHandler)
+	}
+	write([]byte("}\n"))
+}
+
+// chunkWriter writes and flushes each chunk to w within a deadline.
+func chunkWriter(w http.ResponseWriter) func([]byte) bool {
+	rc := http.NewResponseController(w)
+	return func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
+// writeResult writes run id's stored result from the store, its first
+// chunk read already; false if it could not write it all.
+func (s *Server) writeResult(write func([]byte) bool, id string, first []byte) bool {
+	b := first
+	for offset := 0; len(b) > 0; {
+		if !write(b) {
+			return false
+		}
+		offset += len(b)
+		var err error
+		if b, err = s.async.store.ResultChunk(id, offset, eventChunk); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) asyncUnavailable(w http.ResponseWriter) {
@@ -726,11 +786,13 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id 
 		}
 		offset += len(b)
 	}
-	rec, err := s.async.store.Get(owner, id)
-	if err != nil || len(rec.Result) == 0 {
+	first, err := s.async.store.ResultChunk(id, 0, eventChunk)
+	if err != nil || len(first) == 0 {
 		return // pruned since: the stream ends without a result
 	}
-	write(resultEvent(rec.Result))
+	if write([]byte(resultEventHead)) && s.writeResult(write, id, first) {
+		write([]byte("}\n"))
+	}
 }
 
 // resultEvent is the result event line of a stored result.

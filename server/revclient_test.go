@@ -183,3 +183,49 @@ func TestAsyncRunsReload(t *testing.T) {
 		t.Errorf("after a reload to retention 1ms: %d runs kept, want 0", n)
 	}
 }
+
+// The same for GET /v1/runs/{id} of an ended run with a large result:
+// each unread answer held the whole result, decoded and encoded again,
+// with no deadline. It is written a chunk at a time from the store, and
+// says the same as the client reads it whole.
+func TestAsyncResultReadersBoundedMemory(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20) + "<&>")`,
+		Limits: api.Limits{Output: 8 << 20}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	run, err := ts.c.GetRun(ctx, r.ID)
+	if err != nil || run.Status != api.RunDone || run.ID != r.ID || run.Result == nil ||
+		run.Result.Stdout != strings.Repeat("\x01", 2<<20)+"<&>\n" || run.SubmittedAt.IsZero() {
+		t.Fatalf("the run read whole: %v %v", run != nil, err)
+	}
+	const n = 8
+	const bound = 24 << 20
+	base := heap()
+	var held []net.Conn
+	for range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := fmt.Fprintf(c, "GET /v1/runs/%s HTTP/1.1\r\nHost: pmjail\r\n\r\n", r.ID); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %v %v", resp, err)
+		}
+		held = append(held, c)
+	}
+	grown := int64(heap()) - int64(base)
+	t.Logf("heap grew %d KiB", grown>>10)
+	if grown > bound {
+		t.Errorf("%d unread answers of a run: the heap grew %d MiB, want under %d MiB", len(held), grown>>20, bound>>20)
+	}
+}

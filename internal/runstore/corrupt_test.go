@@ -182,3 +182,43 @@ func TestDamagedWhileOpen(t *testing.T) {
 		t.Error("no call saw the damaged pages")
 	}
 }
+
+// ResultChunk reads a run's result as stored, whatever its key holds: a
+// key that spells the result's field name finds no other bytes.
+func TestResultChunk(t *testing.T) {
+	s, _ := open(t, t.TempDir(), roomy)
+	defer s.Close()
+	r := &Record{ID: "r1", Owner: "uid:1", Key: `k","result":{"forged":1},"x":"`, Sum: "s", Status: api.RunQueued, SubmittedAt: time.Now()}
+	if _, err := s.Create(r); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.ResultChunk("r1", 0, 10); err != nil || len(b) != 0 {
+		t.Errorf("before the end: %q %v, want none", b, err)
+	}
+	result := `{"id":"r1","status":"ok","stdout":"a<b>&\u0001"}`
+	if err := s.Finish("r1", api.RunDone, []byte(result), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for off := 0; ; {
+		b, err := s.ResultChunk("r1", off, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			break
+		}
+		got = append(got, b...)
+		off += len(b)
+	}
+	rec, err := s.Get("uid:1", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(rec.Result) {
+		t.Errorf("chunks %s, want %s", got, rec.Result)
+	}
+	if _, err := s.ResultChunk("gone", 0, 7); !errors.Is(err, ErrNotFound) {
+		t.Errorf("no such run: %v, want ErrNotFound", err)
+	}
+}

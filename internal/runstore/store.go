@@ -72,7 +72,8 @@ type Record struct {
 	Status      api.RunState `json:"status"`
 	SubmittedAt time.Time    `json:"submitted_at"`
 	EndedAt     time.Time    `json:"ended_at,omitzero"`
-	// Result is the run's api.Result once it ended.
+	// Result is the run's api.Result once it ended. It stays the last
+	// field: ResultChunk finds it by that.
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
@@ -392,6 +393,37 @@ func (s *Store) EventsChunk(id string, offset, max int) ([]byte, error) {
 		v := tx.Bucket(bucketEvents).Get([]byte(id))
 		if offset < len(v) {
 			out = bytes.Clone(v[offset:min(len(v), offset+max)])
+		}
+		return nil
+	})
+	return out, err
+}
+
+// resultField is how a stored record's result begins: Result is
+// Record's last field, so its raw JSON runs from there to the record's
+// closing brace. Within a string the quotes would be escaped, so its
+// first occurrence is the field's.
+var resultField = []byte(`,"result":`)
+
+// ResultChunk returns at most max bytes of run id's stored result (the
+// JSON of Record.Result), from offset on: none past its end or before
+// the run ended, ErrNotFound once the run is gone. As EventsChunk, its
+// caller checked the owner: a result may be megabytes, and a reader
+// that stops reading holds this chunk alone.
+func (s *Store) ResultChunk(id string, offset, max int) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		i := bytes.Index(v, resultField)
+		if i < 0 {
+			return nil
+		}
+		raw := v[i+len(resultField) : len(v)-1]
+		if offset < len(raw) {
+			out = bytes.Clone(raw[offset:min(len(raw), offset+max)])
 		}
 		return nil
 	})
