@@ -645,7 +645,11 @@ func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record) {
 	id := rec.ID
 	rec.Result = nil // not held while the answer is written
 	first, err := s.async.store.ResultChunk(id, 0, eventChunk)
-	if err != nil || len(first) == 0 {
+	if err != nil && !errors.Is(err, runstore.ErrNotFound) {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	if len(first) == 0 {
 		writeError(w, http.StatusNotFound, codeNotFound, "no run "+id+" of yours (it may be past its retention)", "", 0)
 		return
 	}
