@@ -96,20 +96,52 @@ func (l *liveRun) append(f func(*bytes.Buffer)) {
 	l.changed = make(chan struct{})
 }
 
-// since returns the events from offset on, whether the run has ended, and
-// a channel closed at the next change.
+// eventChunk bounds the events one follower copies at a time: a run's
+// events may be tens of megabytes (a control byte of output is six),
+// and each of a peer's many connections may follow it without reading.
+const eventChunk = 64 << 10
+
+// since returns at most eventChunk bytes of the events from offset on,
+// whether they are the last (the run has ended), and a channel closed
+// when there is more: at once if there is more already, else at the
+// next change.
 func (l *liveRun) since(offset int) ([]byte, bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return bytes.Clone(l.buf.Bytes()[offset:]), l.ended, l.changed
+	rest := l.buf.Bytes()[offset:]
+	if len(rest) > eventChunk {
+		return bytes.Clone(rest[:eventChunk]), false, closedChan
+	}
+	return bytes.Clone(rest), l.ended, l.changed
+}
+
+// closedChan is a channel always ready.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// done returns whether the run has ended, and a channel closed at the
+// next change.
+func (l *liveRun) done() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended, l.changed
 }
 
 // openAsync opens the store of async runs in dir, ending as cancelled
 // the runs a previous daemon left unfinished.
 func (s *Server) openAsync(dir string, cfg RunsConfig) error {
-	store, lost, err := runstore.Open(dir, runstore.Limits{
-		Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes),
-	}, lostReason)
+	lim := runstore.Limits{Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes)}
+	store, lost, err := runstore.Open(dir, lim, lostReason)
+	if errors.Is(err, runstore.ErrDamaged) {
+		// A damaged file must not keep the daemon down: its runs are
+		// lost, said loudly, and the file kept for a look into it.
+		aside, aerr := runstore.SetAside(dir)
+		if aerr != nil {
+			return fmt.Errorf("%w (%w)", err, aerr)
+		}
+		s.log.Error("the async run store was damaged: set aside, and a new one started; the runs it held are lost",
+			"err", err, "damaged", aside)
+		store, lost, err = runstore.Open(dir, lim, lostReason)
+	}
 	if err != nil {
 		return err
 	}
@@ -138,6 +170,23 @@ func (s *Server) openAsync(dir string, cfg RunsConfig) error {
 	go a.pruneLoop()
 	s.async = a
 	return nil
+}
+
+// reloadRuns applies a reloaded runs section: its retention and size
+// cap at once (the store is pruned to them); its dir at the next start.
+func (s *Server) reloadRuns(old, cfg RunsConfig) {
+	if old.Dir != cfg.Dir {
+		s.log.Warn("config reload: runs.dir changes only at restart")
+	}
+	if s.async == nil {
+		return
+	}
+	n, err := s.async.store.SetLimits(runstore.Limits{Retention: time.Duration(cfg.Retention), MaxBytes: int64(cfg.MaxBytes)}, time.Now())
+	if err != nil {
+		s.log.Error("config reload: async run store limits", "err", err)
+	} else if n > 0 {
+		s.log.Info("pruned async runs to the reloaded limits", "count", n)
+	}
 }
 
 func (a *asyncRuns) pruneLoop() {
@@ -486,7 +535,9 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case sub == "events":
-		s.followEvents(w, r, owner, rec)
+		id := rec.ID
+		rec = nil // its result is read again at the stream's end, not held
+		s.followEvents(w, r, owner, id)
 	case method == http.MethodDelete:
 		s.cancelAsync(w, r, owner, rec)
 	default:
@@ -502,12 +553,76 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record) {
+	if len(rec.Result) > 0 {
+		s.answerEnded(w, rec)
+		return
+	}
 	run, err := rec.Run()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
 		return
 	}
 	writeJSON(w, http.StatusOK, run)
+}
+
+// answerEnded answers with an ended run, its result written from the
+// store a chunk at a time, each within a deadline: a result may be tens
+// of megabytes, and a peer may ask on many connections and read none.
+func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record) {
+	head, err := json.Marshal(api.Run{ID: rec.ID, Status: rec.Status, SubmittedAt: api.Time{Time: rec.SubmittedAt}})
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	id := rec.ID
+	rec.Result = nil // not held while the answer is written
+	first, err := s.async.store.ResultChunk(id, 0, eventChunk)
+	if err != nil && !errors.Is(err, runstore.ErrNotFound) {
+		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
+		return
+	}
+	if len(first) == 0 {
+		writeError(w, http.StatusNotFound, codeNotFound, "no run "+id+" of yours (it may be past its retention)", "", 0)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	write := chunkWriter(w)
+	// {"id":…,"submitted_at":…} less its brace, then the result.
+	if !write(head[:len(head)-1]) || !write([]byte(`,"result":`)) || !s.writeResult(write, id, first) {
+		// Cut short: the peer must not take a shorter answer for whole.
+		panic(http.ErrAbortHandler)
+	}
+	write([]byte("}\n"))
+}
+
+// chunkWriter writes and flushes each chunk to w within a deadline.
+func chunkWriter(w http.ResponseWriter) func([]byte) bool {
+	rc := http.NewResponseController(w)
+	return func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
+// writeResult writes run id's stored result from the store, its first
+// chunk read already; false if it could not write it all.
+func (s *Server) writeResult(write func([]byte) bool, id string, first []byte) bool {
+	b := first
+	for offset := 0; len(b) > 0; {
+		if !write(b) {
+			return false
+		}
+		offset += len(b)
+		var err error
+		if b, err = s.async.store.ResultChunk(id, offset, eventChunk); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) asyncUnavailable(w http.ResponseWriter) {
@@ -536,7 +651,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 		ctx, cancel := context.WithTimeout(r.Context(), deleteWait)
 		defer cancel()
 		for {
-			_, ended, changed := l.since(0)
+			ended, changed := l.done()
 			if ended {
 				break
 			}
@@ -557,7 +672,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 // followEvents is GET /v1/runs/{id}/events: the run's events from its
 // start, as a stream would have sent them, following a live run to its
 // result.
-func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner string, rec *runstore.Record) {
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id string) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", api.NDJSON)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -569,7 +684,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner stri
 		}
 		return rc.Flush() == nil
 	}
-	if l := s.async.liveOf(owner, rec.ID); l != nil {
+	if l := s.async.liveOf(owner, id); l != nil {
 		offset := 0
 		for {
 			b, ended, changed := l.since(offset)
@@ -587,19 +702,33 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner stri
 			}
 		}
 	}
-	// Ended (perhaps since the lookup): the store has it all.
-	if again, err := s.async.store.Get(owner, rec.ID); err == nil {
-		rec = again
+	// Ended (perhaps since the lookup): the store has it all. A run the
+	// last daemon lost has no events: its result alone. The events are
+	// read a chunk at a time, each in its own short read of the store,
+	// and the result after them: a follower that stops reading holds no
+	// copy of them all (a run's events and result may be tens of
+	// megabytes, and a peer has many connections), nor a read of the
+	// store open.
+	for offset := 0; ; {
+		b, err := s.async.store.EventsChunk(id, offset, eventChunk)
+		if err != nil {
+			return // pruned since: the stream ends without a result
+		}
+		if len(b) == 0 {
+			break
+		}
+		if !write(b) {
+			return
+		}
+		offset += len(b)
 	}
-	// A run the last daemon lost has no events: its result alone.
-	events, err := s.async.store.Events(owner, rec.ID)
-	if err != nil || len(rec.Result) == 0 {
+	first, err := s.async.store.ResultChunk(id, 0, eventChunk)
+	if err != nil || len(first) == 0 {
 		return // pruned since: the stream ends without a result
 	}
-	if len(events) > 0 && !write(events) {
-		return
+	if write([]byte(resultEventHead)) && s.writeResult(write, id, first) {
+		write([]byte("}\n"))
 	}
-	write(resultEvent(rec.Result))
 }
 
 // resultEvent is the result event line of a stored result.

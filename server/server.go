@@ -352,6 +352,7 @@ func (s *Server) reload(cfg *Config) error {
 	if !reflect.DeepEqual(old.cfg.Queue, cfg.Queue) {
 		s.log.Warn("config reload: queue settings change only at restart")
 	}
+	s.reloadRuns(old.cfg.Runs, cfg.Runs)
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
 	s.resizeShares(st)
 	s.metrics.addTenants(st)

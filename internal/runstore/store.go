@@ -14,9 +14,11 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -36,6 +38,10 @@ var (
 	ErrKeyConflict = errors.New("idempotency key used with another job")
 	// ErrEnded: the run already has its final result.
 	ErrEnded = errors.New("run already ended")
+	// ErrDamaged: the file is not a sound store (a bad disk, a crash of
+	// the file system, a hand that wrote into it). bbolt panics on a bad
+	// page; the store turns that into this error, not a daemon's crash.
+	ErrDamaged = errors.New("the run store's file is damaged")
 )
 
 var (
@@ -66,7 +72,8 @@ type Record struct {
 	Status      api.RunState `json:"status"`
 	SubmittedAt time.Time    `json:"submitted_at"`
 	EndedAt     time.Time    `json:"ended_at,omitzero"`
-	// Result is the run's api.Result once it ended.
+	// Result is the run's api.Result once it ended. It stays the last
+	// field: ResultChunk finds it by that.
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
@@ -86,8 +93,13 @@ func (r *Record) Run() (*api.Run, error) {
 type Store struct {
 	db  *bolt.DB
 	lim Limits
+	// damaged is the first panic a transaction recovered from. bbolt
+	// may have left its locks held as it unwound: every later call is
+	// refused with it, none waits on them.
+	damaged atomic.Pointer[error]
 
-	// mu guards the accounting of finished runs, which pruning reads.
+	// mu guards the accounting of finished runs, which pruning reads,
+	// and lim, which a reload changes.
 	mu    sync.Mutex
 	ended map[string]kept
 	bytes int64
@@ -110,14 +122,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		return nil, 0, fmt.Errorf("run store: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout})
+	db, err := openFile(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
 	s := &Store{db: db, lim: lim, ended: map[string]kept{}}
 	lost := 0
 	now := time.Now()
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -138,7 +150,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 			return nil
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
+		// Every page is read once here, where a bad one is an error
+		// the daemon reports at its start, not a panic in a run's end.
+		for _, b := range [][]byte{bucketEvents, bucketKeys} {
+			if err := tx.Bucket(b).ForEach(func(_, v []byte) error { _ = len(v); return nil }); err != nil {
+				return err
+			}
 		}
 		for _, r := range unfinished {
 			r.Status, r.EndedAt = api.RunCancelled, now
@@ -153,18 +172,95 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		return nil
 	})
 	if err != nil {
-		db.Close()
+		_ = s.close()
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
 	if _, err := s.Prune(now); err != nil {
-		db.Close()
+		_ = s.close()
 		return nil, 0, err
 	}
 	return s, lost, nil
 }
 
-// Close closes the file.
-func (s *Store) Close() error { return s.db.Close() }
+// openFile opens the bbolt file at path. bbolt panics on a damaged
+// page it reads as it opens (its freelist): that is ErrDamaged, with the
+// file closed. The file's mapping stays, and with it the file's lock,
+// until the process ends: bbolt gives no way to undo it. The daemon sets
+// such a file aside (SetAside) and opens a new one, once, at its start.
+func openFile(path string) (db *bolt.DB, err error) {
+	var f *os.File
+	opts := &bolt.Options{Timeout: openTimeout, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		var err error
+		f, err = os.OpenFile(name, flag, mode)
+		return f, err
+	}}
+	defer func() {
+		if p := recover(); p != nil {
+			if f != nil {
+				f.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: %v", ErrDamaged, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, opts)
+	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
+		// Not a sound file (bad meta pages, a bad size): bbolt's
+		// words, under the store's sentinel.
+		err = fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	return db, err
+}
+
+// SetAside renames a damaged store's file in dir out of the way, to a
+// name that tells when, and returns the new path: Open then starts an
+// empty store, and the old file stays for whoever wants to look into it.
+func SetAside(dir string) (string, error) {
+	path := filepath.Join(dir, FileName)
+	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("run store: set the damaged file aside: %w", err)
+	}
+	return aside, nil
+}
+
+// Close closes the file; a store damaged while open is left to the
+// process's end, as bbolt may hold its locks (see damaged).
+func (s *Store) Close() error { return s.close() }
+
+func (s *Store) close() (err error) {
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: close: %v", ErrDamaged, p)
+		}
+	}()
+	return s.db.Close()
+}
+
+// update and view are bbolt's Update and View, with a panic on a damaged
+// page turned into ErrDamaged, for this call and every later one.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return s.guard(func() error { return s.db.Update(fn) })
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	return s.guard(func() error { return s.db.View(fn) })
+}
+
+func (s *Store) guard(call func() error) (err error) {
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v (restart the daemon to set it aside)", ErrDamaged, p)
+			s.damaged.CompareAndSwap(nil, &err)
+		}
+	}()
+	return call()
+}
 
 // Cancelled is the result of a run cancelled for reason before it had
 // one of its own, as the jail words a cancelled run's.
@@ -190,7 +286,7 @@ func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
 // before, it stores nothing and returns the run the key made, with
 // ErrKeyConflict if that run's job (its Sum) differs.
 func (s *Store) Create(r *Record) (existing *Record, err error) {
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		runs, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketKeys)
 		if r.Key != "" {
 			if id := keys.Get(keyOf(r.Owner, r.Key)); id != nil {
@@ -225,7 +321,7 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 // Lookup returns the run owner's idempotency key made, or nil.
 func (s *Store) Lookup(owner, key string) (*Record, error) {
 	var r *Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		id := tx.Bucket(bucketKeys).Get(keyOf(owner, key))
 		if id == nil {
 			return nil
@@ -247,7 +343,7 @@ func (s *Store) Lookup(owner, key string) (*Record, error) {
 // another owner is not told apart from none.
 func (s *Store) Get(owner, id string) (*Record, error) {
 	var r *Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRuns).Get([]byte(id))
 		if v == nil {
 			return ErrNotFound
@@ -275,8 +371,60 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		out = bytes.Clone(tx.Bucket(bucketEvents).Get([]byte(id)))
+		return nil
+	})
+	return out, err
+}
+
+// EventsChunk returns at most max bytes of run id's stored events (as
+// Events), from offset on: none past their end, ErrNotFound once the
+// run is gone. Its caller checked the run's owner (Get) before the first
+// chunk: reading the record again at each chunk would decode its result,
+// megabytes perhaps, for each of a stream's chunks; a pruned run's id
+// is not made again.
+func (s *Store) EventsChunk(id string, offset, max int) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketRuns).Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		v := tx.Bucket(bucketEvents).Get([]byte(id))
+		if offset < len(v) {
+			out = bytes.Clone(v[offset:min(len(v), offset+max)])
+		}
+		return nil
+	})
+	return out, err
+}
+
+// resultField is how a stored record's result begins: Result is
+// Record's last field, so its raw JSON runs from there to the record's
+// closing brace. Within a string the quotes would be escaped, so its
+// first occurrence is the field's.
+var resultField = []byte(`,"result":`)
+
+// ResultChunk returns at most max bytes of run id's stored result (the
+// JSON of Record.Result), from offset on: none past its end or before
+// the run ended, ErrNotFound once the run is gone. As EventsChunk, its
+// caller checked the owner: a result may be megabytes, and a reader
+// that stops reading holds this chunk alone.
+func (s *Store) ResultChunk(id string, offset, max int) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		i := bytes.Index(v, resultField)
+		if i < 0 {
+			return nil
+		}
+		raw := v[i+len(resultField) : len(v)-1]
+		if offset < len(raw) {
+			out = bytes.Clone(raw[offset:min(len(raw), offset+max)])
+		}
 		return nil
 	})
 	return out, err
@@ -287,7 +435,7 @@ func (s *Store) Events(owner, id string) ([]byte, error) {
 func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
 	now := time.Now()
 	var size int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
 		v := runs.Get([]byte(id))
 		if v == nil {
@@ -328,6 +476,18 @@ func (s *Store) account(id string, at time.Time, size int64) {
 	}
 	s.ended[id] = kept{at: at, size: size}
 	s.bytes += size
+}
+
+// SetLimits changes the limits, as a config reload does, and prunes to
+// them at once.
+func (s *Store) SetLimits(lim Limits, now time.Time) (int, error) {
+	if lim.Retention <= 0 || lim.MaxBytes <= 0 {
+		return 0, fmt.Errorf("run store: retention %v and size cap %d must be above 0", lim.Retention, lim.MaxBytes)
+	}
+	s.mu.Lock()
+	s.lim = lim
+	s.mu.Unlock()
+	return s.Prune(now)
 }
 
 // Stats returns the finished runs kept and their bytes.
@@ -373,7 +533,7 @@ func (s *Store) Prune(now time.Time) (int, error) {
 	if len(gone) == 0 {
 		return 0, nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		runs, events, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketEvents), tx.Bucket(bucketKeys)
 		for _, g := range gone {
 			if v := runs.Get([]byte(g.id)); v != nil {
