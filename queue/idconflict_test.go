@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +166,33 @@ func TestSameIDOtherJobAfterWindow(t *testing.T) {
 		t.Errorf("executor ran %d times, want 1", n)
 	}
 	checkFirst(t, c, "late", "one")
+}
+
+// `pmjail submit --nats --id` with another job under a done id fails
+// with an error naming --id.
+func TestSubmitRoleNamesTheID(t *testing.T) {
+	cfg, c := setupWindow(t, time.Minute)
+	startWorker(t, cfg, &echo{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.SubmitWait(ctx, "alice", "cli", &api.Job{Runtime: "deno", Source: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--urls", cfg.URLs[0], "--tenant", "alice", "--id", "cli"}
+	for _, tc := range []struct {
+		job  string
+		code int
+	}{{`{"runtime":"deno","source":"one"}`, 0}, {`{"runtime":"deno","source":"two"}`, 125}} {
+		var out, errs strings.Builder
+		code := SubmitMain(args, strings.NewReader(tc.job), &out, &errs)
+		if code != tc.code {
+			t.Fatalf("%s: exit %d (%s), want %d", tc.job, code, errs.String(), tc.code)
+		}
+		if code != 0 && !strings.Contains(errs.String(), "--id") {
+			t.Errorf("%s: %q names no --id", tc.job, errs.String())
+		}
+		if code == 0 && !strings.Contains(out.String(), `"stdout":"one"`) {
+			t.Errorf("%s: %q, want the first job's result", tc.job, out.String())
+		}
+	}
 }
