@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -57,24 +58,63 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ErrIDConflict is the error of a job id given before with another job:
+// the id keeps the first job and its result.
+var ErrIDConflict = errors.New("given before with another job")
+
 // Submit publishes the job for tenant under id, and returns once the
-// stream holds it. The same id sent again within the stream's duplicate
-// window is stored once; after it, a worker finds the first one's result
-// and does not run it again.
+// stream holds it. The same job sent again under its id within the
+// stream's duplicate window is stored once; after it, a worker finds
+// the first one's result and does not run it again. Another job under
+// an id the stream or the bucket holds is ErrIDConflict: when the
+// stream's word is Duplicate and the first job has no result yet,
+// Submit waits for that result (until ctx ends) to compare the jobs.
 func (c *Client) Submit(ctx context.Context, tenant, id string, job *api.Job) error {
+	_, err := c.submit(ctx, tenant, id, job)
+	return err
+}
+
+// submit is Submit, and returns the job's digest.
+func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (string, error) {
 	if err := CheckTenant(tenant); err != nil {
-		return err
+		return "", err
 	}
 	if err := CheckID(id); err != nil {
-		return err
+		return "", err
 	}
 	data, err := json.Marshal(job)
 	if err != nil {
-		return fmt.Errorf("encode job: %w", err)
+		return "", fmt.Errorf("encode job: %w", err)
 	}
+	sum := digest(data)
 	msg := &nats.Msg{Subject: c.cfg.Subject + "." + tenant, Header: nats.Header{HeaderID: []string{id}}, Data: data}
-	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)), jetstream.WithExpectStream(c.cfg.Stream)); err != nil {
-		return fmt.Errorf("submit job %s: %w", id, err)
+	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)), jetstream.WithExpectStream(c.cfg.Stream))
+	if err != nil {
+		return "", fmt.Errorf("submit job %s: %w", id, err)
+	}
+	if !ack.Duplicate {
+		return sum, nil
+	}
+	// The stream dropped this job as one it holds under the id: which
+	// job it holds, the digest stored with its result tells.
+	_, first, err := c.get(ctx, tenant, id)
+	if errors.Is(err, ErrNoResult) {
+		_, first, err = c.wait(ctx, tenant, id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("submit job %s: a job under this id is in the stream: %w", id, err)
+	}
+	if err := conflict(id, first, sum); err != nil {
+		return "", err
+	}
+	return sum, nil
+}
+
+// conflict is ErrIDConflict when the stored digest is another job's; a
+// result stored without one (by an older worker) is taken as the job's.
+func conflict(id, stored, sum string) error {
+	if stored != "" && stored != sum {
+		return fmt.Errorf("job id %s: %w; the id keeps the first job's result", id, ErrIDConflict)
 	}
 	return nil
 }
@@ -82,39 +122,56 @@ func (c *Client) Submit(ctx context.Context, tenant, id string, job *api.Job) er
 // Wait waits for the result of tenant's job id, however long ago it was
 // stored, until ctx ends.
 func (c *Client) Wait(ctx context.Context, tenant, id string) (*api.Result, error) {
+	res, _, err := c.wait(ctx, tenant, id)
+	return res, err
+}
+
+// wait is Wait, and returns the digest of the job the result is of.
+func (c *Client) wait(ctx context.Context, tenant, id string) (*api.Result, string, error) {
 	w, err := c.kv.Watch(ctx, Key(tenant, id), jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("watch result %s: %w", id, err)
+		return nil, "", fmt.Errorf("watch result %s: %w", id, err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for result %s: %w", id, context.Cause(ctx))
+			return nil, "", fmt.Errorf("wait for result %s: %w", id, context.Cause(ctx))
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("wait for result %s: the watch ended", id)
+				return nil, "", fmt.Errorf("wait for result %s: the watch ended", id)
 			}
 			if e == nil {
 				continue // the end of what was stored: the result is to come
 			}
-			var res api.Result
-			if err := json.Unmarshal(e.Value(), &res); err != nil {
-				return nil, fmt.Errorf("result %s: %w", id, err)
-			}
-			return &res, nil
+			return decode(id, e.Value())
 		}
 	}
+}
+
+// SubmitWait submits the job for tenant under id and waits for its
+// result; a result of another job given before under the id is
+// ErrIDConflict, also when the stream took this one after its
+// duplicate window (its worker refuses it).
+func (c *Client) SubmitWait(ctx context.Context, tenant, id string, job *api.Job) (*api.Result, error) {
+	sum, err := c.submit(ctx, tenant, id, job)
+	if err != nil {
+		return nil, err
+	}
+	res, stored, err := c.wait(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := conflict(id, stored, sum); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // Run submits the job for tenant under a fresh id and waits for its
 // result.
 func (c *Client) Run(ctx context.Context, tenant string, job *api.Job) (*api.Result, error) {
-	id := NewID()
-	if err := c.Submit(ctx, tenant, id, job); err != nil {
-		return nil, err
-	}
-	return c.Wait(ctx, tenant, id)
+	return c.SubmitWait(ctx, tenant, NewID(), job)
 }
 
 // ErrNoResult is Get's answer for a job with no stored result.
@@ -122,16 +179,59 @@ var ErrNoResult = errors.New("no result stored")
 
 // Get returns the stored result of tenant's job id, or ErrNoResult.
 func (c *Client) Get(ctx context.Context, tenant, id string) (*api.Result, error) {
+	res, _, err := c.get(ctx, tenant, id)
+	return res, err
+}
+
+// get is Get, and returns the digest of the job the result is of.
+func (c *Client) get(ctx context.Context, tenant, id string) (*api.Result, string, error) {
 	e, err := c.kv.Get(ctx, Key(tenant, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("job %s: %w", id, ErrNoResult)
+		return nil, "", fmt.Errorf("job %s: %w", id, ErrNoResult)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", id, err)
+		return nil, "", fmt.Errorf("job %s: %w", id, err)
 	}
+	return decode(id, e.Value())
+}
+
+// The stored record of a job is its api.Result's JSON with one field
+// more, the digest of the job's message: a reader of api.Result passes
+// over it, and a worker given the id again tells the same job from
+// another.
+const digestField = "job_sha256"
+
+// digest is the digest of a job's message data.
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// record is the stored record of res, the result of the job of digest sum.
+func record(res []byte, sum string) []byte {
+	out := make([]byte, 0, len(res)+len(digestField)+len(sum)+6)
+	out = append(out, `{"`+digestField+`":"`+sum+`"`...)
+	if rest := res[1:]; len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, res[1:]...)
+}
+
+// recordSlack is what record adds to a result.
+const recordSlack = len(digestField) + 2*sha256.Size + 8
+
+// decode reads a stored record: the result and its job's digest (empty
+// in a record stored without one).
+func decode(id string, data []byte) (*api.Result, string, error) {
 	var res api.Result
-	if err := json.Unmarshal(e.Value(), &res); err != nil {
-		return nil, fmt.Errorf("result %s: %w", id, err)
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, "", fmt.Errorf("result %s: %w", id, err)
 	}
-	return &res, nil
+	var d struct {
+		Sum string `json:"job_sha256"` // digestField
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, "", fmt.Errorf("result %s: %s: %w", id, digestField, err)
+	}
+	return &res, d.Sum, nil
 }

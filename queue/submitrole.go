@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -89,8 +90,9 @@ func (o SubmitOptions) SubmitAndWait(ctx context.Context, j *api.Job) (*api.Resu
 	if id == "" {
 		id = NewID()
 	}
-	if err := c.Submit(ctx, o.Tenant, id, j); err != nil {
-		return nil, err
+	res, err := c.SubmitWait(ctx, o.Tenant, id, j)
+	if errors.Is(err, ErrIDConflict) && o.ID != "" {
+		return nil, fmt.Errorf("--id: %w", err)
 	}
-	return c.Wait(ctx, o.Tenant, id)
+	return res, err
 }

@@ -234,14 +234,15 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	// While the cluster elects a leader the bucket does not answer: the
 	// look-up is tried again, not the job sent back, which would spend
 	// one of its deliveries.
+	sum := digest(msg.Data())
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(w.runCtx, opTimeout)
-		_, err = w.kv.Get(ctx, key)
+		var e jetstream.KeyValueEntry
+		e, err = w.kv.Get(ctx, key)
 		cancel()
 		switch {
 		case err == nil:
-			log.Info("queue: job already done: acked without running")
-			w.ack(msg, log)
+			w.settleDone(msg, key, id, sum, e.Value(), log)
 			return
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case try+1 < storeTries && w.runCtx.Err() == nil:
@@ -275,7 +276,10 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		res = refused(refusal)
 	}
 	res.ID = id
-	data, err := encode(res, w.nc.MaxPayload())
+	data, err := encode(res, w.nc.MaxPayload()-int64(recordSlack))
+	if err == nil {
+		data = record(data, sum)
+	}
 	if err != nil {
 		log.Error("queue: result not encoded: job sent back", "err", err)
 		_ = msg.Nak()
@@ -297,6 +301,37 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	log.Info("queue: job done", "status", res.Status, "wall_ms", res.Usage.WallMS)
 	w.ack(msg, log)
+}
+
+// settleDone settles a job whose id has a stored result: the same job
+// (a redelivery after its worker died between the store and the ack, or
+// a job sent twice) is acked without running; another job under the id
+// is terminated, the stored result left as it is, and its refusal
+// published on the result subject for its submitter.
+func (w *Worker) settleDone(msg jetstream.Msg, key, id, sum string, stored []byte, log *slog.Logger) {
+	_, first, err := decode(id, stored)
+	if err != nil {
+		log.Warn("queue: stored result unreadable: acked without running", "err", err)
+		w.ack(msg, log)
+		return
+	}
+	cerr := conflict(id, first, sum)
+	if cerr == nil {
+		log.Info("queue: job already done: acked without running")
+		w.ack(msg, log)
+		return
+	}
+	log.Warn("queue: another job under a done job's id: terminated", "code", api.CodeIdempotencyConflict)
+	if w.cfg.ResultSubject != NoResultSubject {
+		res := refused(&Refusal{Code: api.CodeIdempotencyConflict, Field: HeaderID, Message: cerr.Error()})
+		res.ID = id
+		if data, err := json.Marshal(res); err == nil {
+			if err := w.nc.Publish(w.cfg.ResultSubject+"."+key, record(data, sum)); err != nil {
+				log.Warn("queue: refusal not published", "err", err)
+			}
+		}
+	}
+	_ = msg.TermWithReason(api.CodeIdempotencyConflict)
 }
 
 // store puts the result under key, retrying while the cluster elects a

@@ -29,7 +29,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 	fs.StringVar(&o.bucket, "nats-bucket", "", "the results' bucket, `NAME` (default pmjail_results)")
 	fs.StringVar(&o.inbox, "nats-inbox", "", "the connection's reply subject prefix, `PREFIX` (default _INBOX)")
 	fs.StringVar(&o.tenant, "tenant", "others", "the `TENANT` whose subject the job goes to (NATS permissions decide who may)")
-	fs.StringVar(&o.id, "id", "", "the job's `ID` (default a fresh one): a job id whose result exists is not run again")
+	fs.StringVar(&o.id, "id", "", "the job's `ID` (default a fresh one): a job id whose result exists is not run again, and refuses another job")
 	return o
 }
 
