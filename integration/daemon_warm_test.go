@@ -62,6 +62,23 @@ func warmRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
 	return res
 }
 
+// offeredRun runs job once an idle runtime of its template could serve
+// it: a run that went cold only for want of one is tried again, and the
+// result is that of the first run offered one.
+func offeredRun(t *testing.T, d *daemon, job *api.Job) *api.Result {
+	t.Helper()
+	for try := 0; ; try++ {
+		awaitWarm(t, d)
+		res, err := d.c.Run(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Warm || try == 20 || !transientCold(res.WarmReason) {
+			return res
+		}
+	}
+}
+
 // transientCold reports whether a run went cold only for want of an idle
 // runtime of its own template (one being refilled, or a template the pool
 // has just learnt), not for anything of the job's.
@@ -200,19 +217,14 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 
 	t.Run("pids", func(t *testing.T) {
 		// A job whose tasks bound is below what the waiting runtime runs
-		// goes cold, and says why. A runtime taken before Deno started
-		// its threads passes that check (see TestDaemonWarmRefusedJobKeepsRuntime)
-		// and serves the job: the bound holds all the same, and Deno
-		// cannot start.
-		res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `console.log(1)`, Limits: api.Limits{Pids: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Warm && !strings.Contains(res.WarmReason, "tasks") {
-			t.Errorf("cold for %q: want cold for its tasks", res.WarmReason)
+		// goes cold, and says why: a runtime is idle only once Deno has
+		// started, its threads with it, so the check always sees them.
+		res := offeredRun(t, d, &api.Job{Runtime: "deno", Source: `console.log(1)`, Limits: api.Limits{Pids: 1}})
+		if res.Warm || !strings.Contains(res.WarmReason, "tasks") {
+			t.Errorf("warm %v, reason %q: want cold, for its tasks", res.Warm, res.WarmReason)
 		}
 		if res.Status == jail.StatusOK {
-			t.Errorf("warm %v: a Deno run within one task ended ok", res.Warm)
+			t.Errorf("a Deno run within one task ended ok")
 		}
 	})
 }

@@ -121,4 +121,7 @@ const (
 	typeNote  = "note"
 	typeDone  = "done"
 	typeError = "error"
+	// typeReady is the guest's word that its runtime has started and
+	// waits for the start frame: its first frame, or none.
+	typeReady = "ready"
 )

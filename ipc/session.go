@@ -44,6 +44,10 @@ type SessionConfig struct {
 	// ReplyBudget bounds what the run's broker replies hold at once; nil
 	// means a budget of its own (DefaultReplyBudget, or one largest reply).
 	ReplyBudget *Budget
+	// ReadySeen says the guest's ready frame was read already (AwaitReady,
+	// by a warm pool): the session then refuses one as it refuses any
+	// ready frame after the first.
+	ReadySeen bool
 }
 
 // Outcome is how a session ended and what it gathered.
@@ -146,8 +150,13 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 		s.end(err)
 		return
 	}
+	// The guest's first frame may be its ready frame, written before it
+	// read the start frame; it says nothing the session needs.
+	readyDue := !cfg.ReadySeen
 	for {
 		body, err := s.readFrame()
+		first := readyDue
+		readyDue = false
 		if big, ok := errors.AsType[*FrameTooLargeError](err); ok {
 			err = s.skipOversized(big)
 			if err == nil {
@@ -163,6 +172,9 @@ func Serve(ctx context.Context, conn net.Conn, cfg SessionConfig) (out Outcome) 
 		if err != nil {
 			s.end(err)
 			return
+		}
+		if first && isReady(body) {
+			continue
 		}
 		if last := s.handle(body); last {
 			return
@@ -413,6 +425,9 @@ func (s *session) handle(body []byte) bool {
 		s.mu.Lock()
 		s.out.Error = f.Error
 		s.mu.Unlock()
+		return true
+	case typeReady:
+		s.protocolError("a ready frame must be the guest's first, and come once")
 		return true
 	default:
 		s.protocolError("unknown frame type %q", f.Type)

@@ -107,6 +107,11 @@ func FuzzSession(f *testing.F) {
 		return fmt.Sprintf(`{"type":"call","id":%d,"method":%q,"params":%s}`, id, method, params)
 	}
 	f.Add(fuzzFrames(call(1, "input.get", `null`), `{"type":"done","value":{"ok":true}}`))
+	// A ready frame is a guest's first or nothing: once more, or after a
+	// call, it is a breach.
+	f.Add(fuzzFrames(`{"type":"ready"}`, call(1, "input.get", `null`), `{"type":"done"}`))
+	f.Add(fuzzFrames(`{"type":"ready"}`, `{"type":"ready","id":1}`, `{"type":"done"}`))
+	f.Add(fuzzFrames(call(1, "log.info", `{"message":"m"}`), `{"type":"ready"}`))
 	f.Add(fuzzFrames(
 		call(1, "log.info", `{"message":"hi","meta":{"a":[1,2]}}`),
 		call(2, "log.warn", `{"message":7}`),

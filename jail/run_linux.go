@@ -75,6 +75,12 @@ type Job struct {
 	Warm        *Warm
 	WarmJob     *WarmJob
 	WarmChannel func(ctx context.Context, conn net.Conn) error
+	// Ready, on a warm template (WarmJob.Template), waits on the channel
+	// for the runtime's word that it has started and waits for its start
+	// frame, until ctx ends: a runtime is idle, and a run may take it,
+	// only once Ready returned nil. Until then its threads and its
+	// start's CPU time are not all there.
+	Ready func(ctx context.Context, conn net.Conn) error
 	// GuestOwned are host directories the guest writes through writable
 	// binds of the spec (a cache warm run's DENO_DIR): Run gives each to
 	// the guest's host id, leased for the run, before the root is built

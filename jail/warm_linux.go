@@ -37,7 +37,14 @@ type Warm struct {
 	closed  bool
 	fills   sync.WaitGroup
 	done    chan struct{}
+	// ctx ends with Close: a runtime still starting stops waiting for
+	// its ready word.
+	ctx     context.Context
+	stop    context.CancelFunc
 	janitor sync.WaitGroup
+	// unready counts the runtimes discarded for not saying they were
+	// ready.
+	unready uint64
 }
 
 // WarmOptions tune a Warm pool.
@@ -92,6 +99,7 @@ func NewWarm(sizes map[string]int, opt WarmOptions) *Warm {
 		opt.MaxTemplates = 8
 	}
 	w := &Warm{opt: opt, sizes: map[string]int{}, tmpls: map[string]*warmTemplate{}, idle: map[string][]*warmRuntime{}, filling: map[string]bool{}, done: make(chan struct{})}
+	w.ctx, w.stop = context.WithCancel(context.Background())
 	w.Resize(sizes)
 	if opt.MaxAge > 0 {
 		w.janitor.Add(1)
@@ -233,10 +241,13 @@ func (w *Warm) fill(key string, t *warmTemplate) {
 			return
 		}
 		w.mu.Unlock()
-		r, err := startWarm(t.job)
+		r, err := startWarm(w.ctx, t.job)
 		w.mu.Lock()
 		if err != nil || w.closed {
 			w.filling[key] = false
+			if errors.Is(err, errUnready) {
+				w.unready++
+			}
 			w.mu.Unlock()
 			if r != nil {
 				w.discardAll([]*warmRuntime{r})
@@ -305,6 +316,7 @@ func (w *Warm) Close() {
 	}
 	w.closed = true
 	close(w.done)
+	w.stop()
 	w.mu.Unlock()
 	w.janitor.Wait()
 	w.fills.Wait()
@@ -325,6 +337,9 @@ type WarmStats struct {
 	// class.
 	MemoryBytes uint64
 	Memory      map[string]uint64
+	// Unready counts the runtimes discarded, since the pool began, for
+	// not saying they were ready (Job.Ready).
+	Unready uint64
 }
 
 // Stats counts the idle runtimes and the memory they hold.
@@ -339,6 +354,7 @@ func (w *Warm) Stats() WarmStats {
 	}
 	var cgs []held
 	w.mu.Lock()
+	st.Unready = w.unready
 	for key, q := range w.idle {
 		class := w.tmpls[key].class
 		st.Idle[class] += len(q)
@@ -366,12 +382,15 @@ func (w *Warm) discardAll(rs []*warmRuntime) {
 	}
 }
 
-// startWarm builds tmpl's jail and starts its runtime, which waits for
-// its start frame. tmpl has a cgroup (Cgroups) without limits and a
-// channel.
-func startWarm(tmpl *Job) (*warmRuntime, error) {
-	if tmpl.Cgroups == nil || tmpl.Channel == nil {
-		return nil, errors.New("a warm runtime needs a cgroup and a channel")
+// errUnready: a runtime started but did not say it was ready.
+var errUnready = errors.New("not ready")
+
+// startWarm builds tmpl's jail and starts its runtime, and returns once
+// the runtime said it waits for its start frame (Job.Ready). tmpl has a
+// cgroup (Cgroups) without limits and a channel.
+func startWarm(ctx context.Context, tmpl *Job) (*warmRuntime, error) {
+	if tmpl.Cgroups == nil || tmpl.Channel == nil || tmpl.Ready == nil {
+		return nil, errors.New("a warm runtime needs a cgroup, a channel and a ready check")
 	}
 	s := &supervision{job: tmpl, out: &Outcome{}, runtime: -1, listener: -1, keepListener: true}
 	// The cgroup has every controller and no limits: the run that takes
@@ -396,6 +415,11 @@ func startWarm(tmpl *Job) (*warmRuntime, error) {
 	s.out.Cgroup = nil
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: %w", s.out.InitStage, err), r.discard())
+	}
+	// Idle only once the runtime is: a run's task check (fit) then sees
+	// all its threads, and its CPU baseline holds its whole start.
+	if err := tmpl.Ready(ctx, conn); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: %w", errUnready, err), r.discard())
 	}
 	return r, nil
 }

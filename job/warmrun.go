@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -77,6 +78,8 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	}
 	cfg := b.cfg
 	cfg.Source = src
+	// The pool read the runtime's ready frame before it kept it idle.
+	cfg.ReadySeen = true
 	job.Warm = rn.Warm
 	job.WarmJob = &jail.WarmJob{Key: key, Class: string(r.Runtime), Template: tmpl}
 	job.WarmChannel = func(ctx context.Context, conn net.Conn) error {
@@ -85,6 +88,12 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	}
 	return ""
 }
+
+// readyTimeout bounds a warm runtime's start, to its ready frame: Deno's
+// takes milliseconds and Pyodide's snapshot restore a fraction of a
+// second, so one still silent after this is stuck, and is discarded
+// rather than kept waiting.
+const readyTimeout = 30 * time.Second
 
 // warmTemplate is job's jail with everything of the job's taken out (see
 // offerWarm), and its key: a hash of all the template holds.
@@ -145,6 +154,9 @@ func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
 		// that takes it (Job.WarmChannel); the template only says the
 		// runtime has one.
 		Channel: func(context.Context, net.Conn) error { return nil },
+		Ready: func(ctx context.Context, conn net.Conn) error {
+			return ipc.AwaitReady(ctx, conn, readyTimeout)
+		},
 	}
 	h := sha256.New()
 	if err := json.NewEncoder(h).Encode(struct {

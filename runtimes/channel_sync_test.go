@@ -30,6 +30,9 @@ const print = (v) => console.log(JSON.stringify(v));
 hostIn.writeSync(frame({ type: "start", input: null }));
 const ch = new Channel(dir + "/in", dir + "/out");
 await ch.started;
+// The guest's first frame says it is ready, before it read the start.
+const ready = readFrame();
+if (ready !== '{"type":"ready"}') throw new Error("the guest's first frame is " + ready + ", not its ready frame");
 switch (mode) {
   case "reply": {
     // A stale reply first (no call has its id): skipped, as by the

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -202,6 +203,10 @@ func TestChannelStartFrame(t *testing.T) {
 			}
 			if !strings.Contains(string(out), tc.want) {
 				t.Errorf("start resolved to %.300s, want it to contain %.300s", out, tc.want)
+			}
+			// Whatever came after, the guest said it was ready first.
+			if wrote, err := os.ReadFile(filepath.Join(dir, "out")); err != nil || !bytes.HasPrefix(wrote, frame(`{"type":"ready"}`)) {
+				t.Errorf("the guest wrote %q (%v), want its ready frame first", wrote, err)
 			}
 		})
 	}

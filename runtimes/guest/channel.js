@@ -79,7 +79,23 @@ export class Channel {
       this.#startResolve = resolve;
       this.#startReject = reject;
     });
+    this.#ready();
     this.#readStart();
+  }
+
+  // #ready tells the host the runtime has started and waits for its
+  // start frame: a daemon keeps a runtime started ahead of its job idle
+  // only from then (Deno's threads exist, its start is over); a cold
+  // run's host skips it. The constructor runs once the runtime (Pyodide
+  // included) is loaded, before any of the job's code.
+  #ready() {
+    try {
+      const frame = this.#encode({ type: "ready" });
+      let off = 0;
+      while (off < frame.length) off += this.#out.writeSync(frame.subarray(off));
+    } catch (err) {
+      this.#closed(`channel broken: ${err?.message ?? err}`);
+    }
   }
 
   // #readStart reads up to the start frame synchronously. The guest has
