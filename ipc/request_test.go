@@ -518,3 +518,54 @@ func TestRequestBase64Bodies(t *testing.T) {
 	}
 	r.finish(t)
 }
+
+// writeCounter is a conn that writes each piece of net.Buffers with a
+// Write of its own, as the jail's FIFO pair does, and counts them.
+type writeCounter struct {
+	net.Conn
+	writes atomic.Int32
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestReplyOneWrite: a reply the host writes around a value it holds
+// already (request.send's, input.get's) goes out in one write: a guest
+// waiting in an asynchronous read wakes once for it, not once a piece.
+func TestReplyOneWrite(t *testing.T) {
+	noLeak(t)
+	srv := testServer(t)
+	host, gconn := socketPair(t)
+	wc := &writeCounter{Conn: host}
+	ceil := PermissiveCeiling()
+	ceil.AllowPrivateAddresses = true
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}}}
+	if err := caps.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := &running{g: newTestGuest(t, gconn), done: make(chan Outcome, 1)}
+	go func() {
+		r.done <- Serve(context.Background(), wc, SessionConfig{Capabilities: caps, Ceiling: ceil, Input: json.RawMessage(`{"k":"v"}`)})
+	}()
+	if r.start = r.g.recv(); r.start.Type != "start" {
+		t.Fatalf("first frame %+v, want start", r.start)
+	}
+	for _, c := range []struct {
+		method string
+		params any
+	}{
+		{"request.send", map[string]any{"url": srv.URL + "/hello"}},
+		{"input.get", nil},
+	} {
+		before := wc.writes.Load()
+		if f := r.g.call(c.method, c.params); !f.OK {
+			t.Fatalf("%s: %+v", c.method, f.Error)
+		}
+		if n := wc.writes.Load() - before; n != 1 {
+			t.Errorf("%s: the reply took %d writes, want 1", c.method, n)
+		}
+	}
+	r.finish(t)
+}
