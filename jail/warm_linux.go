@@ -260,7 +260,11 @@ func (w *Warm) fill(key string, t *warmTemplate) {
 	defer w.fills.Done()
 	for {
 		w.mu.Lock()
-		if w.closed || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
+		// A template that keeps failing and no run asked for in MaxAge is
+		// left to recycle, which forgets it: its retries would go on for
+		// as long as the daemon.
+		forgotten := t.failures > 0 && w.opt.MaxAge > 0 && time.Since(t.used) > w.opt.MaxAge
+		if w.closed || forgotten || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
 			w.filling[key] = false
 			w.mu.Unlock()
 			return
