@@ -43,8 +43,8 @@ type Warm struct {
 	stop    context.CancelFunc
 	janitor sync.WaitGroup
 	// unready counts the runtimes discarded for not saying they were
-	// ready.
-	unready uint64
+	// ready; failed the starts that failed, those included.
+	unready, failed uint64
 }
 
 // WarmOptions tune a Warm pool.
@@ -60,7 +60,19 @@ type WarmOptions struct {
 	// MaxTemplates bounds how many templates (runtime, profile and
 	// options) the pool keeps runtimes for (0: 8).
 	MaxTemplates int
+	// Retry is how long a refill waits after a start failed before it
+	// tries again (0: warmRetry), doubled with each failure in a row up
+	// to warmRetryMax: a start that failed once (a runtime's files being
+	// replaced, a host briefly short of memory) does not leave the pool
+	// empty until a run asks, and one that always fails costs little.
+	Retry time.Duration
 }
+
+// The first wait after a failed start, and the longest.
+const (
+	warmRetry    = 250 * time.Millisecond
+	warmRetryMax = 30 * time.Second
+)
 
 // WarmJob is what a run offers the Warm pool: the key of its jail with
 // everything of the job's taken out, that jail itself as the template the
@@ -77,6 +89,10 @@ type warmTemplate struct {
 	// used is when a run last asked for it: one no run asked for in
 	// MaxAge is forgotten with its runtimes (recycle).
 	used time.Time
+	// failures counts its starts that failed in a row, and failure is
+	// why the last one did (nil once one started).
+	failures int
+	failure  error
 }
 
 // warmRuntime is one runtime waiting for its job, and what the supervisor
@@ -97,6 +113,9 @@ type warmRuntime struct {
 func NewWarm(sizes map[string]int, opt WarmOptions) *Warm {
 	if opt.MaxTemplates <= 0 {
 		opt.MaxTemplates = 8
+	}
+	if opt.Retry <= 0 {
+		opt.Retry = warmRetry
 	}
 	w := &Warm{opt: opt, sizes: map[string]int{}, tmpls: map[string]*warmTemplate{}, idle: map[string][]*warmRuntime{}, filling: map[string]bool{}, done: make(chan struct{})}
 	w.ctx, w.stop = context.WithCancel(context.Background())
@@ -170,6 +189,9 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 		w.idle[wj.Key] = q
 		if got == nil {
 			reason = "no warm runtime was idle"
+			if t := w.tmpls[wj.Key]; t.failure != nil {
+				reason += fmt.Sprintf(" (%d starts failed in a row, the last: %v)", t.failures, t.failure)
+			}
 		}
 	}
 	w.mu.Unlock()
@@ -231,11 +253,18 @@ func (w *Warm) replenish(key string) {
 	go w.fill(key, t)
 }
 
+// fill starts runtimes for key until the pool holds its size of them; a
+// start that failed is tried again after a wait (retryAfter), so that the
+// pool does not stay empty until a run asks for it.
 func (w *Warm) fill(key string, t *warmTemplate) {
 	defer w.fills.Done()
 	for {
 		w.mu.Lock()
-		if w.closed || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
+		// A template that keeps failing and no run asked for in MaxAge is
+		// left to recycle, which forgets it: its retries would go on for
+		// as long as the daemon.
+		forgotten := t.failures > 0 && w.opt.MaxAge > 0 && time.Since(t.used) > w.opt.MaxAge
+		if w.closed || forgotten || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
 			w.filling[key] = false
 			w.mu.Unlock()
 			return
@@ -243,23 +272,48 @@ func (w *Warm) fill(key string, t *warmTemplate) {
 		w.mu.Unlock()
 		r, err := startWarm(w.ctx, t.job)
 		w.mu.Lock()
-		if err != nil || w.closed {
+		if w.closed {
 			w.filling[key] = false
-			if errors.Is(err, errUnready) {
-				w.unready++
-			}
 			w.mu.Unlock()
 			if r != nil {
 				w.discardAll([]*warmRuntime{r})
 			}
-			if err != nil && w.opt.OnError != nil {
-				w.opt.OnError(fmt.Errorf("start a warm runtime: %w", err))
-			}
 			return
 		}
+		if err != nil {
+			w.failed++
+			if errors.Is(err, errUnready) {
+				w.unready++
+			}
+			t.failures++
+			t.failure = err
+			wait := w.retryAfter(t.failures)
+			w.mu.Unlock()
+			if w.opt.OnError != nil {
+				w.opt.OnError(fmt.Errorf("start a warm runtime (again in %s): %w", wait, err))
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-w.done:
+				timer.Stop()
+			case <-timer.C:
+			}
+			continue
+		}
+		t.failures, t.failure = 0, nil
 		w.idle[key] = append(w.idle[key], r)
 		w.mu.Unlock()
 	}
+}
+
+// retryAfter is how long a refill waits after the nth failed start in a
+// row: Retry, doubled with each one after, up to warmRetryMax.
+func (w *Warm) retryAfter(n int) time.Duration {
+	d := w.opt.Retry
+	for i := 1; i < n && d < warmRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, max(warmRetryMax, w.opt.Retry))
 }
 
 // recycle ends, every quarter of MaxAge, the runtimes older than it, and
@@ -340,6 +394,9 @@ type WarmStats struct {
 	// Unready counts the runtimes discarded, since the pool began, for
 	// not saying they were ready (Job.Ready).
 	Unready uint64
+	// Failed counts the starts that failed since the pool began, the
+	// unready ones included: each is tried again (WarmOptions.Retry).
+	Failed uint64
 }
 
 // Stats counts the idle runtimes and the memory they hold.
@@ -354,7 +411,7 @@ func (w *Warm) Stats() WarmStats {
 	}
 	var cgs []held
 	w.mu.Lock()
-	st.Unready = w.unready
+	st.Unready, st.Failed = w.unready, w.failed
 	for key, q := range w.idle {
 		class := w.tmpls[key].class
 		st.Idle[class] += len(q)

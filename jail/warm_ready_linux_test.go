@@ -40,7 +40,7 @@ func TestWarmUnreadyDiscarded(t *testing.T) {
 	testenv.RequireRoot(t)
 	h := &testCgroups{t: t, m: cgroupManager(t)}
 	errs := make(chan error, 4)
-	w := NewWarm(map[string]int{"sh": 1}, WarmOptions{OnError: func(err error) { errs <- err }})
+	w := NewWarm(map[string]int{"sh": 1}, WarmOptions{Retry: time.Hour, OnError: func(err error) { errs <- err }})
 	t.Cleanup(w.Close)
 	w.Learn(warmShell(t, h, `read x < /pmjail/channel/in`, 300*time.Millisecond))
 	select {
@@ -52,7 +52,7 @@ func TestWarmUnreadyDiscarded(t *testing.T) {
 		t.Fatal("the pool said nothing of a runtime that never became ready in 30 s")
 	}
 	st := w.Stats()
-	if st.Unready != 1 || st.Idle["sh"] != 0 {
+	if st.Unready != 1 || st.Failed != 1 || st.Idle["sh"] != 0 {
 		t.Fatalf("stats %+v: want one unready runtime counted and none idle", st)
 	}
 	h.mu.Lock()

@@ -55,8 +55,10 @@ func listenPath(sc SocketConfig) (*net.UnixListener, error) {
 		return nil, err
 	}
 	// Bind with every permission masked so that no peer can connect
-	// before the owner and mode are right. The umask is process-wide; the
-	// daemon sets up its socket before it starts any job.
+	// before the owner and mode are right. The umask is process-wide: the
+	// daemon binds its socket before it starts any job or background
+	// build (internal/daemon), and the init stage sets its own (a jail
+	// cloned in this window once had a root its guest could not pass).
 	old := syscall.Umask(0o777)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sc.Path, Net: "unix"})
 	syscall.Umask(old)

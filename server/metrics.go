@@ -137,8 +137,12 @@ func newMetrics(load func() (running, queued int), pool *jail.Pool, warm *jail.W
 		Name: "pmjail_warm_runtimes_unready_total",
 		Help: "Warm runtimes discarded for not saying, in time, that they were ready.",
 	}, func() float64 { return float64(warm.Stats().Unready) })
+	warmFailed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pmjail_warm_runtimes_failed_total",
+		Help: "Warm runtime starts that failed (each tried again after a wait), the unready ones included.",
+	}, func() float64 { return float64(warm.Stats().Failed) })
 	m.reg.MustRegister(m.runs, m.duration, m.queueWait, m.cpu, m.memory, m.denied, m.rejected,
-		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled, warmIdle, warmMemory, warmUnready,
+		m.posture, m.reloadFailures, buildInfo, inFlight, queued, pooled, warmIdle, warmMemory, warmUnready, warmFailed,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every reason shows from the start, at zero, so that rate() and

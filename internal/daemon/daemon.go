@@ -93,6 +93,13 @@ func Main(args []string, version string) int {
 	} else {
 		opt.Cgroups = mgr
 	}
+	// The socket first: Listen binds it under umask 0777, which is the
+	// process's, so nothing may start a jail or write a file meanwhile
+	// (the Pyodide build below, the warm runtimes server.New starts).
+	ln, activated, err := server.Listen(cfg.Socket)
+	if err != nil {
+		return fail(fmt.Errorf("serve: %w", err))
+	}
 	// The Pyodide snapshot and warm cache are built in the background:
 	// Python runs start cold until they are ready, and no request waits.
 	go func() {
@@ -109,10 +116,7 @@ func Main(args []string, version string) int {
 	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
 	if err != nil {
-		return fail(fmt.Errorf("serve: %w", err))
-	}
-	ln, activated, err := server.Listen(cfg.Socket)
-	if err != nil {
+		ln.Close()
 		return fail(fmt.Errorf("serve: %w", err))
 	}
 	// The queue's jobs start only once the socket is bound: a daemon that

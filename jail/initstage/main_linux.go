@@ -21,6 +21,11 @@ func Main() {
 	// filter) must be set on the thread that calls execve. So must the
 	// job's cgroups, joined during the set-up (see Join).
 	runtime.LockOSThread()
+	// The root is built with the modes the set-up names (0755 less this),
+	// never its supervisor's umask, which is process-wide: a daemon
+	// binding its socket under umask 0777 while a warm runtime started
+	// gave that jail a /runtime its guest could not pass (EACCES on exec).
+	unix.Umask(0o022)
 	control := os.NewFile(ControlFD, "control")
 	var premounted *premountedRoot
 	cfg, err := readConfig(newRightsReader(ControlFD, 0), func(p *Premount) { premounted = premountRoot(p) })
