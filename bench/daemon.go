@@ -29,9 +29,16 @@ type Daemon struct {
 	done     chan error
 }
 
-// daemonConfig lets four runs go at once (the highest concurrency
-// measured) and queues the rest.
-const daemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn"}`
+// deployedConfig lets four runs go at once (the highest concurrency
+// measured) and queues the rest, with the defaults a deployed daemon
+// has: init stages and warm Deno runtimes started ahead of runs.
+const deployedConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn"}`
+
+// daemonConfig is deployedConfig without warm runtimes: the init-stage
+// pool alone, the path the latency, phase and file sections trace (a warm
+// run execs nothing, and several-file jobs are served cold); the warm
+// section and the throughput section measure the warm path.
+const daemonConfig = `{"version": 1, "max_concurrency": 4, "max_queue": 64, "log_level": "warn", "warm": {"deno": 0}}`
 
 // coldDaemonConfig is daemonConfig with no init stage started ahead of
 // runs: what prestart buys is measured against it.
@@ -329,9 +336,14 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 		return fmt.Errorf("daemon without prestart: %w", err)
 	}
 	defer cold.Stop()
+	warm, err := startDaemon(ctx, b, "daemon-deployed", deployedConfig)
+	if err != nil {
+		return fmt.Errorf("daemon with warm runtimes: %w", err)
+	}
+	defer warm.Stop()
 	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
 	sides := []func(context.Context) error{
-		b.Daemon.Hello,
+		warm.Hello,
 		cold.Hello,
 		func(ctx context.Context) error { _, err := bare.Once(ctx); return err },
 	}
@@ -355,7 +367,7 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 		b.Report.Target(fmt.Sprintf("daemon throughput ≥ 95%% of the bare loop at concurrency %d", c), percentBelow(ratio), ratio >= 0.95)
 	}
 	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "daemon, prestart -1", "bare deno loop", "daemon / bare", "prestart -1 / bare"}, rows)
-	b.Report.Para("%d batches per side and concurrency, the three sides taking turns (which goes first rotates). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s`, which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`), each waiting with its cgroup made and the last run's root mounted, and as many warm Deno runtimes (`warm` defaults to `max_concurrency`: whole jails whose Deno waits for its start frame); the second daemon runs under `%s`, so each of its runs clones and starts its own init stage and runtime. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, daemonConfig, coldDaemonConfig, runtime.NumCPU())
+	b.Report.Para("%d batches per side and concurrency, the three sides taking turns (which goes first rotates). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s` (a deployed daemon's defaults), which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`), each waiting with its cgroup made and the last run's root mounted, and as many warm Deno runtimes (`warm` defaults to `max_concurrency`: whole jails whose Deno waits for its start frame); the second daemon runs under `%s`, so each of its runs clones and starts its own init stage and runtime. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, deployedConfig, coldDaemonConfig, runtime.NumCPU())
 	return nil
 }
 
