@@ -82,10 +82,10 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 		}
 		r.Runtime = rt
 		r.Kind = string(rt)
+		field, text := req.programText()
 		if rt == runtimes.Deno {
 			// Before the run: an import of a package not allowed here is
 			// refused by name (the job's root would refuse it anyway).
-			field, text := req.programText()
 			refs, err := packages.Scan(text)
 			if err == nil {
 				err = packages.Allowed(refs, ceil.Packages)
@@ -94,7 +94,6 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 				return nil, invalidAt(field, "%w", err)
 			}
 		}
-		_, text := req.programText()
 		r.Packages = forRuntime(rt, text, ceil.Packages)
 	}
 	if strings.ContainsAny(req.Profile, "/.") && !trustedProfilePaths {
