@@ -104,7 +104,10 @@ func guestDiesWithCLI(t *testing.T, want string, args ...string) {
 func TestTrust_LifetimeDaemonGuestDiesWithDaemon(t *testing.T) {
 	before := snapshotHost(t)
 	dir := daemonDir(t)
-	d := startDaemon(t, dir, fmt.Sprintf(baseConfig, 2, 4, "0660"))
+	// No warm runtimes: under emulation (the VM) one still starting spends
+	// as much CPU as the spinning guest and cannot be told from it;
+	// TestDaemonWarmKilled proves warm runtimes die with the daemon.
+	d := startDaemon(t, dir, `{"version": 1, "max_concurrency": 2, "max_queue": 4, "socket": {"mode": "0660"}, "warm": {"deno": 0}}`)
 	loop := filepath.Join(t.TempDir(), "loop.js")
 	writeFile(t, loop, `for (;;) {}`)
 	submit, _ := startPmjail(t, "submit", "--socket", d.sock, loop)
