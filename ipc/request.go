@@ -169,9 +169,22 @@ type hop struct {
 	body   *string
 }
 
-// send is request.send: every check happens here, on the decoded params,
-// before anything leaves the host.
-func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage, *CallError) {
+// sendCall is a request.send call whose params passed every check that
+// needs no lookup: what exchange sends.
+type sendCall struct {
+	hop      hop
+	auth     string  // the secret's name, "" without one
+	secret   *Secret // nil without one
+	asBase64 bool    // the reply's body as base64
+	timeout  time.Duration
+}
+
+// prepare is request.send up to the network: the params decoded and
+// every check that needs no lookup done on them (origin, method,
+// headers, secret, timeout, override), before anything leaves the host.
+// It is quick and never waits, so the session runs it in its read loop:
+// a refused call costs no goroutine, and the guest its reply sooner.
+func (b *broker) prepare(raw json.RawMessage) (*sendCall, *CallError) {
 	if b.req == nil {
 		return nil, callErr(CodeDenied, "the job did not declare the request capability")
 	}
@@ -228,17 +241,24 @@ func (b *broker) send(ctx context.Context, raw json.RawMessage) (json.RawMessage
 			timeout = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 
 	h := hop{method: method, url: u, origin: origin, header: header, body: body}
 	if cerr := b.checkOverride(h); cerr != nil {
 		return nil, cerr
 	}
-	res, cerr := b.follow(ctx, h, p.Auth, secret, p.BodyEncoding == encodingBase64)
+	return &sendCall{hop: h, auth: p.Auth, secret: secret, asBase64: p.BodyEncoding == encodingBase64, timeout: timeout}, nil
+}
+
+// exchange is the rest of request.send: the lookup, the address check,
+// the request and its redirects, each re-checked, within the call's
+// timeout.
+func (b *broker) exchange(ctx context.Context, c *sendCall) (json.RawMessage, *CallError) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	res, cerr := b.follow(ctx, c.hop, c.auth, c.secret, c.asBase64)
 	if cerr != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && cerr.Code == CodeInternal {
-			cerr = callErr(CodeTimeout, "the request took longer than %s", timeout)
+			cerr = callErr(CodeTimeout, "the request took longer than %s", c.timeout)
 		}
 		cerr.Message = b.scrub(cerr.Message)
 		return nil, cerr

@@ -522,22 +522,39 @@ func (s *session) handleCall(f *guestFrame) {
 		}
 		s.mu.Lock()
 		busy := len(s.inflight) >= s.ceil.MaxInFlight
-		if !busy {
-			s.inflight[id] = true
-		}
 		s.mu.Unlock()
 		if busy {
 			s.reply(id, f.Method, nil, callErr(CodeRateLimited, "more than %d requests in flight", s.ceil.MaxInFlight))
 			return
 		}
-		params := f.Params
+		// The checks run here, in the read loop (they never wait): a
+		// refused call is answered at once, without a goroutine, whose
+		// hand-off wakes another thread on a machine the guest shares.
+		var call *sendCall
+		_, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) {
+			var cerr *CallError
+			call, cerr = s.broker.prepare(f.Params)
+			return nil, cerr
+		})
+		if s.ctx.Err() != nil {
+			return
+		}
+		if cerr != nil {
+			s.reply(id, f.Method, nil, cerr)
+			return
+		}
+		// Only the read loop adds to inflight: the slot seen free above
+		// is still free.
+		s.mu.Lock()
+		s.inflight[id] = true
+		s.mu.Unlock()
 		s.wg.Go(func() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.inflight, id)
 				s.mu.Unlock()
 			}()
-			value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.broker.send(s.ctx, params) })
+			value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.broker.exchange(s.ctx, call) })
 			switch {
 			case s.ctx.Err() != nil:
 				s.broker.budget.Release(int64(len(value))) // nobody reads this reply
