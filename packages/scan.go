@@ -1,9 +1,9 @@
 package packages
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -11,10 +11,6 @@ import (
 // ErrNotAllowed is returned for a job that imports a package the operator
 // does not let it use.
 var ErrNotAllowed = errors.New("package not allowed")
-
-// specifier finds npm: and jsr: specifiers in string literals: what a
-// static import, a re-export or a literal dynamic import names.
-var specifier = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
 
 // Scan returns the npm packages a JavaScript or TypeScript source names
 // in its npm: specifiers (a subpath dropped), each once, in order. A
@@ -24,8 +20,7 @@ var specifier = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
 // root, which holds only the allowed packages, still refuses it.
 func Scan(source []byte) ([]Ref, error) {
 	var refs []Ref
-	for _, m := range specifier.FindAllSubmatch(source, -1) {
-		spec := string(m[1])
+	for _, spec := range specifiers(source) {
 		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") || strings.Contains(spec, "${") {
 			continue // a prefix the code completes: the root decides
 		}
@@ -41,6 +36,57 @@ func Scan(source []byte) ([]Ref, error) {
 		}
 	}
 	return refs, nil
+}
+
+// specifiers are the npm: and jsr: specifiers in string literals, in
+// order, what a static import, a re-export or a literal dynamic import
+// names: after a quote, "npm:" or "jsr:" and the bytes up to the next
+// quote or ASCII space, as the regular expression
+// ["'`]((?:npm|jsr):[^"'`\s]*) finds them (FuzzScan holds the two equal).
+// A match holds no quote past its first byte, so matches never overlap:
+// every quote followed by a scheme starts one. The schemes are looked for
+// with bytes.Index: a regular expression without a literal prefix to skip
+// by walks every byte of the source, slowly, on every run's path.
+func specifiers(source []byte) []string {
+	var specs []string
+	npm, jsr := -1, -1 // the next "npm:" and "jsr:" at or after i, once found
+	for i := 0; ; {
+		if npm < i {
+			npm = indexFrom(source, i, "npm:")
+		}
+		if jsr < i {
+			jsr = indexFrom(source, i, "jsr:")
+		}
+		at := min(npm, jsr)
+		if at > len(source) {
+			return specs
+		}
+		end := at + len("npm:")
+		if at > 0 && isQuote(source[at-1]) {
+			for end < len(source) && !isQuote(source[end]) && !isSpace(source[end]) {
+				end++
+			}
+			specs = append(specs, string(source[at:end]))
+		}
+		i = end
+	}
+}
+
+// indexFrom is the index of the first sep in source at or after i, or
+// past the end of source if there is none.
+func indexFrom(source []byte, i int, sep string) int {
+	j := bytes.Index(source[i:], []byte(sep))
+	if j < 0 {
+		return len(source) + 1 // past every i: not looked for again
+	}
+	return i + j
+}
+
+func isQuote(b byte) bool { return b == '"' || b == '\'' || b == '`' }
+
+// isSpace is the regexp syntax's \s: ASCII space, \t, \n, \f and \r.
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\f' || b == '\r'
 }
 
 // parseSpecifier parses npm:NAME@VERSION[/SUBPATH].

@@ -1,0 +1,56 @@
+package packages
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// specifierPattern is what specifiers finds, as a regular expression.
+var specifierPattern = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
+
+func specifiersByPattern(source []byte) []string {
+	var specs []string
+	for _, m := range specifierPattern.FindAllSubmatch(source, -1) {
+		specs = append(specs, string(m[1]))
+	}
+	return specs
+}
+
+var scanSeeds = []string{
+	``,
+	`npm:`,
+	`"npm:`,
+	`"npm:left@1.0.0"`,
+	`import a from "npm:left@1.0.0"; import b from 'jsr:@std/path@1';`,
+	"`npm:left@${v}`",
+	`"npm:a@1"npm:b@2"jsr:c'npm:d e"npm:f` + "\tnpm:g\f'npm:h\r\"npm:i\v",
+	`xnpm:a "xnpm:b" "npm:npm:c" "jsr:npm:d" ""npm:e` + "\"npm:\xff\xfe\"jsr:é ",
+	`'jsr:'npm:"jsr:` + "`",
+	`npm:jsr:npm:"`,
+}
+
+func TestSpecifiers(t *testing.T) {
+	for _, src := range scanSeeds {
+		if got, want := specifiers([]byte(src)), specifiersByPattern([]byte(src)); !slices.Equal(got, want) {
+			t.Errorf("specifiers(%q) = %q, want %q", src, got, want)
+		}
+	}
+	big := []byte(strings.Repeat("a", 1<<20) + `"npm:left@1.0.0"`)
+	if got := specifiers(big); !slices.Equal(got, []string{"npm:left@1.0.0"}) {
+		t.Errorf("specifiers after a megabyte = %q", got)
+	}
+}
+
+// FuzzScan holds specifiers equal to the regular expression it replaces.
+func FuzzScan(f *testing.F) {
+	for _, s := range scanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if got, want := specifiers(src), specifiersByPattern(src); !slices.Equal(got, want) {
+			t.Errorf("specifiers(%q) = %q, want %q", src, got, want)
+		}
+	})
+}
