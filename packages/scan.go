@@ -1,7 +1,6 @@
 package packages
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,7 +17,7 @@ var ErrNotAllowed = errors.New("package not allowed")
 // stored), is an error naming it. The scan is a courtesy, an early and
 // clear refusal: a specifier the code computes escapes it, and the job's
 // root, which holds only the allowed packages, still refuses it.
-func Scan(source []byte) ([]Ref, error) {
+func Scan(source string) ([]Ref, error) {
 	var refs []Ref
 	for _, spec := range specifiers(source) {
 		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") || strings.Contains(spec, "${") {
@@ -45,9 +44,9 @@ func Scan(source []byte) ([]Ref, error) {
 // ["'`]((?:npm|jsr):[^"'`\s]*) finds them (FuzzScan holds the two equal).
 // A match holds no quote past its first byte, so matches never overlap:
 // every quote followed by a scheme starts one. The schemes are looked for
-// with bytes.Index: a regular expression without a literal prefix to skip
+// with strings.Index: a regular expression without a literal prefix to skip
 // by walks every byte of the source, slowly, on every run's path.
-func specifiers(source []byte) []string {
+func specifiers(source string) []string {
 	var specs []string
 	npm, jsr := -1, -1 // the next "npm:" and "jsr:" at or after i, once found
 	for i := 0; ; {
@@ -66,7 +65,7 @@ func specifiers(source []byte) []string {
 			for end < len(source) && !isQuote(source[end]) && !isSpace(source[end]) {
 				end++
 			}
-			specs = append(specs, string(source[at:end]))
+			specs = append(specs, source[at:end])
 		}
 		i = end
 	}
@@ -74,8 +73,8 @@ func specifiers(source []byte) []string {
 
 // indexFrom is the index of the first sep in source at or after i, or
 // past the end of source if there is none.
-func indexFrom(source []byte, i int, sep string) int {
-	j := bytes.Index(source[i:], []byte(sep))
+func indexFrom(source string, i int, sep string) int {
+	j := strings.Index(source[i:], sep)
 	if j < 0 {
 		return len(source) + 1 // past every i: not looked for again
 	}
