@@ -54,3 +54,24 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkScan is a megabyte of source without a specifier, as most
+// programs are: the scan that was the regular expression's.
+func BenchmarkScan(b *testing.B) {
+	src := `import x from "./x.js";` + "\n" + strings.Repeat(`const s = "a"; // npm is not here`+"\n", 1<<20/34)
+	b.SetBytes(int64(len(src)))
+	b.Run("index", func(b *testing.B) {
+		for b.Loop() {
+			if specifiers(src) != nil {
+				b.Fatal("found one")
+			}
+		}
+	})
+	b.Run("regexp", func(b *testing.B) {
+		for b.Loop() {
+			if specifiersByPattern(src) != nil {
+				b.Fatal("found one")
+			}
+		}
+	})
+}
