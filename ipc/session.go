@@ -205,6 +205,7 @@ func appendStart(dst []byte, input json.RawMessage, start startFrame, max int) (
 	if n > max {
 		return dst, fmt.Errorf("encode frame: %d bytes over the %d-byte cap: %w", n, max, ErrFrameTooLarge)
 	}
+	dst = slices.Grow(dst, 4+n) // the input copied once, not again as dst grows
 	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
 	dst = append(dst, head[:len(head)-len("null")]...)
 	dst = append(dst, input...)

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -139,10 +138,10 @@ func Resolve(req *Request, ceil Ceiling, trustedProfilePaths bool) (*Resolved, e
 // forRuntime are the allowed packages a job's root holds: the runtime's
 // kind only, and for Deno none unless the source names an npm: specifier
 // at all (a run with packages does without the warm guest cache).
-func forRuntime(rt runtimes.Name, source []byte, allowed []packages.Ref) []packages.Ref {
+func forRuntime(rt runtimes.Name, source string, allowed []packages.Ref) []packages.Ref {
 	kind := packages.Python
 	if rt == runtimes.Deno {
-		if !bytes.Contains(source, []byte("npm:")) {
+		if !strings.Contains(source, "npm:") {
 			return nil
 		}
 		kind = packages.NPM
@@ -159,14 +158,16 @@ func forRuntime(rt runtimes.Name, source []byte, allowed []packages.Ref) []packa
 // programText is the program's code as one text for scanning its
 // imports, and the field it came from: the source, or every file of a
 // several-file job (any of them may import a package).
-func (r *Request) programText() (field string, text []byte) {
+func (r *Request) programText() (field string, text string) {
 	if r.Files == nil {
-		return "source", []byte(r.Source)
+		return "source", r.Source
 	}
+	var b strings.Builder
 	for _, p := range slices.Sorted(maps.Keys(r.Files)) {
-		text = append(append(text, r.Files[p]...), '\n')
+		b.WriteString(r.Files[p])
+		b.WriteByte('\n')
 	}
-	return "files", text
+	return "files", b.String()
 }
 
 // String is a one-line summary for logs.

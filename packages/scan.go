@@ -3,7 +3,6 @@ package packages
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -12,20 +11,15 @@ import (
 // does not let it use.
 var ErrNotAllowed = errors.New("package not allowed")
 
-// specifier finds npm: and jsr: specifiers in string literals: what a
-// static import, a re-export or a literal dynamic import names.
-var specifier = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
-
 // Scan returns the npm packages a JavaScript or TypeScript source names
 // in its npm: specifiers (a subpath dropped), each once, in order. A
 // specifier without an exact version, or a jsr: one (JSR packages are not
 // stored), is an error naming it. The scan is a courtesy, an early and
 // clear refusal: a specifier the code computes escapes it, and the job's
 // root, which holds only the allowed packages, still refuses it.
-func Scan(source []byte) ([]Ref, error) {
+func Scan(source string) ([]Ref, error) {
 	var refs []Ref
-	for _, m := range specifier.FindAllSubmatch(source, -1) {
-		spec := string(m[1])
+	for _, spec := range specifiers(source) {
 		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") || strings.Contains(spec, "${") {
 			continue // a prefix the code completes: the root decides
 		}
@@ -41,6 +35,57 @@ func Scan(source []byte) ([]Ref, error) {
 		}
 	}
 	return refs, nil
+}
+
+// specifiers are the npm: and jsr: specifiers in string literals, in
+// order, what a static import, a re-export or a literal dynamic import
+// names: after a quote, "npm:" or "jsr:" and the bytes up to the next
+// quote or ASCII space, as the regular expression
+// ["'`]((?:npm|jsr):[^"'`\s]*) finds them (FuzzScan holds the two equal).
+// A match holds no quote past its first byte, so matches never overlap:
+// every quote followed by a scheme starts one. The schemes are looked for
+// with strings.Index: a regular expression without a literal prefix to skip
+// by walks every byte of the source, slowly, on every run's path.
+func specifiers(source string) []string {
+	var specs []string
+	npm, jsr := -1, -1 // the next "npm:" and "jsr:" at or after i, once found
+	for i := 0; ; {
+		if npm < i {
+			npm = indexFrom(source, i, "npm:")
+		}
+		if jsr < i {
+			jsr = indexFrom(source, i, "jsr:")
+		}
+		at := min(npm, jsr)
+		if at > len(source) {
+			return specs
+		}
+		end := at + len("npm:")
+		if at > 0 && isQuote(source[at-1]) {
+			for end < len(source) && !isQuote(source[end]) && !isSpace(source[end]) {
+				end++
+			}
+			specs = append(specs, source[at:end])
+		}
+		i = end
+	}
+}
+
+// indexFrom is the index of the first sep in source at or after i, or
+// past the end of source if there is none.
+func indexFrom(source string, i int, sep string) int {
+	j := strings.Index(source[i:], sep)
+	if j < 0 {
+		return len(source) + 1 // past every i: not looked for again
+	}
+	return i + j
+}
+
+func isQuote(b byte) bool { return b == '"' || b == '\'' || b == '`' }
+
+// isSpace is the regexp syntax's \s: ASCII space, \t, \n, \f and \r.
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\f' || b == '\r'
 }
 
 // parseSpecifier parses npm:NAME@VERSION[/SUBPATH].

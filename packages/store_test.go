@@ -231,11 +231,11 @@ func integrityOf(data []byte) string {
 }
 
 func TestScan(t *testing.T) {
-	src := []byte(`import a from "npm:left@1.0.0";
+	src := `import a from "npm:left@1.0.0";
 import { b } from 'npm:@acme/right@2.0.0/sub/path.js';
 export * from "npm:left@1.0.0";
 const c = await import("npm:" + name);
-const d = await import(` + "`npm:left@${v}`" + `);`)
+const d = await import(` + "`npm:left@${v}`" + `);`
 	refs, err := packages.Scan(src)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ const d = await import(` + "`npm:left@${v}`" + `);`)
 		`import "npm:left@^1.0.0";`: `invalid package reference "npm:left@^1.0.0": version "^1.0.0" is not exact; pin one version (X.Y.Z), not a range or a tag`,
 		`import "jsr:@std/path@1";`: `package not allowed: jsr:@std/path@1: jsr: packages are not supported; use the npm: form of a vetted package`,
 	} {
-		if _, err := packages.Scan([]byte(src)); err == nil || err.Error() != want {
+		if _, err := packages.Scan(src); err == nil || err.Error() != want {
 			t.Errorf("Scan(%s) = %v\nwant %s", src, err, want)
 		}
 	}

@@ -17,23 +17,46 @@ func File(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
+	st, err := f.Stat()
+	if err == nil && st.IsDir() {
 		return nil, fmt.Errorf("%s is a directory", path)
 	}
-	return Reader(f, path, max)
+	if err != nil || !st.Mode().IsRegular() || st.Size() > max {
+		return Reader(f, path, max)
+	}
+	// A regular file is read into a buffer of its size (and a byte more,
+	// to see its end, or that it grew), not grown from nothing by
+	// io.ReadAll: for a megabyte that is a dozen copies and fresh pages
+	// fewer. The cap still counts what is read, not what stat said.
+	return read(f, path, max, make([]byte, 0, st.Size()+1))
 }
 
 // Reader reads r to its end, at most max bytes; name names it in errors.
 // Past the cap, the error is a *TooLargeError.
 func Reader(r io.Reader, name string, max int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
+	return read(r, name, max, make([]byte, 0, 512))
+}
+
+// read reads r to its end into buf as io.ReadAll does, at most max bytes.
+func read(r io.Reader, name string, max int64, buf []byte) ([]byte, error) {
+	r = io.LimitReader(r, max+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(len(data)) > max {
+	if int64(len(buf)) > max {
 		return nil, &TooLargeError{Name: name, Max: max}
 	}
-	return data, nil
+	return buf, nil
 }
 
 // TooLargeError is a file or stream that went past its cap.

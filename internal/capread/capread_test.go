@@ -43,3 +43,27 @@ func TestReader(t *testing.T) {
 		t.Errorf("empty: %q, %v", data, err)
 	}
 }
+
+// TestFileSized reads a regular file into one buffer of its size, and
+// still reads to the end of one whose stat says less (/proc's say 0).
+func TestFileSized(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big")
+	want := strings.Repeat("x", 100_000)
+	if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := File(path, int64(len(want)))
+	if err != nil || string(data) != want {
+		t.Fatalf("read %d bytes, %v", len(data), err)
+	}
+	if cap(data) != len(want)+1 {
+		t.Errorf("buffer of %d bytes for a %d-byte file: grown while reading", cap(data), len(want))
+	}
+	if _, err := File(path, int64(len(want)-1)); err == nil {
+		t.Error("a file over the cap was read")
+	}
+	status, err := File("/proc/self/status", 1<<20)
+	if err != nil || !strings.Contains(string(status), "\nPid:") {
+		t.Errorf("/proc/self/status: %q, %v", status, err)
+	}
+}

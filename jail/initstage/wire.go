@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -51,6 +52,13 @@ const (
 func (c *Config) MarshalBinary() ([]byte, error) {
 	var e encoder
 	e.begin(configMagic)
+	// The guest's files and the filter are nearly all of it: room for
+	// them at once, not a megabyte's program copied as the buffer grows.
+	room := len(c.Seccomp) + len(c.Stdin) + 4<<10
+	for _, f := range c.Files {
+		room += len(f.Path) + len(f.Data) + 3*binary.MaxVarintLen64
+	}
+	e.b = slices.Grow(e.b, room)
 	e.bool(c.Process != nil)
 	if p := c.Process; p != nil {
 		e.uint(uint64(p.User.UID))
