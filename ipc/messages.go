@@ -111,6 +111,8 @@ type guestFrame struct {
 	Params json.RawMessage `json:"params"`
 	Value  json.RawMessage `json:"value"`
 	Error  *GuestError     `json:"error"`
+	// Code is an exit frame's exit code.
+	Code *int `json:"code"`
 }
 
 // Frame types.
@@ -124,4 +126,7 @@ const (
 	// typeReady is the guest's word that its runtime has started and
 	// waits for the start frame: its first frame, or none.
 	typeReady = "ready"
+	// typeExit is the guest's last word, its exit code, as its runtime
+	// begins to exit (SessionConfig.OnExit).
+	typeExit = "exit"
 )

@@ -49,6 +49,11 @@ type SessionConfig struct {
 	// by a warm pool): the session then refuses one as it refuses any
 	// ready frame after the first.
 	ReadySeen bool
+	// OnExit, if set, hears a guest's exit frame: the code its runtime is
+	// exiting with, sent when nothing of the guest's code is left to run.
+	// The supervisor may then end the jail at once rather than wait for
+	// the runtime's own teardown. The session ends with the frame.
+	OnExit func(code int)
 }
 
 // Outcome is how a session ended and what it gathered.
@@ -447,6 +452,15 @@ func (s *session) handle(body []byte) bool {
 		return true
 	case typeReady:
 		s.protocolError("a ready frame must be the guest's first, and come once")
+		return true
+	case typeExit:
+		if f.Code == nil || *f.Code < 0 || *f.Code > 255 {
+			s.protocolError("an exit frame's code must be an integer from 0 to 255")
+			return true
+		}
+		if s.cfg.OnExit != nil {
+			s.cfg.OnExit(*f.Code)
+		}
 		return true
 	default:
 		s.protocolError("unknown frame type %q", f.Type)

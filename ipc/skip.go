@@ -81,7 +81,7 @@ func (s *session) skipOverBudget(n int) ([]byte, error) {
 	switch {
 	case typ == "":
 		return nil, fmt.Errorf("%w: past the run's %d-byte budget for frames, a frame must name its type first (before any object or array)", ErrProtocol, s.ceil.MaxGuestBytes)
-	case typ == typeDone || typ == typeError:
+	case typ == typeDone || typ == typeError || typ == typeExit:
 		return ReadFrame(s.br, s.ceil.MaxFrame)
 	case typ != typeCall && typ != typeNote:
 		return nil, fmt.Errorf("%w: unknown frame type %.80q", ErrProtocol, typ)

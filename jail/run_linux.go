@@ -59,6 +59,15 @@ type Job struct {
 	// guest runs; Run returns only after it has. A non-nil error ends the
 	// run as a protocol error.
 	Channel func(ctx context.Context, conn net.Conn) error
+	// Exited, when set, delivers the guest's word on its channel that its
+	// runtime is exiting with a code and runs nothing of the guest's any
+	// more (ipc.SessionConfig.OnExit). The supervisor then kills the jail
+	// at once: the runtime's own teardown (its heap, its caches, its
+	// threads) is milliseconds of a warm run that nothing reads. The run
+	// still ends only once every process of the jail is gone and its
+	// output drained, and its exit code is the one said, unless a limit
+	// or a cancellation ended it first.
+	Exited <-chan int
 	// Denials, when set, receives the seccomp listener fd and serves it
 	// until ctx ends; it owns (closes) the fd.
 	Denials func(ctx context.Context, listener int)
@@ -207,6 +216,9 @@ type supervision struct {
 	// cpuBase is the cgroup's CPU time when the run took a warm runtime:
 	// the runtime's own start, not the job's.
 	cpuBase time.Duration
+	// said is the exit code the guest said it exits with (Job.Exited), once
+	// the supervisor killed the jail for it.
+	said *int
 }
 
 func (s *supervision) cg() Cgroup {
@@ -474,10 +486,18 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 	// Each stop happens once: a done context or a passed limit stays that
 	// way, and its case is switched off (a nil channel) after it fires.
 	done := ctx.Done()
+	exited := job.Exited
 	for {
 		select {
 		case end := <-waited:
 			return end
+		case code := <-exited:
+			exited = nil
+			s.said = &code
+			// pid 1's death ends every process of the namespace; the
+			// cgroup's kill, which waits for them, waits below (the
+			// caller's killTree), once the wait has seen pid 1 gone.
+			_ = s.child.proc.Signal(syscall.SIGKILL)
 		case <-done:
 			done = nil
 			s.stop(cancelled(ctx))
@@ -815,6 +835,10 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 	}
 	if s.applyStopReason() {
 		return
+	}
+	if s.said != nil && out.Signal == "SIGKILL" {
+		// The supervisor's own kill, after the guest said how it exits.
+		out.ExitCode, out.Signal = *s.said, ""
 	}
 	if out.Signal == "SIGXCPU" {
 		out.Status = StatusCPULimit

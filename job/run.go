@@ -374,6 +374,16 @@ func (a *attempt) jailJob(spec *specs.Spec, launch *runtimes.Launch, flt filter)
 			OnLog:        a.opt.OnLog,
 			Logger:       a.logger,
 		}
+		// A plain script's runtime says how it exits before Deno's own
+		// teardown (jail.Job.Exited).
+		exited := make(chan int, 1)
+		b.cfg.OnExit = func(code int) {
+			select {
+			case exited <- code:
+			default:
+			}
+		}
+		job.Exited = exited
 		job.Channel = b.serve
 	}
 	return job, b, denials
