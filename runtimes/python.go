@@ -31,12 +31,13 @@ func pythonHeapBytes(mem int64) int64 {
 // worker threads beside the main thread, and the job's quota is one core:
 // what they take is wall time, paid in whole throttled quota periods.
 // With tier-up only delayed (the tiering budgets below, int32's range at
-// most) a hello run still spent ~80 ms of its workers' CPU in TurboFan
+// most) a hello run still spent ~80–100 ms of its workers' CPU in TurboFan
 // and was throttled in most of its periods, and Python code after the
 // start, broker calls included, stalled until a period's end
-// (docs/performance.md, "A Python broker call"). Liftoff costs a
-// CPU-bound script nothing measurable in its first seconds and ~15% by
-// five; the budgets stay should --liftoff-only ever be dropped.
+// (docs/performance.md, "Python's stalls, pinned down"). The price is a
+// long CPU-bound script's: nothing measurable under a second, ~10%
+// slower at two, ~15% at five. The budgets stay should --liftoff-only
+// ever be dropped.
 var pythonV8Flags = []string{
 	"--wasm-tiering-budget=1300000000",
 	"--wasm-wrapper-tiering-budget=1000000",
