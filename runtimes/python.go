@@ -26,16 +26,22 @@ func pythonHeapBytes(mem int64) int64 {
 	return mem
 }
 
-// pythonV8Flags delay V8's tier-up of Pyodide's wasm functions and their
-// JS wrappers to TurboFan, and keep TurboFan off Pyodide's JavaScript glue.
-// At V8's defaults a hello run spends ~100 ms of CPU optimising functions
-// it never calls again, and ~35 ms more optimising the glue's start-up
-// code; under the job's one-core quota CPU time is wall time. Python runs
-// in wasm: a function hot enough to matter still tiers up (measured: a
-// 1.5 s CPU-bound script runs no slower), and the glue keeps Maglev.
+// pythonV8Flags keep Pyodide's wasm in Liftoff, V8's baseline compiler,
+// and TurboFan off Pyodide's JavaScript glue. TurboFan compiles on V8's
+// worker threads beside the main thread, and the job's quota is one core:
+// what they take is wall time, paid in whole throttled quota periods.
+// With tier-up only delayed (the tiering budgets below, int32's range at
+// most) a hello run still spent ~80–100 ms of its workers' CPU in TurboFan
+// and was throttled in most of its periods, and Python code after the
+// start, broker calls included, stalled until a period's end
+// (docs/performance.md, "Python's stalls, pinned down"). The price is a
+// long CPU-bound script's: nothing measurable under a second, ~10%
+// slower at two, ~15% at five. The budgets stay should --liftoff-only
+// ever be dropped.
 var pythonV8Flags = []string{
 	"--wasm-tiering-budget=1300000000",
 	"--wasm-wrapper-tiering-budget=1000000",
+	"--liftoff-only",
 	"--no-opt",
 }
 
