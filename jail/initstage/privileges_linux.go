@@ -115,13 +115,13 @@ func (s *setup) dropPrivileges() error {
 // from it, inherits that set). dropOtherThreads signals each thread and
 // spins in sched_yield until all have answered: a thread woken on the
 // other core, behind a busy task there, kept the spinner going for as
-// long as a time slice, ~1.3 ms of CPU a run on a busy daemon (measured,
-// docs/performance.md "Throughput"); on this core the yield runs it. The
-// other threads stay there: they do nothing but the Go runtime's idle
-// work while pid 1 waits, and, their ids still the namespace's root,
-// this thread may not move them back once it has dropped its own. Best
-// effort: without /proc/self/task or getcpu nothing is pinned, and the
-// drop is as before, only slower.
+// long as a time slice, CPU that a busy daemon's runs need
+// (docs/performance.md, "Throughput"); on this core the yield runs it.
+// The other threads stay there: they do nothing but the Go runtime's idle
+// work while pid 1 waits, and, their ids still the namespace's root, this
+// thread may not move them back once it has dropped its own. Best effort:
+// without /proc/self/task or getcpu nothing is pinned, and the drop is as
+// before, only slower.
 func pinThreads() (unpin func()) {
 	var was unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &was); err != nil {
