@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/job"
 )
@@ -271,6 +273,16 @@ func (d *Daemon) Stats() (DaemonStats, error) {
 	return st, nil
 }
 
+// side is one side of the throughput: its job, the CPU time it has used
+// so far (all of it, and its supervisor's own: pmjail-serve's), and what
+// it waits for after a batch, off the clock, before that CPU time is read
+// (nil: nothing).
+type side struct {
+	run    func(context.Context) error
+	cpu    func() (all, own time.Duration, err error)
+	settle func(context.Context) error
+}
+
 // inTurns measures rounds batches of n runs at concurrency c of each
 // side, the sides taking turns (each round starts with another side, so
 // drift hits all alike): the rates, side by side.
@@ -287,6 +299,102 @@ func inTurns(ctx context.Context, rounds, n, c int, sides []func(context.Context
 		}
 	}
 	return rates, nil
+}
+
+// inTurnsCPU is inTurns with each side's CPU time per run (ms) beside its
+// rates, all of it and its supervisor's own.
+func inTurnsCPU(ctx context.Context, rounds, n, c int, sides []side) (rates, cpus, owns [][]float64, err error) {
+	rates, cpus, owns = make([][]float64, len(sides)), make([][]float64, len(sides)), make([][]float64, len(sides))
+	perRun := func(d time.Duration) float64 { return float64(d) / float64(n) / float64(time.Millisecond) }
+	for r := range rounds {
+		for k := range sides {
+			i := (k + r) % len(sides)
+			all0, own0, err := sides[i].cpu()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			rate, err := batch(ctx, n, c, sides[i].run)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if sides[i].settle != nil {
+				if err := sides[i].settle(ctx); err != nil {
+					return nil, nil, nil, err
+				}
+			}
+			all1, own1, err := sides[i].cpu()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			rates[i] = append(rates[i], rate)
+			cpus[i] = append(cpus[i], perRun(all1-all0))
+			owns[i] = append(owns[i], perRun(own1-own0))
+		}
+	}
+	return rates, cpus, owns, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times on Linux.
+const clockTicks = 100
+
+// treeCPU is the CPU time of the daemon process and of every process it
+// has reaped (/proc/PID/stat's utime, stime, cutime and cstime): its own,
+// its init stages' and, reaped by them, its runtimes'. Kernel workers'
+// (a network namespace's teardown) are nobody's and left out, on both
+// sides.
+func (d *Daemon) treeCPU() (all, own time.Duration, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.Cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields from the state on (the third); utime is the 14th.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", d.Cmd.Process.Pid, len(f))
+	}
+	var ticks [4]int64
+	for k, v := range f[11:15] {
+		if ticks[k], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", d.Cmd.Process.Pid, err)
+		}
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return tick(ticks[0] + ticks[1] + ticks[2] + ticks[3]), tick(ticks[0] + ticks[1]), nil
+}
+
+// reapedCPU is the CPU time of every child the bench has reaped: on the
+// bare side, its Deno processes.
+func reapedCPU() (all, own time.Duration, err error) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0, 0, os.NewSyscallError("getrusage", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), 0, nil
+}
+
+// settle waits until the init stages and runtimes the daemon keeps started
+// ahead of runs stop changing in number (a quarter of a second alike, at
+// most ten seconds): the refills a batch caused are then in its CPU time,
+// not in another side's batch.
+func (d *Daemon) settle(ctx context.Context) error {
+	last, same := "", 0
+	for deadline := time.Now().Add(10 * time.Second); same < 5 && time.Now().Before(deadline); {
+		h, err := d.Client.Health(ctx)
+		if err != nil {
+			return err
+		}
+		now := fmt.Sprint(h.Pooled)
+		if h.Warm != nil {
+			now += fmt.Sprint(h.Warm.Idle)
+		}
+		if now == last {
+			same++
+		} else {
+			last, same = now, 0
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // batch runs n jobs with c workers and returns runs per second.
@@ -342,21 +450,25 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 	}
 	defer warm.Stop()
 	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
-	sides := []func(context.Context) error{
-		warm.Hello,
-		cold.Hello,
-		func(ctx context.Context) error { _, err := bare.Once(ctx); return err },
+	sides := []side{
+		{run: warm.Hello, cpu: warm.treeCPU, settle: warm.settle},
+		{run: cold.Hello, cpu: cold.treeCPU, settle: cold.settle},
+		{run: func(ctx context.Context) error { _, err := bare.Once(ctx); return err }, cpu: reapedCPU},
 	}
 	// Batches of a second or more at each concurrency, five per side: a
 	// shorter batch moved by several points from one run to the next.
 	const rounds = 5
-	var rows [][]string
+	var rows, cpuRows [][]string
 	for _, c := range []int{1, 2, 4} {
 		n := 32 * c
-		rates, err := inTurns(ctx, rounds, n, c, sides)
+		rates, cpus, owns, err := inTurnsCPU(ctx, rounds, n, c, sides)
 		if err != nil {
 			return err
 		}
+		dc, cc, bc := medianF(cpus[0]), medianF(cpus[1]), medianF(cpus[2])
+		cpuRows = append(cpuRows, []string{fmt.Sprint(c), fmt.Sprintf("%.1f ms", dc), fmt.Sprintf("%.1f ms", medianF(owns[0])),
+			fmt.Sprintf("%.1f ms", cc), fmt.Sprintf("%.1f ms", medianF(owns[1])), fmt.Sprintf("%.1f ms", bc),
+			fmt.Sprintf("%+.1f ms (%.2f×)", dc-bc, dc/bc)})
 		dm, cm, bm := medianF(rates[0]), medianF(rates[1]), medianF(rates[2])
 		ratio := dm / bm
 		span := func(v []float64, m float64) string {
@@ -368,6 +480,10 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 	}
 	b.Report.Table([]string{"concurrency", "runs per batch", "daemon (median, min – max)", "daemon, prestart -1", "bare deno loop", "daemon / bare", "prestart -1 / bare"}, rows)
 	b.Report.Para("%d batches per side and concurrency, the three sides taking turns (which goes first rotates). The daemon runs `{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}` through `POST /v1/runs` with the Go client (package client) — the same as `curl --unix-socket SOCK -d '{\"runtime\":\"deno\",\"source\":\"console.log(1)\"}' http://pmjail/v1/runs` — under config `%s` (a deployed daemon's defaults), which keeps as many init stages started ahead of runs as there are slots (`prestart` defaults to `max_concurrency`), each waiting with its cgroup made and the last run's root mounted, and as many warm Deno runtimes (`warm` defaults to `max_concurrency`: whole jails whose Deno waits for its start frame); the second daemon runs under `%s`, so each of its runs clones and starts its own init stage and runtime. The bare loop runs `DENO_DIR=$(mktemp -d) deno run hello.js` (a fresh DENO_DIR each run, as every jailed run has). This machine has %d cores, so concurrency 4 measures queueing as much as parallelism.", rounds, deployedConfig, coldDaemonConfig, runtime.NumCPU())
+	// With every core busy (concurrency 2 and up) a side's rate is its
+	// CPU time per run: the figure the rates follow, shown beside them.
+	b.Report.Table([]string{"concurrency", "CPU per run: daemon", "of it pmjail-serve's own", "daemon, prestart -1", "of it pmjail-serve's own", "bare deno loop", "daemon − bare"}, cpuRows)
+	b.Report.Para("CPU time per run, median of the same batches: for a daemon, its process's and every process's it reaped (its init stages and, reaped by them, its runtimes), and apart its process's own (pmjail-serve: HTTP, the supervision, Go's runtime, the clone's kernel work), read from `/proc/PID/stat` after each batch once the init stages and runtimes it starts ahead have been refilled (off the rate's clock); for the bare loop, its Deno processes' (`getrusage(RUSAGE_CHILDREN)`). Neither counts the client's work or the kernel's workers (a network namespace's teardown). docs/performance.md (\"Throughput\") splits the daemon's.")
 	return nil
 }
 

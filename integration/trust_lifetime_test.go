@@ -374,3 +374,28 @@ func TestTrust_LifetimePid1HoldsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestTrust_LifetimeGuestKeepsItsCPUs: the init stage holds its threads on
+// one core while it drops their capabilities (a faster drop on a busy
+// host); the guest it starts runs on every CPU its supervisor may.
+func TestTrust_LifetimeGuestKeepsItsCPUs(t *testing.T) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for _, l := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == "Cpus_allowed_list" {
+			want = strings.TrimSpace(v)
+		}
+	}
+	bin := buildProber(t)
+	_, rep := runProber(t, bin, nil, "cpus")
+	var got string
+	if !detail(t, rep, "cpus", &got) {
+		t.Fatalf("cpus: %+v", rep["cpus"])
+	}
+	if got != want {
+		t.Errorf("the guest runs on CPUs %q, its supervisor on %q", got, want)
+	}
+}

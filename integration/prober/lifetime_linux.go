@@ -139,3 +139,21 @@ func init() {
 		return report{OK: true, Detail: out}
 	}
 }
+
+func init() {
+	// cpus reports the CPUs the prober may run on, as /proc shows them:
+	// the init stage holds its own threads on one core while it drops
+	// their capabilities, and the guest it starts must not inherit that.
+	probes["cpus"] = func([]string) report {
+		status, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return result(unwrap(err))
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && k == "Cpus_allowed_list" {
+				return report{OK: true, Detail: strings.TrimSpace(v)}
+			}
+		}
+		return report{OK: false, Detail: "no Cpus_allowed_list in /proc/self/status"}
+	}
+}

@@ -101,11 +101,48 @@ const lockedSecurebits = 1<<0 | 1<<1 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 // dropPrivileges drops every privilege (dropCredentials), then the other
 // threads' capabilities (dropOtherThreads).
 func (s *setup) dropPrivileges() error {
+	unpin := pinThreads()
+	defer unpin()
 	if err := dropCredentials(s.cfg.Process.User, s.lastCap); err != nil {
 		return err
 	}
 	dropOtherThreads()
 	return nil
+}
+
+// pinThreads holds every thread of the process on the core this one runs
+// on, until unpin gives this thread its own set back (the runtime, started
+// from it, inherits that set). dropOtherThreads signals each thread and
+// spins in sched_yield until all have answered: a thread woken on the
+// other core, behind a busy task there, kept the spinner going for as
+// long as a time slice, CPU that a busy daemon's runs need
+// (docs/performance.md, "Throughput"); on this core the yield runs it.
+// The other threads stay there: they do nothing but the Go runtime's idle
+// work while pid 1 waits, and, their ids still the namespace's root, this
+// thread may not move them back once it has dropped its own. Best effort:
+// without /proc/self/task or getcpu nothing is pinned, and the drop is as
+// before, only slower.
+func pinThreads() (unpin func()) {
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		return func() {}
+	}
+	var cpu uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return func() {}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return func() {}
+	}
+	var one unix.CPUSet
+	one.Set(int(cpu))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			_ = unix.SchedSetaffinity(tid, &one)
+		}
+	}
+	return func() { _ = unix.SchedSetaffinity(0, &was) }
 }
 
 // dropCredentials empties the bounding, ambient and inheritable capability
