@@ -1,9 +1,9 @@
 package packages
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -14,7 +14,7 @@ var ErrNotAllowed = errors.New("package not allowed")
 
 // specifier finds npm: and jsr: specifiers in string literals: what a
 // static import, a re-export or a literal dynamic import names.
-var specifier = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
+var specifier = lazyRegexp("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
 
 // Scan returns the npm packages a JavaScript or TypeScript source names
 // in its npm: specifiers (a subpath dropped), each once, in order. A
@@ -23,8 +23,11 @@ var specifier = regexp.MustCompile("[\"'`]((?:npm|jsr):[^\"'`\\s]*)")
 // clear refusal: a specifier the code computes escapes it, and the job's
 // root, which holds only the allowed packages, still refuses it.
 func Scan(source []byte) ([]Ref, error) {
+	if !bytes.Contains(source, []byte("npm:")) && !bytes.Contains(source, []byte("jsr:")) {
+		return nil, nil // nothing specifier can match
+	}
 	var refs []Ref
-	for _, m := range specifier.FindAllSubmatch(source, -1) {
+	for _, m := range specifier().FindAllSubmatch(source, -1) {
 		spec := string(m[1])
 		if strings.HasSuffix(spec, ":") || strings.HasSuffix(spec, "@") || strings.HasSuffix(spec, "/") || strings.Contains(spec, "${") {
 			continue // a prefix the code completes: the root decides
