@@ -280,7 +280,7 @@ type semver struct {
 }
 
 func parseVersion(s string) (semver, bool) {
-	if !npmVersion.MatchString(s) {
+	if !npmVersion().MatchString(s) {
 		return semver{}, false
 	}
 	s, _, _ = strings.Cut(s, "+")

@@ -3,8 +3,6 @@
 // (handler modules), imports the job's module and reports its outcome.
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
 import { Channel, makeHost } from "./channel.js";
-import { installFetch } from "./fetch.js";
-import { checkValue, describe } from "./report.js";
 
 await primed();
 const channel = new Channel();
@@ -16,7 +14,7 @@ const module = moduleOf(start.source);
 const input = start.input ?? null;
 const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
-installFetch(channel, start.capabilities);
+lazyFetch(start.capabilities);
 
 // The largest frame the host reads (older hosts do not say).
 const maxFrame = start.options?.max_frame || 4 << 20;
@@ -46,10 +44,10 @@ async function report(frame, code) {
   }
 }
 
-function fail(err) {
+async function fail(err) {
   let error;
   try {
-    error = describe(err);
+    error = (await reportJS()).describe(err);
   } catch {
     // A Proxy, or a getter that throws: nothing more can be said of it.
     error = { name: "Error", message: "the guest threw a value that could not be read", stack: "" };
@@ -135,7 +133,9 @@ async function run() {
   }
   await rejectionsSeen();
   if (reported) return;
-  return report(doneFrame(value), 0);
+  const { checkValue } = value === undefined ? {} : await reportJS();
+  if (reported) return;
+  return report(doneFrame(value, checkValue), 0);
 }
 
 // rejectionsSeen lets the unhandledrejection events due fire before a
@@ -154,8 +154,8 @@ async function rejectionsSeen() {
 }
 
 // doneFrame is the frame for a handler's value, or a ResultError saying
-// why the value cannot be the result as it is.
-function doneFrame(value) {
+// why the value cannot be the result as it is (checkValue, report.js's).
+function doneFrame(value, checkValue) {
   if (value === undefined) return { type: "done" };
   let why;
   try {
@@ -195,6 +195,36 @@ function renamed(error) {
     if (typeof e.message === "string") e.message = module.named(e.message);
     if (typeof e.stack === "string") e.stack = module.named(e.stack);
   }
+}
+
+// reportJS loads report.js, which only an error or a handler's value
+// needs: a plain script that ends well never loads it. Every module
+// loaded before the job's first line costs a run's start ~0.5-1 ms
+// (measured), more than this file's own code. A pending import keeps
+// the event loop alive, so an error's report is not cut short by it.
+let reportModule;
+function reportJS() {
+  reportModule ??= import("./report.js");
+  return reportModule;
+}
+
+// lazyFetch makes the global fetch the broker's at once (fetch.js), but
+// loads fetch.js at the first call: most jobs never fetch. Deno's own
+// fetch is taken now, before any guest code: fetch.js reads data: and
+// blob: URLs with it.
+function lazyFetch(capabilities) {
+  const platform = globalThis.fetch;
+  let broker;
+  globalThis.fetch = async function fetch(input, init = undefined) {
+    try {
+      broker ??= (await import("./fetch.js")).brokerFetch(channel, capabilities, platform);
+      return await broker(input, init);
+    } catch (err) {
+      // The stack starts at the guest's call, as fetch.js makes it.
+      if (err instanceof TypeError) Error.captureStackTrace(err, fetch);
+      throw err;
+    }
+  };
 }
 
 // moduleOf is what to import: the job's file in its root, or, for a

@@ -12,12 +12,17 @@ const NULL_BODY = new Set([101, 103, 204, 205, 304]);
 // start frame's copy of the job's declared set: fetch names the secret
 // the job maps to a request's origin, as a request.send caller would.
 export function installFetch(channel, capabilities) {
-  globalThis.fetch = makeFetch(channel, authByOrigin(capabilities));
+  globalThis.fetch = brokerFetch(channel, capabilities, globalThis.fetch);
 }
 
-function makeFetch(channel, auth) {
-  // data: and blob: URLs never reach a network: Deno reads them itself.
-  const local = globalThis.fetch;
+// brokerFetch is the broker's fetch without installing it; platform is
+// Deno's own fetch, which reads data: and blob: URLs (they never reach a
+// network).
+export function brokerFetch(channel, capabilities, platform) {
+  return makeFetch(channel, authByOrigin(capabilities), platform);
+}
+
+function makeFetch(channel, auth, local) {
   return async function fetch(input, init = undefined) {
     try {
       return await send(input, init);

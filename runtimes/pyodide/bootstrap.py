@@ -4,7 +4,6 @@
 # handler script defining `main(input)` or `main(input, ctx)`), and returns
 # the outcome to the loader as JSON. Every check happens on the host; nothing here is trusted.
 import ast
-import importlib
 import json
 import os
 import sys
@@ -366,14 +365,32 @@ def _job_files(files_json, env_json, filename):
     # The job's other files, read-only beside its entry; the entry's
     # directory leads sys.path as a script's does in CPython, so `import
     # util` and a package's `from .lib import x` resolve there.
-    for path, text in json.loads(files_json).items():
+    job_dir = os.path.dirname(filename)
+    files = json.loads(files_json)
+    for path, text in files.items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(path, 0o444)
-    sys.path.insert(0, os.path.dirname(filename))
-    importlib.invalidate_caches()
-    os.environ.update(json.loads(env_json))
+    sys.path.insert(0, job_dir)
+    if files:
+        _forget_listings(job_dir)
+    env = json.loads(env_json)
+    if env:
+        os.environ.update(env)
+
+
+def _forget_listings(job_dir):
+    # What importlib.invalidate_caches() does for the job's directories,
+    # and only for them: the finders of every other path entry saw nothing
+    # change. Not that call itself: it imports importlib.metadata to reset
+    # that module's cache, ~100 ms of a hello's CPU here (measured).
+    for entry, finder in list(sys.path_importer_cache.items()):
+        if (entry == job_dir or entry.startswith(job_dir + "/")) and hasattr(finder, "invalidate_caches"):
+            finder.invalidate_caches()
+    metadata = sys.modules.get("importlib.metadata")
+    if metadata is not None:
+        metadata.MetadataPathFinder.invalidate_caches()
 
 
 def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):

@@ -317,6 +317,9 @@ function installPackages(py, dir) {
   for (const d of [...dirs].sort().reverse()) py.FS.chmod(d, 0o555);
   const ns = py.globals.get("dict")();
   ns.set("d", dir);
-  py.runPython("import sys, importlib\nsys.path.insert(0, d)\nimportlib.invalidate_caches()", { globals: ns });
+  // Only d's finder could hold a stale listing: not
+  // importlib.invalidate_caches(), which imports importlib.metadata
+  // (~100 ms of CPU here; see bootstrap.py's _forget_listings).
+  py.runPython("import sys\nsys.path.insert(0, d)\nsys.path_importer_cache.pop(d, None)", { globals: ns });
   ns.destroy();
 }
