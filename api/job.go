@@ -63,6 +63,11 @@ var (
 	EnvReserved = []string{
 		"PATH", "HOME", "LANG", "TMPDIR", "NO_COLOR", "TZDIR",
 		"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+		// The rest of what glibc drops for a setuid program: each makes
+		// the C library read files or modules from a path the job names
+		// (its own files are in the root).
+		"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+		"NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",
 	}
 	EnvReservedPrefixes = []string{"DENO_", "NODE_", "NPM_", "V8_", "RUST_", "LD_", "GLIBC_", "MALLOC_", "PYTHON", "PYODIDE_", "PMJAIL_"}
 )

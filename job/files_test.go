@@ -89,6 +89,8 @@ func TestProgramRefusals(t *testing.T) {
 		{"env PATH", `{"runtime":"deno","source":"1","env":{"PATH":"/tmp"}}`, "env.PATH", "env.PATH: reserved: pmjail sets it, or it redirects what the runtime does"},
 		{"env https_proxy", `{"runtime":"deno","source":"1","env":{"https_proxy":"http://x"}}`, "env.https_proxy", "env.https_proxy: reserved: pmjail sets it, or it redirects what the runtime does"},
 		{"env LD_PRELOAD", `{"runtime":"deno","source":"1","env":{"LD_PRELOAD":"/tmp/x.so"}}`, "env.LD_PRELOAD", "env.LD_PRELOAD: reserved: LD_* names configure the runtime or the loader"},
+		{"env LOCPATH", `{"runtime":"deno","source":"1","env":{"LOCPATH":"/job"}}`, "env.LOCPATH", "env.LOCPATH: reserved: pmjail sets it, or it redirects what the runtime does"},
+		{"env gconv_path", `{"runtime":"python","files":{"main.py":"1"},"env":{"gconv_path":"/job"}}`, "env.gconv_path", "env.gconv_path: reserved: pmjail sets it, or it redirects what the runtime does"},
 		{"env DENO_DIR", `{"runtime":"deno","source":"1","env":{"deno_dir":"/tmp"}}`, "env.deno_dir", "env.deno_dir: reserved: DENO_* names configure the runtime or the loader"},
 		{"env PYTHONPATH", `{"runtime":"python","source":"1","env":{"PYTHONPATH":"/tmp"}}`, "env.PYTHONPATH", "env.PYTHONPATH: reserved: PYTHON* names configure the runtime or the loader"},
 		{"env value", `{"runtime":"deno","source":"1","env":{"X":"` + strings.Repeat("v", api.MaxEnvValueLen+1) + `"}}`,
