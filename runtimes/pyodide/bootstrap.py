@@ -4,7 +4,6 @@
 # handler script defining `main(input)` or `main(input, ctx)`), and returns
 # the outcome to the loader as JSON. Every check happens on the host; nothing here is trusted.
 import ast
-import importlib
 import json
 import os
 import sys
@@ -189,12 +188,34 @@ def _harden():
     sys.modules.pop("micropip", None)
     sys.meta_path.append(_RefusePackages)
 
-    # Network access is fetch's, through the broker.
-    _bind_pyfetch()
+    # Network access is fetch's, through the broker (the run binds
+    # pyodide.http to it once the loader installed it: _bind_pyfetch).
     if "urllib.request" in sys.modules:
         _patch_urllib(sys.modules["urllib.request"])
     elif _Fetch not in sys.meta_path:
         sys.meta_path.insert(0, _Fetch)
+
+
+def prepare():
+    """What every run needs and no job decides, done by the loader before
+    the runtime says it is ready: a daemon's warm runtime does it while it
+    waits for a job, so the job's request does not wait for it. Nothing of
+    a job is here, nor anything a job could tell from a runtime that did
+    not prepare (the environment, the refusals and the urllib patch are
+    as run would make them)."""
+    _harden()
+    # First uses cost a run far more than later ones (the entropy source
+    # behind os.urandom is Deno's crypto, reached through Pyodide's glue;
+    # a file's first write; compile and eval): pay them here. What they
+    # make is thrown away, and random is reseeded once the job is taken.
+    os.urandom(16)
+    scratch = "/tmp/.pmjail-prepare"
+    with open(scratch, "w", encoding="utf-8") as f:
+        f.write("pass\n")
+    os.remove(scratch)
+    code = compile("pass\n", scratch, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    eval(code, {"__builtins__": __builtins__})
+    json.loads(json.dumps({"kind": "done"}))
 
 
 def _reseed():
@@ -366,19 +387,29 @@ def _job_files(files_json, env_json, filename):
     # The job's other files, read-only beside its entry; the entry's
     # directory leads sys.path as a script's does in CPython, so `import
     # util` and a package's `from .lib import x` resolve there.
+    written = [filename]
     for path, text in json.loads(files_json).items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(path, 0o444)
+        written.append(path)
     sys.path.insert(0, os.path.dirname(filename))
-    importlib.invalidate_caches()
+    # A finder cached for a directory written here would not see the new
+    # files: drop those. importlib.invalidate_caches() would do it for
+    # every directory, but on Python 3.14 it imports importlib.metadata
+    # (email, zipfile, csv, ...): ~85 ms of every run (measured).
+    for path in written:
+        d = os.path.dirname(path)
+        while d not in ("", "/"):
+            sys.path_importer_cache.pop(d, None)
+            d = os.path.dirname(d)
     os.environ.update(json.loads(env_json))
 
 
 def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
     _reseed()
-    _harden()
+    _bind_pyfetch()
     _job_files(files_json, env_json, filename)
     input_value = json.loads(input_json)
     pmjail = _make_module(bridge, input_value)
