@@ -323,6 +323,8 @@ function installPackages(py, dir) {
   for (const d of [...dirs].sort().reverse()) py.FS.chmod(d, 0o555);
   const ns = py.globals.get("dict")();
   ns.set("d", dir);
-  py.runPython("import sys, importlib\nsys.path.insert(0, d)\nimportlib.invalidate_caches()", { globals: ns });
+  // Only d's finder could miss the files: importlib.invalidate_caches()
+  // would import importlib.metadata on Python 3.14 (~85 ms a run).
+  py.runPython("import sys\nsys.path.insert(0, d)\nsys.path_importer_cache.pop(d, None)", { globals: ns });
   ns.destroy();
 }
