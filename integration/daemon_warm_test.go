@@ -358,7 +358,7 @@ func TestDaemonWarmPython(t *testing.T) {
 	}
 	probe := `
 import builtins, os, random
-seen = {"global": hasattr(builtins, "_mark"), "file": os.path.exists("/tmp/mark")}
+seen = {"global": hasattr(builtins, "_mark"), "file": os.path.exists("/tmp/mark"), "prepare": os.path.exists("/tmp/.pmjail-prepare")}
 builtins._mark = 1
 try:
     open("/tmp/mark", "w").write("1")
@@ -384,6 +384,11 @@ def main(input, ctx):
 	}
 	if runs[1].Seen["global"] || runs[1].Seen["file"] {
 		t.Errorf("the second warm python run saw the first's traces: %v", runs[1].Seen)
+	}
+	// The loader's set-up before the ready frame (bootstrap.py's
+	// prepare) leaves nothing a job sees.
+	if runs[0].Seen["prepare"] || runs[1].Seen["prepare"] {
+		t.Errorf("a warm python run saw the runtime's set-up scratch file: %v %v", runs[0].Seen, runs[1].Seen)
 	}
 	if fmt.Sprint(runs[0].Rand) == fmt.Sprint(runs[1].Rand) || runs[0].Urandom == runs[1].Urandom {
 		t.Errorf("randomness repeated across warm python runs: %v %s", runs[0].Rand, runs[0].Urandom)

@@ -188,12 +188,34 @@ def _harden():
     sys.modules.pop("micropip", None)
     sys.meta_path.append(_RefusePackages)
 
-    # Network access is fetch's, through the broker.
-    _bind_pyfetch()
+    # Network access is fetch's, through the broker (the run binds
+    # pyodide.http to it once the loader installed it: _bind_pyfetch).
     if "urllib.request" in sys.modules:
         _patch_urllib(sys.modules["urllib.request"])
     elif _Fetch not in sys.meta_path:
         sys.meta_path.insert(0, _Fetch)
+
+
+def prepare():
+    """What every run needs and no job decides, done by the loader before
+    the runtime says it is ready: a daemon's warm runtime does it while it
+    waits for a job, so the job's request does not wait for it. Nothing of
+    a job is here, nor anything a job could tell from a runtime that did
+    not prepare (the environment, the refusals and the urllib patch are
+    as run would make them)."""
+    _harden()
+    # First uses cost a run far more than later ones (the entropy source
+    # behind os.urandom is Deno's crypto, reached through Pyodide's glue;
+    # a file's first write; compile and eval): pay them here. What they
+    # make is thrown away, and random is reseeded once the job is taken.
+    os.urandom(16)
+    scratch = "/tmp/.pmjail-prepare"
+    with open(scratch, "w", encoding="utf-8") as f:
+        f.write("pass\n")
+    os.remove(scratch)
+    code = compile("pass\n", scratch, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    eval(code, {"__builtins__": __builtins__})
+    json.loads(json.dumps({"kind": "done"}))
 
 
 def _reseed():
@@ -395,7 +417,7 @@ def _forget_listings(job_dir):
 
 def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
     _reseed()
-    _harden()
+    _bind_pyfetch()
     _job_files(files_json, env_json, filename)
     input_value = json.loads(input_json)
     pmjail = _make_module(bridge, input_value)

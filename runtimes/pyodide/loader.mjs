@@ -163,6 +163,13 @@ for (const name of ["loadPackage", "loadPackagesFromImports", "mountNodeFS", "mo
   } catch { /* a frozen API object keeps its own; the jail still bounds it */ }
 }
 
+// The run's job-independent set-up (bootstrap.py's prepare) happens before
+// the channel says the runtime is ready: a daemon's warm runtime has it
+// done before its job arrives.
+const boot = py.pyimport("_pmjail_boot");
+boot.prepare();
+const run = boot.run;
+
 const channel = new Channel();
 const start = await channel.started;
 const coarse = start.options?.timing === "coarse";
@@ -218,7 +225,6 @@ const source = start.source ? start.source.text : await Deno.readTextFile(mainPa
 const manifest = jobArg && jobArg !== "-" ? JSON.parse(Deno.readTextFileSync(jobArg)) : { files: [], env: {} };
 const files = {};
 for (const p of manifest.files) files[p] = Deno.readTextFileSync(p);
-const run = py.pyimport("_pmjail_boot").run;
 // The run is not awaited at the module's top level: when Python waits on
 // something nothing can settle any more (a Future no one resolves), the
 // event loop runs empty and beforeunload says so, where a top-level await
@@ -230,7 +236,7 @@ globalThis.addEventListener("beforeunload", (ev) => {
   ev.preventDefault();
   let at = null;
   try {
-    at = py.pyimport("_pmjail_boot").where(mainPath.slice(0, mainPath.lastIndexOf("/")));
+    at = boot.where(mainPath.slice(0, mainPath.lastIndexOf("/")));
   } catch { /* the message does without the place */ }
   const waiting = at ? `the await at ${at} was waiting` : "it was waiting";
   const message = `the Python program never finished: ${waiting} for something that nothing (no timer, I/O or broker call) was left to settle`;
