@@ -29,6 +29,11 @@ func TestDaemonWarmExit(t *testing.T) {
 		{"unload listener", `addEventListener("unload", () => { console.log("bye"); Deno.exitCode = 5 }); console.log("hi")`, "hi\nbye\n", 5},
 		{"onunload", `globalThis.onunload = () => { console.log("bye") }; console.log("hi")`, "hi\nbye\n", 0},
 		{"unload listener added late", `setTimeout(() => addEventListener("unload", () => console.log("bye")), 10)`, "bye\n", 0},
+		// Node's process runs its exit listeners in an unload listener of
+		// its own, added without the global addEventListener, after the
+		// bootstrap's.
+		{"process exit listener", `process.on("exit", () => { console.log("bye"); process.exitCode = 5 }); console.log("hi")`, "hi\nbye\n", 5},
+		{"node:process exit listener", `import p from "node:process"; p.once("exit", (c) => console.log("bye", c)); console.log("hi")`, "hi\nbye 0\n", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

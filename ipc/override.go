@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -35,15 +36,17 @@ func (b *broker) checkOverride(h hop) *CallError {
 			}
 		}
 	}
-	for _, vs := range foldedParams(h.url.Query()) {
-		for _, v := range vs {
-			if cerr := b.checkOverrideValue("the query's "+overrideParam, v); cerr != nil {
-				return cerr
-			}
+	for _, v := range fieldValues(h.url.RawQuery) {
+		if cerr := b.checkOverrideValue("the query's "+overrideParam, v); cerr != nil {
+			return cerr
 		}
 	}
 	if h.body != nil {
-		for _, v := range formOverrides(h.header, *h.body) {
+		vs, err := formOverrides(h.header, *h.body)
+		if err != nil {
+			return callErr(CodeDenied, "body: %v: the broker cannot check it for a %s field", err, overrideParam)
+		}
+		for _, v := range vs {
 			if cerr := b.checkOverrideValue("the form's "+overrideParam, v); cerr != nil {
 				return cerr
 			}
@@ -54,20 +57,15 @@ func (b *broker) checkOverride(h hop) *CallError {
 
 // formOverrides returns the _method fields of a URL-encoded or multipart
 // form body, or the top-level _method member of a JSON one (Laravel and
-// Symfony read it from JSON input too); what parses is what a server
-// would read, so a malformed rest is ignored.
-func formOverrides(h http.Header, body string) []string {
-	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
-	if err != nil {
-		return nil
-	}
+// Symfony read it from JSON input too). A multipart body is refused
+// unless it parses to its end: a server that skips a part it cannot read
+// would read the parts after it, which the check would not have seen.
+func formOverrides(h http.Header, body string) ([]string, error) {
+	mt, params, typeErr := mediaType(h.Get("Content-Type"))
 	var out []string
 	switch mt {
 	case "application/x-www-form-urlencoded":
-		form, _ := url.ParseQuery(body)
-		for _, vs := range foldedParams(form) {
-			out = append(out, vs...)
-		}
+		out = fieldValues(body)
 	case "application/json":
 		var members map[string]json.RawMessage
 		_ = json.Unmarshal([]byte(body), &members)
@@ -78,19 +76,88 @@ func formOverrides(h http.Header, body string) []string {
 			}
 		}
 	case "multipart/form-data":
+		if typeErr != nil || params["boundary"] == "" {
+			return nil, fmt.Errorf("a multipart form whose Content-Type %.80q does not parse or names no boundary", h.Get("Content-Type"))
+		}
 		mr := multipart.NewReader(strings.NewReader(body), params["boundary"])
 		for {
 			part, err := mr.NextPart()
-			if err != nil {
+			if err == io.EOF {
 				break
 			}
-			if strings.EqualFold(part.FormName(), overrideParam) {
+			if err != nil {
+				return nil, fmt.Errorf("a multipart form that does not parse: %w", err)
+			}
+			if isOverrideName(part.FormName()) {
 				v, _ := io.ReadAll(io.LimitReader(part, 64))
 				out = append(out, string(v))
 			}
 		}
 	}
+	return out, nil
+}
+
+// mediaType is a Content-Type's media type and parameters. When its
+// parameters do not parse, the type is still what a lenient server reads
+// (up to the first ';', ',' or space), and the error says they did not.
+func mediaType(ct string) (string, map[string]string, error) {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil {
+		return mt, params, nil
+	}
+	if i := strings.IndexAny(ct, ";, \t"); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(ct)), nil, err
+}
+
+// fieldValues returns the values of every field named _method, as a
+// server may name it (isOverrideName), in a query string or URL-encoded
+// form. It splits at every '&' and ';' itself, without a cap on the
+// fields (url.ParseQuery gives up on a form of 10,000 fields or more,
+// and drops a field holding a ';', both of which servers read), and an
+// escape that does not decode is read as it stands.
+func fieldValues(raw string) []string {
+	var out []string
+	for raw != "" {
+		var field string
+		if i := strings.IndexAny(raw, "&;"); i >= 0 {
+			field, raw = raw[:i], raw[i+1:]
+		} else {
+			field, raw = raw, ""
+		}
+		name, value, _ := strings.Cut(field, "=")
+		if isOverrideName(unescape(name)) {
+			out = append(out, unescape(value))
+		}
+	}
 	return out
+}
+
+// unescape is s with its escapes decoded ('+' a space), or s as it
+// stands when one does not decode.
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// isOverrideName reports whether a field named name is _method to some
+// server: in any case (servers differ in how they match it), and as PHP
+// names fields, its leading spaces dropped and ' ', '.' and '[' read as
+// '_'.
+func isOverrideName(name string) bool {
+	name = strings.TrimLeft(name, " ")
+	if len(name) != len(overrideParam) {
+		return false
+	}
+	return strings.EqualFold(strings.Map(func(r rune) rune {
+		if r == ' ' || r == '.' || r == '[' {
+			return '_'
+		}
+		return r
+	}, name), overrideParam)
 }
 
 // checkOverrideValue: the method an override names must be one the job
@@ -101,16 +168,4 @@ func (b *broker) checkOverrideValue(where, v string) *CallError {
 		return nil
 	}
 	return callErr(CodeDenied, "%s overrides the method with %.40q, which is not declared in capabilities.request.methods", where, v)
-}
-
-// foldedParams returns the values of every parameter named _method in any
-// case (servers differ in how they match it).
-func foldedParams(q url.Values) [][]string {
-	var out [][]string
-	for k, vs := range q {
-		if strings.EqualFold(k, overrideParam) {
-			out = append(out, vs)
-		}
-	}
-	return out
 }

@@ -234,6 +234,7 @@ func TestMethodOverrideDenied(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"GET", "POST"}}, PermissiveCeiling(), nil)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
 	for name, params := range map[string]map[string]any{
 		"X-HTTP-Method-Override": {"url": srv.URL + "/1", "headers": map[string]string{"X-HTTP-Method-Override": "DELETE"}},
 		"X-Method-Override":      {"url": srv.URL + "/2", "headers": map[string]string{"x-method-override": "put"}},
@@ -246,6 +247,22 @@ func TestMethodOverrideDenied(t *testing.T) {
 			"headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}},
 		"_method in JSON":        {"url": srv.URL + "/9", "method": "POST", "body": `{"a":1,"_method":"DELETE"}`, "headers": map[string]string{"Content-Type": "application/json"}},
 		"X_HTTP_METHOD_OVERRIDE": {"url": srv.URL + "/10", "headers": map[string]string{"X_HTTP_METHOD_OVERRIDE": "DELETE"}},
+		// Go's url.ParseQuery gives up past 10,000 fields (and drops a
+		// field holding a ';'); PHP keeps the first 1,000, Express's qs
+		// the first 1,000, and Rack 2 splits at ';' too.
+		"_method before 10,000 fields":       {"url": srv.URL + "/11", "method": "POST", "body": "_method=DELETE&" + strings.Repeat("a=1&", 10000), "headers": form},
+		"_method before 10,000 query fields": {"url": srv.URL + "/12?_method=DELETE" + strings.Repeat("&a", 10000)},
+		"_method after a ';'":                {"url": srv.URL + "/13", "method": "POST", "body": "a=1;_method=DELETE", "headers": form},
+		// PHP reads a field named " method" or ".method" as _method.
+		"_method as PHP names it": {"url": srv.URL + "/14?.method=DELETE"},
+		// A media type whose parameters do not parse is still a form to
+		// a server that reads it up to its ';'.
+		"_method in a form whose type does not parse": {"url": srv.URL + "/15", "method": "POST", "body": "_method=DELETE",
+			"headers": map[string]string{"Content-Type": "application/x-www-form-urlencoded; charset"}},
+		// A server that skips a part it cannot read reads the next.
+		"_method after a malformed part": {"url": srv.URL + "/16", "method": "POST",
+			"body":    "--b\r\nno colon\r\n\r\nx\r\n--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--\r\n",
+			"headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}},
 	} {
 		f := r.g.call("request.send", params)
 		if f.OK || f.Error.Code != CodeDenied {
@@ -254,7 +271,7 @@ func TestMethodOverrideDenied(t *testing.T) {
 	}
 	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/ok?_method=post", "headers": map[string]string{"X-HTTP-Method-Override": "GET"}}))
 	r.finish(t)
-	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", "/10"} {
+	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", "/10", "/11", "/12", "/13", "/14", "/15", "/16"} {
 		if _, ok := hits.Load(p); ok {
 			t.Errorf("the origin got %s", p)
 		}

@@ -100,13 +100,32 @@ Object.defineProperty(EventTarget.prototype, "addEventListener", {
   }.addEventListener,
 });
 
+// Node's process (the global `process`, node:process) emits its "exit"
+// event from an unload listener of its own, which Deno adds with its own
+// addEventListener, unseen above, once the guest first uses that process:
+// after the bootstrap's. Whether it exists is Deno's internal mark of that
+// first use, and its getter (both taken before any guest code can replace
+// them) gives the process, whose listeners then say whether anything is
+// left to run. (A Deno that names the mark otherwise fails
+// TestDaemonWarmExit.)
+const denoInternal = Deno[Deno.internal];
+const processOf = Object.getOwnPropertyDescriptor(globalThis, "process")?.get;
+
+// nodeExit reports whether node's process may have an exit listener.
+function nodeExit() {
+  if (denoInternal == null || typeof denoInternal !== "object") return true;
+  if (denoInternal.__nodeProcessBootstrapped !== true) return false;
+  const process = processOf?.call(globalThis);
+  return typeof process?.listenerCount !== "function" || process.listenerCount("exit") > 0;
+}
+
 // exiting sends the exit frame as a plain script's runtime unloads (the
 // event loop ran empty, or the guest called Deno.exit): the host then
 // ends the jail at once instead of waiting for Deno's own teardown.
 function exiting() {
   if (!plain || reported || guestUnload || typeof exitCodeOf !== "function") return;
   try {
-    if (globalThis.onunload != null) return;
+    if (globalThis.onunload != null || nodeExit()) return;
     const code = exitCodeOf();
     if (Number.isInteger(code) && code >= 0 && code <= 255) channel.exiting(code);
   } catch { /* the runtime exits as it would without the frame */ }
