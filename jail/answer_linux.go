@@ -79,7 +79,7 @@ func (s *supervision) settle(o *outputs) {
 	}
 }
 
-// awaitWithin waits for done for up to answerWithin.
+// awaitWithin waits for done for up to d.
 func awaitWithin(done <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
