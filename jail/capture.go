@@ -42,7 +42,8 @@ const (
 	mappedChunk = 1 << 20
 )
 
-func (c *capture) drain(r io.Reader, overflow func()) {
+// drain adds what r gives until a read fails, and returns that error.
+func (c *capture) drain(r io.Reader, overflow func()) error {
 	chunk := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(chunk)
@@ -50,7 +51,7 @@ func (c *capture) drain(r io.Reader, overflow func()) {
 			c.add(chunk[:n], overflow)
 		}
 		if err != nil {
-			return
+			return err
 		}
 	}
 }

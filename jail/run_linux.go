@@ -68,6 +68,14 @@ type Job struct {
 	// output drained, and its exit code is the one said, unless a limit
 	// or a cancellation ended it first.
 	Exited <-chan int
+	// Answer, when set, takes a warm run's outcome before its teardown:
+	// once the guest said how it exits (Exited), the supervisor freezes
+	// the job's cgroup, drains the output, and hands Answer the outcome,
+	// complete, with the cgroup still held; then it kills the jail, and
+	// Run returns the same outcome, unchanged, once the jail is gone. A
+	// run it cannot answer so (a step not done in a bounded time, or no
+	// freezer) does not call it.
+	Answer func(*Outcome)
 	// Denials, when set, receives the seccomp listener fd and serves it
 	// until ctx ends; it owns (closes) the fd.
 	Denials func(ctx context.Context, listener int)
@@ -173,11 +181,12 @@ type killReason struct {
 // what it created, but for the job's cgroup, which the outcome holds until
 // its Release.
 func Run(ctx context.Context, job *Job) *Outcome {
-	start := time.Now()
-	s := &supervision{job: job, out: &Outcome{}, runtime: -1}
+	s := &supervision{job: job, out: &Outcome{}, runtime: -1, started: time.Now()}
 	s.run(ctx)
-	s.out.Wall = time.Since(start)
-	s.account()
+	if !s.answered {
+		s.out.Wall = time.Since(s.started)
+		s.account()
+	}
 	return s.out
 }
 
@@ -219,6 +228,10 @@ type supervision struct {
 	// said is the exit code the guest said it exits with (Job.Exited), once
 	// the supervisor killed the jail for it.
 	said *int
+	// started is when the run began (Outcome.Wall); answered that
+	// Job.Answer has the outcome, which is not to change after.
+	started  time.Time
+	answered bool
 }
 
 func (s *supervision) cg() Cgroup {
@@ -256,12 +269,17 @@ func (s *supervision) awaitCgroup() {
 
 // stop records the first reason to end the run and kills the tree.
 func (s *supervision) stop(r killReason) {
+	s.note(r)
+	s.killTree()
+}
+
+// note records r as the reason the run ended, unless it had one.
+func (s *supervision) note(r killReason) {
 	s.mu.Lock()
 	if s.reason == nil {
 		s.reason = &r
 	}
 	s.mu.Unlock()
-	s.killTree()
 }
 
 func (s *supervision) killTree() {
@@ -335,7 +353,9 @@ func (s *supervision) run(ctx context.Context) {
 		return
 	}
 	end := s.supervise(ctx, cancel, conn, out, &cu)
-	s.finish(end.state, end.err, out)
+	if !s.answered {
+		s.finish(end.state, end.err, out)
+	}
 }
 
 // start takes a pooled child or starts one, and starts making the job's
@@ -380,6 +400,7 @@ func (s *supervision) start(pool *Pool, flags uintptr) *child {
 // outputs are the child's two output streams, drained as they come.
 type outputs struct {
 	stdout, stderr *capture
+	streams        []*stream
 	drained        sync.WaitGroup
 }
 
@@ -397,15 +418,13 @@ func (s *supervision) capture() *outputs {
 	onOverflow := func() {
 		s.stop(killReason{status: StatusOutputLimit, limit: "output", msg: fmt.Sprintf("output limit of %d bytes exceeded", job.OutputLimit)})
 	}
-	for _, o := range []struct {
-		r *os.File
-		c *capture
-	}{{c.stdout, out.stdout}, {c.stderr, out.stderr}} {
+	for _, st := range []*stream{{r: c.stdout, c: out.stdout}, {r: c.stderr, c: out.stderr}} {
+		st.asked, st.gone = make(chan chan error, 1), make(chan struct{})
+		out.streams = append(out.streams, st)
 		out.drained.Add(1)
 		go func() {
 			defer out.drained.Done()
-			defer o.r.Close()
-			o.c.drain(o.r, onOverflow)
+			st.read(onOverflow)
 		}()
 	}
 	return out
@@ -455,14 +474,17 @@ func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, 
 		state, err := proc.Wait()
 		waited <- exit{state, err}
 	}()
-	end := s.enforce(ctx, waited)
+	sessionDone := make(chan struct{})
+	go func() { session.Wait(); close(sessionDone) }()
+	end, said := s.enforce(ctx, waited)
+	if said {
+		end = s.answer(waited, out, sessionDone)
+	}
 	// Nothing of the job may outlive Run.
 	s.killTree()
 	out.wait()
 	// The guest is gone: the session drains what it sent and ends at EOF,
 	// unless it is stuck in a call on the guest's behalf.
-	sessionDone := make(chan struct{})
-	go func() { session.Wait(); close(sessionDone) }()
 	select {
 	case <-sessionDone:
 	case <-time.After(2 * time.Second):
@@ -473,8 +495,10 @@ func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, 
 }
 
 // enforce waits for the child's exit, stopping the run when ctx ends or
-// the job's cgroup has used its CPU time.
-func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
+// the job's cgroup has used its CPU time. It returns early, said true,
+// when the guest said how it exits and the run is answered before its
+// teardown (answersEarly): the child still runs.
+func (s *supervision) enforce(ctx context.Context, waited <-chan exit) (exit, bool) {
 	job := s.job
 	var cpuTick <-chan time.Time
 	cg := s.cg()
@@ -490,10 +514,13 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 	for {
 		select {
 		case end := <-waited:
-			return end
+			return end, false
 		case code := <-exited:
 			exited = nil
 			s.said = &code
+			if s.answersEarly() {
+				return exit{}, true
+			}
 			// pid 1's death ends every process of the namespace; the
 			// cgroup's kill, which waits for them, waits below (the
 			// caller's killTree), once the wait has seen pid 1 gone.
@@ -504,10 +531,15 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) exit {
 		case <-cpuTick:
 			if used, err := cg.CPUTime(); err == nil && used-s.cpuBase >= job.CPUTime {
 				cpuTick = nil
-				s.stop(killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", job.CPUTime)})
+				s.stop(s.cpuLimit())
 			}
 		}
 	}
+}
+
+// cpuLimit is why a run that used its CPU time stops.
+func (s *supervision) cpuLimit() killReason {
+	return killReason{status: StatusCPULimit, limit: "cpu", msg: fmt.Sprintf("CPU-time limit of %s exceeded", s.job.CPUTime)}
 }
 
 // cancelled is why a run whose context ended stops. A cancelled context

@@ -228,6 +228,24 @@ func (w *Warm) Learn(wj *WarmJob) {
 	w.replenish(wj.Key)
 }
 
+// Refill tops up every template's runtimes, as a run's end does, for a
+// caller whose runs end after their answer (Job.Answer): the run's own
+// refill may have found no core spare while its slot was still counted.
+func (w *Warm) Refill() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	keys := make([]string, 0, len(w.tmpls))
+	for key := range w.tmpls {
+		keys = append(keys, key)
+	}
+	w.mu.Unlock()
+	for _, key := range keys {
+		w.replenish(key)
+	}
+}
+
 // old reports whether r has waited longer than MaxAge.
 func (w *Warm) old(r *warmRuntime) bool {
 	return w.opt.MaxAge > 0 && time.Since(r.started) > w.opt.MaxAge
@@ -553,7 +571,9 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 	cu.Add(func() { timer.Stop() })
 	out := s.capture()
 	end := s.supervise(ctx, cancel, r.conn, out, cu)
-	s.finish(end.state, end.err, out)
+	if !s.answered {
+		s.finish(end.state, end.err, out)
+	}
 	return true
 }
 

@@ -70,6 +70,13 @@ type Options struct {
 	// ID is the run's id when its caller gave it out before the run
 	// (an async run's); empty, Run makes one.
 	ID string
+	// Answer, when set, takes the result as soon as it is complete, which
+	// a warm run's is before its jail's teardown (jail.Job.Answer). Run
+	// still returns only once the jail is gone, with the same result,
+	// which must not change after Answer; a run answered so is not
+	// answered again, and Run returns the result without calling Answer
+	// when it was not.
+	Answer func(*jail.Result)
 }
 
 // NewID returns a fresh job id.
@@ -98,15 +105,31 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 	// pooled: the run's init stage came from the daemon's pool;
 	// pooledRoot: with the run's root mounted ahead. (The log's keys are
 	// what operators and tests read.)
-	var pooled, pooledRoot, warm bool
-	defer func() {
+	var pooled, pooledRoot, warm, answered bool
+	settle := func() {
 		end := time.Now()
 		res.Usage.WallMS = end.Sub(start).Milliseconds()
 		res.StartedAt, res.FinishedAt = api.Time{Time: start}, api.Time{Time: end}
 		res.Labels = r.Request.Labels
 		logger.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "wall_ms", res.Usage.WallMS, "prestarted", pooled, "root_prepared", pooledRoot, "warm", warm,
 			labelsAttr(r.Request.Labels))
+	}
+	defer func() {
+		if !answered {
+			settle()
+		}
 	}()
+	// An answer before the jail's teardown (Options.Answer) comes from
+	// within the attempt, on this goroutine.
+	var answer func(*jail.Outcome)
+	if opt.Answer != nil {
+		answer = func(out *jail.Outcome) {
+			pooled, pooledRoot, warm = out.Pooled, out.PooledRoot, out.Warm
+			answered = true
+			settle()
+			opt.Answer(res)
+		}
+	}
 	logger.Info("run starting", "spec", r.String())
 
 	cgs := cgroups{mgr: rn.Cgroups, reason: rn.CgroupReason}
@@ -135,7 +158,7 @@ func (rn *Runner) Run(ctx context.Context, r *Resolved, opt Options) *jail.Resul
 				return res
 			}
 		}
-		out := (&attempt{rn: rn, r: r, opt: opt, probed: probed, cgs: cgs, res: res, logger: logger}).run(ctx)
+		out := (&attempt{rn: rn, r: r, opt: opt, probed: probed, cgs: cgs, res: res, logger: logger, answer: answer}).run(ctx)
 		pooled = out != nil && out.Pooled
 		pooledRoot = out != nil && out.PooledRoot
 		warm = out != nil && out.Warm
@@ -197,6 +220,10 @@ type attempt struct {
 	cgs    cgroups
 	res    *jail.Result
 	logger *slog.Logger
+	// answer, when set, takes the result before the jail's teardown
+	// (Options.Answer); answered says it did, and the result is final.
+	answer   func(*jail.Outcome)
+	answered bool
 }
 
 // run runs the job once, in four phases: resolve its launch, build its
@@ -229,7 +256,9 @@ func (a *attempt) run(ctx context.Context) *jail.Outcome {
 		}
 		return nil
 	}
-	a.assemble(out, launch, flt, broker, denials)
+	if !a.answered {
+		a.assemble(out, launch, flt, broker, denials)
+	}
 	return out
 }
 
@@ -330,6 +359,13 @@ func (b *broker) serve(ctx context.Context, conn net.Conn) error {
 func (a *attempt) contain(ctx context.Context, spec *specs.Spec, launch *runtimes.Launch, flt filter) (*jail.Outcome, *broker, *seccomp.Denials) {
 	job, b, denials := a.jailJob(spec, launch, flt)
 	reason := a.offerWarm(job, launch, b)
+	if a.answer != nil {
+		job.Answer = func(out *jail.Outcome) {
+			a.assemble(out, launch, flt, b, denials)
+			a.answered = true
+			a.answer(out)
+		}
+	}
 	out := jail.Run(ctx, job)
 	if out.WarmReason == "" && !out.Warm {
 		out.WarmReason = reason

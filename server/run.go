@@ -174,21 +174,45 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		}
 		return nil, err
 	}
-	defer release()
 	wq := time.Since(queued)
 	var opt job.Options
 	if start != nil {
 		opt = start()
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
-	defer cancel()
-	res := tn.runner.Run(ctx, resolved, opt)
-	res.QueuedMS = wq.Milliseconds()
-	// The slot and the counters are settled before the caller answers, so
-	// that a client reading /metrics after its result sees its run.
-	release()
-	s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
-	return res, nil
+	// The result goes to the caller as soon as it is complete, which a
+	// warm run's is before its jail's teardown (job.Options.Answer); the
+	// slot stays taken until the teardown has ended, and the daemon's
+	// shutdown waits for it (teardowns). The counters are settled before
+	// the caller answers, so that a client reading /metrics after its
+	// result sees its run.
+	answer := make(chan *jail.Result, 1)
+	settle := func(res *jail.Result) {
+		res.QueuedMS = wq.Milliseconds()
+		s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
+		answer <- res
+	}
+	answered := false
+	opt.Answer = func(res *jail.Result) {
+		answered = true
+		settle(res)
+	}
+	s.teardowns.Add(1)
+	go func() {
+		defer s.teardowns.Done()
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
+		res := tn.runner.Run(ctx, resolved, opt)
+		cancel()
+		release()
+		if !answered {
+			settle(res)
+			return
+		}
+		// The run's own refill, at its end, counted its slot as taken,
+		// and the next run may have come meanwhile: with the slot free
+		// now, the pool may start what it could not then.
+		s.warm.Refill()
+	}()
+	return <-answer, nil
 }
 
 // queued is the admission of a run that waits for its slot, as a

@@ -109,6 +109,10 @@ type Server struct {
 	shutdownMu sync.Mutex
 	// worker pulls the config's queue jobs (queue.go); nil without one.
 	worker *queue.Worker
+
+	// teardowns are the runs whose jails are still being torn down,
+	// answered or not (runInSlot): Shutdown waits for them.
+	teardowns sync.WaitGroup
 }
 
 // New builds a server and, before it takes any work, sweeps what a previous
@@ -463,6 +467,9 @@ func (s *Server) Shutdown(grace time.Duration) error {
 	defer s.opt.Prober.Close()
 	// Scrapes are cut, not drained: they hold no run.
 	defer s.metricsHTTP.Close()
+	// A run answered before its jail's teardown still holds its jail and
+	// its cgroup: nothing of it is left once Shutdown returns.
+	defer s.teardowns.Wait()
 	// The queue's runs end, within the same grace, before the pool closes.
 	queueDone := s.stopQueue(grace)
 	defer func() { <-queueDone }()
