@@ -20,8 +20,10 @@ import (
 func TestRunEndsOnTheExitFrame(t *testing.T) {
 	testenv.RequireRoot(t)
 	// The shell blocks reading its channel after the start frame, which
-	// holds no newline: it would wait for ever.
-	const linger = `read x < /pmjail/channel/in`
+	// holds no newline, until the host closes it; then opening the FIFO
+	// again waits for a writer that never comes. It never exits on its
+	// own (a shell exiting 1 at the EOF raced the host's kill).
+	const linger = `while :; do read x < /pmjail/channel/in; done`
 	for _, tc := range []struct {
 		name   string
 		frame  bool
