@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/jail/initstage"
 )
@@ -32,6 +34,9 @@ type Pool struct {
 	plans  map[uintptr][]byte
 	closed bool
 	fills  sync.WaitGroup
+	// changed tells takes that wait (PoolOptions.Await) that a fill
+	// added a child or ended.
+	changed *sync.Cond
 }
 
 // PoolOptions tune a Pool.
@@ -53,12 +58,19 @@ type PoolOptions struct {
 	// Without it, children serve the runs whose child need not be born in
 	// a cgroup.
 	Cgroups Cgroups
+	// Await makes a take that finds no child wait for a fill under way
+	// rather than return none: for a one-shot run (the CLI) that starts
+	// its one child with Prestart while it builds its job, so that the
+	// run takes that child instead of starting a second.
+	Await bool
 }
 
 // NewPool returns a pool that keeps up to size children for each set of
 // namespaces it has been asked for (it learns them from take).
 func NewPool(size int, opt PoolOptions) *Pool {
-	return &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}, plans: map[uintptr][]byte{}}
+	p := &Pool{opt: opt, size: max(size, 0), idle: map[uintptr][]*child{}, filling: map[uintptr]bool{}, plans: map[uintptr][]byte{}}
+	p.changed = sync.NewCond(&p.mu)
+	return p
 }
 
 // serves reports whether the pool's children can serve job's run (see
@@ -108,6 +120,9 @@ func (p *Pool) take(flags uintptr, plan []byte) *child {
 	if plan != nil {
 		p.plans[flags] = plan
 	}
+	for p.opt.Await && len(p.idle[flags]) == 0 && p.filling[flags] {
+		p.changed.Wait()
+	}
 	q := p.idle[flags]
 	if plan != nil {
 		// A child whose root is mounted for this plan goes first; the
@@ -146,6 +161,23 @@ func (p *Pool) replenish(flags uintptr) {
 	if p.opt.Spare != nil && !p.opt.Spare() {
 		return
 	}
+	p.startFill(flags)
+}
+
+// Prestart starts children in the background for the namespaces ns (as a
+// spec lists them) until the pool holds size of them, whether or not a
+// core is spare: a one-shot run's own child, started while the run builds
+// its job (see PoolOptions.Await).
+func (p *Pool) Prestart(ns []specs.LinuxNamespace) {
+	if p == nil {
+		return
+	}
+	p.startFill(cloneFlags(&specs.Spec{Linux: &specs.Linux{Namespaces: ns}}))
+}
+
+// startFill starts a fill for the namespaces flags unless one is under way
+// or the pool is full.
+func (p *Pool) startFill(flags uintptr) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.filling[flags] || len(p.idle[flags]) >= p.size {
@@ -166,6 +198,7 @@ func (p *Pool) fill(flags uintptr) {
 		p.mu.Lock()
 		if p.closed || len(p.idle[flags]) >= p.size {
 			p.filling[flags] = false
+			p.changed.Broadcast()
 			p.mu.Unlock()
 			return
 		}
@@ -175,6 +208,7 @@ func (p *Pool) fill(flags uintptr) {
 		p.mu.Lock()
 		if err != nil || p.closed {
 			p.filling[flags] = false
+			p.changed.Broadcast()
 			p.mu.Unlock()
 			if c != nil {
 				p.discard(c)
@@ -185,6 +219,7 @@ func (p *Pool) fill(flags uintptr) {
 			return
 		}
 		p.idle[flags] = append(p.idle[flags], c)
+		p.changed.Broadcast()
 		p.mu.Unlock()
 	}
 }
@@ -195,18 +230,46 @@ func (p *Pool) start(flags uintptr, plan []byte) (c *child, stage initstage.Stag
 	var cu cleanup.Cleanup
 	defer cu.Clean()
 	var cg Cgroup
-	if p.opt.Cgroups != nil {
+	var reserving chan madeCgroup
+	switch {
+	case p.opt.Cgroups == nil:
+	case p.opt.Cgroups.AtBirth():
 		if cg, err = p.opt.Cgroups.Reserve(reserveID()); err != nil {
 			return nil, initstage.StageCgroup, err
 		}
-		cu.Add(func() {
-			if derr := cg.Delete(); derr != nil {
-				err = errors.Join(err, derr)
-			}
-		})
+	default:
+		// The child joins its cgroup at hand-over (v1): the cgroup is made
+		// while the child starts, as a run's own is.
+		reserving = make(chan madeCgroup, 1)
+		go func() {
+			cg, err := p.opt.Cgroups.Reserve(reserveID())
+			reserving <- madeCgroup{cg, err}
+		}()
 	}
+	cu.Add(func() {
+		if reserving != nil {
+			made := <-reserving
+			cg, err = made.cg, errors.Join(err, made.err)
+		}
+		if cg == nil {
+			return
+		}
+		if derr := cg.Delete(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	})
 	if c, stage, err = startChild(flags, cg); err != nil {
 		return nil, stage, err
+	}
+	if reserving != nil {
+		made := <-reserving
+		reserving = nil
+		if made.err != nil {
+			err = made.err
+			p.discard(c)
+			return nil, initstage.StageCgroup, err
+		}
+		cg = made.cg
 	}
 	cu.Release()
 	c.cgroup = cg

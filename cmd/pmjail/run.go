@@ -21,6 +21,7 @@ import (
 	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/profiles"
@@ -303,6 +304,9 @@ func (f *runFlags) execute(req *job.Request) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	if ahead := prestart(runner, resolved); ahead != nil {
+		defer ahead.Close()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if resolved.Runtime == runtimes.Python && runner.Install != nil {
@@ -429,6 +433,32 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 		_, _ = mgr.Sweep()
 	}
 	return rn, nil
+}
+
+// prestart starts the run's init stage (the clone into its namespaces, the
+// exec of pmjail-init and its start-up) on a goroutine, while this process
+// goes on to build the job: the run takes that child (jail.Pool with
+// Await), as a daemon's run takes one of its pool's. The child is this
+// run's alone, started for it, and knows nothing of the job until the run
+// configures it. A run that probes the host first (mode required with
+// --require) may leave namespaces out, so it starts its own. The returned
+// pool, nil for none, must be closed once the run is over: a child the run
+// did not take is killed then.
+func prestart(rn *job.Runner, r *job.Resolved) *jail.Pool {
+	if r.Mode == job.ModeRequired && len(r.Required) > 0 {
+		return nil
+	}
+	// Never a second child: the one run takes the one started here.
+	opt := jail.PoolOptions{Await: true, Spare: func() bool { return false }}
+	if rn.Cgroups != nil {
+		// The child's cgroup is reserved with it (on v2 it is born in it),
+		// and the run gives it the job's limits before the child joins it
+		// or runs anything of the job's.
+		opt.Cgroups = job.NewCgroups(rn.Cgroups)
+	}
+	rn.Pool = jail.NewPool(1, opt)
+	rn.Pool.Prestart(rootfs.Namespaces())
+	return rn.Pool
 }
 
 // exitCode maps a result to the CLI's exit code: the guest's own when it

@@ -198,12 +198,19 @@ func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.UserNamespace}, {Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
-				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.CgroupNamespace},
-			},
+			Namespaces: Namespaces(),
 		},
 	}
 	return root, nil
+}
+
+// Namespaces are the namespaces every job's spec starts with (a host
+// without one of them leaves it out later): what an init stage started
+// before its job is known (jail.Pool.Prestart) is started in.
+func Namespaces() []specs.LinuxNamespace {
+	return []specs.LinuxNamespace{
+		{Type: specs.UserNamespace}, {Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
+		{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+		{Type: specs.CgroupNamespace},
+	}
 }
