@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/job"
 )
@@ -273,13 +271,12 @@ func (d *Daemon) Stats() (DaemonStats, error) {
 	return st, nil
 }
 
-// side is one side of the throughput: its job, the CPU time it has used
-// so far (all of it, and its supervisor's own: pmjail-serve's), and what
-// it waits for after a batch, off the clock, before that CPU time is read
-// (nil: nothing).
+// side is one side of the throughput: its job, its supervisor's own CPU
+// time so far (pmjail-serve's; nil: none), and what it waits for after a
+// batch, off the clock, before CPU time is read (nil: nothing).
 type side struct {
 	run    func(context.Context) error
-	cpu    func() (all, own time.Duration, err error)
+	own    func() (time.Duration, error)
 	settle func(context.Context) error
 }
 
@@ -302,14 +299,19 @@ func inTurns(ctx context.Context, rounds, n, c int, sides []func(context.Context
 }
 
 // inTurnsCPU is inTurns with each side's CPU time per run (ms) beside its
-// rates, all of it and its supervisor's own.
+// rates: the whole machine's busy time (machineCPU), and its supervisor's
+// own.
 func inTurnsCPU(ctx context.Context, rounds, n, c int, sides []side) (rates, cpus, owns [][]float64, err error) {
 	rates, cpus, owns = make([][]float64, len(sides)), make([][]float64, len(sides)), make([][]float64, len(sides))
 	perRun := func(d time.Duration) float64 { return float64(d) / float64(n) / float64(time.Millisecond) }
 	for r := range rounds {
 		for k := range sides {
 			i := (k + r) % len(sides)
-			all0, own0, err := sides[i].cpu()
+			own0, err := sides[i].ownCPU()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			all0, err := machineCPU()
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -322,7 +324,11 @@ func inTurnsCPU(ctx context.Context, rounds, n, c int, sides []side) (rates, cpu
 					return nil, nil, nil, err
 				}
 			}
-			all1, own1, err := sides[i].cpu()
+			all1, err := machineCPU()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			own1, err := sides[i].ownCPU()
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -334,42 +340,70 @@ func inTurnsCPU(ctx context.Context, rounds, n, c int, sides []side) (rates, cpu
 	return rates, cpus, owns, nil
 }
 
+// machineCPU is the time every CPU of the machine has been busy
+// (/proc/stat's first line less idle and iowait): a run's whole cost,
+// the kernel's workers (a network namespace's teardown, freed memory)
+// and the client's included, on every side alike. Counting a daemon's
+// process tree instead misses what its init stages never reaped
+// themselves: a jail ended on its exit frame is killed whole.
+func machineCPU() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q", line)
+	}
+	var busy int64
+	for k, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// user nice system idle iowait irq softirq steal (guest time is
+		// in user already).
+		if k != 3 && k != 4 && k < 8 {
+			busy += n
+		}
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}
+
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times on Linux.
 const clockTicks = 100
 
-// treeCPU is the CPU time of the daemon process and of every process it
-// has reaped (/proc/PID/stat's utime, stime, cutime and cstime): its own,
-// its init stages' and, reaped by them, its runtimes'. Kernel workers'
-// (a network namespace's teardown) are nobody's and left out, on both
-// sides.
-func (d *Daemon) treeCPU() (all, own time.Duration, err error) {
+// ownCPU is the daemon process's own CPU time (/proc/PID/stat's utime
+// and stime), its children's left out.
+func (d *Daemon) ownCPU() (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.Cmd.Process.Pid))
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	// Fields from the state on (the third); utime is the 14th.
 	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 15 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", d.Cmd.Process.Pid, len(f))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", d.Cmd.Process.Pid, len(f))
 	}
-	var ticks [4]int64
-	for k, v := range f[11:15] {
-		if ticks[k], err = strconv.ParseInt(v, 10, 64); err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", d.Cmd.Process.Pid, err)
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", d.Cmd.Process.Pid, err)
 		}
+		ticks += n
 	}
-	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
-	return tick(ticks[0] + ticks[1] + ticks[2] + ticks[3]), tick(ticks[0] + ticks[1]), nil
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// reapedCPU is the CPU time of every child the bench has reaped: on the
-// bare side, its Deno processes.
-func reapedCPU() (all, own time.Duration, err error) {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0, 0, os.NewSyscallError("getrusage", err)
+// ownCPU is the side's supervisor's own CPU time, 0 for a side without
+// one (the bare loop).
+func (s side) ownCPU() (time.Duration, error) {
+	if s.own == nil {
+		return 0, nil
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), 0, nil
+	return s.own()
 }
 
 // settle waits until the init stages and runtimes the daemon keeps started
@@ -451,9 +485,9 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 	defer warm.Stop()
 	bare := Variant{Name: "bare", Argv: []string{b.Deno, "run", "hello.js"}, Dir: b.Work, FreshDenoDir: true, Want: "hello"}
 	sides := []side{
-		{run: warm.Hello, cpu: warm.treeCPU, settle: warm.settle},
-		{run: cold.Hello, cpu: cold.treeCPU, settle: cold.settle},
-		{run: func(ctx context.Context) error { _, err := bare.Once(ctx); return err }, cpu: reapedCPU},
+		{run: warm.Hello, own: warm.ownCPU, settle: warm.settle},
+		{run: cold.Hello, own: cold.ownCPU, settle: cold.settle},
+		{run: func(ctx context.Context) error { _, err := bare.Once(ctx); return err }},
 	}
 	// Batches of a second or more at each concurrency, five per side: a
 	// shorter batch moved by several points from one run to the next.
@@ -483,7 +517,7 @@ func (b *Bench) daemonThroughput(ctx context.Context) error {
 	// With every core busy (concurrency 2 and up) a side's rate is its
 	// CPU time per run: the figure the rates follow, shown beside them.
 	b.Report.Table([]string{"concurrency", "CPU per run: daemon", "of it pmjail-serve's own", "daemon, prestart -1", "of it pmjail-serve's own", "bare deno loop", "daemon − bare"}, cpuRows)
-	b.Report.Para("CPU time per run, median of the same batches: for a daemon, its process's and every process's it reaped (its init stages and, reaped by them, its runtimes), and apart its process's own (pmjail-serve: HTTP, the supervision, Go's runtime, the clone's kernel work), read from `/proc/PID/stat` after each batch once the init stages and runtimes it starts ahead have been refilled (off the rate's clock); for the bare loop, its Deno processes' (`getrusage(RUSAGE_CHILDREN)`). Neither counts the client's work or the kernel's workers (a network namespace's teardown). docs/performance.md (\"Throughput\") splits the daemon's.")
+	b.Report.Para("CPU time per run, median of the same batches: the whole machine's busy time (`/proc/stat`: every CPU's time less idle and iowait) over the batch and, for a daemon, until the init stages and runtimes it starts ahead have been refilled (off the rate's clock), divided by the batch's runs; so it holds the kernel's workers (a network namespace's teardown, freed memory), the client's and the bench's own work, on every side alike. Apart, pmjail-serve's own process (HTTP, the supervision, Go's runtime, the clone's kernel work) from `/proc/PID/stat`. docs/performance.md (\"Throughput\") splits the daemon's.")
 	return nil
 }
 
