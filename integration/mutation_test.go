@@ -51,6 +51,7 @@ var securityMutations = []struct {
 		"command line cannot reach; the pid 1 it guards is tried alone by LifetimeExecGuestDiesWithCLI"},
 	{test: "TestTrust_LifetimeSignalsToPid1", why: "pid 1's handling of signals is the init stage's code, not job data"},
 	{test: "TestTrust_LifetimePid1HoldsNothing", why: "pid 1's capabilities are the init stage's code, not job data"},
+	{test: "TestTrust_LifetimeGuestKeepsItsCPUs", why: "the CPUs the guest may use are the init stage's code (its threads pinned only while their capabilities drop), not job data"},
 	{test: "TestTrust_LifetimeKillAtAnyMoment", why: "no job data keeps a job alive past its supervisor (see LifetimeExecGuestDiesWithCLI)"},
 	{test: "TestTrust_LifetimeDaemonKillAtAnyMoment", why: "as LifetimeKillAtAnyMoment, through the daemon's socket"},
 	{test: "TestTrust_LeaseUnprivilegedCannotBlock", why: "the lease directory is fixed by pmjail, not chosen by a job"},
