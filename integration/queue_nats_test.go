@@ -213,12 +213,20 @@ func TestQueueNATSCluster(t *testing.T) {
 		if seen[key] != 1 {
 			t.Errorf("%s: seen %d times", key, seen[key])
 		}
-		h, err := kv.History(ctx, key)
+		var h []jetstream.KeyValueEntry
+		err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+			h, err = kv.History(ctx, key)
+			return err
+		})
 		if err != nil || len(h) != 1 {
 			t.Errorf("%s: %d values in the bucket (%v), want 1", key, len(h), err)
 			continue
 		}
-		res, err := c.Get(ctx, "others", id)
+		var res *api.Result
+		err = untilAnswered(ctx, func(ctx context.Context) (err error) {
+			res, err = c.Get(ctx, "others", id)
+			return err
+		})
 		if err != nil || res.Status != api.StatusOK || res.Stdout != id+"\n" || res.ID != id {
 			t.Errorf("%s: %+v %v", id, res, err)
 		}
@@ -227,12 +235,19 @@ func TestQueueNATSCluster(t *testing.T) {
 		t.Errorf("%d keys in the bucket, want %d", len(seen), jobs)
 	}
 	// The stream empties as the acks land: no job is left in it.
-	stream, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
+	var stream jetstream.Stream
+	if err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		stream, err = js.Stream(ctx, cfg.Stream)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		info, err := stream.Info(ctx)
+		var info *jetstream.StreamInfo
+		err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+			info, err = stream.Info(ctx)
+			return err
+		})
 		if err == nil && info.State.Msgs == 0 {
 			break
 		}
@@ -295,4 +310,21 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// untilAnswered tries call, each try with its own deadline, until it
+// returns before its own deadline or ctx ends. A request the
+// cluster got while it re-formed around a killed node can go unanswered
+// (the JetStream API's requests are not retried by the client): a new
+// request is routed to the nodes that are there.
+func untilAnswered(ctx context.Context, call func(context.Context) error) error {
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := call(tctx)
+		expired := tctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !expired {
+			return err
+		}
+	}
 }
