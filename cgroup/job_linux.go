@@ -251,12 +251,6 @@ func (j *Group) signal(pids []int, deadline time.Time) error {
 	return nil
 }
 
-// Freeze freezes (on=true) or thaws the job's tasks and reports whether
-// they reached that state by deadline; false without a freezer. A frozen
-// task runs nothing, but on cgroup v1 a SIGKILL sent to it lands only once
-// it is thawed.
-func (j *Group) Freeze(on bool, deadline time.Time) bool { return j.freeze(on, deadline) }
-
 // freeze freezes (on=true) or thaws the job and reports whether it reached
 // that state by deadline. Freezing stops forks between reading the pids and
 // signalling them. Without a freezer it returns false.

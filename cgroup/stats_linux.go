@@ -101,6 +101,31 @@ func peakNow(r *reader, kept *peakFile, seen *uint64, peakPath, currentPath stri
 	return *seen
 }
 
+// TasksPeak is the most tasks the job has held at once (pids.peak, or the
+// highest pids.current seen, this read included): what Stats reports as
+// PidsPeak, without the rest of Stats.
+func (j *Group) TasksPeak() (uint64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.deleted {
+		return 0, fmt.Errorf("tasks of cgroup %s: deleted", j.name)
+	}
+	dir, ok := j.paths[Pids]
+	if j.v1 == nil {
+		dir, ok = j.paths[UnifiedKey]
+		ok = ok && j.m.host.Has(Pids)
+	}
+	if !ok {
+		return 0, fmt.Errorf("tasks of cgroup %s: no pids controller: %w", j.name, ErrNotSupported)
+	}
+	var r reader
+	v := j.pidsPeakNow(&r, dir)
+	if r.err != nil {
+		return 0, fmt.Errorf("tasks of cgroup %s: %w", j.name, r.err)
+	}
+	return v, nil
+}
+
 // CPUTime reads the CPU time the job's tasks have used, for the jail's
 // CPU-time poll. Where the kernel keeps no peak of tasks (pids.peak) or,
 // on v2, of memory (memory.peak), it also samples the current value, so

@@ -231,3 +231,44 @@ func TestCPUTimeReadsCPUTimeAlone(t *testing.T) {
 		t.Errorf("peak %d after polls that saw 3 tasks", u.PidsPeak)
 	}
 }
+
+// TestTasksPeakReadsPidsAlone: a warm run's task check reads the tasks'
+// peak and nothing else, and gets what Stats reports.
+func TestTasksPeakReadsPidsAlone(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(16)}})
+	c := start(t, j, "sleep 1 & sleep 1 & wait")
+	for deadline := time.Now().Add(5 * time.Second); pidsCurrent(t, j) < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the three tasks never ran: %d", pidsCurrent(t, j))
+		}
+	}
+	var peak uint64
+	reads, _ := traced(t, func() {
+		var err error
+		if peak, err = j.TasksPeak(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, r := range reads {
+		if n := filepath.Base(r); n != "pids.peak" && n != "pids.current" {
+			t.Errorf("TasksPeak read %s: %v", n, reads)
+		}
+	}
+	if len(reads) == 0 || len(reads) > 2 {
+		t.Errorf("TasksPeak read %v: want pids.peak or pids.current", reads)
+	}
+	if peak < 3 {
+		t.Errorf("peak %d with three tasks running", peak)
+	}
+	if err := c.wait(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	u, err := j.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PidsPeak < peak {
+		t.Errorf("Stats' peak %d below TasksPeak's %d", u.PidsPeak, peak)
+	}
+}

@@ -12,63 +12,61 @@ import (
 )
 
 // answerWithin bounds each step of an early answer (Job.Answer): the
-// freeze, the output's drain, the session's end. A step that takes longer
-// gives the answer up, and the run ends as without one.
+// output's drain, the session's end. A step that takes longer gives the
+// answer up, and the run ends as without one.
 const answerWithin = 100 * time.Millisecond
-
-// freezer is a job cgroup that can stop its tasks where they are.
-type freezer interface {
-	Freeze(on bool, deadline time.Time) bool
-}
 
 // answersEarly reports whether the run, whose guest has said how it exits,
 // is answered before its teardown: a warm run (the daemon's) whose caller
-// takes an early answer, in a cgroup with a freezer.
+// takes an early answer.
 func (s *supervision) answersEarly() bool {
-	if s.job.Answer == nil || !s.out.Warm {
-		return false
-	}
-	_, ok := s.cg().(freezer)
-	return ok
+	return s.job.Answer != nil && s.out.Warm
 }
 
 // answer ends a run whose guest said how it exits (Job.Exited), in this
-// order: its cgroup frozen, so that no task of the job runs or writes any
-// more; the output the pipes hold drained, which is then exactly what a
-// kill at that moment would have left; the session's end awaited (the exit
-// frame is its last); the outcome settled and handed to Job.Answer. Then,
-// answered or not, it kills the jail and returns pid 1's end: what the
-// teardown costs (the kernel freeing the runtime's memory, the namespaces)
-// is no longer part of the answer. A step that does not complete within
-// answerWithin leaves the run unanswered, to end as without Job.Answer.
+// order: the job cgroup's CPU time read; pid 1 killed, which ends every
+// task of the jail before it returns to user space, so that none runs on
+// and no more than a write already under way can still reach a pipe; the
+// output the pipes hold drained, a prefix of what the jail wrote in whole
+// writes, all it wrote before the exit frame included; the session's end
+// awaited (the exit frame is its last); the outcome settled and handed to
+// Job.Answer. Then it returns pid 1's end: what the teardown costs (the
+// kernel freeing the runtime's memory, the namespaces) is no longer part
+// of the answer. A step that does not complete within answerWithin leaves
+// the run unanswered, to end as without Job.Answer.
+//
+// Not a freeze of the cgroup: a runtime already in its own exit reaches
+// the freezer only once it is out of it, which took a millisecond.
 func (s *supervision) answer(waited <-chan exit, out *outputs, sessionDone <-chan struct{}) exit {
-	fz := s.cg().(freezer)
-	frozen := fz.Freeze(true, time.Now().Add(answerWithin))
-	if frozen && out.flush() == nil && awaitWithin(sessionDone, answerWithin) {
-		s.settle(out)
+	var cpu time.Duration
+	var cpuErr error
+	if cg := s.cg(); cg != nil {
+		cpu, cpuErr = cg.CPUTime()
+	}
+	_ = s.child.proc.Signal(syscall.SIGKILL)
+	if cpuErr == nil && out.flush() == nil && awaitWithin(sessionDone, answerWithin) {
+		s.settle(out, cpu)
 		s.answered = true
 		s.job.Answer(s.out)
 	}
-	_ = s.child.proc.Signal(syscall.SIGKILL)
-	// Thawed after the kill: on cgroup v1 a frozen task's SIGKILL waits
-	// for the thaw, and a thawed one must not run on.
-	fz.Freeze(false, time.Now().Add(answerWithin))
 	return <-waited
 }
 
 // settle is finish for an answered run: its exit code is the one the
 // guest said, unless a limit or a cancellation ended it first, or its CPU
-// time passed the limit before the freeze; its usage is the frozen
-// cgroup's.
-func (s *supervision) settle(o *outputs) {
+// time at the exit frame, cpu, passed the limit (the poll may not have
+// seen it); its usage is the cgroup's, with that CPU time.
+func (s *supervision) settle(o *outputs, cpu time.Duration) {
 	s.takeOutput(o)
-	if cg := s.cg(); cg != nil && s.job.CPUTime > 0 {
-		if used, err := cg.CPUTime(); err == nil && used-s.cpuBase >= s.job.CPUTime {
-			s.note(s.cpuLimit())
-		}
+	if s.job.CPUTime > 0 && cpu-s.cpuBase >= s.job.CPUTime {
+		s.note(s.cpuLimit())
 	}
 	s.out.Wall = time.Since(s.started)
 	s.account()
+	if s.out.UsageErr == nil && s.out.Cgroup != nil && s.out.CgroupErr == nil {
+		// What the dying tasks' exit costs is the teardown's.
+		s.out.Usage.CPUTime = max(cpu-s.cpuBase, 0)
+	}
 	if s.applyStopReason() {
 		return
 	}
@@ -96,8 +94,8 @@ var errFlushLate = errors.New("the output was not drained in time")
 
 // flush drains both streams of what their pipes hold now: each stream's
 // reader is woken (a read deadline in the past), reads its pipe until it
-// would block, and goes on reading as before. With the writers frozen,
-// the captures then hold all they will until the jail is killed.
+// would block, and goes on reading as before. With the writers killed,
+// the captures then hold all the answer reports.
 func (o *outputs) flush() error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(o.streams))
@@ -168,7 +166,7 @@ func (st *stream) flush() error {
 }
 
 // drainNow adds what the pipe f holds now, reading until it would block
-// (or ends): with every writer frozen, that is all of it.
+// (or ends).
 func (c *capture) drainNow(f *os.File, overflow func()) error {
 	rc, err := f.SyscallConn()
 	if err != nil {

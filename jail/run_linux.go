@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,12 +70,11 @@ type Job struct {
 	// or a cancellation ended it first.
 	Exited <-chan int
 	// Answer, when set, takes a warm run's outcome before its teardown:
-	// once the guest said how it exits (Exited), the supervisor freezes
-	// the job's cgroup, drains the output, and hands Answer the outcome,
-	// complete, with the cgroup still held; then it kills the jail, and
-	// Run returns the same outcome, unchanged, once the jail is gone. A
-	// run it cannot answer so (a step not done in a bounded time, or no
-	// freezer) does not call it.
+	// once the guest said how it exits (Exited), the supervisor kills the
+	// jail, drains the output, and hands Answer the outcome, complete,
+	// with the cgroup still held; Run returns the same outcome, unchanged,
+	// once the jail is gone. A run it cannot answer so (a step not done in
+	// a bounded time) does not call it.
 	Answer func(*Outcome)
 	// Denials, when set, receives the seccomp listener fd and serves it
 	// until ctx ends; it owns (closes) the fd.
@@ -330,6 +330,7 @@ func (s *supervision) run(ctx context.Context) {
 	}
 	cu.Add(c.lease.release)
 	cu.Add(func() { c.ctl.Close() })
+	cu.Add(s.closeRuntime) // a set-up that failed after the exec
 	s.child = c
 
 	// The wall clock covers everything from here, set-up included.
@@ -458,11 +459,18 @@ func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, 
 				s.stop(killReason{status: StatusProtocolError, msg: err.Error()})
 			}
 		}()
+		// The session's first step is the guest's start frame: it goes
+		// before the read-back below, which would otherwise hold this
+		// thread while the new goroutine waits for it, or for an idle
+		// thread to wake.
+		runtime.Gosched()
 	}
-	// The runtime is running. Its state is read back while the session
-	// sends the guest its start (the guest waits for nothing of this), and
-	// before anything reaps it: a reaped pid can be another process's.
-	s.out.Observed = s.observeRuntime()
+	// The runtime is running. Its state is read back while the guest
+	// starts (the guest waits for nothing of this), and before anything
+	// reaps it: a reaped pid can be another process's.
+	if s.out.Observed == nil { // a warm runtime's was read once it was ready
+		s.out.Observed = s.observeRuntime()
+	}
 	// Holding the job's mount namespace moves its teardown (every mount,
 	// the tmpfs's pages, an RCU grace period) out of the runtime's exit,
 	// which the result waits for, to after the result.
@@ -732,7 +740,7 @@ func (s *supervision) observeRuntime() *Observed {
 	if s.runtime < 0 {
 		return &Observed{Error: "the init stage sent no pidfd of the runtime"}
 	}
-	defer unix.Close(s.runtime)
+	defer s.closeRuntime()
 	pid := pidfdPid(s.runtime)
 	if pid <= 0 {
 		return &Observed{Error: "the runtime exited before it was read back"}
@@ -742,6 +750,14 @@ func (s *supervision) observeRuntime() *Observed {
 		return &Observed{PID: pid, Error: "the runtime exited while it was read back"}
 	}
 	return o
+}
+
+// closeRuntime closes the runtime's pidfd, once: read back or not.
+func (s *supervision) closeRuntime() {
+	if s.runtime >= 0 {
+		unix.Close(s.runtime)
+		s.runtime = -1
+	}
 }
 
 // pidfdPid is the pid of pidfd's process in this process's pid namespace,

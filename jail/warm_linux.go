@@ -101,12 +101,13 @@ type warmRuntime struct {
 	child *child
 	cg    Cgroup
 	conn  net.Conn
-	// pidfd of the runtime; listener the seccomp notification fd (-1:
-	// none).
-	pidfd, listener int
-	landlock        int
-	landlockReason  string
-	started         time.Time
+	// observed is the runtime's state, read back once it was ready.
+	observed *Observed
+	// listener is the seccomp notification fd (-1: none).
+	listener       int
+	landlock       int
+	landlockReason string
+	started        time.Time
 }
 
 // NewWarm returns a pool that keeps, per template, sizes[class] runtimes.
@@ -485,16 +486,26 @@ func startWarm(ctx context.Context, tmpl *Job) (*warmRuntime, error) {
 	if err == nil && conn == nil {
 		err = errors.New("the runtime has no channel")
 	}
-	r := &warmRuntime{child: c, cg: s.out.Cgroup, conn: conn, pidfd: s.runtime, listener: s.listener,
+	r := &warmRuntime{child: c, cg: s.out.Cgroup, conn: conn, listener: s.listener,
 		landlock: s.out.Landlock, landlockReason: s.out.LandlockReason, started: time.Now()}
 	s.out.Cgroup = nil
 	if err != nil {
+		s.closeRuntime()
 		return nil, errors.Join(fmt.Errorf("%s: %w", s.out.InitStage, err), r.discard())
 	}
 	// Idle only once the runtime is: a run's task check (fit) then sees
 	// all its threads, and its CPU baseline holds its whole start.
 	if err := tmpl.Ready(ctx, conn); err != nil {
+		s.closeRuntime()
 		return nil, errors.Join(fmt.Errorf("%w: %w", errUnready, err), r.discard())
+	}
+	// Its state is read back now, off any run's path: what its job's
+	// result reports is this process's, which no job has touched yet and
+	// which can only tighten (filters, capabilities, no_new_privs and
+	// Landlock stay; the seccomp filter refuses setns and mount).
+	r.observed = s.observeRuntime()
+	if r.observed.Error != "" {
+		return nil, errors.Join(fmt.Errorf("%w: read back: %s", errUnready, r.observed.Error), r.discard())
 	}
 	return r, nil
 }
@@ -510,10 +521,8 @@ func (r *warmRuntime) discard() error {
 	if r.conn != nil {
 		r.conn.Close()
 	}
-	for _, fd := range []int{r.pidfd, r.listener} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
+	if r.listener >= 0 {
+		unix.Close(r.listener)
 	}
 	r.child.ctl.Close()
 	r.child.stdout.Close()
@@ -551,7 +560,8 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 	// The runtime's cgroup is the job's from here: the outcome owns it.
 	s.ownCgroup(madeCgroup{cg: r.cg})
 	s.cpuBase = base
-	s.child, s.runtime = r.child, r.pidfd
+	s.child = r.child
+	s.out.Observed = r.observed
 	s.out.Warm = true
 	s.out.Landlock, s.out.LandlockReason = r.landlock, r.landlockReason
 	cu.Add(r.child.lease.release)
@@ -614,12 +624,12 @@ func (r *warmRuntime) check(res *specs.LinuxResources) (time.Duration, string) {
 		}
 	}
 	if res.Pids != nil && res.Pids.Limit != nil && *res.Pids.Limit > 0 {
-		u, err := r.cg.Stats()
+		peak, err := tasksPeak(r.cg)
 		if err != nil {
 			return 0, "the warm runtime's tasks cannot be counted: " + err.Error()
 		}
-		if u.PidsPeak > uint64(*res.Pids.Limit) {
-			return 0, fmt.Sprintf("the warm runtime runs %d tasks, above the job's limit of %d", u.PidsPeak, *res.Pids.Limit)
+		if peak > uint64(*res.Pids.Limit) {
+			return 0, fmt.Sprintf("the warm runtime runs %d tasks, above the job's limit of %d", peak, *res.Pids.Limit)
 		}
 	}
 	base, err := r.cg.CPUTime()
@@ -627,4 +637,13 @@ func (r *warmRuntime) check(res *specs.LinuxResources) (time.Duration, string) {
 		return 0, "the warm runtime's CPU time cannot be read: " + err.Error()
 	}
 	return base, ""
+}
+
+// tasksPeak is cg's PidsPeak, read alone where cg can.
+func tasksPeak(cg Cgroup) (uint64, error) {
+	if t, ok := cg.(interface{ TasksPeak() (uint64, error) }); ok {
+		return t.TasksPeak()
+	}
+	u, err := cg.Stats()
+	return u.PidsPeak, err
 }
