@@ -77,10 +77,19 @@ const (
 // WarmJob is what a run offers the Warm pool: the key of its jail with
 // everything of the job's taken out, that jail itself as the template the
 // pool starts runtimes from, and the class (runtime) whose size applies.
+// Template may be nil when the pool knew the key (Knows): a run of a key
+// the pool forgot meanwhile then goes cold, and the next teaches it.
 type WarmJob struct {
 	Key      string
 	Class    string
 	Template *Job
+}
+
+// Knows reports whether the pool keeps runtimes for the template of key.
+func (w *Warm) Knows(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tmpls[key] != nil
 }
 
 type warmTemplate struct {
@@ -172,6 +181,8 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 		reason = fmt.Sprintf("no warm runtimes are kept for %s", wj.Class)
 	case w.tmpls[wj.Key] == nil && len(w.tmpls) >= w.opt.MaxTemplates:
 		reason = fmt.Sprintf("warm runtimes are kept for %d profiles and option sets, and this run's is none of them", w.opt.MaxTemplates)
+	case w.tmpls[wj.Key] == nil && wj.Template == nil:
+		reason = "warm runtimes for its profile and options were recycled as it came: they start with the next run"
 	case w.tmpls[wj.Key] == nil:
 		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
 		reason = "the first run of its profile and options: warm runtimes for it start now"
@@ -220,7 +231,7 @@ func (w *Warm) putBack(key string, r *warmRuntime) {
 // run asked for it (a daemon's start), and starts filling it.
 func (w *Warm) Learn(wj *WarmJob) {
 	w.mu.Lock()
-	if w.closed || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
+	if w.closed || wj.Template == nil || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
 		w.mu.Unlock()
 		return
 	}

@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -72,7 +73,7 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	if max := rn.Ceiling.Broker.WithDefaults().MaxFrame; len(text)+len(r.Request.Input)+64<<10 > max {
 		return fmt.Sprintf("the program and input do not fit the start frame's %d bytes", max)
 	}
-	tmpl, key, err := warmTemplate(job)
+	tmpl, key, err := warmTemplate(job, rn.Warm.Knows)
 	if err != nil {
 		return "no template for a warm runtime: " + err.Error()
 	}
@@ -96,28 +97,86 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 const readyTimeout = 30 * time.Second
 
 // warmTemplate is job's jail with everything of the job's taken out (see
-// offerWarm), and its key: a hash of all the template holds.
-func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
-	data, err := json.Marshal(job.Spec)
+// offerWarm), and its key: a hash of all the template holds. The template
+// itself, a copy of the job's spec that shares nothing with it, is made
+// only when known says the pool has none of that key (nil otherwise): a
+// run served by a known template pays for the key alone.
+func warmTemplate(job *jail.Job, known func(key string) bool) (*jail.Job, string, error) {
+	spec, err := warmSpec(job.Spec)
 	if err != nil {
 		return nil, "", err
 	}
-	spec := &specs.Spec{}
-	if err := json.Unmarshal(data, spec); err != nil {
-		return nil, "", err
-	}
-	if spec.Linux == nil || spec.Process == nil {
-		return nil, "", fmt.Errorf("the spec has no process or no linux section")
-	}
-	spec.Linux.Resources = &specs.LinuxResources{}
-	var rl []specs.POSIXRlimit
-	for _, l := range spec.Process.Rlimits {
-		if l.Type != "RLIMIT_CPU" {
-			rl = append(rl, l)
+	// The job directory stays, empty: a guest lists or stats it as in a
+	// cold run, where it holds the job's files (a guest reading it must
+	// meet the same filter, not a missing directory).
+	files := []runtimes.File{{Path: runtimes.JobDir, Mode: os.ModeDir | 0o755}}
+	for _, f := range job.Files {
+		if !strings.HasPrefix(f.Path, runtimes.JobDir+"/") {
+			files = append(files, f)
 		}
 	}
-	spec.Process.Rlimits = rl
-	var args []string
+	h := sha256.New()
+	// The JSON value ends where it ends; the filter, raw, after its length.
+	if err := json.NewEncoder(h).Encode(struct {
+		Spec     *specs.Spec
+		Files    []runtimes.File
+		Landlock bool
+	}{spec, files, job.Landlock}); err != nil {
+		return nil, "", err
+	}
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(job.Seccomp))))
+	h.Write(job.Seccomp)
+	key := hex.EncodeToString(h.Sum(nil))
+	if known(key) {
+		return nil, key, nil
+	}
+	// The view shares the job spec's nested values: the template, which
+	// outlives the run, gets a copy of its own.
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	own := &specs.Spec{}
+	if err := json.Unmarshal(data, own); err != nil {
+		return nil, "", err
+	}
+	tmpl := &jail.Job{
+		ID:       "warm",
+		Spec:     own,
+		Files:    files,
+		Seccomp:  job.Seccomp,
+		Landlock: job.Landlock,
+		Cgroups:  job.Cgroups,
+		// Never called: a warm runtime's channel is served by the run
+		// that takes it (Job.WarmChannel); the template only says the
+		// runtime has one.
+		Channel: func(context.Context, net.Conn) error { return nil },
+		Ready: func(ctx context.Context, conn net.Conn) error {
+			return ipc.AwaitReady(ctx, conn, readyTimeout)
+		},
+	}
+	return tmpl, key, nil
+}
+
+// warmSpec is a view of the job's spec without what a template leaves
+// out: no cgroup limits, no RLIMIT_CPU, no V8 heap cap. It copies what it
+// changes and shares the rest with spec.
+func warmSpec(spec *specs.Spec) (*specs.Spec, error) {
+	if spec.Linux == nil || spec.Process == nil {
+		return nil, fmt.Errorf("the spec has no process or no linux section")
+	}
+	view := *spec
+	linux := *spec.Linux
+	linux.Resources = &specs.LinuxResources{}
+	view.Linux = &linux
+	proc := *spec.Process
+	proc.Rlimits = nil
+	for _, l := range spec.Process.Rlimits {
+		if l.Type != "RLIMIT_CPU" {
+			proc.Rlimits = append(proc.Rlimits, l)
+		}
+	}
+	proc.Args = nil
 	for _, arg := range spec.Process.Args {
 		if flags, ok := strings.CutPrefix(arg, "--v8-flags="); ok {
 			var kept []string
@@ -131,43 +190,10 @@ func warmTemplate(job *jail.Job) (*jail.Job, string, error) {
 			}
 			arg = "--v8-flags=" + strings.Join(kept, ",")
 		}
-		args = append(args, arg)
+		proc.Args = append(proc.Args, arg)
 	}
-	spec.Process.Args = args
-	// The job directory stays, empty: a guest lists or stats it as in a
-	// cold run, where it holds the job's files (a guest reading it must
-	// meet the same filter, not a missing directory).
-	files := []runtimes.File{{Path: runtimes.JobDir, Mode: os.ModeDir | 0o755}}
-	for _, f := range job.Files {
-		if !strings.HasPrefix(f.Path, runtimes.JobDir+"/") {
-			files = append(files, f)
-		}
-	}
-	tmpl := &jail.Job{
-		ID:       "warm",
-		Spec:     spec,
-		Files:    files,
-		Seccomp:  job.Seccomp,
-		Landlock: job.Landlock,
-		Cgroups:  job.Cgroups,
-		// Never called: a warm runtime's channel is served by the run
-		// that takes it (Job.WarmChannel); the template only says the
-		// runtime has one.
-		Channel: func(context.Context, net.Conn) error { return nil },
-		Ready: func(ctx context.Context, conn net.Conn) error {
-			return ipc.AwaitReady(ctx, conn, readyTimeout)
-		},
-	}
-	h := sha256.New()
-	if err := json.NewEncoder(h).Encode(struct {
-		Spec     *specs.Spec
-		Files    []runtimes.File
-		Seccomp  []byte
-		Landlock bool
-	}{spec, files, job.Seccomp, job.Landlock}); err != nil {
-		return nil, "", err
-	}
-	return tmpl, hex.EncodeToString(h.Sum(nil)), nil
+	view.Process = &proc
+	return &view, nil
 }
 
 // Prewarm has the warm runtimes of rt ("deno", "python") started for the
