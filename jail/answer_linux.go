@@ -24,16 +24,15 @@ func (s *supervision) answersEarly() bool {
 }
 
 // answer ends a run whose guest said how it exits (Job.Exited), in this
-// order: the job cgroup's CPU time read; pid 1 killed, which ends every
-// task of the jail before it returns to user space, so that none runs on
-// and no more than a write already under way can still reach a pipe; the
-// output the pipes hold drained, a prefix of what the jail wrote in whole
-// writes, all it wrote before the exit frame included; the session's end
-// awaited (the exit frame is its last); the outcome settled and handed to
-// Job.Answer. Then it returns pid 1's end: what the teardown costs (the
-// kernel freeing the runtime's memory, the namespaces) is no longer part
-// of the answer. A step that does not complete within answerWithin leaves
-// the run unanswered, to end as without Job.Answer.
+// order: the job cgroup's CPU time read; pid 1 killed (and with it, as it
+// exits, every process of the jail); the output the pipes hold drained, a
+// prefix of what the jail wrote in whole writes, all it wrote before the
+// exit frame included; the session's end awaited (the exit frame is its
+// last); the outcome settled and handed to Job.Answer. Then it returns
+// pid 1's end: what the teardown costs (the kernel freeing the runtime's
+// memory, the namespaces) is no longer part of the answer. A step that
+// does not complete within answerWithin leaves the run unanswered, to end
+// as without Job.Answer.
 //
 // Not a freeze of the cgroup: a runtime already in its own exit reaches
 // the freezer only once it is out of it, which took a millisecond.
