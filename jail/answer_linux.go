@@ -24,15 +24,18 @@ func (s *supervision) answersEarly() bool {
 }
 
 // answer ends a run whose guest said how it exits (Job.Exited), in this
-// order: the job cgroup's CPU time read; pid 1 killed (and with it, as it
-// exits, every process of the jail); the output the pipes hold drained, a
-// prefix of what the jail wrote in whole writes, all it wrote before the
-// exit frame included; the session's end awaited (the exit frame is its
-// last); the outcome settled and handed to Job.Answer. Then it returns
-// pid 1's end: what the teardown costs (the kernel freeing the runtime's
-// memory, the namespaces) is no longer part of the answer. A step that
-// does not complete within answerWithin leaves the run unanswered, to end
-// as without Job.Answer.
+// order: the job cgroup's CPU time read; the runtime killed through its
+// pidfd, which ends every thread of it on its way back to user space, so
+// that none runs on and no more than a write already under way can still
+// reach a pipe, then pid 1 (the init stage), whose death ends any other
+// process of the namespace once it has exited itself; the output the
+// pipes hold drained, a prefix of what the jail wrote in whole writes,
+// all it wrote before the exit frame included; the session's end awaited
+// (the exit frame is its last); the outcome settled and handed to
+// Job.Answer. Then it returns pid 1's end: what the teardown costs (the
+// kernel freeing the runtime's memory, the namespaces) is no longer part
+// of the answer. A step that does not complete within answerWithin leaves
+// the run unanswered, to end as without Job.Answer.
 //
 // Not a freeze of the cgroup: a runtime already in its own exit reaches
 // the freezer only once it is out of it, which took a millisecond.
@@ -41,6 +44,13 @@ func (s *supervision) answer(waited <-chan exit, out *outputs, sessionDone <-cha
 	var cpuErr error
 	if cg := s.cg(); cg != nil {
 		cpu, cpuErr = cg.CPUTime()
+	}
+	// Not pid 1 alone: the kernel kills the rest of the namespace only
+	// once pid 1 has exited, and until then the runtime's threads (a
+	// Worker's) run on, with CPU time the answer does not count. The
+	// runtimes served warm start no process of their own.
+	if s.runtime >= 0 {
+		_ = unix.PidfdSendSignal(s.runtime, unix.SIGKILL, nil, 0)
 	}
 	_ = s.child.proc.Signal(syscall.SIGKILL)
 	if cpuErr == nil && out.flush() == nil && awaitWithin(sessionDone, answerWithin) {

@@ -741,6 +741,16 @@ func (s *supervision) observeRuntime() *Observed {
 		return &Observed{Error: "the init stage sent no pidfd of the runtime"}
 	}
 	defer s.closeRuntime()
+	return s.readRuntime()
+}
+
+// readRuntime is observeRuntime without closing the pidfd: a warm
+// runtime's stays open for its run's answer, which kills the runtime
+// through it.
+func (s *supervision) readRuntime() *Observed {
+	if s.runtime < 0 {
+		return &Observed{Error: "the init stage sent no pidfd of the runtime"}
+	}
 	pid := pidfdPid(s.runtime)
 	if pid <= 0 {
 		return &Observed{Error: "the runtime exited before it was read back"}

@@ -112,11 +112,12 @@ type warmRuntime struct {
 	conn  net.Conn
 	// observed is the runtime's state, read back once it was ready.
 	observed *Observed
-	// listener is the seccomp notification fd (-1: none).
-	listener       int
-	landlock       int
-	landlockReason string
-	started        time.Time
+	// pidfd of the runtime; listener the seccomp notification fd (-1:
+	// none).
+	pidfd, listener int
+	landlock        int
+	landlockReason  string
+	started         time.Time
 }
 
 // NewWarm returns a pool that keeps, per template, sizes[class] runtimes.
@@ -497,7 +498,7 @@ func startWarm(ctx context.Context, tmpl *Job) (*warmRuntime, error) {
 	if err == nil && conn == nil {
 		err = errors.New("the runtime has no channel")
 	}
-	r := &warmRuntime{child: c, cg: s.out.Cgroup, conn: conn, listener: s.listener,
+	r := &warmRuntime{child: c, cg: s.out.Cgroup, conn: conn, pidfd: -1, listener: s.listener,
 		landlock: s.out.Landlock, landlockReason: s.out.LandlockReason, started: time.Now()}
 	s.out.Cgroup = nil
 	if err != nil {
@@ -513,8 +514,10 @@ func startWarm(ctx context.Context, tmpl *Job) (*warmRuntime, error) {
 	// Its state is read back now, off any run's path: what its job's
 	// result reports is this process's, which no job has touched yet and
 	// which can only tighten (filters, capabilities, no_new_privs and
-	// Landlock stay; the seccomp filter refuses setns and mount).
-	r.observed = s.observeRuntime()
+	// Landlock stay; the seccomp filter refuses setns and mount). Its
+	// pidfd stays: the run's answer kills the runtime through it.
+	r.observed = s.readRuntime()
+	r.pidfd, s.runtime = s.runtime, -1
 	if r.observed.Error != "" {
 		return nil, errors.Join(fmt.Errorf("%w: read back: %s", errUnready, r.observed.Error), r.discard())
 	}
@@ -532,8 +535,10 @@ func (r *warmRuntime) discard() error {
 	if r.conn != nil {
 		r.conn.Close()
 	}
-	if r.listener >= 0 {
-		unix.Close(r.listener)
+	for _, fd := range []int{r.pidfd, r.listener} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 	r.child.ctl.Close()
 	r.child.stdout.Close()
@@ -571,7 +576,8 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 	// The runtime's cgroup is the job's from here: the outcome owns it.
 	s.ownCgroup(madeCgroup{cg: r.cg})
 	s.cpuBase = base
-	s.child = r.child
+	s.child, s.runtime = r.child, r.pidfd
+	cu.Add(s.closeRuntime)
 	s.out.Observed = r.observed
 	s.out.Warm = true
 	s.out.Landlock, s.out.LandlockReason = r.landlock, r.landlockReason
