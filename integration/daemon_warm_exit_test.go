@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pmjail/pmjail/api"
@@ -63,4 +68,82 @@ func TestDaemonWarmExit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forgedExit is guest code that spins Workers on every core it can, then
+// writes an exit frame of its own and goes on running: a guest that says
+// it exits so as to outlive its answer. Outside a jail it stops at once
+// (no channel to forge on).
+const forgedExit = `if (!Deno.statSync("/pmjail/channel/out").isFile) {
+  const spin = "postMessage(1); while (true) {}";
+  const url = URL.createObjectURL(new Blob([spin], { type: "application/javascript" }));
+  await Promise.all([0, 1].map(() => new Promise((up) => { new Worker(url, { type: "module" }).onmessage = up })));
+  const body = new TextEncoder().encode('{"type":"exit","code":0}');
+  const frame = new Uint8Array(4 + body.length);
+  new DataView(frame.buffer).setUint32(0, body.length);
+  frame.set(body, 4);
+  Deno.openSync("/pmjail/channel/out", { write: true }).writeSync(frame);
+  await new Promise((later) => setTimeout(later, 5000));
+}`
+
+// TestDaemonWarmExitKillsRuntime: by the time a warm run's answer reaches
+// its client, the runtime has been killed, all its threads: none runs on
+// past the answer with CPU time the answer does not count. (Killing the
+// jail's pid 1 alone ends the runtime only once pid 1 has exited, and
+// until then its Workers ran on.)
+func TestDaemonWarmExitKillsRuntime(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	for range 3 {
+		res := warmRun(t, d, &api.Job{Runtime: "deno", Source: forgedExit, Posture: "full"})
+		if res.Status != jail.StatusOK || res.Posture == nil || res.Posture.Observed == nil || res.Posture.Observed.PID <= 0 {
+			t.Fatalf("status %s (%s), posture %+v: want ok with the runtime's pid", res.Status, res.Stderr, res.Posture)
+		}
+		if alive := runningThreads(res.Posture.Observed.PID); len(alive) > 0 {
+			t.Fatalf("after the answer, threads %v of the runtime (pid %d) run on, not killed", alive, res.Posture.Observed.PID)
+		}
+	}
+}
+
+// runningThreads lists the threads of pid that are neither exiting
+// (PF_EXITING) nor have a SIGKILL pending: none once the process was
+// killed, or is gone.
+func runningThreads(pid int) []string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil // gone
+	}
+	const pfExiting = 0x4
+	var alive []string
+	for _, task := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, task.Name())
+		stat, err1 := os.ReadFile(dir + "stat")
+		status, err2 := os.ReadFile(dir + "status")
+		if err1 != nil || err2 != nil {
+			continue // reaped meanwhile
+		}
+		// Fields after the command's closing parenthesis: state, then
+		// ppid, pgrp, session, tty, tpgid, flags.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		flags, _ := strconv.ParseUint(f[6], 10, 64)
+		if f[0] == "Z" || f[0] == "X" || flags&pfExiting != 0 || killPending(string(status)) {
+			continue
+		}
+		alive = append(alive, task.Name())
+	}
+	return alive
+}
+
+// killPending reports whether a /proc status shows SIGKILL pending, to
+// the thread or its process.
+func killPending(status string) bool {
+	for _, line := range strings.Split(status, "\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if name != "SigPnd" && name != "ShdPnd" {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(value), 16, 64); err == nil && mask&(1<<(9-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
