@@ -268,10 +268,11 @@ function moduleOf(source) {
 // first use: blob: URLs, the loading, analysis and transpiling of a module
 // from memory; the console's formatting (through a console of its own that
 // prints nowhere); event dispatch (on a target of its own: the runtime's
-// load and unload events go the same way); a timer's turn of the event
-// loop. All of it is constant, no job's, and done and forgotten before the
-// runtime says it is ready, so a warm run's job pays for none of it (and
-// a cold run does not wait for it).
+// load and unload events go the same way). All of it is constant, no
+// job's, and done and forgotten before the runtime says it is ready, so a
+// warm run's job pays for none of it (and a cold run does not wait for
+// it). Not a timer: Deno's first one loads its Node timers, ~8 ms of CPU
+// that a job without timers would pay for nothing.
 async function primed() {
   try {
     Deno.statSync(Deno.args[0]);
@@ -295,7 +296,6 @@ async function primed() {
     target.dispatchEvent(new Event("primed", { cancelable: true }));
     target.removeEventListener("primed", listener);
   } catch { /* only a warm-up */ }
-  await new Promise((resolve) => setTimeout(resolve, 0));
 }
 
 // coarsenTime is the opt-in timing mitigation: the main thread's clocks at
