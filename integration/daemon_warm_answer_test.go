@@ -43,3 +43,30 @@ func TestDaemonWarmAnswerHoldsSlot(t *testing.T) {
 	}
 	t.Logf("the slot still held at the answer's health check in %d of 8 runs", held)
 }
+
+// TestDaemonWarmNextRunWaitsForTeardown: with one slot and no queue, a
+// client's runs one after the other all run: the next, sent as soon as
+// the last was answered (its slot held for its teardown), waits for that
+// slot instead of being refused for it.
+func TestDaemonWarmNextRunWaitsForTeardown(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 1, "max_queue": -1, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 1}}`)
+	job := &api.Job{Runtime: "deno", Source: `const a = new Uint8Array(64 << 20).fill(1); console.log(a[7])`}
+	warmRun(t, d, job) // the template learnt
+	warm := 0
+	for i := 0; i < 8; i++ {
+		res, err := d.c.Run(context.Background(), job)
+		if err != nil {
+			t.Fatalf("run %d, sent once the last was answered: %v", i, err)
+		}
+		if res.Status != api.StatusOK || res.Stdout != "1\n" {
+			t.Fatalf("run %d: status %s, stdout %q, stderr %q", i, res.Status, res.Stdout, res.Stderr)
+		}
+		if res.Warm {
+			warm++
+		}
+	}
+	if warm == 0 {
+		t.Fatalf("no run was served warm: nothing was answered before its teardown")
+	}
+	t.Logf("%d of 8 runs warm", warm)
+}

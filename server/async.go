@@ -271,17 +271,36 @@ func wantsAsync(r *http.Request) bool {
 // runPath is a run's Location.
 func runPath(id string) string { return "/" + api.APIVersion + "/runs/" + id }
 
-// admission is a place reserve took: waiting on it gives the run
-// slot (and its release) or ends with ctx.
-type admission = func(context.Context) (release func(), err error)
+// admission is a place reserve took: waiting on it gives the run its
+// slots or ends with ctx.
+type admission = func(context.Context) (grant, error)
+
+// grant is what an admitted run holds: its slots, the global one first,
+// then its tenant's.
+type grant []*slot
+
+// release gives the slots back; later calls do nothing.
+func (g grant) release() {
+	for _, s := range g {
+		s.release()
+	}
+}
+
+// answer says the run has answered and only its teardown holds the
+// slots: a run that comes meanwhile may wait for them (limiter.closing).
+func (g grant) answer() {
+	for _, s := range g {
+		s.answer()
+	}
+}
 
 // unreserve gives back a place reserve took, for a run that will not
 // be started.
 func unreserve(wait admission) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if release, err := wait(ctx); err == nil {
-		release()
+	if g, err := wait(ctx); err == nil {
+		g.release()
 	}
 }
 
@@ -432,13 +451,13 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	stderr := &outputStream{e: l, typ: api.EventStderr}
 	// A run whose slot comes as the daemon drains is not started:
 	// cancelQueued may have looked before it had its slot.
-	drained := func(ctx context.Context) (func(), error) {
-		release, err := wait(ctx)
+	drained := func(ctx context.Context) (grant, error) {
+		g, err := wait(ctx)
 		if err == nil && s.draining.Load() {
-			release()
+			g.release()
 			return nil, errDrainedQueued
 		}
-		return release, err
+		return g, err
 	}
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and

@@ -16,9 +16,51 @@ var errQueueFull = errors.New("queue full")
 type limiter struct {
 	mu      sync.Mutex
 	running int
+	// closing counts the slots whose runs have answered and are only
+	// being torn down (slot.answer): each is a queue place besides
+	// queue, so that a run that comes then waits the teardown out, a
+	// few milliseconds, rather than being refused for a slot about to
+	// be free.
+	closing int
 	max     int
 	queue   int
 	waiters []chan struct{}
+}
+
+// slot is a run's slot in a limiter, once granted.
+type slot struct {
+	l *limiter
+	// released and answered are under l.mu.
+	released, answered bool
+}
+
+// release gives the slot back; later calls do nothing.
+func (s *slot) release() {
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.released {
+		return
+	}
+	s.released = true
+	if s.answered {
+		l.closing--
+	}
+	l.running--
+	l.grantLocked()
+}
+
+// answer says the slot's run has answered: until the slot's release,
+// only the run's teardown holds it (see closing).
+func (s *slot) answer() {
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.released || s.answered {
+		return
+	}
+	s.answered = true
+	l.closing++
 }
 
 func newLimiter(max, queue int) *limiter {
@@ -32,7 +74,11 @@ func (l *limiter) acquire(ctx context.Context) (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	return wait(ctx)
+	s, err := wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.release, nil
 }
 
 // reserve takes a slot or a queue place at once, or refuses with
@@ -40,28 +86,28 @@ func (l *limiter) acquire(ctx context.Context) (release func(), err error) {
 // tenant's queue, which bounds it, waits here beyond the global one).
 // The returned wait then waits for the slot until ctx ends; it must be
 // called exactly once.
-func (l *limiter) reserve(uncapped bool) (wait func(ctx context.Context) (release func(), err error), err error) {
+func (l *limiter) reserve(uncapped bool) (wait func(ctx context.Context) (*slot, error), err error) {
 	l.mu.Lock()
 	if l.running < l.max && len(l.waiters) == 0 {
 		l.running++
 		l.mu.Unlock()
-		return func(context.Context) (func(), error) { return l.releaseOnce(), nil }, nil
+		return func(context.Context) (*slot, error) { return &slot{l: l}, nil }, nil
 	}
-	if !uncapped && len(l.waiters) >= l.queue {
+	if !uncapped && len(l.waiters) >= l.queue+l.closing {
 		l.mu.Unlock()
 		return nil, errQueueFull
 	}
 	ch := make(chan struct{})
 	l.waiters = append(l.waiters, ch)
 	l.mu.Unlock()
-	return func(ctx context.Context) (func(), error) { return l.wait(ctx, ch) }, nil
+	return func(ctx context.Context) (*slot, error) { return l.wait(ctx, ch) }, nil
 }
 
 // wait waits for the slot queued as ch.
-func (l *limiter) wait(ctx context.Context, ch chan struct{}) (release func(), err error) {
+func (l *limiter) wait(ctx context.Context, ch chan struct{}) (*slot, error) {
 	select {
 	case <-ch:
-		return l.releaseOnce(), nil
+		return &slot{l: l}, nil
 	case <-ctx.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -75,18 +121,6 @@ func (l *limiter) wait(ctx context.Context, ch chan struct{}) (release func(), e
 		l.running--
 		l.grantLocked()
 		return nil, ctx.Err()
-	}
-}
-
-func (l *limiter) releaseOnce() func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.running--
-			l.grantLocked()
-			l.mu.Unlock()
-		})
 	}
 }
 

@@ -97,3 +97,59 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestLimiterAnsweredSlotIsAQueuePlace: a slot whose run has answered
+// (only its teardown holds it) lets one run more wait for it, even with
+// no queue at all, so that a client's next run after its answer is not
+// refused for a slot about to be free; it lets no more than one, and a
+// released slot counts for nothing.
+func TestLimiterAnsweredSlotIsAQueuePlace(t *testing.T) {
+	l := newLimiter(1, 0)
+	wait, err := l.reserve(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.reserve(false); !errors.Is(err, errQueueFull) {
+		t.Fatalf("a second run while the first runs: %v, want queue full", err)
+	}
+	first.answer()
+	first.answer() // a second answer is a no-op
+	next, err := l.reserve(false)
+	if err != nil {
+		t.Fatalf("a run after the first answered: %v, want a place", err)
+	}
+	if _, err := l.reserve(false); !errors.Is(err, errQueueFull) {
+		t.Fatalf("a third run: %v, want queue full (one answered slot, one place)", err)
+	}
+	granted := make(chan *slot, 1)
+	go func() {
+		s, err := next(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- s
+	}()
+	waitFor(t, func() bool { _, q, _, _ := l.stats(); return q == 1 })
+	select {
+	case <-granted:
+		t.Fatal("the waiting run got the slot before the answered run released it")
+	default:
+	}
+	first.release()
+	second := <-granted
+	if r, q, _, _ := l.stats(); r != 1 || q != 0 {
+		t.Errorf("after the hand-over: running %d queued %d, want 1 and 0", r, q)
+	}
+	if _, err := l.reserve(false); !errors.Is(err, errQueueFull) {
+		t.Fatalf("with the answered slot released: %v, want queue full", err)
+	}
+	second.release()
+	second.answer() // after its release: counts for nothing
+	if _, err := l.reserve(false); err != nil {
+		t.Fatalf("with every slot free: %v", err)
+	}
+}

@@ -42,7 +42,7 @@ func TestOthersCannotStarveTenant(t *testing.T) {
 		if err != nil {
 			break
 		}
-		releases = append(releases, rel)
+		releases = append(releases, rel.release)
 	}
 	flood, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -52,7 +52,7 @@ func TestOthersCannotStarveTenant(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if rel, err := s.admit(flood, others); err == nil {
-				rel()
+				rel.release()
 			}
 		}()
 	}
@@ -72,7 +72,7 @@ func TestOthersCannotStarveTenant(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ci's run %d of its 2 slots with others flooding: %v", i, err)
 		}
-		releases = append(releases, rel)
+		releases = append(releases, rel.release)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestQueuedCountsShareQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rel()
+	defer rel.release()
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan error, 1)
 	go func() { _, err := ts.admit(ctx, tn); waited <- err }()

@@ -158,10 +158,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
 	start func() job.Options) (*jail.Result, error) {
 	queued := time.Now()
-	release, err := wait(ctx)
+	slots, err := wait(ctx)
 	if err == nil {
 		if err = fdRoom(runFDReserve); err != nil {
-			release()
+			slots.release()
 			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
 		}
 	}
@@ -194,6 +194,9 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 	answered := false
 	opt.Answer = func(res *jail.Result) {
 		answered = true
+		// Before the caller has its answer: a run it sends next may wait
+		// for this one's slots rather than be refused for them.
+		slots.answer()
 		settle(res)
 	}
 	s.teardowns.Add(1)
@@ -202,7 +205,7 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
 		res := tn.runner.Run(ctx, resolved, opt)
 		cancel()
-		release()
+		slots.release()
 		if !answered {
 			settle(res)
 			return
@@ -219,7 +222,7 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 // connection's does: for a slot of tn's share and a global one, within
 // the config's queue timeout.
 func (s *Server) queued(st *state, tn *tenant) admission {
-	return func(ctx context.Context) (func(), error) {
+	return func(ctx context.Context) (grant, error) {
 		qctx, cancel := context.WithTimeout(ctx, time.Duration(st.cfg.QueueTimeout))
 		defer cancel()
 		return s.admit(qctx, tn)
@@ -271,9 +274,9 @@ func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (
 var errShareFull = errors.New("tenant share full")
 
 // admit takes a slot of the tenant's share, then a global one (reserve,
-// then its wait until ctx ends). The returned release gives both back
-// and may be called more than once.
-func (s *Server) admit(ctx context.Context, tn *tenant) (release func(), err error) {
+// then its wait until ctx ends). The grant's release gives both back and
+// may be called more than once.
+func (s *Server) admit(ctx context.Context, tn *tenant) (grant, error) {
 	wait, err := s.reserve(tn, false)
 	if err != nil {
 		return nil, err
@@ -291,7 +294,17 @@ func (s *Server) admit(ctx context.Context, tn *tenant) (release func(), err err
 // it. The wait must be called once.
 func (s *Server) reserve(tn *tenant, uncapped bool) (admission, error) {
 	if tn.share == nil {
-		return s.lim.reserve(false)
+		gwait, err := s.lim.reserve(false)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (grant, error) {
+			global, err := gwait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return grant{global}, nil
+		}, nil
 	}
 	own, err := tn.share.lim.reserve(false)
 	if errors.Is(err, errQueueFull) {
@@ -300,21 +313,21 @@ func (s *Server) reserve(tn *tenant, uncapped bool) (admission, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (func(), error) {
-		ownRelease, err := own(ctx)
+	return func(ctx context.Context) (grant, error) {
+		share, err := own(ctx)
 		if err != nil {
 			return nil, err
 		}
 		gwait, err := s.lim.reserve(uncapped)
 		if err != nil {
-			ownRelease()
+			share.release()
 			return nil, err
 		}
 		global, err := gwait(ctx)
 		if err != nil {
-			ownRelease()
+			share.release()
 			return nil, err
 		}
-		return func() { global(); ownRelease() }, nil
+		return grant{global, share}, nil
 	}, nil
 }

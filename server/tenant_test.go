@@ -251,9 +251,9 @@ func TestTenantShares(t *testing.T) {
 	if r, _, _, _ := a.share.lim.stats(); r != 1 {
 		t.Errorf("a's share holds %d runs after a refusal, want 1", r)
 	}
-	relA()
-	relA() // idempotent
-	relB()
+	relA.release()
+	relA.release() // idempotent
+	relB.release()
 	if r, _, _, _ := s.lim.stats(); r != 0 {
 		t.Errorf("%d global slots held after every release", r)
 	}
@@ -279,7 +279,7 @@ func TestTenantShares(t *testing.T) {
 	if _, gone := s.shares["b"]; gone {
 		t.Error("tenant b's share outlived its removal")
 	}
-	relA()
+	relA.release()
 }
 
 // Over the real socket (the test's own uid, 0, as a tenant): the rate is
