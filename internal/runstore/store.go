@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -183,7 +184,9 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 }
 
 // openFile opens the bbolt file at path. bbolt panics on a damaged
-// page it reads as it opens (its freelist): that is ErrDamaged, with the
+// page it reads as it opens (its freelist), or faults reading its mapping
+// past the file's end (a truncated file: debug.SetPanicOnFault makes that
+// a panic too, not the process's death): that is ErrDamaged, with the
 // file closed. The file's mapping stays, and with it the file's lock,
 // until the process ends: bbolt gives no way to undo it. The daemon sets
 // such a file aside (SetAside) and opens a new one, once, at its start.
@@ -194,6 +197,7 @@ func openFile(path string) (db *bolt.DB, err error) {
 		f, err = os.OpenFile(name, flag, mode)
 		return f, err
 	}}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			if f != nil {
@@ -231,6 +235,7 @@ func (s *Store) close() (err error) {
 	if p := s.damaged.Load(); p != nil {
 		return *p
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: close: %v", ErrDamaged, p)
@@ -253,6 +258,9 @@ func (s *Store) guard(call func() error) (err error) {
 	if p := s.damaged.Load(); p != nil {
 		return *p
 	}
+	// A fault reading the file's mapping (truncated under the store) is a
+	// panic, not the daemon's death.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v (restart the daemon to set it aside)", ErrDamaged, p)
