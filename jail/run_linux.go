@@ -737,9 +737,6 @@ func (s *supervision) hostEnds(ctx context.Context, names []string, fds []int) n
 // whether that is still its (a runtime reaped meanwhile leaves its pid to
 // any process). Without a pidfd it reads nothing.
 func (s *supervision) observeRuntime() *Observed {
-	if s.runtime < 0 {
-		return &Observed{Error: "the init stage sent no pidfd of the runtime"}
-	}
 	defer s.closeRuntime()
 	return s.readRuntime()
 }
