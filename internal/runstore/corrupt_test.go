@@ -1,6 +1,7 @@
 package runstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -67,6 +68,12 @@ func TestOpenDamagedStore(t *testing.T) {
 			if err := os.WriteFile(path, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
+		}},
+		{"freelist count in the billions", func(t *testing.T, path string) {
+			freelistCount(t, path, 1<<40)
+		}},
+		{"freelist count past the file", func(t *testing.T, path string) {
+			freelistCount(t, path, 1<<22)
 		}},
 		{"records not JSON", func(t *testing.T, path string) {
 			data, err := os.ReadFile(path)
@@ -220,5 +227,30 @@ func TestResultChunk(t *testing.T) {
 	}
 	if _, err := s.ResultChunk("gone", 0, 7); !errors.Is(err, ErrNotFound) {
 		t.Errorf("no such run: %v, want ErrNotFound", err)
+	}
+}
+
+// freelistCount makes the freelist page that each meta page of the store
+// at path names count its ids in its first one, and that count n: bbolt
+// allocates and copies n ids as it opens the file, before anything can
+// say it is damaged.
+func freelistCount(t *testing.T, path string, n uint64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int(binary.LittleEndian.Uint32(data[pageHeader+8:]))
+	for meta := range 2 {
+		at := meta*size + pageHeader
+		free := int(binary.LittleEndian.Uint64(data[at+32:])) * size
+		if free <= 0 || free+pageHeader+8 > len(data) {
+			t.Fatalf("meta %d names its freelist at byte %d of %d", meta, free, len(data))
+		}
+		binary.LittleEndian.PutUint16(data[free+10:], 0xFFFF)
+		binary.LittleEndian.PutUint64(data[free+pageHeader:], n)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -206,6 +206,9 @@ func openFile(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("%w: %v", ErrDamaged, p)
 		}
 	}()
+	if err := checkFile(path); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
 	db, err = bolt.Open(path, 0o600, opts)
 	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
 		// Not a sound file (bad meta pages, a bad size): bbolt's
@@ -213,6 +216,18 @@ func openFile(path string) (db *bolt.DB, err error) {
 		err = fmt.Errorf("%w: %w", ErrDamaged, err)
 	}
 	return db, err
+}
+
+// checkFile checks, before bbolt maps it, the store's file at path (if
+// there is one) for the damage bbolt cannot survive reading
+// (checkFreelist).
+func checkFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // none yet (bbolt makes it), or one bbolt's open refuses itself
+	}
+	defer f.Close()
+	return checkFreelist(f)
 }
 
 // SetAside renames a damaged store's file in dir out of the way, to a
