@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,14 @@ func newFetchOrigin(t *testing.T) *fetchOrigin {
 			w.Write(allBytes(true))
 		case "/hop":
 			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+		case "/reason": // a reason phrase of the origin's own
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			bw.WriteString("HTTP/1.1 200 Fine Thanks\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			bw.Flush()
+			c.Close()
 		case "/items": // docs/guest-api.md's examples
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(`[{"n":1}]`))
@@ -98,8 +107,10 @@ const echo = await fetch(new Request(origin + "/bytes", { method: "POST", body: 
 const back = new Uint8Array(await echo.arrayBuffer());
 const hop = await fetch(origin + "/hop?to=" + encodeURIComponent(origin + "/json"));
 await hop.text();
+const reason = await fetch(origin + "/reason");
 console.log(JSON.stringify({
   status: r.status, ok: r.ok, type: r.headers.get("content-type"), data, url: r.url, redirected: r.redirected,
+  reasons: [r.statusText, reason.statusText, await reason.text()],
   echo: echo.status, back: Array.from(back),
   hop: [hop.status, hop.url, hop.redirected],
 }));
@@ -124,8 +135,11 @@ with urllib.request.urlopen(req) as u:
     uBack = u.read()
 with urllib.request.urlopen(origin + "/hop?to=" + origin + "/json") as u:
     u_hop = [u.status, u.url]
+with urllib.request.urlopen(origin + "/reason") as u:
+    u_reason = u.reason
 print(json.dumps({
     "status": r.status, "ok": r.ok, "type": r.headers["content-type"], "data": data, "url": r.url, "redirected": r.redirected,
+    "reasons": [r.status_text, (await pyfetch(origin + "/reason")).status_text, u_reason],
     "echo": echo.status, "back": list(back),
     "urlopen": [u_data, u_type, list(uBack), u_hop],
 }))
@@ -178,6 +192,7 @@ func TestFetch_DeclaredOriginRuns(t *testing.T) {
 				Back       []int           `json:"back"`
 				Hop        []any           `json:"hop"`
 				Urlopen    []any           `json:"urlopen"`
+				Reasons    []string        `json:"reasons"`
 			}
 			if r.Status != "ok" || json.Unmarshal([]byte(r.Stdout), &got) != nil {
 				t.Fatalf("status %s stdout %q stderr %q error %+v", r.Status, r.Stdout, r.Stderr, r.Error)
@@ -194,6 +209,14 @@ func TestFetch_DeclaredOriginRuns(t *testing.T) {
 			}
 			if got.Echo != 200 || !bytes.Equal(back, allBytes(true)) {
 				t.Errorf("the 256 byte values both ways: status %d, got back %v", got.Echo, got.Back)
+			}
+			// The origin's own reason phrase, not one made up from the code.
+			wantReasons := []string{"OK", "Fine Thanks", "ok"}
+			if c.name == "main.py" {
+				wantReasons[2] = "Fine Thanks" // urlopen's reason
+			}
+			if !slices.Equal(got.Reasons, wantReasons) {
+				t.Errorf("reason phrases %q, want %q", got.Reasons, wantReasons)
 			}
 			if c.name == "main.js" {
 				if want := []any{200.0, o.origin + "/json", true}; !jsonEqual(got.Hop, want) {
@@ -346,5 +369,71 @@ func TestFetch_GuestAPIExamples(t *testing.T) {
 	}
 	if got := o.requests(); len(got) != 3 {
 		t.Errorf("the origin got %v, want the examples' three requests", got)
+	}
+}
+
+// fetchWorkerJS fetches from a Worker and from a Worker that Worker
+// starts, as code written for the platform would: the declared origin,
+// and one the job did not declare.
+const fetchWorkerJS = `
+const code = ` + "`" + `
+self.onmessage = async (e) => {
+  const out = {};
+  const r = await fetch(e.data.origin + "/json");
+  out.json = [r.status, r.statusText, (await r.json()).greeting];
+  try {
+    await fetch(e.data.other + "/json");
+    out.other = "ALLOWED";
+  } catch (err) {
+    out.other = [err.name, err.message];
+  }
+  const inner = new Worker(URL.createObjectURL(new Blob(['self.onmessage = async (e) => { const r = await fetch(e.data); self.postMessage([r.status, await r.text()]); };'], { type: "application/javascript" })), { type: "module" });
+  out.nested = await new Promise((resolve) => {
+    inner.onmessage = (m) => resolve(m.data);
+    inner.postMessage(e.data.origin + "/items");
+  });
+  inner.terminate();
+  self.postMessage(out);
+};` + "`" + `;
+const w = new Worker(URL.createObjectURL(new Blob([code], { type: "application/javascript" })), { type: "module" });
+const out = await new Promise((resolve) => {
+  w.onmessage = (e) => resolve(e.data);
+  w.postMessage({ origin: ORIGIN, other: OTHER });
+});
+w.terminate();
+console.log(JSON.stringify(out));
+`
+
+// TestFetch_InWorkers: a Worker's fetch, and a nested Worker's, go through
+// the broker as the main thread's does (a guest → host attack included:
+// an undeclared origin is refused there too, and sees nothing), and a
+// script whose Workers are done still ends.
+func TestFetch_InWorkers(t *testing.T) {
+	declared, other := newFetchOrigin(t), newFetchOrigin(t)
+	src := strings.NewReplacer("ORIGIN", jsString(declared.origin), "OTHER", jsString(other.origin)).Replace(fetchWorkerJS)
+	r := runScript(t, "main.js", src, "--cap", "request="+declared.origin)
+	want := `{"json":[200,"OK","héllo"],"other":["TypeError",` +
+		jsString("fetch denied: origin "+other.origin+" is not declared in capabilities.request.urls") +
+		`],"nested":[200,"[{\"n\":1}]"]}` + "\n"
+	if r.Status != "ok" || r.Stdout != want {
+		t.Fatalf("status %s stdout %q stderr %q error %+v\nwant %q", r.Status, r.Stdout, r.Stderr, r.Error, want)
+	}
+	if got, want := declared.requests(), []string{"GET /json", "GET /items"}; !slices.Equal(got, want) {
+		t.Errorf("the declared origin got %v, want %v", got, want)
+	}
+	if got := other.requests(); len(got) != 0 {
+		t.Errorf("the undeclared origin got %v", got)
+	}
+
+	// A warm runtime's Workers: the same through the daemon.
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 1, "max_queue": 4, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 1},
+		"ceiling": {"capabilities": {"request": {"origins": ["*"], "methods": ["GET"], "private_origins": [`+jsString(declared.origin)+`, `+jsString(other.origin)+`]}}}}`)
+	res := warmRun(t, d, &api.Job{Runtime: "deno", Source: src, Capabilities: api.Capabilities{
+		Request: &api.RequestCapability{URLs: []string{declared.origin}}}})
+	if res.Status != api.StatusOK || res.Stdout != want {
+		t.Fatalf("warm: status %s stdout %q stderr %q error %+v\nwant %q", res.Status, res.Stdout, res.Stderr, res.Error, want)
+	}
+	if got := other.requests(); len(got) != 0 {
+		t.Errorf("the undeclared origin got %v", got)
 	}
 }

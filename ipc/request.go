@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -134,6 +135,7 @@ const (
 // The reply's body comes last: responseValue appends it to the rest.
 type sendResult struct {
 	Status       int               `json:"status"`
+	StatusText   string            `json:"status_text,omitempty"` // the reason phrase, scrubbed
 	Headers      map[string]string `json:"headers"`
 	URL          string            `json:"url,omitempty"`        // the last hop's, when redirected
 	Redirected   bool              `json:"redirected,omitempty"` // a redirect was followed
@@ -372,7 +374,7 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 				drainClose(resp)
 				return nil, cerr
 			}
-			shape := sendResult{Status: resp.StatusCode}
+			shape := sendResult{Status: resp.StatusCode, StatusText: b.scrub(reasonPhrase(resp))}
 			if redirects > 0 {
 				// Where a redirect led can name what a server echoed.
 				shape.URL, shape.Redirected = b.scrub(h.url.String()), true
@@ -530,6 +532,13 @@ func (b *broker) netErr(ctx context.Context, err error) *CallError {
 
 // scrub removes secret values from a message bound for the guest.
 func (b *broker) scrub(msg string) string { return b.scrubber.scrub(msg) }
+
+// reasonPhrase is the status line's text after its code ("OK" of
+// "200 OK"), which net/http keeps only in Status.
+func reasonPhrase(resp *http.Response) string {
+	text, _ := strings.CutPrefix(resp.Status, strconv.Itoa(resp.StatusCode))
+	return strings.TrimPrefix(text, " ")
+}
 
 // drainClose reads a little of an unwanted body so the close is clean.
 func drainClose(resp *http.Response) {

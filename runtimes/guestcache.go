@@ -17,7 +17,7 @@ import (
 // gets its own copy, as with the Pyodide cache.
 
 // guestCacheArgs warms the cache: module analysis only, no code runs.
-var guestCacheArgs = []string{DenoTarget, "cache", "--no-config", "--no-lock", "--no-remote", "--no-npm", GuestDir + "/bootstrap.js"}
+var guestCacheArgs = []string{DenoTarget, "cache", "--no-config", "--no-lock", "--no-remote", "--no-npm", GuestDir + "/bootstrap.js", GuestDir + "/worker.js"}
 
 // guestCacheKey names what the guest cache depends on: Deno and the guest
 // files' content (Deno keys the analysis by URL and source). A daemon asks

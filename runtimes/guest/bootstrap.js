@@ -2,7 +2,7 @@
 // the broker as the global `host` (plain scripts) and as `ctx.host`
 // (handler modules), imports the job's module and reports its outcome.
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
-import { Channel, makeHost } from "./channel.js";
+import { brokerWorkers, Channel, makeHost } from "./channel.js";
 
 // Up to the channel nothing depends on the job: a runtime started before
 // its job (a warm runtime) has done it all before it says it is ready.
@@ -130,6 +130,7 @@ const input = start.input ?? null;
 const host = makeHost(channel, input);
 Object.defineProperty(globalThis, "host", { value: host, enumerable: false });
 lazyFetch(start.capabilities);
+brokerWorkers((method, params) => channel.call(method, params), start.capabilities, new URL("./worker.js", import.meta.url).href);
 
 // The largest frame the host reads (older hosts do not say).
 const maxFrame = start.options?.max_frame || 4 << 20;

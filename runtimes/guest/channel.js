@@ -452,3 +452,64 @@ export function makeHost(channel, input) {
     }),
   });
 }
+
+// PORT marks the one message the making thread sends a Worker before any
+// of its own (worker.js): the port for its calls, on which the job's
+// declared capabilities follow first (fetch needs them to name a secret,
+// as on the main thread).
+export const PORT = "pmjail.port";
+
+// brokerWorkers makes the Worker constructor start each Worker through
+// worker.js's adopt (shim is worker.js's URL), its request.send calls
+// answered by call: the main thread's channel, or, in a Worker, its own
+// port upward. It lives here, not in worker.js, because the main thread
+// sets it up before the job's first line, where each module more costs
+// the run's start. A specifier
+// Deno cannot start a Worker from as it is (a relative one: Deno has no
+// base for it, or a classic Worker) goes to Deno unchanged, and fails as
+// it would.
+// capabilities may be a promise: a Worker learns them from its port.
+export function brokerWorkers(call, capabilities, shim) {
+  const Platform = globalThis.Worker;
+  if (typeof Platform !== "function") return;
+  const post = Platform.prototype.postMessage;
+  const terminate = Platform.prototype.terminate;
+  globalThis.Worker = class Worker extends Platform {
+    #port;
+    constructor(specifier, options = undefined) {
+      const url = URL.parse(String(specifier));
+      const wrap = url !== null && options?.type === "module";
+      super(wrap ? wrapper(shim, url.href) : specifier, options);
+      if (!wrap) return;
+      const { port1, port2 } = new MessageChannel();
+      this.#port = port1;
+      port1.onmessage = (m) => answer(m.data, port1, call);
+      Reflect.apply(post, this, [{ [PORT]: true }, [port2]]);
+      Promise.resolve(capabilities).then((c) => port1.postMessage({ capabilities: c }));
+    }
+
+    terminate() {
+      if (#port in this) this.#port?.close();
+      return Reflect.apply(terminate, this, []);
+    }
+  };
+}
+
+// wrapper is a module that adopts the Worker, then loads the job's.
+function wrapper(shim, url) {
+  const text = `import { adopt } from ${JSON.stringify(shim)};\nadopt();\nawait import(${JSON.stringify(url)});\n`;
+  return URL.createObjectURL(new Blob([text], { type: "application/javascript" }));
+}
+
+// answer passes a Worker's call on and posts the reply back. Only
+// request.send goes through: a Worker has no other use for the channel.
+async function answer(msg, port, call) {
+  const id = msg?.id;
+  if (!Number.isSafeInteger(id)) return;
+  const reply = msg.method === "request.send"
+    ? await call("request.send", msg.params)
+    : { ok: false, error: { code: "unsupported", message: `a Worker's calls are request.send only, not ${String(msg.method).slice(0, 80)}` } };
+  try {
+    port.postMessage({ id, reply });
+  } catch { /* the Worker is gone */ }
+}

@@ -62,7 +62,7 @@ function response(v, url) {
     throw new TypeError(`fetch failed: the origin answered ${v.status}, a status a Response cannot hold`);
   }
   const body = NULL_BODY.has(v.status) ? null : Uint8Array.fromBase64(v.body);
-  const res = new Response(body, { status: v.status, headers: v.headers });
+  const res = new Response(body, { status: v.status, statusText: reason(v.status_text), headers: v.headers });
   url.hash = "";
   // A constructed Response has no URL of its own; these say what the
   // platform's fetch would.
@@ -71,6 +71,13 @@ function response(v, url) {
     redirected: { value: v.redirected === true, enumerable: true },
   });
   return res;
+}
+
+// reason is the origin's reason phrase as a Response may hold it, or
+// empty: Response refuses one with characters outside Latin-1 (what was
+// not UTF-8 arrives as U+FFFD) or controls.
+function reason(text) {
+  return typeof text === "string" && /^[\t\x20-\x7e\x80-\xff]*$/.test(text) ? text : "";
 }
 
 // refused is the TypeError fetch rejects with, as the platform's does for
