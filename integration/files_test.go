@@ -19,23 +19,27 @@ import (
 	"github.com/pmjail/pmjail/client"
 )
 
-// A three-file TypeScript job: a relative import beside the entry and one
-// in a subdirectory; the files are read-only to the guest.
+// A four-file TypeScript job: a relative import beside the entry and one
+// in a subdirectory; the files are read-only to the guest, and a relative
+// path names one (the working directory is the job's).
 var tsJob = map[string]string{
 	"main.ts": `import { greet } from "./util.ts";
 import { twice } from "./lib/math.ts";
 let ro = "written";
 try { Deno.writeTextFileSync("/job/util.ts", "x"); } catch (e) { ro = "read-only " + e.name; }
-console.log(greet("ts"), twice(21), ro);
+const data = Deno.readTextFileSync("data/word.txt").trim();
+console.log(greet("ts"), twice(21), ro, data, Deno.cwd());
 `,
-	"util.ts":     "export function greet(name: string): string { return `hello ${name}`; }\n",
-	"lib/math.ts": "export const twice = (x: number): number => x * 2;\n",
+	"data/word.txt": "relative\n",
+	"util.ts":       "export function greet(name: string): string { return `hello ${name}`; }\n",
+	"lib/math.ts":   "export const twice = (x: number): number => x * 2;\n",
 }
 
-const tsJobOut = "hello ts 42 read-only NotCapable\n"
+const tsJobOut = "hello ts 42 read-only NotCapable relative /job\n"
 
 // A two-module Python job and a package whose module imports its sibling
-// relatively; the files are read-only there too.
+// relatively; the files are read-only there too, and a relative path
+// names one.
 var pyJob = map[string]string{
 	"main.py": `import util
 from pkg.mod import value
@@ -44,15 +48,19 @@ try:
     ro = "written"
 except OSError as e:
     ro = "read-only " + type(e).__name__
-print(util.greet("py"), value(), ro)
+import os
+with open("data/word.txt") as f:
+    data = f.read().strip()
+print(util.greet("py"), value(), ro, data, os.getcwd())
 `,
+	"data/word.txt":   "relative\n",
 	"util.py":         "def greet(name):\n    return 'hello ' + name\n",
 	"pkg/__init__.py": "",
 	"pkg/mod.py":      "from .lib import x\n\ndef value():\n    return x * 2\n",
 	"pkg/lib.py":      "x = 21\n",
 }
 
-const pyJobOut = "hello py 42 read-only PermissionError\n"
+const pyJobOut = "hello py 42 read-only PermissionError relative /job\n"
 
 // writeTree writes files below a new directory and returns it.
 func writeTree(t *testing.T, files map[string]string) string {

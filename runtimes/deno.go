@@ -143,6 +143,7 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		Target:  DenoTarget,
 		Args:    args,
 		Env:     Environ(denoEnv(), guest.Env),
+		Dir:     JobDir,
 		Files:   files,
 		Copies:  copies,
 		Channel: true,

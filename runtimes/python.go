@@ -129,6 +129,7 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 		Target:  DenoTarget,
 		Args:    args,
 		Env:     denoEnv(),
+		Dir:     JobDir,
 		Binds:   binds,
 		Copies:  copies,
 		Files:   files,

@@ -108,6 +108,10 @@ type Launch struct {
 	Args []string
 	// Env is the complete environment; nothing of pmjail's own is inherited.
 	Env []string
+	// Dir is the working directory inside the root; empty for the root's
+	// own. A runtime's is JobDir, so that a relative path names a job
+	// file, as it would where the program's author ran it.
+	Dir string
 	// Binds are host paths bound read-only into the root.
 	Binds []Bind
 	// Files are written into the root before it is made read-only.

@@ -105,7 +105,20 @@ func (s *setup) writeCopies() error {
 	return nil
 }
 
-func (s *setup) pivot() error { return pivotInto(newRootBase) }
+// pivot makes the new root the process's and enters the spec's working
+// directory (Process.Cwd, absolute, inside the new root), which the
+// runtime inherits: the guest's policies allow no chdir of its own.
+func (s *setup) pivot() error {
+	if err := pivotInto(newRootBase); err != nil {
+		return err
+	}
+	if cwd := s.cfg.Process.Cwd; cwd != "" && cwd != "/" {
+		if err := unix.Chdir(cwd); err != nil {
+			return fmt.Errorf("the process's working directory %s: %w", cwd, os.NewSyscallError("chdir", err))
+		}
+	}
+	return nil
+}
 
 func (s *setup) readOnly() error {
 	if s.cfg.WritableRoot {

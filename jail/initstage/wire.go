@@ -30,7 +30,7 @@ import (
 // format changes takes a new magic number, since a daemon keeps the init
 // stage it chose at start while the file may be replaced under it.
 const (
-	configMagic   = 0x706d6a43 // "pmjC": with stdin
+	configMagic   = 0x706d6a44 // "pmjD": with the working directory
 	joinMagic     = 0x706d6a6a // "pmjj"
 	premountMagic = 0x706d6a70 // "pmjp"
 	reportMagic   = 0x706d6a52 // "pmjR": typed stage and layer
@@ -74,6 +74,7 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 		e.string(p.User.Username)
 		e.strings(p.Args)
 		e.strings(p.Env)
+		e.string(p.Cwd)
 		e.uint(uint64(len(p.Rlimits)))
 		for _, r := range p.Rlimits {
 			e.string(r.Type)
@@ -122,6 +123,7 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 		p.User.Username = d.string()
 		p.Args = d.strings()
 		p.Env = d.strings()
+		p.Cwd = d.string()
 		p.Rlimits = list(&d, func() specs.POSIXRlimit {
 			return specs.POSIXRlimit{Type: d.string(), Hard: d.uint(), Soft: d.uint()}
 		})

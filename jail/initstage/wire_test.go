@@ -17,18 +17,18 @@ import (
 // Fields of the spec's types the wire carries. The rest of specs.Process
 // is listed in ignoredProcessFields (tests check both cover every field).
 var (
-	wireProcessFields = []string{"User", "Args", "Env", "Rlimits"}
+	wireProcessFields = []string{"User", "Args", "Env", "Cwd", "Rlimits"}
 	wireUserFields    = []string{"UID", "GID", "Umask", "AdditionalGids", "Username"}
 	wireRlimitFields  = []string{"Type", "Hard", "Soft"}
 	wireMountFields   = []string{"Destination", "Type", "Source", "Options"}
 )
 
 // ignoredProcessFields are what the init stage decides itself, whatever
-// the spec says: the guest's capabilities (none), no_new_privs (set) and
-// working directory ("/"); and what it has no support for: a terminal,
+// the spec says: the guest's capabilities (none) and no_new_privs (set);
+// and what it has no support for: a terminal,
 // AppArmor, SELinux, OOM score, scheduler, I/O priority, CPU affinity.
 var ignoredProcessFields = []string{
-	"Terminal", "ConsoleSize", "CommandLine", "Cwd", "Capabilities", "NoNewPrivileges",
+	"Terminal", "ConsoleSize", "CommandLine", "Capabilities", "NoNewPrivileges",
 	"ApparmorProfile", "OOMScoreAdj", "SelinuxLabel", "Scheduler", "IOPriority", "ExecCPUAffinity",
 }
 
@@ -106,7 +106,8 @@ func encodeConfig(t testing.TB, cfg *Config) []byte {
 }
 
 // What the supervisor encodes, the init stage decodes: every Config field,
-// and the process's args, environment, ids and rlimits.
+// and the process's args, environment, working directory, ids and
+// rlimits.
 func TestConfigRoundTrip(t *testing.T) {
 	sent := fullConfig()
 	got, err := readConfig(bytes.NewReader(encodeConfig(t, &sent)), nil)
@@ -115,7 +116,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 	want := sent
 	p := sent.Process
-	want.Process = &specs.Process{User: p.User, Args: p.Args, Env: p.Env, Rlimits: p.Rlimits}
+	want.Process = &specs.Process{User: p.User, Args: p.Args, Env: p.Env, Cwd: p.Cwd, Rlimits: p.Rlimits}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", got, want)
 	}
@@ -164,7 +165,7 @@ func TestConfigRefusesMalformedMessages(t *testing.T) {
 		t.Errorf("a report decoded as a configuration: %v", err)
 	}
 	// A count of 2^60 strings, in a body of a few bytes.
-	huge := []byte{0x43, 0x6a, 0x6d, 0x70, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}
+	huge := []byte{0x44, 0x6a, 0x6d, 0x70, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}
 	if err := c.UnmarshalBinary(huge); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("a huge count: %v", err)
 	}

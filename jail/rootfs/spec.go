@@ -183,6 +183,10 @@ func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 	if len(args) > 0 {
 		args[0] = target
 	}
+	cwd := launch.Dir
+	if cwd == "" {
+		cwd = "/"
+	}
 	root.Spec = &specs.Spec{
 		Version:  specs.Version,
 		Hostname: Hostname,
@@ -190,7 +194,7 @@ func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 		Process: &specs.Process{
 			Args:            args,
 			Env:             libraryPathEnv(launch.Env, libs.ConfDirs),
-			Cwd:             "/",
+			Cwd:             cwd,
 			User:            specs.User{UID: GuestID, GID: GuestID},
 			Rlimits:         rlimits,
 			NoNewPrivileges: true,

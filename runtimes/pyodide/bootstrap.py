@@ -402,6 +402,20 @@ def _job_files(files_json, env_json, filename):
         os.environ.update(env)
 
 
+def _enter_job_dir():
+    # Python's working directory is the process's (the jail's spec gives
+    # it the job's directory): a relative path names a job file, as where
+    # the script's author ran it. Pyodide's file system keeps its own.
+    from js import Deno
+
+    try:
+        cwd = Deno.cwd()
+    except Exception:
+        return
+    os.makedirs(cwd, exist_ok=True)
+    os.chdir(cwd)
+
+
 def _forget_listings(job_dir):
     # What importlib.invalidate_caches() does for the job's directories,
     # and only for them: the finders of every other path entry saw nothing
@@ -419,6 +433,7 @@ def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
     _reseed()
     _bind_pyfetch()
     _job_files(files_json, env_json, filename)
+    _enter_job_dir()
     input_value = json.loads(input_json)
     pmjail = _make_module(bridge, input_value)
     sys.modules["pmjail"] = pmjail
