@@ -230,19 +230,20 @@ export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });
 }
 
 // TestDaemonWarmDenials: a warm run's guest calling a syscall the filter
-// refuses (getdents64, listing its job directory) has the call counted in
-// denied_syscalls, as a cold run does: the warm root holds the job
-// directory, and the run serves the runtime's seccomp listener.
+// refuses (flock, locking a file it may read) has the call counted in
+// denied_syscalls, as a cold run does: the run serves the runtime's
+// seccomp listener. Its job directory is there to list, empty.
 func TestDaemonWarmDenials(t *testing.T) {
 	d := startDaemon(t, daemonDir(t), warmConfig)
-	const list = `try { for (const _ of Deno.readDirSync("/job")) { /* nothing */ } console.log("listed") }
-catch (e) { console.log(e.name) }`
-	res := warmRun(t, d, &api.Job{Runtime: "deno", Source: list})
-	if res.Status != jail.StatusOK || strings.TrimSpace(res.Stdout) != "listed" {
-		t.Errorf("warm listing of /job: status %s, stdout %q, stderr %q; want it listed (empty)", res.Status, res.Stdout, res.Stderr)
+	const lock = `const listed = [...Deno.readDirSync("/job")].length;
+try { Deno.openSync("/pmjail/bootstrap.js").lockSync(); console.log("locked", listed) }
+catch (e) { console.log(e.name, listed) }`
+	res := warmRun(t, d, &api.Job{Runtime: "deno", Source: lock})
+	if res.Status != jail.StatusOK || strings.TrimSpace(res.Stdout) != "PermissionDenied 0" {
+		t.Errorf("warm lock: status %s, stdout %q, stderr %q; want it refused, and /job listed empty", res.Status, res.Stdout, res.Stderr)
 	}
-	if res.Denied["getdents64"] == 0 {
-		t.Errorf("warm run: denied_syscalls %v, want getdents64 counted", res.Denied)
+	if res.Denied["flock"] == 0 {
+		t.Errorf("warm run: denied_syscalls %v, want flock counted", res.Denied)
 	}
 }
 

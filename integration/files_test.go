@@ -20,22 +20,24 @@ import (
 )
 
 // A four-file TypeScript job: a relative import beside the entry and one
-// in a subdirectory; the files are read-only to the guest, and a relative
-// path names one (the working directory is the job's).
+// in a subdirectory; the files are read-only to the guest, a relative
+// path names one (the working directory is the job's), and a directory
+// of them lists.
 var tsJob = map[string]string{
 	"main.ts": `import { greet } from "./util.ts";
 import { twice } from "./lib/math.ts";
 let ro = "written";
 try { Deno.writeTextFileSync("/job/util.ts", "x"); } catch (e) { ro = "read-only " + e.name; }
 const data = Deno.readTextFileSync("data/word.txt").trim();
-console.log(greet("ts"), twice(21), ro, data, Deno.cwd());
+const listed = [...Deno.readDirSync("data")].map((e) => e.name).join(",");
+console.log(greet("ts"), twice(21), ro, data, Deno.cwd(), listed);
 `,
 	"data/word.txt": "relative\n",
 	"util.ts":       "export function greet(name: string): string { return `hello ${name}`; }\n",
 	"lib/math.ts":   "export const twice = (x: number): number => x * 2;\n",
 }
 
-const tsJobOut = "hello ts 42 read-only NotCapable relative /job\n"
+const tsJobOut = "hello ts 42 read-only NotCapable relative /job word.txt\n"
 
 // A two-module Python job and a package whose module imports its sibling
 // relatively; the files are read-only there too, and a relative path
@@ -51,7 +53,7 @@ except OSError as e:
 import os
 with open("data/word.txt") as f:
     data = f.read().strip()
-print(util.greet("py"), value(), ro, data, os.getcwd())
+print(util.greet("py"), value(), ro, data, os.getcwd(), ",".join(os.listdir("data")))
 `,
 	"data/word.txt":   "relative\n",
 	"util.py":         "def greet(name):\n    return 'hello ' + name\n",
@@ -60,7 +62,7 @@ print(util.greet("py"), value(), ro, data, os.getcwd())
 	"pkg/lib.py":      "x = 21\n",
 }
 
-const pyJobOut = "hello py 42 read-only PermissionError relative /job\n"
+const pyJobOut = "hello py 42 read-only PermissionError relative /job word.txt\n"
 
 // writeTree writes files below a new directory and returns it.
 func writeTree(t *testing.T, files map[string]string) string {

@@ -209,8 +209,8 @@ func userNamespaceOwner(pids []int) (int, error) {
 // cgroup: a guest calling a denied syscall in a loop must not cost the
 // supervisor more than a quarter of the CPU the guest spends itself. Two
 // guests: the native prober calling sysfs(2) until it has spent a second
-// of CPU, and plain JavaScript listing a directory it may read, whose
-// getdents64 the Deno policy refuses, for a second and a half.
+// of CPU, and plain JavaScript locking a file it may read, whose flock
+// the Deno policy refuses, for a second and a half.
 func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
 	t.Run("native", func(t *testing.T) {
 		bin := buildProber(t)
@@ -226,8 +226,8 @@ func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "flood.js")
 		writeFile(t, path, jsDenialFlood)
 		r, supervisorMS, guestMS := superviseFlood(t, "run", path)
-		t.Logf("%s directory listings", strings.TrimSpace(r.Stdout))
-		checkFloodShare(t, r, "getdents64", supervisorMS, guestMS, 300)
+		t.Logf("%s locks", strings.TrimSpace(r.Stdout))
+		checkFloodShare(t, r, "flock", supervisorMS, guestMS, 300)
 	})
 	// The daemon serves every job's notifications from one process, which
 	// starts the next jobs' init stages meanwhile.
@@ -253,22 +253,24 @@ func TestTrust_DenialFloodSupervisorCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		supervisorMS := (after - before) * 1000 / clockTicks
-		t.Logf("daemon %d ms of CPU, guest %d ms (warm %v); denied_syscalls %v, limits_hit %v; %s directory listings",
+		t.Logf("daemon %d ms of CPU, guest %d ms (warm %v); denied_syscalls %v, limits_hit %v; %s locks",
 			supervisorMS, res.Usage.CPUMS, res.Warm, res.Denied, res.LimitsHit, strings.TrimSpace(res.Stdout))
 		checkFloodShare(t, Result{Status: string(res.Status), ExitCode: res.ExitCode, Stderr: res.Stderr,
-			Denied: res.Denied, LimitsHit: res.LimitsHit}, "getdents64", supervisorMS, res.Usage.CPUMS, 300)
+			Denied: res.Denied, LimitsHit: res.LimitsHit}, "flock", supervisorMS, res.Usage.CPUMS, 300)
 	})
 }
 
-// jsDenialFlood is plain JavaScript listing a directory it may read, whose
-// getdents64 the Deno policy refuses, for a second and a half.
+// jsDenialFlood is plain JavaScript locking a file it may read (one of
+// pmjail's own, in every Deno run's root), whose flock the Deno policy
+// refuses, for a second and a half.
 const jsDenialFlood = `
 { let h = null; try { h = Deno.hostname(); } catch (e) { if (e?.name !== "NotCapable") throw e; }
   if (h !== null && h !== "pmjail") { console.error("not jailed"); Deno.exit(93); } }
 let calls = 0;
+const file = Deno.openSync("/pmjail/bootstrap.js");
 const end = performance.now() + 1500;
 while (performance.now() < end) {
-  try { for (const _ of Deno.readDirSync("/job")) { /* nothing */ } } catch { /* refused */ }
+  try { file.lockSync(); } catch { /* refused */ }
   calls++;
 }
 console.log(calls);

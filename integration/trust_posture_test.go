@@ -164,12 +164,12 @@ func TestTrust_PostureRefreshHangupKeepsLayers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The guest only looks: it lists its own /job and reads its own
-	// process status, harmless whatever the jail.
+	// The guest only tries to lock one of pmjail's files in its root,
+	// harmless whatever the jail.
 	res, err := d.c.Run(ctx, &api.Job{Runtime: "deno", Mode: api.ModeAuto, Source: `
-let listed = "denied";
-try { listed = [...Deno.readDirSync("/job")].map((e) => e.name).join(",") } catch (e) { listed = "denied: " + e.name }
-console.log(JSON.stringify({listed}));
+let locked = "denied";
+try { Deno.openSync("/pmjail/bootstrap.js").lockSync(); locked = "locked" } catch (e) { locked = "denied: " + e.name }
+console.log(JSON.stringify({locked}));
 `})
 	if err != nil {
 		t.Fatal(err)
@@ -177,14 +177,13 @@ console.log(JSON.stringify({listed}));
 	if res.Status != jail.StatusOK {
 		t.Fatalf("the run: %s %+v %s", res.Status, res.Error, res.Stderr)
 	}
-	var out struct{ Listed string }
+	var out struct{ Locked string }
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
 		t.Fatalf("the run's output %q: %v", res.Stdout, err)
 	}
-	// The seccomp policy denies getdents64 (the listing comes back empty)
-	// and Deno's permissions refuse the read: either way, no names.
-	if out.Listed != "" && !strings.HasPrefix(out.Listed, "denied") {
-		t.Errorf("the guest listed /job: %q", out.Listed)
+	// The seccomp policy denies flock.
+	if !strings.HasPrefix(out.Locked, "denied") || res.Denied["flock"] == 0 {
+		t.Errorf("the guest's flock: %q, denied_syscalls %v; want it refused by the filter", out.Locked, res.Denied)
 	}
 	raw, err := json.Marshal(res.Posture)
 	if err != nil {
