@@ -67,6 +67,9 @@ type liveRun struct {
 	buf     bytes.Buffer // the NDJSON events so far
 	started bool
 	ended   bool
+	// stored says the run has ended and the store holds its events and
+	// result: buf is emptied, and its followers read on from the store.
+	stored  bool
 	changed chan struct{} // closed, and replaced, at each change
 }
 
@@ -102,17 +105,21 @@ func (l *liveRun) append(f func(*bytes.Buffer)) {
 const eventChunk = 64 << 10
 
 // since returns at most eventChunk bytes of the events from offset on,
-// whether they are the last (the run has ended), and a channel closed
-// when there is more: at once if there is more already, else at the
-// next change.
-func (l *liveRun) since(offset int) ([]byte, bool, <-chan struct{}) {
+// whether they are the last (the run has ended), whether the rest is to
+// be read from the store (stored: none are returned), and a channel
+// closed when there is more: at once if there is more already, else at
+// the next change.
+func (l *liveRun) since(offset int) (b []byte, ended, stored bool, changed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stored {
+		return nil, true, true, closedChan
+	}
 	rest := l.buf.Bytes()[offset:]
 	if len(rest) > eventChunk {
-		return bytes.Clone(rest[:eventChunk]), false, closedChan
+		return bytes.Clone(rest[:eventChunk]), false, false, closedChan
 	}
-	return bytes.Clone(rest), l.ended, l.changed
+	return bytes.Clone(rest), l.ended, false, l.changed
 }
 
 // closedChan is a channel always ready.
@@ -499,7 +506,8 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 	l.mu.Lock()
 	events := bytes.Clone(l.buf.Bytes())
 	l.mu.Unlock()
-	if err := a.store.Finish(id, state, result, events); err != nil {
+	err := a.store.Finish(id, state, result, events)
+	if err != nil {
 		log.Error("async result not stored", "err", err)
 	}
 	if state == api.RunCancelled {
@@ -510,7 +518,20 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 	a.mu.Lock()
 	delete(a.live, id)
 	a.mu.Unlock()
-	l.append(func(b *bytes.Buffer) { b.Write(last); l.ended = true })
+	l.append(func(b *bytes.Buffer) {
+		l.ended = true
+		if err != nil {
+			// Not stored: the followers have it from here alone.
+			b.Write(last)
+			return
+		}
+		// Stored: a follower that attached while the run was live
+		// reads the rest from the store, a chunk at a time, as any
+		// other does. The events are not held for it: a peer's slow
+		// followers, one per ended run, would hold them all.
+		*b = bytes.Buffer{}
+		l.stored = true
+	})
 }
 
 // handleRunByID is /v1/runs/{id} (GET, DELETE) and /v1/runs/{id}/events
@@ -703,10 +724,18 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id 
 		}
 		return rc.Flush() == nil
 	}
+	// The stream is open, also for a run still queued, whose first
+	// event may be long in coming.
+	if !write(nil) {
+		return
+	}
+	offset := 0
 	if l := s.async.liveOf(owner, id); l != nil {
-		offset := 0
 		for {
-			b, ended, changed := l.since(offset)
+			b, ended, stored, changed := l.since(offset)
+			if stored {
+				break // the rest, from the store
+			}
 			if len(b) > 0 && !write(b) {
 				return
 			}
@@ -721,14 +750,14 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id 
 			}
 		}
 	}
-	// Ended (perhaps since the lookup): the store has it all. A run the
-	// last daemon lost has no events: its result alone. The events are
-	// read a chunk at a time, each in its own short read of the store,
-	// and the result after them: a follower that stops reading holds no
-	// copy of them all (a run's events and result may be tens of
-	// megabytes, and a peer has many connections), nor a read of the
-	// store open.
-	for offset := 0; ; {
+	// Ended (perhaps since the lookup, or while followed from offset on):
+	// the store has it all. A run the last daemon lost has no events: its
+	// result alone. The events are read a chunk at a time, each in its own
+	// short read of the store, and the result after them: a follower that
+	// stops reading holds no copy of them all (a run's events and result
+	// may be tens of megabytes, and a peer has many connections), nor a
+	// read of the store open.
+	for {
 		b, err := s.async.store.EventsChunk(id, offset, eventChunk)
 		if err != nil {
 			return // pruned since: the stream ends without a result
