@@ -165,7 +165,8 @@ type RunsConfig struct {
 	// Retention is how long a finished run is kept (default 24h).
 	Retention profiles.Duration `json:"retention"`
 	// MaxBytes caps the finished runs' results and events together; over
-	// it the oldest go first (default 256M).
+	// it the oldest run of the owner that keeps the most bytes goes first
+	// (default 256M).
 	MaxBytes profiles.Size `json:"max_bytes"`
 	// MaxBatch bounds the jobs of one POST /v1/batches (default 100).
 	MaxBatch int `json:"max_batch"`

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +64,43 @@ func TestAsyncEndedRunNotHeldByFollowers(t *testing.T) {
 	if grown > bound {
 		t.Errorf("%d ended runs, each with an unread follower that attached while it was live: the heap grew %d MiB, want under %d MiB",
 			n, grown>>20, bound>>20)
+	}
+}
+
+// One peer's large async runs must not push another owner's results out
+// of the store before their retention: runs.max_bytes is the whole
+// store's, and a peer of no tenant (here uid 4243) that floods it with
+// large outputs pruned, oldest first, every other owner's runs. Over the
+// cap the owner keeping the most bytes now loses its own oldest.
+func TestAsyncStoreCapNotSharedAway(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "socket": {"mode": "0666"}, "allow": {"uids": [4243]},
+		"runs": {"dir": %q, "retention": "1h", "max_bytes": "200K"}}`, store), sock)
+	ctx := context.Background()
+	mine, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("mine")`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ts.c.RunEvents(ctx, mine.ID, nil); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// uid 4243: four runs of about 80K each (output kept twice), over
+	// 300K in all, each followed to its end.
+	for range 4 {
+		out := curlAsArgs(t, 4243, "-s", "-H", "Prefer: respond-async", "-H", "Content-Type: application/json",
+			"-d", `{"runtime": "deno", "source": "console.log(\"x\".repeat(40000))"}`, "--unix-socket", sock, "http://pmjail/v1/runs")
+		var run api.Run
+		if err := json.Unmarshal([]byte(out), &run); err != nil || run.ID == "" {
+			t.Fatalf("uid 4243's submission: %s", out)
+		}
+		if events := curlAsArgs(t, 4243, "-s", "--unix-socket", sock, "http://pmjail/v1/runs/"+run.ID+"/events"); !strings.Contains(events, `"type":"result"`) {
+			t.Fatalf("uid 4243's run %s: %.200s", run.ID, events)
+		}
+	}
+	if _, b := ts.async.store.Stats(); b > 200<<10 {
+		t.Errorf("store at %d bytes, over its cap", b)
+	}
+	if run, err := ts.c.GetRun(ctx, mine.ID); err != nil || run.Status != api.RunDone || run.Result.Stdout != "mine\n" {
+		t.Errorf("my run after another peer filled the store: %+v %v, want it kept", run, err)
 	}
 }

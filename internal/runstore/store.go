@@ -108,8 +108,9 @@ type Store struct {
 
 // kept is what pruning needs of a finished run.
 type kept struct {
-	at   time.Time
-	size int64
+	owner string
+	at    time.Time
+	size  int64
 }
 
 // Open opens (or creates) the store in dir. Runs a previous daemon left
@@ -147,7 +148,7 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 				unfinished = append(unfinished, &r)
 				return nil
 			}
-			s.account(r.ID, r.EndedAt, int64(len(v)+len(events.Get(k))))
+			s.account(r.ID, r.Owner, r.EndedAt, int64(len(v)+len(events.Get(k))))
 			return nil
 		})
 		if err != nil {
@@ -167,7 +168,7 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 			if err != nil {
 				return err
 			}
-			s.account(r.ID, now, size+int64(len(events.Get([]byte(r.ID)))))
+			s.account(r.ID, r.Owner, now, size+int64(len(events.Get([]byte(r.ID)))))
 			lost++
 		}
 		return nil
@@ -458,6 +459,7 @@ func (s *Store) ResultChunk(id string, offset, max int) ([]byte, error) {
 func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
 	now := time.Now()
 	var size int64
+	var owner string
 	err := s.update(func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
 		v := runs.Get([]byte(id))
@@ -472,6 +474,7 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 			return ErrEnded
 		}
 		r.Status, r.EndedAt, r.Result = status, now, result
+		owner = r.Owner
 		n, err := putRecord(runs, &r)
 		if err != nil {
 			return err
@@ -486,18 +489,18 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 		return fmt.Errorf("run store: finish %s: %w", id, err)
 	}
 	s.mu.Lock()
-	s.account(id, now, size)
+	s.account(id, owner, now, size)
 	s.mu.Unlock()
 	_, err = s.Prune(now)
 	return err
 }
 
 // account counts a finished run (s.mu held, or the store not yet shared).
-func (s *Store) account(id string, at time.Time, size int64) {
+func (s *Store) account(id, owner string, at time.Time, size int64) {
 	if old, ok := s.ended[id]; ok {
 		s.bytes -= old.size
 	}
-	s.ended[id] = kept{at: at, size: size}
+	s.ended[id] = kept{owner: owner, at: at, size: size}
 	s.bytes += size
 }
 
@@ -520,9 +523,11 @@ func (s *Store) Stats() (runs int, bytes int64) {
 	return len(s.ended), s.bytes
 }
 
-// Prune removes the finished runs past their retention at now, then the
-// oldest others while the store is over its size cap, and returns how
-// many it removed. Runs not yet ended are never pruned.
+// Prune removes the finished runs past their retention at now, then,
+// while the store is over its size cap, the oldest run of the owner that
+// keeps the most bytes, and returns how many it removed: an owner that
+// fills the store prunes its own runs, not another's. Runs not yet ended
+// are never pruned.
 func (s *Store) Prune(now time.Time) (int, error) {
 	s.mu.Lock()
 	type aged struct {
@@ -544,10 +549,26 @@ func (s *Store) Prune(now time.Time) (int, error) {
 	}
 	if total > s.lim.MaxBytes {
 		sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+		// Each owner's runs, oldest first, and the bytes they keep.
+		runs := map[string][]aged{}
+		held := map[string]int64{}
 		for _, a := range all {
-			if total <= s.lim.MaxBytes {
+			runs[a.owner] = append(runs[a.owner], a)
+			held[a.owner] += a.size
+		}
+		for total > s.lim.MaxBytes {
+			largest := ""
+			for owner, n := range held {
+				if len(runs[owner]) > 0 && (largest == "" || n > held[largest] || n == held[largest] && owner < largest) {
+					largest = owner
+				}
+			}
+			if largest == "" {
 				break
 			}
+			a := runs[largest][0]
+			runs[largest] = runs[largest][1:]
+			held[largest] -= a.size
 			gone = append(gone, a)
 			total -= a.size
 		}

@@ -1,0 +1,65 @@
+package runstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// The size cap is the whole store's, and owners share it: one owner
+// (a tenant, or a peer of none) that finishes many large runs must not
+// prune another owner's few small ones before their retention. Over the
+// cap, the owner that keeps the most bytes loses its oldest run first;
+// the cap prunes as before an owner that is alone in the store.
+func TestPruneBySizeTakesFromTheLargestOwner(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, Limits{Retention: time.Hour, MaxBytes: 64 << 10})
+	defer s.Close()
+	finish := func(owner, id string, events int) {
+		t.Helper()
+		if _, err := s.Create(&Record{ID: id, Owner: owner, Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		ev := []byte(`{"type":"stdout","data":"` + strings.Repeat("x", events) + `"}` + "\n")
+		if err := s.Finish(id, api.RunDone, json.RawMessage(`{"id":"`+id+`","status":"ok"}`), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish("tenant:a", "a-old", 1<<10)
+	finish("tenant:a", "a-new", 1<<10)
+	// Another owner's flood: 20 runs of 8 KiB, more than twice the cap.
+	var flood []string
+	for i := range 20 {
+		id := fmt.Sprintf("b-%02d", i)
+		finish("tenant:b", id, 8<<10)
+		flood = append(flood, id)
+	}
+	for _, id := range []string{"a-old", "a-new"} {
+		if _, err := s.Get("tenant:a", id); err != nil {
+			t.Errorf("tenant a's run %s after tenant b's flood: %v, want kept", id, err)
+		}
+	}
+	if _, err := s.Get("tenant:b", flood[len(flood)-1]); err != nil {
+		t.Errorf("the flood's newest run: %v, want kept", err)
+	}
+	if _, err := s.Get("tenant:b", flood[0]); err == nil {
+		t.Errorf("the flood's oldest run kept; want it pruned")
+	}
+	if _, b := s.Stats(); b > 64<<10 {
+		t.Errorf("store at %d bytes, over its cap", b)
+	}
+	// Alone, an owner's oldest goes first, as ever.
+	if _, err := s.SetLimits(Limits{Retention: time.Hour, MaxBytes: 2 << 10}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("tenant:a", "a-new"); err != nil {
+		t.Errorf("a-new: %v, want kept", err)
+	}
+	if _, err := s.Get("tenant:a", "a-old"); err == nil {
+		t.Errorf("a-old kept; want it pruned, the oldest of the largest owner")
+	}
+}
