@@ -510,6 +510,13 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 	if err != nil {
 		log.Error("async result not stored", "err", err)
 	}
+	// A run larger than the store's cap is pruned as it is stored: its
+	// followers then have it from l alone.
+	stored := err == nil
+	if first, err := a.store.ResultChunk(id, 0, 1); stored && (err != nil || len(first) == 0) {
+		log.Warn("async run pruned as it ended: it is over runs.max_bytes alone")
+		stored = false
+	}
 	if state == api.RunCancelled {
 		a.counts.WithLabelValues("cancelled").Inc()
 	} else {
@@ -520,7 +527,7 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 	a.mu.Unlock()
 	l.append(func(b *bytes.Buffer) {
 		l.ended = true
-		if err != nil {
+		if !stored {
 			// Not stored: the followers have it from here alone.
 			b.Write(last)
 			return

@@ -104,3 +104,39 @@ func TestAsyncStoreCapNotSharedAway(t *testing.T) {
 		t.Errorf("my run after another peer filled the store: %+v %v, want it kept", run, err)
 	}
 }
+
+// A run larger than runs.max_bytes alone is pruned as it ends: a
+// follower that attached while it was live still gets its events and
+// result (from the daemon's memory, as the store no longer has them).
+func TestAsyncFollowerOfRunOverTheCap(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q, "max_bytes": "4K"}}`, store), sock)
+	ctx := context.Background()
+	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clienttest.Started(ctx, ts.c, blocker.ID):
+	case <-time.After(60 * time.Second):
+		t.Fatal("the blocking run never started")
+	}
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("x".repeat(10000))`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := followers(t, sock, r.ID, 1)[0].Body // attached while queued
+	if _, err := ts.c.CancelRun(ctx, blocker.ID); err != nil {
+		t.Fatal(err)
+	}
+	var last api.Event
+	dec := json.NewDecoder(body)
+	for dec.More() {
+		if err := dec.Decode(&last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last.Type != api.EventResult || last.Result == nil || last.Result.Status != api.StatusOK || len(last.Result.Stdout) != 10001 {
+		t.Fatalf("the follower's last event: %+v", last)
+	}
+}
