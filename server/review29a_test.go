@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +140,34 @@ func TestAsyncFollowerOfRunOverTheCap(t *testing.T) {
 	}
 	if last.Type != api.EventResult || last.Result == nil || last.Result.Status != api.StatusOK || len(last.Result.Stdout) != 10001 {
 		t.Fatalf("the follower's last event: %+v", last)
+	}
+}
+
+// An Idempotency-Key on a sync run was ignored: the job ran, and a
+// client retrying it under the same key (after a timeout, say) ran it
+// again, believing the key made that safe. It is refused, naming the
+// header, before anything runs.
+func TestSyncRunRefusesIdempotencyKey(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	hc := &http.Client{Transport: checkedTransport(t, &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}})}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, "http://pmjail/v1/runs", strings.NewReader(`{"runtime": "deno", "source": "console.log('ran')"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.IdempotencyKey, "charge-42")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusBadRequest ||
+		body.Error.Field != api.IdempotencyKey || !strings.Contains(body.Error.Message, "respond-async") {
+		t.Errorf("a sync run with an Idempotency-Key: %d %+v %v, want 400 naming the header", resp.StatusCode, body, err)
+	}
+	if m, err := ts.c.Metrics(context.Background()); err != nil || !strings.Contains(m, `pmjail_runs_total{runtime="deno",status="ok",tenant="others"} 0`) {
+		t.Errorf("a run was counted: %v", err)
 	}
 }

@@ -37,6 +37,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.asyncUnavailable(w)
 		return
 	}
+	if !async && r.Header.Get(api.IdempotencyKey) != "" {
+		// A sync run is never told apart from a retry of it: a client
+		// that sends a key believing it makes a retry safe must learn
+		// it does not, not have its job run twice.
+		reject(http.StatusBadRequest, codeInvalid, "an Idempotency-Key takes Prefer: respond-async: a sync run is not deduplicated, and a retry of it runs again", api.IdempotencyKey, 0)
+		return
+	}
 	tooLarge := func() {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge,
 			fmt.Sprintf("job is larger than %d bytes (at most %d bytes of source or files, %d of input and %d of stdin, with room for the rest)",
