@@ -594,6 +594,8 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 				rec.Status = api.RunRunning
 			}
 			l.mu.Unlock()
+		} else if l == nil {
+			rec = s.async.fresh(owner, rec)
 		}
 		s.answerRun(w, rec)
 	}
@@ -712,8 +714,23 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 		if again, err := s.async.store.Get(owner, rec.ID); err == nil {
 			rec = again
 		}
+	} else {
+		rec = s.async.fresh(owner, rec)
 	}
 	s.answerRun(w, rec)
+}
+
+// fresh is rec as the store has it now if rec, not ended, has no live
+// run: the run ended since rec was read (its end is stored before it
+// leaves the live runs), and its answer is that end, not "queued".
+func (a *asyncRuns) fresh(owner string, rec *runstore.Record) *runstore.Record {
+	if rec.Status.Ended() {
+		return rec
+	}
+	if again, err := a.store.Get(owner, rec.ID); err == nil {
+		return again
+	}
+	return rec
 }
 
 // followEvents is GET /v1/runs/{id}/events: the run's events from its

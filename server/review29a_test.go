@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +170,35 @@ func TestSyncRunRefusesIdempotencyKey(t *testing.T) {
 	}
 	if m, err := ts.c.Metrics(context.Background()); err != nil || !strings.Contains(m, `pmjail_runs_total{runtime="deno",status="ok",tenant="others"} 0`) {
 		t.Errorf("a run was counted: %v", err)
+	}
+}
+
+// A DELETE whose lookup of the run raced the run's end found it queued
+// and no longer live, and answered "queued", with no result, as if the
+// run were still waiting, though it had ended (a GET the same). The
+// answer is the run as it ended.
+func TestAsyncAnswerAfterTheEndRaced(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("done")`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// The record as DELETE's lookup read it just before the run ended.
+	owner := "uid:0"
+	stale, err := ts.async.store.Get(owner, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.Status, stale.Result = api.RunQueued, nil
+	rec := httptest.NewRecorder()
+	ts.cancelAsync(rec, httptest.NewRequest(http.MethodDelete, "/v1/runs/"+r.ID, nil), owner, stale)
+	var run api.Run
+	if err := json.Unmarshal(rec.Body.Bytes(), &run); err != nil || run.Status != api.RunDone || run.Result == nil || run.Result.Stdout != "done\n" {
+		t.Errorf("DELETE after the end raced its lookup: %d %s, want the run done with its result", rec.Code, rec.Body.String())
 	}
 }
