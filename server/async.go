@@ -366,13 +366,12 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, log *slog.L
 	}
 	rec := &runstore.Record{ID: job.NewID(), Owner: owner, Key: key, Sum: sum, Status: api.RunQueued, SubmittedAt: time.Now().UTC()}
 	answerExisting := func(existing *runstore.Record) {
-		run, err := existing.Run()
-		if err != nil {
-			reject(http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
-			return
-		}
-		w.Header().Set("Location", runPath(run.ID))
-		writeJSON(w, http.StatusAccepted, run)
+		// Written as a GET's answer is: an ended run's result from the
+		// store, a chunk at a time, each within a deadline. The same
+		// submission again costs no rate, and may come on every one of
+		// a peer's connections, which may read none of it.
+		w.Header().Set("Location", runPath(existing.ID))
+		s.answerRun(w, existing, http.StatusAccepted)
 	}
 	conflict := func(id string) {
 		reject(http.StatusUnprocessableEntity, api.CodeIdempotencyConflict,
@@ -597,13 +596,15 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 		} else if l == nil {
 			rec = s.async.fresh(owner, rec)
 		}
-		s.answerRun(w, rec)
+		s.answerRun(w, rec, http.StatusOK)
 	}
 }
 
-func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record) {
+// answerRun answers with the run rec, with status (200, or 202 for a
+// submission an Idempotency-Key made before).
+func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record, status int) {
 	if len(rec.Result) > 0 {
-		s.answerEnded(w, rec)
+		s.answerEnded(w, rec, status)
 		return
 	}
 	run, err := rec.Run()
@@ -611,13 +612,13 @@ func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record) {
 		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
 		return
 	}
-	writeJSON(w, http.StatusOK, run)
+	writeJSON(w, status, run)
 }
 
 // answerEnded answers with an ended run, its result written from the
 // store a chunk at a time, each within a deadline: a result may be tens
 // of megabytes, and a peer may ask on many connections and read none.
-func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record) {
+func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record, status int) {
 	head, err := json.Marshal(api.Run{ID: rec.ID, Status: rec.Status, SubmittedAt: api.Time{Time: rec.SubmittedAt}})
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, codeBusy, err.Error(), "", 0)
@@ -635,7 +636,7 @@ func (s *Server) answerEnded(w http.ResponseWriter, rec *runstore.Record) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	write := chunkWriter(w)
 	// {"id":…,"submitted_at":…} less its brace, then the result.
 	if !write(head[:len(head)-1]) || !write([]byte(`,"result":`)) || !s.writeResult(write, id, first) {
@@ -717,7 +718,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 	} else {
 		rec = s.async.fresh(owner, rec)
 	}
-	s.answerRun(w, rec)
+	s.answerRun(w, rec, http.StatusOK)
 }
 
 // fresh is rec as the store has it now if rec, not ended, has no live

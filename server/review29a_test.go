@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -200,5 +201,55 @@ func TestAsyncAnswerAfterTheEndRaced(t *testing.T) {
 	var run api.Run
 	if err := json.Unmarshal(rec.Body.Bytes(), &run); err != nil || run.Status != api.RunDone || run.Result == nil || run.Result.Stdout != "done\n" {
 		t.Errorf("DELETE after the end raced its lookup: %d %s, want the run done with its result", rec.Code, rec.Body.String())
+	}
+}
+
+// The same keyed submission again, of a run that ended with a large
+// result, was answered with the whole run decoded and encoded at once,
+// with no write deadline: each connection that sent it and read nothing
+// held the result about three times over, for ever, at no cost to its
+// rate. It is written from the store a chunk at a time, as a GET's.
+func TestAsyncKeyedAgainBoundedMemory(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	job := &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20) + "<&>")`, Limits: api.Limits{Output: 8 << 20}}
+	r, err := ts.c.SubmitAsync(ctx, job, "big-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	again, err := ts.c.SubmitAsync(ctx, job, "big-1")
+	if err != nil || again.ID != r.ID || again.Status != api.RunDone || again.Result == nil ||
+		again.Result.Stdout != strings.Repeat("\x01", 2<<20)+"<&>\n" || again.SubmittedAt.IsZero() {
+		t.Fatalf("the keyed submission again, read whole: %v %v", again != nil, err)
+	}
+	body, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	const bound = 24 << 20
+	base := heap()
+	for range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: pmjail\r\nPrefer: respond-async\r\nIdempotency-Key: big-1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
+		if err != nil || resp.StatusCode != http.StatusAccepted || resp.Header.Get("Location") != "/v1/runs/"+r.ID {
+			t.Fatalf("keyed again: %v %v", resp, err)
+		}
+	}
+	grown := int64(heap()) - int64(base)
+	t.Logf("heap grew %d KiB", grown>>10)
+	if grown > bound {
+		t.Errorf("%d unread answers to a keyed submission again: the heap grew %d MiB, want under %d MiB", n, grown>>20, bound>>20)
 	}
 }
