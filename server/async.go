@@ -570,7 +570,7 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Load()
 	p := peerFrom(r.Context())
 	owner := ownerOf(st, st.tenantFor(p), p)
-	rec, err := s.async.store.Get(owner, id)
+	rec, err := s.async.store.Head(owner, id)
 	if errors.Is(err, runstore.ErrNotFound) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no run "+id+" of yours (it may be past its retention)", "", 0)
 		return
@@ -603,7 +603,7 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 // answerRun answers with the run rec, with status (200, or 202 for a
 // submission an Idempotency-Key made before).
 func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record, status int) {
-	if len(rec.Result) > 0 {
+	if rec.Status.Ended() {
 		s.answerEnded(w, rec, status)
 		return
 	}
@@ -712,7 +712,7 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 			}
 			break
 		}
-		if again, err := s.async.store.Get(owner, rec.ID); err == nil {
+		if again, err := s.async.store.Head(owner, rec.ID); err == nil {
 			rec = again
 		}
 	} else {
@@ -728,7 +728,7 @@ func (a *asyncRuns) fresh(owner string, rec *runstore.Record) *runstore.Record {
 	if rec.Status.Ended() {
 		return rec
 	}
-	if again, err := a.store.Get(owner, rec.ID); err == nil {
+	if again, err := a.store.Head(owner, rec.ID); err == nil {
 		return again
 	}
 	return rec

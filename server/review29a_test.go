@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -251,5 +252,59 @@ func TestAsyncKeyedAgainBoundedMemory(t *testing.T) {
 	t.Logf("heap grew %d KiB", grown>>10)
 	if grown > bound {
 		t.Errorf("%d unread answers to a keyed submission again: the heap grew %d MiB, want under %d MiB", n, grown>>20, bound>>20)
+	}
+}
+
+// totalAlloc is the bytes the process has allocated so far.
+func totalAlloc() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.TotalAlloc
+}
+
+// Every GET, events stream and DELETE of a run read its record whole
+// first, its result copied out of the store (and scanned) before a
+// byte was answered, even though the answer then streams the result
+// from the store a chunk at a time: a peer asking on each of its
+// connections at once made the daemon allocate the result once per
+// request together, hundreds of megabytes each for a run at the
+// default output ceiling. The lookup reads the record without its
+// result: a request that is answered its first chunk and hangs up costs
+// about that chunk.
+func TestAsyncLookupDoesNotCopyTheResult(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	// About 12 MiB of result (2 MiB of control characters, six bytes
+	// each), and as much of events.
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20))`, Limits: api.Limits{Output: 8 << 20}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ts.c.RunEvents(ctx, r.ID, nil); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	const n = 16
+	const bound = 48 << 20 // n × 12 MiB copied before
+	for _, req := range []string{"GET /v1/runs/" + r.ID, "GET /v1/runs/" + r.ID + "/events", "DELETE /v1/runs/" + r.ID} {
+		before := totalAlloc()
+		for range n {
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fmt.Fprintf(c, "%s HTTP/1.1\r\nHost: pmjail\r\n\r\n", req); err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil); err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %v %v", req, resp, err)
+			}
+			c.Close()
+		}
+		allocated := totalAlloc() - before
+		t.Logf("%s: %d KiB allocated for %d requests", req, allocated>>10, n)
+		if allocated > bound {
+			t.Errorf("%s, %d times, each hung up after the answer's first bytes: %d MiB allocated, want under %d MiB", req, n, allocated>>20, bound>>20)
+		}
 	}
 }

@@ -63,3 +63,36 @@ func TestPruneBySizeTakesFromTheLargestOwner(t *testing.T) {
 		t.Errorf("a-old kept; want it pruned, the oldest of the largest owner")
 	}
 }
+
+// Head and Lookup read a record without its result, also one whose key
+// holds the result field's own text (quoted in the record, so never
+// taken for the field).
+func TestHeadLeavesOutTheResult(t *testing.T) {
+	s, _ := open(t, t.TempDir(), roomy)
+	defer s.Close()
+	key := `k,"result":{"x":1}`
+	if _, err := s.Create(&Record{ID: "r1", Owner: "uid:1", Key: key, Sum: "s", Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Head("uid:1", "r1"); err != nil || r.Key != key || r.Status != api.RunQueued || r.Result != nil {
+		t.Fatalf("head of a queued run: %+v %v", r, err)
+	}
+	if err := s.Finish("r1", api.RunDone, json.RawMessage(`{"id":"r1","status":"ok","stdout":"big"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	for what, get := range map[string]func() (*Record, error){
+		"head":   func() (*Record, error) { return s.Head("uid:1", "r1") },
+		"lookup": func() (*Record, error) { return s.Lookup("uid:1", key) },
+	} {
+		r, err := get()
+		if err != nil || r.ID != "r1" || r.Key != key || r.Sum != "s" || r.Status != api.RunDone || r.EndedAt.IsZero() || r.Result != nil {
+			t.Errorf("%s of an ended run: %+v %v", what, r, err)
+		}
+	}
+	if _, err := s.Head("uid:2", "r1"); err == nil {
+		t.Errorf("another owner's head: found")
+	}
+	if r, err := s.Get("uid:1", "r1"); err != nil || string(r.Result) != `{"id":"r1","status":"ok","stdout":"big"}` {
+		t.Errorf("Get keeps the result: %+v %v", r, err)
+	}
+}

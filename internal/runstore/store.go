@@ -316,7 +316,7 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 			if id := keys.Get(keyOf(r.Owner, r.Key)); id != nil {
 				if v := runs.Get(id); v != nil {
 					existing = new(Record)
-					if err := json.Unmarshal(v, existing); err != nil {
+					if err := decodeHead(v, existing); err != nil {
 						return err
 					}
 					if existing.Sum != r.Sum {
@@ -342,7 +342,8 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 	return existing, nil
 }
 
-// Lookup returns the run owner's idempotency key made, or nil.
+// Lookup returns the run owner's idempotency key made, or nil, without
+// its result (as Head).
 func (s *Store) Lookup(owner, key string) (*Record, error) {
 	var r *Record
 	err := s.view(func(tx *bolt.Tx) error {
@@ -355,7 +356,7 @@ func (s *Store) Lookup(owner, key string) (*Record, error) {
 			return nil
 		}
 		r = new(Record)
-		return json.Unmarshal(v, r)
+		return decodeHead(v, r)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run store: key %q: %w", key, err)
@@ -363,9 +364,31 @@ func (s *Store) Lookup(owner, key string) (*Record, error) {
 	return r, nil
 }
 
+// decodeHead decodes the stored record v into r without its result,
+// which it neither copies nor scans (Result is the record's last field,
+// see resultField): a result may be hundreds of megabytes, and a peer
+// may ask for its run on each of its connections at once. Whether the
+// run ended, and so has a result, its Status says.
+func decodeHead(v []byte, r *Record) error {
+	if i := bytes.Index(v, resultField); i >= 0 {
+		v = append(v[:i:i], '}')
+	}
+	return json.Unmarshal(v, r)
+}
+
 // Get returns the run id if owner owns it, else ErrNotFound: a run of
 // another owner is not told apart from none.
 func (s *Store) Get(owner, id string) (*Record, error) {
+	return s.get(owner, id, json.Unmarshal)
+}
+
+// Head is Get without the run's result (Result is nil; ResultChunk reads
+// it): what a request for a run needs to answer it a chunk at a time.
+func (s *Store) Head(owner, id string) (*Record, error) {
+	return s.get(owner, id, func(v []byte, r any) error { return decodeHead(v, r.(*Record)) })
+}
+
+func (s *Store) get(owner, id string, decode func([]byte, any) error) (*Record, error) {
 	var r *Record
 	err := s.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRuns).Get([]byte(id))
@@ -373,7 +396,7 @@ func (s *Store) Get(owner, id string) (*Record, error) {
 			return ErrNotFound
 		}
 		r = new(Record)
-		if err := json.Unmarshal(v, r); err != nil {
+		if err := decode(v, r); err != nil {
 			return err
 		}
 		if r.Owner != owner {
@@ -391,7 +414,7 @@ func (s *Store) Get(owner, id string) (*Record, error) {
 // took them (the daemon leaves out the result event, which the record's
 // result makes again); none before the run ended.
 func (s *Store) Events(owner, id string) ([]byte, error) {
-	if _, err := s.Get(owner, id); err != nil {
+	if _, err := s.Head(owner, id); err != nil {
 		return nil, err
 	}
 	var out []byte
