@@ -605,7 +605,7 @@ func (s *Store) Prune(now time.Time) (int, error) {
 		for _, g := range gone {
 			if v := runs.Get([]byte(g.id)); v != nil {
 				var r Record
-				if err := json.Unmarshal(v, &r); err == nil && r.Key != "" {
+				if err := decodeHead(v, &r); err == nil && r.Key != "" {
 					if err := keys.Delete(keyOf(r.Owner, r.Key)); err != nil {
 						return err
 					}
