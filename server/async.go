@@ -499,13 +499,14 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 // result finds the run ended.
 func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result json.RawMessage, log *slog.Logger) {
 	a := s.async
-	last := resultEvent(result)
 	// The events are stored without their last, the result event, which
 	// the result makes again: a run's output is not kept three times.
+	// They are stored as l holds them, not copied (a run's events may be
+	// hundreds of megabytes): l stays locked until the store has them,
+	// its followers waiting that long.
 	l.mu.Lock()
-	events := bytes.Clone(l.buf.Bytes())
+	err := a.store.Finish(id, state, result, l.buf.Bytes())
 	l.mu.Unlock()
-	err := a.store.Finish(id, state, result, events)
 	if err != nil {
 		log.Error("async result not stored", "err", err)
 	}
@@ -528,7 +529,7 @@ func (s *Server) endDetached(id string, l *liveRun, state api.RunState, result j
 		l.ended = true
 		if !stored {
 			// Not stored: the followers have it from here alone.
-			b.Write(last)
+			b.Write(resultEvent(result))
 			return
 		}
 		// Stored: a follower that attached while the run was live

@@ -297,9 +297,24 @@ func Cancelled(id, reason string) json.RawMessage {
 }
 
 func putRecord(b *bolt.Bucket, r *Record) (int64, error) {
-	data, err := json.Marshal(r)
+	// The result, which may be hundreds of megabytes, is appended as it
+	// is, after the rest: json.Marshal would check and copy it twice.
+	// It stays the record's last field (resultField).
+	head := *r
+	head.Result = nil
+	data, err := json.Marshal(&head)
 	if err != nil {
 		return 0, err
+	}
+	if len(r.Result) > 0 {
+		if !json.Valid(r.Result) {
+			return 0, fmt.Errorf("run %s: its result is not JSON", r.ID)
+		}
+		whole := make([]byte, 0, len(data)+len(resultField)+len(r.Result))
+		whole = append(whole, data[:len(data)-1]...)
+		whole = append(whole, resultField...)
+		whole = append(whole, r.Result...)
+		data = append(whole, '}')
 	}
 	return int64(len(data)), b.Put([]byte(r.ID), data)
 }
