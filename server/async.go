@@ -364,6 +364,13 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, log *slog.L
 		reject(http.StatusBadRequest, codeInvalid, "the Idempotency-Key header is over 255 bytes", api.IdempotencyKey, 0)
 		return
 	}
+	// Printable ASCII, as a structured-field string: the key is kept in
+	// the run's JSON record, where other bytes would not read back the
+	// same (and the prune would miss the key).
+	if i := strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
+		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("the Idempotency-Key header holds a byte that is not printable ASCII (at byte %d)", i), api.IdempotencyKey, 0)
+		return
+	}
 	rec := &runstore.Record{ID: job.NewID(), Owner: owner, Key: key, Sum: sum, Status: api.RunQueued, SubmittedAt: time.Now().UTC()}
 	answerExisting := func(existing *runstore.Record) {
 		// Written as a GET's answer is: an ended run's result from the

@@ -308,3 +308,38 @@ func TestAsyncLookupDoesNotCopyTheResult(t *testing.T) {
 		}
 	}
 }
+
+// An Idempotency-Key that is not printable ASCII (a header may carry
+// bytes 0x80 to 0xFF; the HTTP server refuses control bytes) was taken, and stored in the run's record as JSON,
+// which turns such bytes into U+FFFD: the prune that ended the run then
+// deleted a key that never was, and the real one stayed in the store
+// for ever, uncounted by runs.max_bytes, one per run a peer sent. Such a
+// key is refused, naming the header.
+func TestAsyncIdempotencyKeyPrintable(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	body := `{"runtime": "deno", "source": "1"}`
+	for _, key := range []string{"k\xff\xfe", "\xc3\xa9t\xc3\xa9"} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: pmjail\r\nPrefer: respond-async\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		c.Close()
+		if resp.StatusCode != http.StatusBadRequest || eb.Error.Field != api.IdempotencyKey {
+			t.Errorf("Idempotency-Key %q: %d %+v, want 400 naming the header", key, resp.StatusCode, eb)
+		}
+	}
+	// A printable key, spaces and all, is taken.
+	if _, err := ts.c.SubmitAsync(context.Background(), &api.Job{Runtime: "deno", Source: "1"}, `order 42 "x"`); err != nil {
+		t.Errorf("a printable key: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -325,6 +326,11 @@ func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
 // before, it stores nothing and returns the run the key made, with
 // ErrKeyConflict if that run's job (its Sum) differs.
 func (s *Store) Create(r *Record) (existing *Record, err error) {
+	if !utf8.ValidString(r.Key) {
+		// JSON would keep another key in the record than in the keys
+		// bucket, and Prune would never find this one.
+		return nil, fmt.Errorf("run store: create %s: key %q is not UTF-8", r.ID, r.Key)
+	}
 	err = s.update(func(tx *bolt.Tx) error {
 		runs, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketKeys)
 		if r.Key != "" {

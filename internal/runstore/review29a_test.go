@@ -96,3 +96,20 @@ func TestHeadLeavesOutTheResult(t *testing.T) {
 		t.Errorf("Get keeps the result: %+v %v", r, err)
 	}
 }
+
+// A key that is not UTF-8 is refused: the record's JSON would hold
+// another key (U+FFFD for each bad byte) than the keys bucket, and the
+// prune that ends the run would leave the real one there for ever.
+func TestCreateRefusesKeyNotUTF8(t *testing.T) {
+	s, _ := open(t, t.TempDir(), roomy)
+	defer s.Close()
+	if _, err := s.Create(&Record{ID: "r1", Owner: "uid:1", Key: "k\xff\xfe", Status: api.RunQueued, SubmittedAt: time.Now()}); err == nil {
+		t.Fatal("a key that is not UTF-8: stored")
+	}
+	if _, err := s.Head("uid:1", "r1"); err == nil {
+		t.Error("the refused run was stored")
+	}
+	if r, err := s.Lookup("uid:1", "k\xff\xfe"); r != nil || err != nil {
+		t.Errorf("the refused key: %+v %v", r, err)
+	}
+}
