@@ -109,7 +109,7 @@ func (s *Server) Execute(ctx context.Context, tenantName string, body []byte) (*
 			}
 		}
 	}
-	res, err := s.runInSlot(ctx, tn, resolved, s.queued(st, tn), nil)
+	res, err := s.runInSlot(ctx, tn, resolved, s.queued(st, tn), nil, nil)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, context.Cause(ctx)

@@ -343,3 +343,85 @@ func TestAsyncIdempotencyKeyPrintable(t *testing.T) {
 		t.Errorf("a printable key: %v", err)
 	}
 }
+
+// A reload applies new tenants and ceilings "to the runs that start
+// afterwards". An async run admitted before a reload, still queued, was
+// started after it under the ceiling and runner of the old config: a
+// limit, an origin or a secret the operator took away (or the whole
+// tenant) still applied to it, however long it had waited. It is
+// checked again against the config in force when it gets its slot, and
+// ended unrun, saying why, when it no longer fits.
+func TestAsyncQueuedRunMeetsTheReloadedCeiling(t *testing.T) {
+	sock, store := asyncDirs(t)
+	cfgJSON := `{"version": 1, "max_concurrency": 1, "max_queue": 4, "others_max_queue": 4, "ceiling": {"limits": {"memory": %q}}, "runs": {"dir": %q}}`
+	ts := startServerAt(t, fmt.Sprintf(cfgJSON, "512M", store), sock)
+	ctx := context.Background()
+	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clienttest.Started(ctx, ts.c, blocker.ID):
+	case <-time.After(60 * time.Second):
+		t.Fatal("the blocking run never started")
+	}
+	m, err := api.ParseSize("384M")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("ran")`, Limits: api.Limits{Memory: m}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(strings.NewReader(fmt.Sprintf(cfgJSON, "256M", store)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.c.CancelRun(ctx, blocker.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ts.c.RunEvents(ctx, queued.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != api.StatusCancelled || res.Error == nil || !strings.Contains(res.Error.Message, "limits.memory") || res.Stdout != "" {
+		t.Errorf("a run queued before a reload that lowered the memory ceiling below its limit: %s %+v stdout %q, want cancelled unrun, naming limits.memory",
+			res.Status, res.Error, res.Stdout)
+	}
+
+	// A reload that leaves the run's tenant out (here: others, refused
+	// once a tenant is configured) ends it unrun too.
+	blocker, err = ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clienttest.Started(ctx, ts.c, blocker.ID):
+	case <-time.After(60 * time.Second):
+		t.Fatal("the blocking run never started")
+	}
+	if queued, err = ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("ran")`}, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = ParseConfig(strings.NewReader(fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q}, "tenants": [{"name": "other", "match": {"uid": 4242}}]}`, store)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.c.CancelRun(ctx, blocker.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = ts.c.RunEvents(ctx, queued.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != api.StatusCancelled || res.Error == nil || !strings.Contains(res.Error.Message, "tenant (others) away") || res.Stdout != "" {
+		t.Errorf("a run queued before a reload that took its tenant away: %s %+v stdout %q, want cancelled unrun", res.Status, res.Error, res.Stdout)
+	}
+}

@@ -108,7 +108,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		stdout *outputStream
 		stderr *outputStream
 	)
-	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
+	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), nil, func() job.Options {
 		if !wantsStream(r) {
 			return job.Options{}
 		}
@@ -160,16 +160,28 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // in the metrics before returning its result. ctx cancels the wait and
 // the run; its cause is the cancelled result's reason. A run that never
 // started returns no result and why: ctx's cause if it ended, else the
-// admission's refusal (errShareFull, errQueueFull, its wait's error) or
-// fdRoom's (errNoFDs); its rate is refunded.
+// admission's refusal (errShareFull, errQueueFull, its wait's error),
+// fdRoom's (errNoFDs) or recheck's; its rate is refunded. recheck, if
+// set, is called once the run has its slots, for the tenant and job it
+// runs as then (a run that waited across a reload meets the config in
+// force), or why it must not start.
 func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
-	start func() job.Options) (*jail.Result, error) {
+	recheck func() (*tenant, *job.Resolved, error), start func() job.Options) (*jail.Result, error) {
 	queued := time.Now()
 	slots, err := wait(ctx)
 	if err == nil {
 		if err = fdRoom(runFDReserve); err != nil {
 			slots.release()
 			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
+		}
+	}
+	if err == nil && recheck != nil {
+		var ntn *tenant
+		var nres *job.Resolved
+		if ntn, nres, err = recheck(); err != nil {
+			slots.release()
+		} else {
+			tn, resolved = ntn, nres
 		}
 	}
 	if err != nil {
