@@ -311,15 +311,6 @@ func unreserve(wait admission) {
 	}
 }
 
-// pending is an async run admitted but not yet started: its record, its
-// job and its reserved place.
-type pending struct {
-	rec      *runstore.Record
-	tn       *tenant
-	resolved *job.Resolved
-	wait     admission
-}
-
 // admitAsync charges the tenant's rate and reserves a place for each job,
 // all or none: on a refusal it gives back what it took and returns the
 // refusal's status, code and message.
@@ -936,26 +927,25 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	owner := ownerOf(st, tn, peer)
 	now := time.Now().UTC()
 	out := api.BatchRuns{Runs: make([]api.Run, 0, len(b.Jobs))}
-	var made []pending
+	recs := make([]*runstore.Record, len(b.Jobs))
 	for i := range b.Jobs {
-		rec := &runstore.Record{ID: job.NewID(), Owner: owner, Status: api.RunQueued, SubmittedAt: now}
-		if _, err := s.async.store.Create(rec); err != nil {
-			s.giveBack(tn, waits[i:])
-			for _, p := range made {
-				s.startDetached(p.rec, p.tn, p.resolved, p.wait)
-			}
-			log.Error("batch run not stored", "err", err)
-			reject(http.StatusServiceUnavailable, codeBusy, fmt.Sprintf("jobs[%d] could not be stored: %v", i, err), "", 5*time.Second)
-			return
-		}
-		made = append(made, pending{rec: rec, tn: tn, resolved: resolved[i], wait: waits[i]})
+		recs[i] = &runstore.Record{ID: job.NewID(), Owner: owner, Status: api.RunQueued, SubmittedAt: now}
+	}
+	// One write for the whole batch: it is stored whole or not at all,
+	// as it is admitted (a batch whose third run failed to store used to
+	// start the first two, answered 503 without their ids).
+	if err := s.async.store.CreateAll(recs); err != nil {
+		s.giveBack(tn, waits)
+		log.Error("batch not stored", "err", err)
+		reject(http.StatusServiceUnavailable, codeBusy, "the batch could not be stored: "+err.Error(), "", 5*time.Second)
+		return
+	}
+	for i, rec := range recs {
+		s.startDetached(rec, tn, resolved[i], waits[i])
 		run, _ := rec.Run()
 		out.Runs = append(out.Runs, *run)
 	}
-	for _, p := range made {
-		s.startDetached(p.rec, p.tn, p.resolved, p.wait)
-	}
-	log.Info("batch submitted", "runs", len(made))
+	log.Info("batch submitted", "runs", len(recs))
 	writeJSON(w, http.StatusAccepted, out)
 }
 

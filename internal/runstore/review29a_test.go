@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -111,5 +112,41 @@ func TestCreateRefusesKeyNotUTF8(t *testing.T) {
 	}
 	if r, err := s.Lookup("uid:1", "k\xff\xfe"); r != nil || err != nil {
 		t.Errorf("the refused key: %+v %v", r, err)
+	}
+}
+
+// A new run is never written over a stored one of the same id (another
+// owner's, perhaps): Create refuses it, and CreateAll, a batch's single
+// write, stores all its runs or none.
+func TestCreateNeverWritesOverARun(t *testing.T) {
+	s, _ := open(t, t.TempDir(), roomy)
+	defer s.Close()
+	now := time.Now()
+	if _, err := s.Create(&Record{ID: "r1", Owner: "tenant:a", Status: api.RunQueued, SubmittedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(&Record{ID: "r1", Owner: "tenant:b", Status: api.RunQueued, SubmittedAt: now}); !errors.Is(err, ErrIDTaken) {
+		t.Errorf("a second run r1: %v, want ErrIDTaken", err)
+	}
+	if _, err := s.Head("tenant:a", "r1"); err != nil {
+		t.Errorf("tenant a's run after another's of the same id: %v", err)
+	}
+	err := s.CreateAll([]*Record{
+		{ID: "r2", Owner: "tenant:b", Status: api.RunQueued, SubmittedAt: now},
+		{ID: "r1", Owner: "tenant:b", Status: api.RunQueued, SubmittedAt: now},
+	})
+	if !errors.Is(err, ErrIDTaken) {
+		t.Errorf("a batch holding a stored id: %v, want ErrIDTaken", err)
+	}
+	if _, err := s.Head("tenant:b", "r2"); err == nil {
+		t.Error("a batch refused in part stored its other run")
+	}
+	if err := s.CreateAll([]*Record{{ID: "r3", Owner: "tenant:b", Status: api.RunQueued, SubmittedAt: now}, {ID: "r4", Owner: "tenant:b", Status: api.RunQueued, SubmittedAt: now}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r3", "r4"} {
+		if _, err := s.Head("tenant:b", id); err != nil {
+			t.Errorf("batch run %s: %v", id, err)
+		}
 	}
 }

@@ -40,6 +40,9 @@ var (
 	ErrKeyConflict = errors.New("idempotency key used with another job")
 	// ErrEnded: the run already has its final result.
 	ErrEnded = errors.New("run already ended")
+	// ErrIDTaken: a new run's id is a stored run's (ids are 64 random
+	// bits: never in practice, but a run is not written over).
+	ErrIDTaken = errors.New("run id already stored")
 	// ErrDamaged: the file is not a sound store (a bad disk, a crash of
 	// the file system, a hand that wrote into it). bbolt panics on a bad
 	// page; the store turns that into this error, not a daemon's crash.
@@ -333,6 +336,9 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 	}
 	err = s.update(func(tx *bolt.Tx) error {
 		runs, keys := tx.Bucket(bucketRuns), tx.Bucket(bucketKeys)
+		if runs.Get([]byte(r.ID)) != nil {
+			return ErrIDTaken
+		}
 		if r.Key != "" {
 			if id := keys.Get(keyOf(r.Owner, r.Key)); id != nil {
 				if v := runs.Get(id); v != nil {
@@ -361,6 +367,30 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 		return nil, fmt.Errorf("run store: create %s: %w", r.ID, err)
 	}
 	return existing, nil
+}
+
+// CreateAll stores new queued runs without idempotency keys (a batch's)
+// in one transaction: all of them, or none and the error.
+func (s *Store) CreateAll(rs []*Record) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		for _, r := range rs {
+			if r.Key != "" {
+				return fmt.Errorf("run %s: a run made with others takes no idempotency key", r.ID)
+			}
+			if runs.Get([]byte(r.ID)) != nil {
+				return fmt.Errorf("run %s: %w", r.ID, ErrIDTaken)
+			}
+			if _, err := putRecord(runs, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("run store: create %d runs: %w", len(rs), err)
+	}
+	return nil
 }
 
 // Lookup returns the run owner's idempotency key made, or nil, without
