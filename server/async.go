@@ -613,22 +613,23 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	case method == http.MethodDelete:
 		s.cancelAsync(w, r, owner, rec)
 	default:
-		if l := s.async.liveOf(owner, rec.ID); l != nil && rec.Status == api.RunQueued {
-			l.mu.Lock()
-			if l.started {
-				rec.Status = api.RunRunning
-			}
-			l.mu.Unlock()
-		} else if l == nil {
-			rec = s.async.fresh(owner, rec)
-		}
 		s.answerRun(w, rec, http.StatusOK)
 	}
 }
 
 // answerRun answers with the run rec, with status (200, or 202 for a
-// submission an Idempotency-Key made before).
+// submission an Idempotency-Key made before): as it is now, running if
+// its live run has started, ended if it ended since rec was read.
 func (s *Server) answerRun(w http.ResponseWriter, rec *runstore.Record, status int) {
+	if l := s.async.liveOf(rec.Owner, rec.ID); l != nil && rec.Status == api.RunQueued {
+		l.mu.Lock()
+		if l.started {
+			rec.Status = api.RunRunning
+		}
+		l.mu.Unlock()
+	} else if l == nil {
+		rec = s.async.fresh(rec.Owner, rec)
+	}
 	if rec.Status.Ended() {
 		s.answerEnded(w, rec, status)
 		return
@@ -741,8 +742,6 @@ func (s *Server) cancelAsync(w http.ResponseWriter, r *http.Request, owner strin
 		if again, err := s.async.store.Head(owner, rec.ID); err == nil {
 			rec = again
 		}
-	} else {
-		rec = s.async.fresh(owner, rec)
 	}
 	s.answerRun(w, rec, http.StatusOK)
 }

@@ -425,3 +425,28 @@ func TestAsyncQueuedRunMeetsTheReloadedCeiling(t *testing.T) {
 		t.Errorf("a run queued before a reload that took its tenant away: %s %+v stdout %q, want cancelled unrun", res.Status, res.Error, res.Stdout)
 	}
 }
+
+// The same keyed submission again, of a run that is running, answered
+// "queued" (its stored state), where a GET of it says "running".
+func TestAsyncKeyedAgainTellsRunning(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	job := &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}
+	r, err := ts.c.SubmitAsync(ctx, job, "loop-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clienttest.Started(ctx, ts.c, r.ID):
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run never started")
+	}
+	again, err := ts.c.SubmitAsync(ctx, job, "loop-1")
+	if err != nil || again.ID != r.ID || again.Status != api.RunRunning {
+		t.Errorf("the keyed submission again, of a running run: %+v %v, want it running", again, err)
+	}
+	if _, err := ts.c.CancelRun(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+}
