@@ -317,13 +317,7 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 		return nil, callErr(CodeTooLarge, "the headers hold %d bytes: at most %d", size, MaxGuestHeaderBytes)
 	}
 	h := make(http.Header, len(in))
-	var reserved []string
-	if name := b.auth[origin]; name != "" {
-		reserved = append(reserved, credentialHeaders...)
-		if s, ok := b.ceil.Secrets[name]; ok {
-			reserved = append(reserved, http.CanonicalHeaderKey(s.header()))
-		}
-	}
+	reserved := b.reserved(origin)
 	for _, k := range sortedKeys(in) {
 		v := in[k]
 		if !validHeaderName(k) {
@@ -342,6 +336,21 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 		h.Add(ck, v)
 	}
 	return h, nil
+}
+
+// reserved lists the headers the guest may not set on origin: none, or,
+// where the broker injects a secret, the credential headers and the
+// secret's own.
+func (b *broker) reserved(origin string) []string {
+	name := b.auth[origin]
+	if name == "" {
+		return nil
+	}
+	reserved := slices.Clone(credentialHeaders)
+	if s, ok := b.ceil.Secrets[name]; ok {
+		reserved = append(reserved, http.CanonicalHeaderKey(s.header()))
+	}
+	return reserved
 }
 
 // follow performs the request and up to maxRedirects redirects, each target
@@ -423,8 +432,11 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 		next.header.Del("Content-Type")
 	}
 	if origin != cur.origin {
-		// The guest's own credentials were meant for the origin it named.
-		for _, k := range credentialHeaders {
+		// The guest's own credentials were meant for the origin it named;
+		// where the broker injects a secret, the guest may not set the
+		// secret's header either (guestHeaders), by a redirect no more
+		// than by a call.
+		for _, k := range append(b.reserved(origin), credentialHeaders...) {
 			next.header.Del(k)
 		}
 	}

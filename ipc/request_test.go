@@ -569,3 +569,36 @@ func TestReplyOneWrite(t *testing.T) {
 	}
 	r.finish(t)
 }
+
+// TestRequestRedirectKeepsGuestCredentialsOff: a guest's own value for a
+// secret's header, sent to an origin without auth, does not follow that
+// origin's redirect to an origin where the broker injects the secret: there
+// the guest may not set it (nor Authorization, nor Cookie), by a redirect
+// no more than by a call.
+func TestRequestRedirectKeepsGuestCredentialsOff(t *testing.T) {
+	noLeak(t)
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization")+"|"+r.Header.Get("Cookie"))
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(other.Close)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: "s3cr3t-value-9f8e7d", Origins: []string{srv.URL}}}
+	req := &RequestCapability{URLs: []string{srv.URL, other.URL}, Auth: map[string]string{srv.URL: "api"}}
+	r := requestSession(t, req, ceil, nil)
+	headers := map[string]string{"X-Api-Key": "mine", "Authorization": "Bearer mine", "Cookie": "a=mine"}
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": other.URL + "/?to=" + srv.URL + "/", "headers": headers}))
+	r.finish(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := "||"; len(got) != 1 || got[0] != want {
+		t.Errorf("the secret's origin saw the guest's credentials %q, want %q", got, want)
+	}
+}
