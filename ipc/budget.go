@@ -12,6 +12,11 @@ import (
 // until the reply frames are written), unless one largest reply needs more.
 const DefaultReplyBudget = 16 << 20
 
+// maxBodiesInFlight is how many bytes of request bodies one run's
+// request.send calls in flight may hold in the daemon (or one largest
+// frame's, if that is more): a call past it is rate_limited at once.
+const maxBodiesInFlight = 16 << 20
+
 // ErrOverBudget: a reservation larger than the whole budget, which no
 // amount of waiting would grant.
 var ErrOverBudget = errors.New("over the run's reply budget")

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -601,4 +602,64 @@ func TestRequestRedirectKeepsGuestCredentialsOff(t *testing.T) {
 	if want := "||"; len(got) != 1 || got[0] != want {
 		t.Errorf("the secret's origin saw the guest's credentials %q, want %q", got, want)
 	}
+}
+
+// TestRequestBodiesInFlightBounded: the request bodies a run's calls hold
+// in the daemon while their origin is slow are bounded like the replies
+// (maxBodiesInFlight), not by the in-flight count alone: sixteen calls of
+// a frame's worth each, to an origin that never answers, held ~130 MiB
+// of the daemon's heap for the request timeout, a run at a time.
+func TestRequestBodiesInFlightBounded(t *testing.T) {
+	noLeak(t)
+	entered, release := make(chan struct{}, DefaultMaxInFlight), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	replies := make(chan hostFrame, DefaultMaxInFlight)
+	go func() {
+		for range DefaultMaxInFlight {
+			replies <- r.g.recv()
+		}
+	}()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	body := strings.Repeat("a", DefaultMaxFrame-1024)
+	for i := 1; i <= DefaultMaxInFlight; i++ {
+		r.g.send(map[string]any{"type": "call", "id": i, "method": "request.send", "params": map[string]any{"url": srv.URL + "/", "method": "POST", "body": body}})
+	}
+	body = ""
+	var held, refused int
+	for held+refused < DefaultMaxInFlight {
+		select {
+		case <-entered:
+			held++
+		case f := <-replies:
+			if f.OK || f.Error.Code != CodeRateLimited {
+				t.Fatalf("reply %+v while the origin holds every call", f)
+			}
+			refused++
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d calls held, %d refused; the heap grew %d MiB", held, refused, grew>>20)
+	if limit := int64(maxBodiesInFlight + 8<<20); grew > limit {
+		t.Errorf("held calls' bodies take %d MiB of the heap, want at most %d MiB", grew>>20, limit>>20)
+	}
+	if held == 0 {
+		t.Error("no call reached the origin")
+	}
+	close(release)
+	for range held {
+		<-replies
+	}
+	r.finish(t)
 }

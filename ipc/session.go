@@ -101,6 +101,9 @@ type session struct {
 	mu       sync.Mutex // guards everything below
 	out      Outcome
 	inflight map[uint64]bool
+	// bodies is what the in-flight request.send calls' bodies hold
+	// (maxBodiesInFlight).
+	bodies   int64
 	logBytes int
 	// decoded counts the bytes of the frames read whole (MaxGuestBytes).
 	decoded int64
@@ -558,25 +561,46 @@ func (s *session) handleCall(f *guestFrame) {
 			s.reply(id, f.Method, nil, cerr)
 			return
 		}
-		// Only the read loop adds to inflight: the slot seen free above
-		// is still free.
+		// A body is held until its call ends, however slow its origin:
+		// what the calls in flight hold is bounded as their replies are
+		// (the reply budget), or a run's sixteen calls of a frame each
+		// hold 64 MiB. Refused at once, as the in-flight count is.
+		var size int64
+		if call.hop.body != nil {
+			size = int64(len(*call.hop.body))
+		}
+		limit := max(int64(maxBodiesInFlight), int64(s.ceil.MaxFrame))
+		// Only the read loop adds to inflight and bodies: the slot seen
+		// free above is still free.
 		s.mu.Lock()
-		s.inflight[id] = true
+		over := s.bodies+size > limit
+		if !over {
+			s.inflight[id] = true
+			s.bodies += size
+		}
 		s.mu.Unlock()
+		if over {
+			s.reply(id, f.Method, nil, callErr(CodeRateLimited, "the requests in flight would hold more than %d bytes of bodies", limit))
+			return
+		}
+		// The goroutine keeps the call and not the frame: its params,
+		// as large as the body, are garbage once prepared.
+		method := f.Method
 		s.wg.Go(func() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.inflight, id)
+				s.bodies -= size
 				s.mu.Unlock()
 			}()
-			value, cerr := s.recovered(f.Method, func() (json.RawMessage, *CallError) { return s.broker.exchange(s.ctx, call) })
+			value, cerr := s.recovered(method, func() (json.RawMessage, *CallError) { return s.broker.exchange(s.ctx, call) })
 			switch {
 			case s.ctx.Err() != nil:
 				s.broker.budget.Release(int64(len(value))) // nobody reads this reply
 			case cerr != nil:
-				s.reply(id, f.Method, nil, cerr)
+				s.reply(id, method, nil, cerr)
 			default:
-				s.replyValue(id, f.Method, value)
+				s.replyValue(id, method, value)
 			}
 		})
 	default:
