@@ -57,27 +57,39 @@ func (b *broker) checkOverride(h hop) *CallError {
 
 // formOverrides returns the _method fields of a URL-encoded or multipart
 // form body, or the top-level _method member of a JSON one (Laravel and
-// Symfony read it from JSON input too). A multipart body is refused
-// unless it parses to its end: a server that skips a part it cannot read
-// would read the parts after it, which the check would not have seen.
+// Symfony read it from JSON input too), as each Content-Type the request
+// gives (a server may read any of them) makes a server read the body.
 func formOverrides(h http.Header, body string) ([]string, error) {
-	mt, params, typeErr := mediaType(h.Get("Content-Type"))
+	types := h.Values("Content-Type")
+	if len(types) == 0 {
+		types = []string{""}
+	}
 	var out []string
-	switch mt {
-	case "application/x-www-form-urlencoded":
-		out = fieldValues(body)
-	case "application/json":
-		var members map[string]json.RawMessage
-		_ = json.Unmarshal([]byte(body), &members)
-		for k, raw := range members {
-			var v string
-			if strings.EqualFold(k, overrideParam) && json.Unmarshal(raw, &v) == nil {
-				out = append(out, v)
-			}
+	for _, ct := range types {
+		vs, err := typedOverrides(ct, body)
+		if err != nil {
+			return nil, err
 		}
-	case "multipart/form-data":
+		out = append(out, vs...)
+	}
+	return out, nil
+}
+
+// typedOverrides is formOverrides for a body of Content-Type ct. A body
+// without a type is a URL-encoded form to Rack (a POST's); a type that
+// holds "json" anywhere is JSON to Laravel (which looks for "/json" and
+// "+json" in the header). A multipart body is refused unless it parses to
+// its end: a server that skips a part it cannot read would read the parts
+// after it, which the check would not have seen.
+func typedOverrides(ct, body string) ([]string, error) {
+	mt, params, typeErr := mediaType(ct)
+	var out []string
+	switch {
+	case mt == "", mt == "application/x-www-form-urlencoded":
+		out = fieldValues(body)
+	case mt == "multipart/form-data":
 		if typeErr != nil || params["boundary"] == "" {
-			return nil, fmt.Errorf("a multipart form whose Content-Type %.80q does not parse or names no boundary", h.Get("Content-Type"))
+			return nil, fmt.Errorf("a multipart form whose Content-Type %.80q does not parse or names no boundary", ct)
 		}
 		mr := multipart.NewReader(strings.NewReader(body), params["boundary"])
 		for {
@@ -91,6 +103,15 @@ func formOverrides(h http.Header, body string) ([]string, error) {
 			if isOverrideName(part.FormName()) {
 				v, _ := io.ReadAll(io.LimitReader(part, 64))
 				out = append(out, string(v))
+			}
+		}
+	case strings.Contains(strings.ToLower(ct), "json"):
+		var members map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(body), &members)
+		for k, raw := range members {
+			var v string
+			if strings.EqualFold(k, overrideParam) && json.Unmarshal(raw, &v) == nil {
+				out = append(out, v)
 			}
 		}
 	}

@@ -263,6 +263,18 @@ func TestMethodOverrideDenied(t *testing.T) {
 		"_method after a malformed part": {"url": srv.URL + "/16", "method": "POST",
 			"body":    "--b\r\nno colon\r\n\r\nx\r\n--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--\r\n",
 			"headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}},
+		// Rack reads a POST without a Content-Type as a URL-encoded form.
+		"_method in a form without a type": {"url": srv.URL + "/17", "method": "POST", "body": "_method=DELETE"},
+		// Laravel reads a body as JSON when its type holds "/json" or
+		// "+json" anywhere.
+		"_method in JSON of a +json type": {"url": srv.URL + "/18", "method": "POST", "body": `{"_method":"DELETE"}`,
+			"headers": map[string]string{"Content-Type": "application/vnd.api+json"}},
+		"_method in JSON of a text/json type": {"url": srv.URL + "/19", "method": "POST", "body": `{"_method":"DELETE"}`,
+			"headers": map[string]string{"Content-Type": "text/json"}},
+		// Two Content-Types (names that differ in case): a server may read
+		// either.
+		"_method in a form of a second type": {"url": srv.URL + "/20", "method": "POST", "body": "_method=DELETE",
+			"headers": map[string]string{"Content-Type": "text/plain", "content-type": "application/x-www-form-urlencoded"}},
 	} {
 		f := r.g.call("request.send", params)
 		if f.OK || f.Error.Code != CodeDenied {
@@ -270,8 +282,11 @@ func TestMethodOverrideDenied(t *testing.T) {
 		}
 	}
 	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/ok?_method=post", "headers": map[string]string{"X-HTTP-Method-Override": "GET"}}))
+	// A body no server reads as a form or as JSON is not one.
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/text", "method": "POST", "body": "_method=DELETE",
+		"headers": map[string]string{"Content-Type": "text/plain"}}))
 	r.finish(t)
-	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", "/10", "/11", "/12", "/13", "/14", "/15", "/16"} {
+	for _, p := range []string{"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", "/10", "/11", "/12", "/13", "/14", "/15", "/16", "/17", "/18", "/19", "/20"} {
 		if _, ok := hits.Load(p); ok {
 			t.Errorf("the origin got %s", p)
 		}
