@@ -2,21 +2,25 @@ package ipc
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
 // droppedHeaders are never forwarded from the guest: hop-by-hop headers that
 // would let it steer the connection, and those the transport owns.
 var droppedHeaders = map[string]bool{
-	"Connection":          true,
-	"Keep-Alive":          true,
-	"Te":                  true,
-	"Trailer":             true,
-	"Transfer-Encoding":   true,
-	"Upgrade":             true,
-	"Host":                true,
-	"Content-Length":      true,
-	"Proxy-Connection":    true,
+	"Connection":        true,
+	"Keep-Alive":        true,
+	"Te":                true,
+	"Trailer":           true,
+	"Transfer-Encoding": true,
+	"Upgrade":           true,
+	"Host":              true,
+	"Content-Length":    true,
+	"Proxy-Connection":  true,
+	// A CGI server's HTTP_PROXY, which many HTTP clients take for the
+	// proxy to use (httpoxy).
+	"Proxy":               true,
 	"Proxy-Authenticate":  true,
 	"Proxy-Authorization": true,
 	// Headers that tell the origin (or a proxy before it) which client or
@@ -50,8 +54,27 @@ var secretHopDropped = []string{"Range", "If-Range", "Accept-Encoding"}
 // (or probe the shape of) the operator's.
 var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
 
-func dropHeader(canonical string) bool {
-	return droppedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-") || strings.HasPrefix(canonical, "X-Forwarded-")
+// dropHeader reports whether the guest's header named name (cgiName) is
+// never forwarded.
+func dropHeader(name string) bool {
+	return droppedHeaders[name] || strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
+}
+
+// cgiName is the header k as a CGI-style server (Go's net/http/cgi, a
+// FastCGI front end, older WSGI servers) names it, which reads '_' as
+// '-': X_Real_IP is X-Real-IP to it, and every rule about a header holds
+// for both spellings.
+func cgiName(k string) string {
+	return http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
+}
+
+// delHeaders deletes from h every header whose cgiName is one of names.
+func delHeaders(h http.Header, names []string) {
+	for k := range h {
+		if slices.Contains(names, cgiName(k)) {
+			delete(h, k)
+		}
+	}
 }
 
 // validHeaderName: an RFC 9110 token.

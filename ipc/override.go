@@ -27,7 +27,7 @@ func (b *broker) checkOverride(h hop) *CallError {
 	// CGI-style servers read X_HTTP_METHOD_OVERRIDE as the same variable
 	// as the hyphenated name: compare names with '_' taken as '-'.
 	for k, vs := range h.header {
-		if !slices.Contains(overrideHeaders, http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
+		if !slices.Contains(overrideHeaders, cgiName(k)) {
 			continue
 		}
 		for _, v := range vs {

@@ -326,11 +326,11 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 		if !validHeaderValue(v) {
 			return nil, callErr(CodeInvalidRequest, "header %s: the value holds control characters", k)
 		}
-		ck := http.CanonicalHeaderKey(k)
-		if dropHeader(ck) {
+		ck, name := http.CanonicalHeaderKey(k), cgiName(k)
+		if dropHeader(name) {
 			continue
 		}
-		if slices.Contains(reserved, ck) {
+		if slices.Contains(reserved, name) {
 			return nil, callErr(CodeDenied, "header %s is reserved on %s, where the broker injects credentials", ck, origin)
 		}
 		h.Add(ck, v)
@@ -369,9 +369,7 @@ func (b *broker) follow(ctx context.Context, h hop, authName string, secret *Sec
 			// An origin that echoes the secret back must hand it over
 			// whole and decoded, as the scrubber can find it: not in
 			// ranges shorter than any form it knows, nor compressed.
-			for _, k := range secretHopDropped {
-				header.Del(k)
-			}
+			delHeaders(header, secretHopDropped)
 		}
 		resp, cerr := b.roundTrip(ctx, h, header)
 		if cerr != nil {
@@ -436,9 +434,7 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 		// where the broker injects a secret, the guest may not set the
 		// secret's header either (guestHeaders), by a redirect no more
 		// than by a call.
-		for _, k := range append(b.reserved(origin), credentialHeaders...) {
-			next.header.Del(k)
-		}
+		delHeaders(next.header, append(b.reserved(origin), credentialHeaders...))
 	}
 	cerr = b.checkTarget(origin, next.method)
 	if cerr == nil {

@@ -268,7 +268,7 @@ func TestRequestSecretInjection(t *testing.T) {
 	wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "unused"}), CodeDenied)
 	wantCode(t, r.g.call("request.send", map[string]any{"url": other.URL + "/", "auth": "api"}), CodeDenied)
 	// The guest may not set credentials on an origin with injected auth.
-	for _, h := range []string{"authorization", "Cookie", "x-api-key"} {
+	for _, h := range []string{"authorization", "Cookie", "x-api-key", "X_Api_Key"} {
 		wantCode(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api", "headers": map[string]string{h: "mine"}}), CodeDenied)
 	}
 	r.finish(t)
@@ -582,7 +582,7 @@ func TestRequestRedirectKeepsGuestCredentialsOff(t *testing.T) {
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		got = append(got, r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization")+"|"+r.Header.Get("Cookie"))
+		got = append(got, r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization")+"|"+r.Header.Get("Cookie")+"|"+r.Header.Get("X_Api_Key"))
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
@@ -594,12 +594,12 @@ func TestRequestRedirectKeepsGuestCredentialsOff(t *testing.T) {
 	ceil.Secrets = map[string]Secret{"api": {Header: "X-Api-Key", Value: "s3cr3t-value-9f8e7d", Origins: []string{srv.URL}}}
 	req := &RequestCapability{URLs: []string{srv.URL, other.URL}, Auth: map[string]string{srv.URL: "api"}}
 	r := requestSession(t, req, ceil, nil)
-	headers := map[string]string{"X-Api-Key": "mine", "Authorization": "Bearer mine", "Cookie": "a=mine"}
+	headers := map[string]string{"X-Api-Key": "mine", "Authorization": "Bearer mine", "Cookie": "a=mine", "X_Api_Key": "mine"}
 	decodeResult(t, r.g.call("request.send", map[string]any{"url": other.URL + "/?to=" + srv.URL + "/", "headers": headers}))
 	r.finish(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if want := "||"; len(got) != 1 || got[0] != want {
+	if want := "|||"; len(got) != 1 || got[0] != want {
 		t.Errorf("the secret's origin saw the guest's credentials %q, want %q", got, want)
 	}
 }

@@ -322,6 +322,22 @@ func TestGuestHeaderRules(t *testing.T) {
 		t.Errorf("the origin got %v", got)
 	}
 	mu.Unlock()
+	// CGI-style servers (Go's net/http/cgi, FastCGI front ends) name a
+	// header's variable with '-' read as '_', so X_Real_IP is X-Real-IP
+	// to them; and a bare Proxy header is their HTTP_PROXY (httpoxy).
+	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "headers": map[string]string{
+		"X_Forwarded_For": "10.0.0.1", "X_Real_IP": "10.0.0.1", "True_Client_IP": "10.0.0.1", "Proxy": "http://10.0.0.1:3128",
+		"Proxy_Authorization": "Basic bWluZQ==", "X-Kept": "1"}}))
+	mu.Lock()
+	for _, k := range []string{"X_forwarded_for", "X_real_ip", "True_client_ip", "Proxy", "Proxy_authorization"} {
+		if v := got.Values(k); len(v) > 0 {
+			t.Errorf("%s reached the origin: %q", k, v)
+		}
+	}
+	if got.Get("X-Kept") != "1" {
+		t.Errorf("the origin got %v", got)
+	}
+	mu.Unlock()
 
 	many := map[string]string{}
 	for i := range MaxGuestHeaders + 1 {
