@@ -88,7 +88,9 @@ func TestParseCallHead(t *testing.T) {
 		{`{"id":12,"type":"call","params":[1,2`, "12", "", false},
 		{` { "type" : "call" , "id" : 5 , "method" : "request.send" }`, "5", "request.send", true},
 		{`{"type":"call","method":"log.info","params":{},"id":1}`, "", "log.info", false},
-		{`{"type":"done","id":1,"method":"x"}`, "1", "x", false},
+		{`{"type":"done","id":1,"method":"x"}`, "", "", false}, // a done frame's id is not read
+		{`{"type":"call","a":0,"id":1,"method":"x"}`, "1", "x", true},
+		{`{"type":"call","a":0,"b":0,"id":1,"method":"x"}`, "1", "", false}, // past maxHeadMembers
 		{`{"type":"call","id":"1","method":"x"}`, "", "x", false},
 		{`{"type":"call","id":1`, "1", "", false},
 		{`{"type":"call","id":1.5,"method":"x"}`, "1.5", "x", true}, // admitCall refuses it
