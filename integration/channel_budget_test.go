@@ -43,6 +43,38 @@ for (;;) { let off = 0; while (off < frame.length) off += out.writeSync(frame.su
 	}
 }
 
+// TestChannelSmallFramesCostTheGuest: small frames cost the host a
+// decoding (or, past the run's frame budget, a head's reading) and a
+// dispatch each, and the guest next to nothing: it writes a megabyte of
+// them at a time. A guest writing small notes without end held a
+// supervisor core for its whole wall time (9.8 s of CPU in a 10 s run, to
+// the guest's 0.17 s) and ran into its wall limit, not its CPU limit. Each
+// frame now counts at least 512 bytes against the budget, and a run that
+// sends 16,384 calls and notes past it, each refused, is a protocol error.
+func TestChannelSmallFramesCostTheGuest(t *testing.T) {
+	// Harmless outside a jail: it writes only to the jail's channel, and
+	// stops where there is none.
+	src := `let out;
+try { out = Deno.openSync("/pmjail/channel/out", { write: true }); } catch { console.log("not jailed"); Deno.exit(0); }
+const body = new TextEncoder().encode(JSON.stringify({ type: "note", method: "log.info", params: { message: "" } }));
+const one = new Uint8Array(4 + body.length);
+new DataView(one.buffer).setUint32(0, body.length);
+one.set(body, 4);
+const n = Math.floor((1 << 20) / one.length);
+const frames = new Uint8Array(n * one.length);
+for (let i = 0; i < n; i++) frames.set(one, i * one.length);
+for (;;) { let off = 0; while (off < frames.length) off += out.writeSync(frames.subarray(off)); }
+`
+	res, host := supervisorCPU(t, src, "--cap", "log", "--timeout", "10s", "--cpu-time", "500ms")
+	t.Logf("status %s after %d ms; guest CPU %d ms, supervisor CPU %s, %d frames", res.Status, res.Usage.WallMS, res.Usage.CPUMS, host.Round(time.Millisecond), res.Usage.BrokerCalls)
+	if res.Status != "protocol_error" {
+		t.Fatalf("status %s (error %+v), want protocol_error: the flood must end before the run's wall limit", res.Status, res.Error)
+	}
+	if host > 3*time.Second {
+		t.Errorf("the supervisor spent %s of CPU on a guest that spent %d ms", host, res.Usage.CPUMS)
+	}
+}
+
 // TestChannelInputGetCostsTheHostACopy: input.get hands the guest the
 // job's input, up to a megabyte, on each of up to MaxCalls calls. A guest
 // that reads the replies raw pays a copy for each; the host used to pay a

@@ -46,10 +46,11 @@ type Ceiling struct {
 	MaxLogMessage         int           // bytes of one log message (longer ones are cut), default 8 KiB
 	MaxLogBytes           int           // bytes of all log messages and meta per run, default 1 MiB
 	// MaxGuestBytes bounds the bytes of the frames the host decodes for
-	// one run, default 64 MiB: decoding costs the daemon many times what
-	// writing costs the guest, and none of it is the run's CPU time. Past
-	// it, calls are answered rate_limited and notes dropped, each read
-	// past by its head only (ipc/PROTOCOL.md).
+	// one run (a frame counted as at least 512 bytes), default 64 MiB:
+	// decoding costs the daemon many times what writing costs the guest,
+	// and none of it is the run's CPU time. Past it, calls are answered
+	// rate_limited and notes dropped, each read past by its head only, up
+	// to 16,384 of them (ipc/PROTOCOL.md).
 	MaxGuestBytes int64
 	// Secrets the broker may inject, by name.
 	Secrets map[string]Secret

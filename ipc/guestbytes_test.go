@@ -125,6 +125,44 @@ func TestGuestBytesBudgetHeadsCheap(t *testing.T) {
 	}
 }
 
+// TestGuestBytesBudgetSmallFrames: small frames cost the host a decoding
+// and a dispatch each and the guest next to nothing, a thousand of them a
+// write. Within the budget each counts at least minFrameCharge; past it a
+// run may send maxFramesPastBudget calls and notes, then it is a protocol
+// error. Before, 64 MiB of 60-byte notes cost the daemon 2 s of CPU
+// within the budget, and a guest writing them on held a daemon core for
+// its wall time.
+func TestGuestBytesBudgetSmallFrames(t *testing.T) {
+	noLeak(t)
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: Capabilities{Log: true}, Ceiling: PermissiveCeiling()})
+	frame := frameBytes(`{"type":"note","method":"log.info","params":{"message":""}}`)
+	const n = 1 << 20 // 63 MiB
+	flood := bytes.Repeat(frame, n)
+	var before, after unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = r.g.conn.Write(flood)
+		_ = WriteFrame(r.g.conn, map[string]any{"type": "done"})
+	}()
+	out := r.wait(t, 60*time.Second)
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
+		t.Fatal(err)
+	}
+	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	t.Logf("%d small notes: %s of CPU, %d calls, %v", n, cpu, out.Calls, out.ProtocolError)
+	if out.ProtocolError == nil || !strings.Contains(out.ProtocolError.Error(), "past the run's") {
+		t.Errorf("outcome done=%v calls=%d err=%v, want a protocol error past the budget", out.Done, out.Calls, out.ProtocolError)
+	}
+	if want := int(DefaultMaxGuestBytes/minFrameCharge) + maxFramesPastBudget; out.Calls != want {
+		t.Errorf("%d calls counted, want %d", out.Calls, want)
+	}
+	if cpu > time.Second {
+		t.Errorf("%d small notes took %s of CPU, want well under a second", n, cpu)
+	}
+}
+
 // orderedNote and orderedCall are frames with their members in the
 // guest's order (channel.js): type, id and method before params.
 type orderedNote struct {

@@ -60,6 +60,14 @@ func (e *overBudgetError) Error() string {
 	return fmt.Sprintf("a frame of %d bytes past the run's budget", e.length)
 }
 
+// maxFramesPastBudget is how many calls and notes a run may send past
+// MaxGuestBytes, each refused, before it is a protocol error. Reading a
+// frame by its head costs the host a microsecond or more and the guest,
+// writing a buffer of a thousand frames at once, next to nothing: a guest
+// writing small notes without end held a daemon core for its wall time
+// (10 s of the supervisor's CPU to the guest's 0.2 s).
+const maxFramesPastBudget = 16 << 10
+
 // skipOverBudget handles a frame of n bytes that arrives past the run's
 // MaxGuestBytes. Decoding a frame costs the daemon many times what writing
 // it costs the guest, outside the run's CPU time; reading past one costs
@@ -88,6 +96,9 @@ func (s *session) skipOverBudget(n int) ([]byte, error) {
 	}
 	if typ == typeCall && (id == nil || method == "") {
 		return nil, fmt.Errorf("%w: past the run's %d-byte budget for frames, a call must name its id and method before its params", ErrProtocol, s.ceil.MaxGuestBytes)
+	}
+	if s.past++; s.past > maxFramesPastBudget {
+		return nil, fmt.Errorf("%w: %d calls and notes past the run's %d-byte budget for frames, each refused", ErrProtocol, maxFramesPastBudget, s.ceil.MaxGuestBytes)
 	}
 	if _, err := s.br.Discard(headerLen + n); err != nil {
 		if errors.Is(err, io.EOF) {
