@@ -42,11 +42,11 @@ func (b *broker) checkOverride(h hop) *CallError {
 		}
 	}
 	if h.body != nil {
-		vs, err := formOverrides(h.header, *h.body)
-		if err != nil {
-			return callErr(CodeDenied, "body: %v: the broker cannot check it for a %s field", err, overrideParam)
+		forms := checkForms(h)
+		if forms.err != nil {
+			return callErr(CodeDenied, "body: %v: the broker cannot check it for a %s field", forms.err, overrideParam)
 		}
-		for _, v := range vs {
+		for _, v := range forms.values {
 			if cerr := b.checkOverrideValue("the form's "+overrideParam, v); cerr != nil {
 				return cerr
 			}

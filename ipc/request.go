@@ -169,6 +169,30 @@ type hop struct {
 	origin string
 	header http.Header
 	body   *string
+	// forms is what checkOverride found in body, once a call: a hop that
+	// resends the body (a 307 or 308) resends its Content-Type with it,
+	// and looking through a large form or JSON body again at each hop
+	// cost the daemon the look six times over. Nil until looked.
+	forms *formCheck
+}
+
+// formCheck is the _method fields of a body under the Content-Types
+// types, or why it cannot be checked (formOverrides).
+type formCheck struct {
+	types  []string
+	values []string
+	err    error
+}
+
+// checkForms looks through h's body for _method fields, or takes what an
+// earlier hop of the call found in the same body under the same types.
+func checkForms(h hop) *formCheck {
+	types := h.header.Values("Content-Type")
+	if h.forms != nil && slices.Equal(h.forms.types, types) {
+		return h.forms
+	}
+	vs, err := formOverrides(h.header, *h.body)
+	return &formCheck{types: types, values: vs, err: err}
 }
 
 // sendCall is a request.send call whose params passed every check that
@@ -245,6 +269,9 @@ func (b *broker) prepare(raw json.RawMessage) (*sendCall, *CallError) {
 	}
 
 	h := hop{method: method, url: u, origin: origin, header: header, body: body}
+	if body != nil {
+		h.forms = checkForms(h)
+	}
 	if cerr := b.checkOverride(h); cerr != nil {
 		return nil, cerr
 	}
@@ -423,10 +450,10 @@ func (b *broker) redirect(resp *http.Response, cur hop) (hop, bool, *CallError) 
 		return hop{}, true, cerr
 	}
 	origin, _ := originOf(u)
-	next := hop{method: cur.method, url: u, origin: origin, header: cur.header.Clone(), body: cur.body}
+	next := hop{method: cur.method, url: u, origin: origin, header: cur.header.Clone(), body: cur.body, forms: cur.forms}
 	if resp.StatusCode == http.StatusSeeOther && cur.method != "HEAD" ||
 		(resp.StatusCode == http.StatusMovedPermanently || resp.StatusCode == http.StatusFound) && cur.method == "POST" {
-		next.method, next.body = "GET", nil
+		next.method, next.body, next.forms = "GET", nil, nil
 		next.header.Del("Content-Type")
 	}
 	if origin != cur.origin {
