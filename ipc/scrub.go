@@ -47,7 +47,12 @@ func newScrubber(secrets map[string]Secret) *scrubber {
 		for _, w := range words {
 			add(w)
 			if q, err := json.Marshal(w); err == nil {
-				add(string(q[1 : len(q)-1]))
+				j := string(q[1 : len(q)-1])
+				add(j)
+				// PHP's json_encode writes '/' as `\/`, with <, > and &
+				// as they are.
+				add(strings.ReplaceAll(j, "/", `\/`))
+				add(strings.ReplaceAll(strings.Trim(strconv.Quote(w), `"`), "/", `\/`))
 			}
 			add(strings.Trim(strconv.Quote(w), `"`))
 			add(strings.Trim(strconv.QuoteToASCII(w), `"`))

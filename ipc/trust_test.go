@@ -503,3 +503,30 @@ func TestMethodOverrideBodyCheckedOnce(t *testing.T) {
 		t.Errorf("a call of 6 hops took %s of CPU, where one look through its body takes %s", cpu, once)
 	}
 }
+
+// TestSecretScrubbedInEscapedSlashes: PHP's json_encode, the usual way a
+// PHP origin echoes what it got, writes '/' as `\/`, and base64 tokens
+// and keys hold '/' often: the JSON the guest decodes from such a body
+// must not hold the secret.
+func TestSecretScrubbedInEscapedSlashes(t *testing.T) {
+	noLeak(t)
+	const value = "Bearer tok/9f8e7d+6c5b4a/zz=="
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, _ := json.Marshal(map[string]string{"authorization": r.Header.Get("Authorization")})
+		_, _ = w.Write(bytes.ReplaceAll(q, []byte("/"), []byte(`\/`)))
+	}))
+	t.Cleanup(srv.Close)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Value: value, Origins: []string{srv.URL}}}
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}, Auth: map[string]string{srv.URL: "api"}}}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api"}))
+	r.finish(t)
+	var echoed map[string]string
+	if err := json.Unmarshal([]byte(res.Body), &echoed); err != nil {
+		t.Fatalf("body %q: %v", res.Body, err)
+	}
+	if got := echoed["authorization"]; strings.Contains(got, "tok/9f8e7d") {
+		t.Errorf("the guest decoded the secret from %q: %q", res.Body, got)
+	}
+}
