@@ -49,6 +49,8 @@ var (
 		netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
 		netip.MustParsePrefix("100::/64"),      // discard
 		netip.MustParsePrefix("2001:db8::/32"), // documentation
+		netip.MustParsePrefix("3fff::/20"),     // documentation (RFC 9637)
+		netip.MustParsePrefix("2001:2::/48"),   // benchmarking
 	}
 	// IPv6 forms that carry an IPv4 address the packet may end up at.
 	ipv4Compatible  = netip.MustParsePrefix("::/96")

@@ -87,6 +87,12 @@ func TestClassifyEveryForm(t *testing.T) {
 		{"224.0.0.1", addrForbidden},
 		{"ff02::1", addrForbidden},
 		{"255.255.255.255", addrForbidden},
+		{"2001:db8::1", addrForbidden}, // documentation
+		{"3fff::1", addrForbidden},     // documentation (RFC 9637)
+		{"2001:2::1", addrForbidden},   // benchmarking
+		{"198.18.0.1", addrForbidden},  // benchmarking
+		{"203.0.113.1", addrForbidden}, // documentation
+		{"2001:3::1", addrPublic},      // AMT, routed
 	} {
 		if got := classify(netip.MustParseAddr(c.addr)); got != c.want {
 			t.Errorf("classify(%s) = %d, want %d", c.addr, got, c.want)
