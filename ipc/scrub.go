@@ -61,10 +61,31 @@ func newScrubber(secrets map[string]Secret) *scrubber {
 			for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
 				add(enc.EncodeToString([]byte(w)))
 			}
+			for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+				for shift := range 3 {
+					add(base64Inside(enc, w, shift))
+				}
+			}
 		}
 	}
 	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
 	return &scrubber{forms: forms}
+}
+
+// base64Inside is what w encodes to inside a longer base64 text, where
+// it starts shift bytes (0 to 2) into a group of three: the characters
+// that hold only w's bits, without those shared with the bytes before
+// and after it, which the text's other bytes decide. An origin that
+// hands back a dump of the request base64-encoded puts the secret at
+// whatever offset it falls.
+func base64Inside(enc *base64.Encoding, w string, shift int) string {
+	if len(w) < minSecretPart {
+		return ""
+	}
+	e := enc.EncodeToString(append(make([]byte, shift), w...))
+	from := (8*shift + 5) / 6      // the first character of w's bits alone
+	to := 8 * (shift + len(w)) / 6 // past the last character wholly w's
+	return e[from:to]
 }
 
 // scrub returns s with every form of every secret replaced.

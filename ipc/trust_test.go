@@ -536,3 +536,55 @@ func TestSecretScrubbedInEscapedSlashes(t *testing.T) {
 		t.Errorf("the guest decoded the secret from %q: %q", res.Body, got)
 	}
 }
+
+// TestSecretScrubbedInsideBase64: an origin that hands back what it got
+// base64-encoded (a request dump, a token that wraps the header) encodes
+// the secret at whatever offset it falls in the dump, where its base64 is
+// none of the forms the whole value encodes to: the guest decoding the
+// body must not find the secret.
+func TestSecretScrubbedInsideBase64(t *testing.T) {
+	noLeak(t)
+	const token = "tok_9f8e7d6c5b4a3f2e1d0c"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, pad := range []string{"", "x", "xy"} {
+			dump := pad + "Authorization: " + r.Header.Get("Authorization") + "\r\nHost: " + r.Host + "\r\n"
+			fmt.Fprintln(w, base64.StdEncoding.EncodeToString([]byte(dump)))
+			fmt.Fprintln(w, base64.RawURLEncoding.EncodeToString([]byte(dump)))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ceil := PermissiveCeiling()
+	ceil.Secrets = map[string]Secret{"api": {Value: "Bearer " + token, Origins: []string{srv.URL}}}
+	caps := Capabilities{Request: &RequestCapability{URLs: []string{srv.URL}, Auth: map[string]string{srv.URL: "api"}}}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: ceil})
+	res := decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/", "auth": "api"}))
+	r.finish(t)
+	lines := strings.Fields(res.Body)
+	if len(lines) != 6 {
+		t.Fatalf("body %q", res.Body)
+	}
+	for i, line := range lines {
+		enc := base64.StdEncoding
+		if i%2 == 1 {
+			enc = base64.RawURLEncoding
+		}
+		// What decodes of the line, as a guest would take it apart: each
+		// run of base64 between the scrubber's marks.
+		for _, part := range strings.Split(line, "[redacted]") {
+			for skip := range 4 {
+				if skip > len(part) {
+					break
+				}
+				p := part[skip:]
+				p = p[:len(p)/4*4]
+				raw, _ := enc.Strict().DecodeString(strings.TrimRight(p, "="))
+				if enc == base64.StdEncoding {
+					raw, _ = base64.StdEncoding.DecodeString(p)
+				}
+				if strings.Contains(string(raw), token[:12]) || strings.Contains(string(raw), token[8:]) {
+					t.Errorf("line %d %q decodes to %q, which holds the secret", i, line, raw)
+				}
+			}
+		}
+	}
+}
