@@ -12,10 +12,17 @@ import (
 // until the reply frames are written), unless one largest reply needs more.
 const DefaultReplyBudget = 16 << 20
 
-// maxBodiesInFlight is how many bytes of request bodies one run's
-// request.send calls in flight may hold in the daemon (or one largest
-// frame's, if that is more): a call past it is rate_limited at once.
-const maxBodiesInFlight = 16 << 20
+// maxHeldInFlight is how many bytes one run's request.send calls in
+// flight may hold in the daemon of their bodies and URLs (sendCall.held;
+// or one largest frame's URL, if that is more): a call past it is
+// rate_limited at once.
+const maxHeldInFlight = 16 << 20
+
+// urlCopies is how many copies of its URL a call holds while its request
+// is under way (the parsed URL, the string the request is made from and
+// parsed again, the request line): sixteen calls of a 4 MiB URL to an
+// origin that never read held 260 MiB.
+const urlCopies = 4
 
 // ErrOverBudget: a reservation larger than the whole budget, which no
 // amount of waiting would grant.

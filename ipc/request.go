@@ -199,6 +199,7 @@ func checkForms(h hop) *formCheck {
 // needs no lookup: what exchange sends.
 type sendCall struct {
 	hop      hop
+	urlLen   int     // the length of the URL the guest gave
 	auth     string  // the secret's name, "" without one
 	secret   *Secret // nil without one
 	asBase64 bool    // the reply's body as base64
@@ -275,7 +276,17 @@ func (b *broker) prepare(raw json.RawMessage) (*sendCall, *CallError) {
 	if cerr := b.checkOverride(h); cerr != nil {
 		return nil, cerr
 	}
-	return &sendCall{hop: h, auth: p.Auth, secret: secret, asBase64: p.BodyEncoding == encodingBase64, timeout: timeout}, nil
+	return &sendCall{hop: h, urlLen: len(p.URL), auth: p.Auth, secret: secret, asBase64: p.BodyEncoding == encodingBase64, timeout: timeout}, nil
+}
+
+// held is what the call holds in the daemon until it ends, of its body
+// and its URL (maxHeldInFlight).
+func (c *sendCall) held() int64 {
+	n := urlCopies * int64(c.urlLen)
+	if c.hop.body != nil {
+		n += int64(len(*c.hop.body))
+	}
+	return n
 }
 
 // exchange is the rest of request.send: the lookup, the address check,

@@ -606,7 +606,7 @@ func TestRequestRedirectKeepsGuestCredentialsOff(t *testing.T) {
 
 // TestRequestBodiesInFlightBounded: the request bodies a run's calls hold
 // in the daemon while their origin is slow are bounded like the replies
-// (maxBodiesInFlight), not by the in-flight count alone: sixteen calls of
+// (maxHeldInFlight), not by the in-flight count alone: sixteen calls of
 // a frame's worth each, to an origin that never answers, held ~130 MiB
 // of the daemon's heap for the request timeout, a run at a time.
 func TestRequestBodiesInFlightBounded(t *testing.T) {
@@ -651,13 +651,83 @@ func TestRequestBodiesInFlightBounded(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d calls held, %d refused; the heap grew %d MiB", held, refused, grew>>20)
-	if limit := int64(maxBodiesInFlight + 8<<20); grew > limit {
+	if limit := int64(maxHeldInFlight + 8<<20); grew > limit {
 		t.Errorf("held calls' bodies take %d MiB of the heap, want at most %d MiB", grew>>20, limit>>20)
 	}
 	if held == 0 {
 		t.Error("no call reached the origin")
 	}
 	close(release)
+	for range held {
+		<-replies
+	}
+	r.finish(t)
+}
+
+// TestRequestURLsInFlightBounded: a call's URL is held in the daemon, in
+// several copies, until the call ends, as its body is: sixteen calls of a
+// 4 MiB URL to an origin that accepts and never reads held 260 MiB of the
+// daemon's heap, past the bound on bodies. The URLs count too.
+func TestRequestURLsInFlightBounded(t *testing.T) {
+	noLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, DefaultMaxInFlight)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	origin := "http://" + ln.Addr().String()
+	r := requestSession(t, &RequestCapability{URLs: []string{origin}}, PermissiveCeiling(), nil)
+	replies := make(chan hostFrame, DefaultMaxInFlight)
+	go func() {
+		for range DefaultMaxInFlight {
+			replies <- r.g.recv()
+		}
+	}()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	query := strings.Repeat("a", DefaultMaxFrame-1024)
+	for i := 1; i <= DefaultMaxInFlight; i++ {
+		r.g.send(map[string]any{"type": "call", "id": i, "method": "request.send", "params": map[string]any{"url": origin + "/?" + query}})
+	}
+	query = ""
+	var held []net.Conn
+	refused := 0
+	for len(held)+refused < DefaultMaxInFlight {
+		select {
+		case c := <-accepted:
+			held = append(held, c)
+		case f := <-replies:
+			if f.OK || f.Error.Code != CodeRateLimited {
+				t.Fatalf("reply %+v while the origin holds every call", f)
+			}
+			refused++
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d calls held, %d refused; the heap grew %d MiB", len(held), refused, grew>>20)
+	if limit := int64(maxHeldInFlight + 8<<20); grew > limit {
+		t.Errorf("held calls' URLs take %d MiB of the heap, want at most %d MiB", grew>>20, limit>>20)
+	}
+	if len(held) == 0 {
+		t.Error("no call reached the origin")
+	}
+	// The origin hangs up: the held calls end.
+	ln.Close()
+	for _, c := range held {
+		c.Close()
+	}
 	for range held {
 		<-replies
 	}

@@ -101,9 +101,9 @@ type session struct {
 	mu       sync.Mutex // guards everything below
 	out      Outcome
 	inflight map[uint64]bool
-	// bodies is what the in-flight request.send calls' bodies hold
-	// (maxBodiesInFlight).
-	bodies   int64
+	// held is what the in-flight request.send calls hold of their bodies
+	// and URLs (maxHeldInFlight).
+	held     int64
 	logBytes int
 	// decoded counts the bytes of the frames read whole (MaxGuestBytes),
 	// each at least minFrameCharge.
@@ -576,26 +576,24 @@ func (s *session) handleCall(f *guestFrame) {
 			s.reply(id, f.Method, nil, cerr)
 			return
 		}
-		// A body is held until its call ends, however slow its origin:
-		// what the calls in flight hold is bounded as their replies are
-		// (the reply budget), or a run's sixteen calls of a frame each
-		// hold 64 MiB. Refused at once, as the in-flight count is.
-		var size int64
-		if call.hop.body != nil {
-			size = int64(len(*call.hop.body))
-		}
-		limit := max(int64(maxBodiesInFlight), int64(s.ceil.MaxFrame))
-		// Only the read loop adds to inflight and bodies: the slot seen
+		// A body and a URL are held until their call ends, however slow
+		// its origin: what the calls in flight hold is bounded as their
+		// replies are (the reply budget), or a run's sixteen calls of a
+		// frame each hold 64 MiB, or 260 MiB of URLs. Refused at once, as
+		// the in-flight count is.
+		size := call.held()
+		limit := max(int64(maxHeldInFlight), urlCopies*int64(s.ceil.MaxFrame))
+		// Only the read loop adds to inflight and held: the slot seen
 		// free above is still free.
 		s.mu.Lock()
-		over := s.bodies+size > limit
+		over := s.held+size > limit
 		if !over {
 			s.inflight[id] = true
-			s.bodies += size
+			s.held += size
 		}
 		s.mu.Unlock()
 		if over {
-			s.reply(id, f.Method, nil, callErr(CodeRateLimited, "the requests in flight would hold more than %d bytes of bodies", limit))
+			s.reply(id, f.Method, nil, callErr(CodeRateLimited, "the requests in flight would hold more than %d bytes of bodies and URLs", limit))
 			return
 		}
 		// The goroutine keeps the call and not the frame: its params,
@@ -605,7 +603,7 @@ func (s *session) handleCall(f *guestFrame) {
 			defer func() {
 				s.mu.Lock()
 				delete(s.inflight, id)
-				s.bodies -= size
+				s.held -= size
 				s.mu.Unlock()
 			}()
 			value, cerr := s.recovered(method, func() (json.RawMessage, *CallError) { return s.broker.exchange(s.ctx, call) })
