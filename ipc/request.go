@@ -45,6 +45,12 @@ type broker struct {
 	// address its own lookup picked and the rules allowed.
 	tmu        sync.Mutex
 	transports map[string]*http.Transport
+	// retired are the transports the run let go of at maxTransports.
+	// Their idle connections were closed then, but a call may still be
+	// under way on one: an HTTP/1 connection closes as it comes back
+	// idle, an HTTP/2 one stays open for IdleConnTimeout, past the run's
+	// end, unless closeTransports closes it too.
+	retired []*http.Transport
 }
 
 // maxTransports bounds the transports a run keeps; past it they are all
@@ -62,7 +68,7 @@ func (b *broker) transport(origin, target string) *http.Transport {
 		return tr
 	}
 	if len(b.transports) >= maxTransports {
-		b.closeTransportsLocked()
+		b.retireTransportsLocked()
 	}
 	dialer := &net.Dialer{}
 	tr := &http.Transport{
@@ -87,12 +93,19 @@ func (b *broker) transport(origin, target string) *http.Transport {
 func (b *broker) closeTransports() {
 	b.tmu.Lock()
 	defer b.tmu.Unlock()
-	b.closeTransportsLocked()
+	b.retireTransportsLocked()
+	for _, tr := range b.retired {
+		tr.CloseIdleConnections()
+	}
+	b.retired = nil
 }
 
-func (b *broker) closeTransportsLocked() {
+// retireTransportsLocked closes the idle connections of the run's
+// transports and lets go of them, keeping them among the retired.
+func (b *broker) retireTransportsLocked() {
 	for _, tr := range b.transports {
 		tr.CloseIdleConnections()
+		b.retired = append(b.retired, tr)
 	}
 	clear(b.transports)
 }

@@ -3,6 +3,7 @@ package ipc
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -732,4 +733,63 @@ func TestRequestURLsInFlightBounded(t *testing.T) {
 		<-replies
 	}
 	r.finish(t)
+}
+
+// TestRequestTransportsClosedAtEnd: a call under way on an HTTP/2
+// connection when the run let go of its transports (maxTransports, a
+// guest cycling through origins) leaves that connection open once it is
+// done, for IdleConnTimeout: the session's end closes it with the rest,
+// so no connection (an fd, its goroutines) outlives the run.
+func TestRequestTransportsClosedAtEnd(t *testing.T) {
+	noLeak(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	closed := make(chan struct{}, 1)
+	pool := x509.NewCertPool()
+	mk := func(h http.Handler, cs func(net.Conn, http.ConnState)) *httptest.Server {
+		srv := httptest.NewUnstartedServer(h)
+		srv.EnableHTTP2 = true
+		srv.Config.ConnState = cs
+		srv.StartTLS()
+		pool.AddCert(srv.Certificate())
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	held := mk(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 {
+			t.Errorf("the held call came over %s, want HTTP/2", r.Proto)
+		}
+		close(entered)
+		<-release
+		io.WriteString(w, "held")
+	}), func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	})
+	urls := []string{held.URL}
+	for range maxTransports {
+		srv := mk(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
+		urls = append(urls, srv.URL)
+	}
+	caps := Capabilities{Request: &RequestCapability{URLs: urls}}
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: caps, Ceiling: PermissiveCeiling(), RootCAs: pool})
+	r.g.send(map[string]any{"type": "call", "id": 1000, "method": "request.send", "params": map[string]any{"url": held.URL + "/"}})
+	<-entered
+	// One origin more than the run keeps transports for, while the first
+	// call still holds its connection.
+	for _, u := range urls[1:] {
+		if res := decodeResult(t, r.g.call("request.send", map[string]any{"url": u + "/"})); res.Body != "ok" {
+			t.Fatalf("result %+v", res)
+		}
+	}
+	close(release)
+	if f := r.g.recv(); f.ID != 1000 || decodeResult(t, f).Body != "held" {
+		t.Fatalf("reply %+v", f)
+	}
+	r.finish(t)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held call's connection is still open 5 s after the session ended")
+	}
 }
