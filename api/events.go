@@ -22,9 +22,10 @@ const (
 type Event struct {
 	Type string `json:"type"`
 	// Data is an output chunk, the bytes as written. Chunks are cut only
-	// at UTF-8 character boundaries; one that is not UTF-8 text crosses
-	// the wire in base64, and Encoding says so (EncodingBase64, see
-	// OutputEncoding; MarshalJSON and UnmarshalJSON convert).
+	// at UTF-8 character boundaries; one that is not UTF-8 text, or would
+	// be over twice its size escaped, crosses the wire in base64, and
+	// Encoding says so (EncodingBase64, see OutputEncoding; MarshalJSON
+	// and UnmarshalJSON convert).
 	Data     string  `json:"data,omitempty"`
 	Encoding string  `json:"encoding,omitempty"`
 	Log      *Log    `json:"log,omitempty"`

@@ -64,8 +64,8 @@ type Result struct {
 	Stdout    string          `json:"stdout"`
 	Stderr    string          `json:"stderr"`
 	Truncated Truncated       `json:"truncated"`
-	// Encoding says which of Stdout and Stderr is base64: a stream that is
-	// not valid UTF-8 is carried as its bytes in base64, never altered.
+	// Encoding says which of Stdout and Stderr is base64 (OutputEncoding):
+	// such a stream is carried as its bytes in base64, never altered.
 	Encoding Encoding   `json:"encoding,omitzero"`
 	Logs     []LogEntry `json:"logs"`
 	// LimitsHit names every limit the run met, even one the guest survived
@@ -114,8 +114,9 @@ type Truncated struct {
 }
 
 // Encoding says which output stream of a result crosses the wire in
-// base64 (EncodingBase64): one that is not valid UTF-8, which a JSON
-// string cannot carry unaltered. Empty means text. In Go, Stdout and
+// base64 (EncodingBase64, see OutputEncoding): one that is not valid
+// UTF-8, which a JSON string cannot carry unaltered, or that would be
+// over twice its size escaped. Empty means text. In Go, Stdout and
 // Stderr always hold the bytes as written; MarshalJSON and UnmarshalJSON
 // encode and decode them.
 type Encoding struct {
@@ -124,12 +125,41 @@ type Encoding struct {
 }
 
 // OutputEncoding is the encoding a stream's bytes cross the wire in:
-// "" for UTF-8 text, else EncodingBase64.
+// "" for UTF-8 text, EncodingBase64 for bytes that are not, and for text
+// that would take more than twice its size as a JSON string. Escaped, a
+// control character takes six bytes (\u0001), and so do <, > and &
+// (encoding/json's HTML-safe form): a guest printing them would make its
+// output six times its size wherever it is held or stored as JSON;
+// base64 holds any bytes at four thirds.
 func OutputEncoding(s string) string {
-	if utf8.ValidString(s) {
-		return ""
+	if !utf8.ValidString(s) || escapedOver(s, 2*len(s)) {
+		return EncodingBase64
 	}
-	return EncodingBase64
+	return ""
+}
+
+// escapedOver reports whether s, escaped in a JSON string as
+// encoding/json escapes it (quotes not counted), takes more than limit
+// bytes. s is valid UTF-8.
+func escapedOver(s string, limit int) bool {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+			n += 2
+		case b < 0x20 || b == '<' || b == '>' || b == '&':
+			n += 6
+		case b == 0xe2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9):
+			n += 6 // U+2028, U+2029
+			i += 2
+		default:
+			n++
+		}
+		if n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // resultJSON is Result without its methods, as it crosses the wire.

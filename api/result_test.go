@@ -5,7 +5,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,6 +70,51 @@ func TestStatusesListsEveryStatus(t *testing.T) {
 	for _, s := range listed {
 		if slices.Contains(listed[slices.Index(listed, s)+1:], s) {
 			t.Errorf("Statuses lists %q twice", s)
+		}
+	}
+}
+
+// A stream crosses the wire as text unless it is not UTF-8, or its JSON
+// string would be over twice its size: a guest printing control
+// characters (or <, > and &, which encoding/json escapes as \u003c) made
+// its output six times its size in every JSON copy the daemon held.
+func TestOutputEncoding(t *testing.T) {
+	for _, c := range []struct {
+		name, s, want string
+	}{
+		{"text", "hello, world\n", ""},
+		{"empty", "", ""},
+		{"newlines alone", "\n\n\n\n", ""},
+		{"quotes alone", `""""`, ""},
+		{"JSON printed", `{"a": [1, 2, "x"], "b": {"c": null}}` + "\n", ""},
+		{"HTML with text", `<div class="greeting">Hello, world, and welcome</div>`, ""},
+		{"control characters", strings.Repeat("\x01", 100), EncodingBase64},
+		{"a quarter control", strings.Repeat("abc\x01", 100), EncodingBase64},
+		{"a fifth control", strings.Repeat("abcd\x01", 100), ""},
+		{"markup alone", strings.Repeat("<>", 100), EncodingBase64},
+		{"line separators", strings.Repeat("\u2028", 30), ""},
+		{"not UTF-8", "a\xffb", EncodingBase64},
+	} {
+		if got := OutputEncoding(c.s); got != c.want {
+			t.Errorf("%s: OutputEncoding(%.40q) = %q, want %q", c.name, c.s, got, c.want)
+		}
+	}
+	// The rule agrees with encoding/json's own escaping, byte for byte.
+	alphabet := []string{"a", "\x01", "\n", `"`, "<", "&", "é", "\u2028", "\t", "\\", "\x7f", " "}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		var b strings.Builder
+		for range rng.IntN(40) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		s := b.String()
+		j, _ := json.Marshal(s)
+		want := ""
+		if len(j)-2 > 2*len(s) {
+			want = EncodingBase64
+		}
+		if got := OutputEncoding(s); got != want {
+			t.Fatalf("OutputEncoding(%q) = %q; its JSON string is %d bytes for %d, want %q", s, got, len(j)-2, len(s), want)
 		}
 	}
 }

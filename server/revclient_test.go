@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -97,8 +98,8 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	ctx := context.Background()
-	// 2 MiB of \x01, about 12 MiB of events; then it waits to be
-	// cancelled.
+	// 2 MiB of \x01 (in base64, as text it would be six times its size);
+	// then it waits to be cancelled.
 	src := `console.log("\x01".repeat(2 << 20)); await new Promise((r) => setTimeout(r, 120000));`
 	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: src, Limits: api.Limits{Output: 8 << 20, Timeout: api.Duration(2 * time.Minute)}}, "")
 	if err != nil {
@@ -109,7 +110,10 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 	sc.Buffer(nil, 64<<20)
 	got := 0
 	for got < 2<<20 && sc.Scan() {
-		got += strings.Count(sc.Text(), `\u0001`)
+		var ev api.Event
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == api.EventStdout {
+			got += strings.Count(ev.Data, "\x01")
+		}
 	}
 	if got < 2<<20 {
 		t.Fatalf("the first follower saw %d of the output: %v", got, sc.Err())

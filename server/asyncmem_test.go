@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// resetPeak starts the process's peak resident size (VmHWM) over from
+// its current size.
+func resetPeak(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("the peak resident size cannot be reset here: %v", err)
+	}
+}
+
+// residentKB returns the process's VmRSS and VmHWM, in KiB.
+func residentKB(t *testing.T) (rss, peak int64) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = n
+		case "VmHWM:":
+			peak = n
+		}
+	}
+	return rss, peak
+}
+
+// TestAsyncRunOutputMemory: a guest → daemon attack through an async
+// run, whose events the daemon holds while it runs and whose result it
+// builds and stores whole at its end. Output of control characters took
+// six bytes each in every such JSON copy: 8 MiB of them on stdout and on
+// stderr cost the daemon ~1 GiB at the run's end. Carried in base64 once
+// escaping would double it, the same output must stay within a bound
+// well under that.
+func TestAsyncRunOutputMemory(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "max_queue": 8, "others_max_queue": 8, "runs": {"dir": %q, "max_bytes": "1G"}}`, store), sock)
+	ctx := context.Background()
+	const output = 16 << 20 // both streams
+	const bound = 24 * output
+	heap()
+	resetPeak(t)
+	base, _ := residentKB(t)
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `const s = "\x01".repeat(8 << 20); console.log(s); console.error(s);`, Limits: api.Limits{Output: 16 << 20}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's end, read as a client elsewhere would: its events stream
+	// past, not decoded here.
+	resp := followers(t, sock, r.ID, 1)[0]
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, peak := residentKB(t)
+	grown := (peak - base) << 10
+	t.Logf("%d bytes of events; resident %d MiB at the start, peak %d MiB", n, base>>10, peak>>10)
+	if grown > bound {
+		t.Errorf("an async run printing %d MiB of control characters: the daemon's peak grew %d MiB, want under %d MiB", output>>20, grown>>20, bound>>20)
+	}
+	run, err := ts.c.GetRun(ctx, r.ID)
+	if err != nil || run.Result == nil || run.Result.Status != api.StatusOK || len(run.Result.Stdout) != 8<<20+1 || run.Result.Encoding.Stdout != api.EncodingBase64 {
+		t.Fatalf("the run: %v, %+v", err, run)
+	}
+}
