@@ -437,3 +437,45 @@ func TestFetch_InWorkers(t *testing.T) {
 		t.Errorf("the undeclared origin got %v", got)
 	}
 }
+
+// workerOrderJS starts a Worker from the job's own files, then one from a
+// TypeScript file (its module is transpiled, so it loads a turn later),
+// and posts each a message at once, as code written for the platform
+// does: Deno holds a Worker's messages until its module is evaluated.
+const workerOrderJS = `
+const out = [];
+for (const f of ["w.js", "w.ts"]) {
+  const w = new Worker(new URL("./" + f, import.meta.url), { type: "module" });
+  out.push(await new Promise((resolve) => {
+    const lost = setTimeout(() => resolve("LOST"), 10000);
+    w.onmessage = (e) => { clearTimeout(lost); resolve(e.data); };
+    w.postMessage(f);
+  }));
+  w.terminate();
+}
+console.log(JSON.stringify(out));
+`
+
+// TestFetch_WorkerFirstMessage: the wrapper that gives a Worker fetch
+// does not make it lose the first message its maker posts (a dynamic
+// import of the job's module left a turn in which the message was
+// dispatched before the module listened for it).
+func TestFetch_WorkerFirstMessage(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"main.js": workerOrderJS,
+		"w.js":    `self.onmessage = (e) => self.postMessage("js " + e.data);`,
+		"w.ts":    `const tag: string = "ts "; self.onmessage = (e: MessageEvent) => self.postMessage(tag + e.data);`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := pmjailCmd(t, "", "run", "--json", "--timeout", "60s", dir)
+	if inv.Result == nil {
+		t.Fatalf("no result (exit %d)\nstdout: %s\nstderr: %s", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	if r, want := inv.Result, `["js w.js","ts w.ts"]`+"\n"; r.Status != "ok" || r.Stdout != want {
+		t.Fatalf("status %s stdout %q stderr %q error %+v, want stdout %q", r.Status, r.Stdout, r.Stderr, r.Error, want)
+	}
+}

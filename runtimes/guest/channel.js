@@ -495,9 +495,13 @@ export function brokerWorkers(call, capabilities, shim) {
   };
 }
 
-// wrapper is a module that adopts the Worker, then loads the job's.
+// wrapper is a module that adopts the Worker (worker.js does as it is
+// evaluated), then loads the job's. Both are static imports: the Worker's
+// messages wait for the wrapper's evaluation, which is the job module's
+// own; a dynamic import would leave a turn between them in which a
+// message the job's module had yet to listen for was dispatched, and lost.
 function wrapper(shim, url) {
-  const text = `import { adopt } from ${JSON.stringify(shim)};\nadopt();\nawait import(${JSON.stringify(url)});\n`;
+  const text = `import ${JSON.stringify(shim)};\nimport ${JSON.stringify(url)};\n`;
   return URL.createObjectURL(new Blob([text], { type: "application/javascript" }));
 }
 

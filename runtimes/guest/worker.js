@@ -66,3 +66,7 @@ export function adopt() {
   };
   brokerWorkers(call, ready, import.meta.url);
 }
+
+// A Worker loads this module first (channel.js's wrapper), and adopts as
+// it is evaluated, before the job's worker module is.
+adopt();
