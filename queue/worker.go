@@ -405,16 +405,22 @@ func encode(res *api.Result, max int64) ([]byte, error) {
 	cut := *res
 	over := int64(len(data)) - (max - resultSlack)
 	for _, s := range []struct {
-		out   *string
-		trunc *bool
-	}{{&cut.Stderr, &cut.Truncated.Stderr}, {&cut.Stdout, &cut.Truncated.Stdout}} {
+		out      *string
+		trunc    *bool
+		encoding string
+	}{{&cut.Stderr, &cut.Truncated.Stderr, cut.Encoding.Stderr}, {&cut.Stdout, &cut.Truncated.Stdout, cut.Encoding.Stdout}} {
 		if over <= 0 {
 			break
 		}
 		n := min(int64(len(*s.out)), over)
 		// JSON escapes may make a byte six: cut six times more, at most all.
 		n = min(int64(len(*s.out)), 6*n)
-		*s.out = strings.ToValidUTF8((*s.out)[:int64(len(*s.out))-n], "")
+		*s.out = (*s.out)[:int64(len(*s.out))-n]
+		if s.encoding == "" {
+			// Text stays text: a character the cut split is dropped. A
+			// stream in base64 keeps its first bytes as they are.
+			*s.out = strings.ToValidUTF8(*s.out, "")
+		}
 		*s.trunc = true
 		over -= n
 	}
