@@ -459,13 +459,22 @@ console.log(JSON.stringify(out));
 // TestFetch_WorkerFirstMessage: the wrapper that gives a Worker fetch
 // does not make it lose the first message its maker posts (a dynamic
 // import of the job's module left a turn in which the message was
-// dispatched before the module listened for it).
+// dispatched before the module listened for it), nor change where the
+// Worker is: its location is its module's, and a relative specifier of a
+// Worker it starts is resolved against it (both were the wrapper's blob:
+// URL, and the nested Worker failed with "Invalid URL").
 func TestFetch_WorkerFirstMessage(t *testing.T) {
 	dir := t.TempDir()
 	for name, src := range map[string]string{
 		"main.js": workerOrderJS,
-		"w.js":    `self.onmessage = (e) => self.postMessage("js " + e.data);`,
-		"w.ts":    `const tag: string = "ts "; self.onmessage = (e: MessageEvent) => self.postMessage(tag + e.data);`,
+		"w.js": `self.onmessage = async (e) => {
+  const n = new Worker("./n.js", { type: "module" });
+  const nested = await new Promise((resolve) => { n.onmessage = (m) => resolve(m.data); n.postMessage(""); });
+  n.terminate();
+  self.postMessage("js " + e.data + " " + location.href + " " + nested);
+};`,
+		"n.js": `self.onmessage = () => self.postMessage("nested " + new URL("./data.json", location.href).pathname);`,
+		"w.ts": `const tag: string = "ts "; self.onmessage = (e: MessageEvent) => self.postMessage(tag + e.data);`,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -475,7 +484,7 @@ func TestFetch_WorkerFirstMessage(t *testing.T) {
 	if inv.Result == nil {
 		t.Fatalf("no result (exit %d)\nstdout: %s\nstderr: %s", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
-	if r, want := inv.Result, `["js w.js","ts w.ts"]`+"\n"; r.Status != "ok" || r.Stdout != want {
+	if r, want := inv.Result, `["js w.js file:///job/w.js nested /job/data.json","ts w.ts"]`+"\n"; r.Status != "ok" || r.Stdout != want {
 		t.Fatalf("status %s stdout %q stderr %q error %+v, want stdout %q", r.Status, r.Stdout, r.Stderr, r.Error, want)
 	}
 }

@@ -469,7 +469,9 @@ export const PORT = "pmjail.port";
 // base for it, or a classic Worker) goes to Deno unchanged, and fails as
 // it would.
 // capabilities may be a promise: a Worker learns them from its port.
-export function brokerWorkers(call, capabilities, shim) {
+// base, in a Worker, is its job module's URL, which a relative specifier
+// is resolved against, as Deno resolves it against a Worker's location.
+export function brokerWorkers(call, capabilities, shim, base = undefined) {
   const Platform = globalThis.Worker;
   if (typeof Platform !== "function") return;
   const post = Platform.prototype.postMessage;
@@ -477,7 +479,7 @@ export function brokerWorkers(call, capabilities, shim) {
   globalThis.Worker = class Worker extends Platform {
     #port;
     constructor(specifier, options = undefined) {
-      const url = URL.parse(String(specifier));
+      const url = URL.parse(String(specifier), base);
       const wrap = url !== null && options?.type === "module";
       super(wrap ? wrapper(shim, url.href) : specifier, options);
       if (!wrap) return;
@@ -500,8 +502,9 @@ export function brokerWorkers(call, capabilities, shim) {
 // messages wait for the wrapper's evaluation, which is the job module's
 // own; a dynamic import would leave a turn between them in which a
 // message the job's module had yet to listen for was dispatched, and lost.
+// worker.js learns the job module's URL from its own URL's fragment.
 function wrapper(shim, url) {
-  const text = `import ${JSON.stringify(shim)};\nimport ${JSON.stringify(url)};\n`;
+  const text = `import ${JSON.stringify(shim + "#" + encodeURIComponent(url))};\nimport ${JSON.stringify(url)};\n`;
   return URL.createObjectURL(new Blob([text], { type: "application/javascript" }));
 }
 

@@ -64,7 +64,27 @@ export function adopt() {
       throw err;
     }
   };
-  brokerWorkers(call, ready, import.meta.url);
+  // The Worker's location, and the base of its own Workers' relative
+  // specifiers, are the job module's URL (the platform's, for a Worker
+  // started from it), not the wrapper's blob: URL.
+  const here = new URL(import.meta.url);
+  const job = URL.parse(decodeURIComponent(here.hash.slice(1)));
+  here.hash = "";
+  if (job !== null) locate(job);
+  brokerWorkers(call, ready, here.href, job?.href);
+}
+
+// locate makes the Worker's location name url, as a Worker started from
+// url has it.
+function locate(url) {
+  const at = Object.freeze({
+    href: url.href, origin: url.origin, protocol: url.protocol, host: url.host, hostname: url.hostname,
+    port: url.port, pathname: url.pathname, search: url.search, hash: url.hash,
+    toString: () => url.href,
+  });
+  try {
+    Object.defineProperty(globalThis, "location", { get: () => at, configurable: true, enumerable: true });
+  } catch { /* the platform's stays */ }
 }
 
 // A Worker loads this module first (channel.js's wrapper), and adopts as
