@@ -102,6 +102,7 @@ func BenchmarkChannelCall(b *testing.B) {
 	ceil.MaxLogs = 1 << 30
 	ceil.MaxCalls = 1 << 30
 	ceil.MaxLogBytes = 1 << 40
+	ceil.MaxGuestBytes = 1 << 50 // every frame counts at least 512 bytes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn := &timedEnds{fifoEnds: fifoEnds{r: ends["out"], w: ends["in"]}}

@@ -62,6 +62,7 @@ func BenchmarkChannelRequest(b *testing.B) {
 	ceil.MaxCalls = 1 << 30
 	ceil.MaxLogs = 1 << 30
 	ceil.MaxLogBytes = 1 << 40
+	ceil.MaxGuestBytes = 1 << 50 // every frame counts at least 512 bytes
 	ceil.AllowPrivateAddresses = true
 	caps := ipc.Capabilities{Log: true, Request: &ipc.RequestCapability{URLs: []string{srv.URL}}}
 	if err := caps.Validate(); err != nil {
