@@ -44,9 +44,10 @@ func TestAsyncEndedRunNotHeldByFollowers(t *testing.T) {
 	base := heap()
 	var ids []string
 	for range n {
-		// 2 MiB of \x01: about 12 MiB of events, and as much again in
+		// 6 MiB of "a: 9 MiB of events as JSON (a quote is two bytes
+		// escaped, and the output stays text), and as much again in
 		// the result event.
-		r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20))`, Limits: api.Limits{Output: 8 << 20}}, "")
+		r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log('"a'.repeat(3 << 20))`, Limits: api.Limits{Output: 8 << 20}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestAsyncKeyedAgainBoundedMemory(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	ctx := context.Background()
-	job := &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20) + "<&>")`, Limits: api.Limits{Output: 8 << 20}}
+	job := &api.Job{Runtime: "deno", Source: `console.log('"a'.repeat(3 << 20) + "<&>")`, Limits: api.Limits{Output: 8 << 20}}
 	r, err := ts.c.SubmitAsync(ctx, job, "big-1")
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestAsyncKeyedAgainBoundedMemory(t *testing.T) {
 	}
 	again, err := ts.c.SubmitAsync(ctx, job, "big-1")
 	if err != nil || again.ID != r.ID || again.Status != api.RunDone || again.Result == nil ||
-		again.Result.Stdout != strings.Repeat("\x01", 2<<20)+"<&>\n" || again.SubmittedAt.IsZero() {
+		again.Result.Stdout != strings.Repeat(`"a`, 3<<20)+"<&>\n" || again.SubmittedAt.IsZero() {
 		t.Fatalf("the keyed submission again, read whole: %v %v", again != nil, err)
 	}
 	body, err := json.Marshal(job)
@@ -275,9 +276,9 @@ func TestAsyncLookupDoesNotCopyTheResult(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	ctx := context.Background()
-	// About 12 MiB of result (2 MiB of control characters, six bytes
-	// each), and as much of events.
-	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20))`, Limits: api.Limits{Output: 8 << 20}}, "")
+	// About 9 MiB of result (6 MiB of "a, a quote two bytes escaped),
+	// and as much of events.
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log('"a'.repeat(3 << 20))`, Limits: api.Limits{Output: 8 << 20}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestAsyncLookupDoesNotCopyTheResult(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	const n = 16
-	const bound = 48 << 20 // n × 12 MiB copied before
+	const bound = 48 << 20 // n × 9 MiB copied before
 	for _, req := range []string{"GET /v1/runs/" + r.ID, "GET /v1/runs/" + r.ID + "/events", "DELETE /v1/runs/" + r.ID} {
 		before := totalAlloc()
 		for range n {

@@ -98,9 +98,9 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	ctx := context.Background()
-	// 2 MiB of \x01 (in base64, as text it would be six times its size);
-	// then it waits to be cancelled.
-	src := `console.log("\x01".repeat(2 << 20)); await new Promise((r) => setTimeout(r, 120000));`
+	// 6 MiB of "a, 9 MiB of events as JSON (a quote is two bytes
+	// escaped, and the output stays text); then it waits to be cancelled.
+	src := `console.log('"a'.repeat(3 << 20)); await new Promise((r) => setTimeout(r, 120000));`
 	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: src, Limits: api.Limits{Output: 8 << 20, Timeout: api.Duration(2 * time.Minute)}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -109,13 +109,13 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 	sc := bufio.NewScanner(followers(t, sock, r.ID, 1)[0].Body)
 	sc.Buffer(nil, 64<<20)
 	got := 0
-	for got < 2<<20 && sc.Scan() {
+	for got < 3<<20 && sc.Scan() {
 		var ev api.Event
 		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == api.EventStdout {
-			got += strings.Count(ev.Data, "\x01")
+			got += strings.Count(ev.Data, `"a`)
 		}
 	}
-	if got < 2<<20 {
+	if got < 3<<20 {
 		t.Fatalf("the first follower saw %d of the output: %v", got, sc.Err())
 	}
 	if run, err := ts.c.GetRun(ctx, r.ID); err != nil || run.Status != api.RunRunning {
@@ -196,7 +196,7 @@ func TestAsyncResultReadersBoundedMemory(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	ctx := context.Background()
-	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("\x01".repeat(2 << 20) + "<&>")`,
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log('"a'.repeat(3 << 20) + "<&>")`,
 		Limits: api.Limits{Output: 8 << 20}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -206,8 +206,8 @@ func TestAsyncResultReadersBoundedMemory(t *testing.T) {
 	}
 	run, err := ts.c.GetRun(ctx, r.ID)
 	if err != nil || run.Status != api.RunDone || run.ID != r.ID || run.Result == nil ||
-		run.Result.Stdout != strings.Repeat("\x01", 2<<20)+"<&>\n" || run.SubmittedAt.IsZero() {
-		t.Fatalf("the run read whole: %v %v", run != nil, err)
+		run.Result.Stdout != strings.Repeat(`"a`, 3<<20)+"<&>\n" || run.Result.Encoding.Stdout != "" || run.SubmittedAt.IsZero() {
+		t.Fatalf("the run read whole, its stdout as text: %v %v", run != nil, err)
 	}
 	const n = 8
 	const bound = 24 << 20
