@@ -102,20 +102,7 @@ func TestGuestBytesBudgetHeadsCheap(t *testing.T) {
 	head := `{"type":"note"` + strings.Repeat(`,"a":0`, maxCallHead/6)
 	frame := frameBytes(head[:maxCallHead-1] + "}")
 	const n = 4096 // 16 MiB
-	flood := bytes.Repeat(frame, n)
-	var before, after unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_, _ = r.g.conn.Write(flood)
-		_ = WriteFrame(r.g.conn, map[string]any{"type": "done"})
-	}()
-	out := r.wait(t, 60*time.Second)
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
-		t.Fatal(err)
-	}
-	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	out, cpu := flood(t, r, bytes.Repeat(frame, n))
 	t.Logf("%d frames of %d bytes past the budget: %s of CPU", n, len(frame), cpu)
 	if !out.Done || out.ProtocolError != nil || out.Calls != n {
 		t.Fatalf("outcome done=%v calls=%d err=%v, want done after %d notes", out.Done, out.Calls, out.ProtocolError, n)
@@ -141,20 +128,7 @@ func TestGuestBytesBudgetSmallFrames(t *testing.T) {
 	notes := func(n int) (Outcome, time.Duration) {
 		t.Helper()
 		r := startServe(t, context.Background(), SessionConfig{Capabilities: Capabilities{Log: true}, Ceiling: PermissiveCeiling()})
-		flood := bytes.Repeat(frame, n)
-		var before, after unix.Rusage
-		if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, _ = r.g.conn.Write(flood)
-			_ = WriteFrame(r.g.conn, map[string]any{"type": "done"})
-		}()
-		out := r.wait(t, 60*time.Second)
-		if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
-			t.Fatal(err)
-		}
-		return out, time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+		return flood(t, r, bytes.Repeat(frame, n))
 	}
 	const n = 1 << 20 // 63 MiB
 	out, cpu := notes(n)
@@ -197,4 +171,27 @@ func orderedCall(g *testGuest, method string, params any) hostFrame {
 		g.t.Fatalf("want reply %d, got %+v", g.nextID, f)
 	}
 	return f
+}
+
+// flood writes frames as r's guest, then a done frame, and returns the
+// session's outcome and the CPU the process spent until it ended.
+func flood(t *testing.T, r *running, frames []byte) (Outcome, time.Duration) {
+	t.Helper()
+	before := processCPU(t)
+	go func() {
+		_, _ = r.g.conn.Write(frames)
+		_ = WriteFrame(r.g.conn, map[string]any{"type": "done"})
+	}()
+	out := r.wait(t, 60*time.Second)
+	return out, processCPU(t) - before
+}
+
+// processCPU is the user and system time the test process has spent.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var u unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &u); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
