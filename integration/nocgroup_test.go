@@ -96,6 +96,20 @@ func TestNoCgroupAutoDegradesAndSaysSo(t *testing.T) {
 	}
 }
 
+// TestNoCgroupSmallTasksBound: under RLIMIT_NPROC, the bound of last
+// resort, the init stage's own Go threads count as one uid too, and a bound
+// they met during the set-up ended runs (Go's next thread refused, fatal to
+// it; one run in four failed so, for a one-task job). The bound is set only
+// as the runtime starts: every run of a one-task job starts.
+func TestNoCgroupSmallTasksBound(t *testing.T) {
+	for i := range 30 {
+		res, code := withoutCgroups(t, "exec", "--json", "--pids", "1", "--", "/bin/sh", "-c", "echo one task")
+		if code != 0 || res.Status != "ok" || res.Stdout != "one task\n" {
+			t.Fatalf("run %d of a one-task job under --pids 1: exit %d status %s stdout %q stderr %q error %+v", i, code, res.Status, res.Stdout, res.Stderr, res.Error)
+		}
+	}
+}
+
 func TestNoCgroupRequiredMemoryCapRefuses(t *testing.T) {
 	hello := filepath.Join(t.TempDir(), "hello.js")
 	if err := os.WriteFile(hello, []byte(`console.log("must not run")`), 0o644); err != nil {

@@ -73,8 +73,9 @@ func Main() {
 // process of the namespace. It runs nothing of the guest's: the guest's
 // ids, capabilities and seccomp filter are already its own (the runtime
 // inherits them from this thread, and TSYNC gave the filter to every
-// thread), so the policies allow what it does from here: the start (pipe2,
-// a vfork-style clone, execve in the child), sendmsg, wait4 and exit.
+// thread), so the policies allow what it does from here: the tasks limit
+// (prlimit64), the start (pipe2, a vfork-style clone, execve in the
+// child), sendmsg, wait4 and exit.
 func runRuntime(control *os.File, p *specs.Process, channel bool, handled <-chan struct{}) int {
 	files := []uintptr{0, 1, 2}
 	if channel {
@@ -88,6 +89,10 @@ func runRuntime(control *os.File, p *specs.Process, channel bool, handled <-chan
 	// them all costs a run milliseconds. A channel nobody reads drops them.
 	// Main asked for them as it started: they are taken once it is done.
 	<-handled
+	if err := tasksLimit(p); err != nil {
+		_ = sendReport(control, Report{Error: err.Error(), Stage: StageRlimits, ExitCode: 125})
+		return 125
+	}
 	pidfd := -1
 	pid, err := syscall.ForkExec(p.Args[0], p.Args, &syscall.ProcAttr{
 		Env: p.Env, Files: files, Sys: &syscall.SysProcAttr{PidFD: &pidfd},

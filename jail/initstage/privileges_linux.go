@@ -37,14 +37,43 @@ func lastCapability() (int, error) {
 	return n, nil
 }
 
+// setRlimits applies the spec's rlimits, but for RLIMIT_NPROC, which it
+// only checks: that one is the guest's alone (see tasksLimit).
 func (s *setup) setRlimits() error {
 	for _, l := range s.cfg.Process.Rlimits {
 		res, ok := rlimitNames[l.Type]
 		if !ok {
 			return fmt.Errorf("unknown rlimit %s", l.Type)
 		}
+		if res == unix.RLIMIT_NPROC {
+			var own unix.Rlimit
+			if err := unix.Getrlimit(res, &own); err != nil {
+				return os.NewSyscallError("getrlimit "+l.Type, err)
+			}
+			if l.Soft > l.Hard || l.Hard > own.Max {
+				return os.NewSyscallError("setrlimit "+l.Type, unix.EINVAL)
+			}
+			continue
+		}
 		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
 			return os.NewSyscallError("setrlimit "+l.Type, err)
+		}
+	}
+	return nil
+}
+
+// tasksLimit applies p's RLIMIT_NPROC, if it has one, to this process
+// just before it starts the runtime, which inherits it. The limit counts
+// tasks by uid, and this process's other threads (the namespace's root
+// ids, see dropOtherThreads) count as one: held through the set-up, whose
+// blocking calls are where Go starts threads under load, a small bound
+// made the init stage's next thread fatal to it. Past the start, Go finds
+// the threads the set-up started idle; the bound is also the guest's hard
+// limit, which nothing here can raise again.
+func tasksLimit(p *specs.Process) error {
+	for _, l := range p.Rlimits {
+		if l.Type == "RLIMIT_NPROC" {
+			return os.NewSyscallError("setrlimit "+l.Type, unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}))
 		}
 	}
 	return nil
