@@ -22,8 +22,11 @@ func TestEncodeCutsOutputToAPrefix(t *testing.T) {
 			bin = append(bin, byte(b))
 		}
 	}
-	text := strings.Repeat("héllo wörld ", 1<<10)
-	res := &api.Result{Status: api.StatusOK, Stdout: string(bin), Stderr: text, Logs: []api.LogEntry{},
+	// Text that escaping grows, but not past twice (it stays text).
+	text := strings.Repeat("héllo \"wörld\"\n", 1<<10)
+	value := json.RawMessage(`{"answer":42}`)
+	logs := []api.LogEntry{{Level: "info", Message: "kept"}}
+	res := &api.Result{Status: api.StatusOK, Stdout: string(bin), Stderr: text, Logs: logs, Value: value,
 		Encoding: api.Encoding{Stdout: api.OutputEncoding(string(bin)), Stderr: api.OutputEncoding(text)}} // as job.Assemble
 	const max = 340 << 10
 	data, err := encode(res, max)
@@ -32,6 +35,11 @@ func TestEncodeCutsOutputToAPrefix(t *testing.T) {
 	}
 	if len(data) > max {
 		t.Fatalf("%d bytes, over %d", len(data), max)
+	}
+	// Cut to fit, not more: within a base64 group or an escaped character
+	// of the room left for the record's framing.
+	if room := max - resultSlack; len(data) < room-8 {
+		t.Errorf("%d bytes where %d fit: %d bytes of output cut more than needed", len(data), room, room-len(data))
 	}
 	var got api.Result
 	if err := json.Unmarshal(data, &got); err != nil {
@@ -45,5 +53,9 @@ func TestEncodeCutsOutputToAPrefix(t *testing.T) {
 	}
 	if !strings.HasPrefix(text, got.Stderr) || !utf8.ValidString(got.Stderr) {
 		t.Errorf("stderr: %d bytes, not a prefix of the text written cut at a character", len(got.Stderr))
+	}
+	// What the output's cut makes room for stays: the job's value and logs.
+	if !bytes.Equal(got.Value, value) || len(got.Logs) != 1 || got.Logs[0].Message != "kept" {
+		t.Errorf("value %s, logs %+v: lost to a cut of the output alone", got.Value, got.Logs)
 	}
 }
