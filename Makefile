@@ -102,11 +102,8 @@ test-host: setup
 # root's library tests, integration/testdata for the hostile scripts.
 # suite.sh fails a suite in which fewer tests report a verdict than its
 # test binary lists for these filters (-test.list), or none is listed.
-# PidsOfOne is a known cgroup v2 gap: there the init stage is born in the
-# job's cgroup (CLONE_INTO_CGROUP), so its Go runtime's threads count against
-# pids.max and a limit below 5 fails the run (README, the --pids flag).
 VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock
-VM_SKIP  ?= Python|IPCFlood|ManySequential|PidsOfOne|SmallFramesCostTheGuest
+VM_SKIP  ?= Python|IPCFlood|ManySequential|SmallFramesCostTheGuest
 # The jail package's runs and prestart pool (its children born in the
 # cgroups they wait with, TestPoolChildWaitsWithItsCgroup) on a unified
 # host; its other tests read the source tree or want a dynamically linked

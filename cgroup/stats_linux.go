@@ -110,11 +110,7 @@ func (j *Group) TasksPeak() (uint64, error) {
 	if j.deleted {
 		return 0, fmt.Errorf("tasks of cgroup %s: deleted", j.name)
 	}
-	dir, ok := j.paths[Pids]
-	if j.v1 == nil {
-		dir, ok = j.paths[UnifiedKey]
-		ok = ok && j.m.host.Has(Pids)
-	}
+	dir, ok := j.pidsDir()
 	if !ok {
 		return 0, fmt.Errorf("tasks of cgroup %s: no pids controller: %w", j.name, ErrNotSupported)
 	}

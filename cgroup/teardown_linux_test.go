@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -270,5 +271,41 @@ func TestTasksPeakReadsPidsAlone(t *testing.T) {
 	}
 	if u.PidsPeak < peak {
 		t.Errorf("Stats' peak %d below TasksPeak's %d", u.PidsPeak, peak)
+	}
+}
+
+// TestTasksNowAndLimit: the start gate's two calls, the tasks held now and
+// the bound on them set alone.
+func TestTasksNowAndLimit(t *testing.T) {
+	m := requireManager(t)
+	j := create(t, m, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(16)}})
+	c := start(t, j, "sleep 1 & sleep 1 & wait")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		n, err := j.TasksNow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the three tasks never ran: %d", n)
+		}
+	}
+	if err := j.SetTasksLimit(5); err != nil {
+		t.Fatal(err)
+	}
+	dir, ok := j.pidsDir()
+	if !ok {
+		t.Fatal("no pids directory")
+	}
+	if s, err := readString(filepath.Join(dir, "pids.max")); err != nil || strings.TrimSpace(s) != "5" {
+		t.Errorf("pids.max %q (%v) after SetTasksLimit(5)", s, err)
+	}
+	if err := j.SetTasksLimit(0); err == nil {
+		t.Error("a bound of no task was set")
+	}
+	if err := c.wait(t, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

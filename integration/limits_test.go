@@ -224,8 +224,9 @@ func TestLimits_CgroupJoinedBeforeStart(t *testing.T) {
 }
 
 // TestLimits_PidsOfOne: a pids limit of one still runs a program that
-// needs no second task. The init stage's Go runtime threads must not count
-// against the guest's limit (they end at exec).
+// needs no second task. The init stage's Go runtime threads, which stay as
+// the job's pid 1, must not count against the guest's limit: on cgroup v2
+// they are in the job's cgroup, and counted out as the runtime starts.
 func TestLimits_PidsOfOne(t *testing.T) {
 	inv := pmjailCmd(t, "", "exec", "--json", "--pids", "1", "--", "/bin/true")
 	r := inv.Result

@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/ipc"
 )
@@ -26,6 +32,12 @@ func exitFrame(code int) string {
 // and the one Run returned.
 func answeredRun(t *testing.T, script string, outputLimit int64) (answered, ran *Outcome) {
 	t.Helper()
+	return answeredRunWith(t, script, outputLimit, nil)
+}
+
+// answeredRunWith is answeredRun for a job of the cgroup limits res.
+func answeredRunWith(t *testing.T, script string, outputLimit int64, res *specs.LinuxResources) (answered, ran *Outcome) {
+	t.Helper()
 	h := &testCgroups{t: t, m: cgroupManager(t)}
 	w := NewWarm(map[string]int{"sh": 1}, WarmOptions{Retry: time.Hour})
 	t.Cleanup(w.Close)
@@ -41,7 +53,15 @@ func answeredRun(t *testing.T, script string, outputLimit int64) (answered, ran 
 	}
 	exited := make(chan int, 1)
 	var calls int
-	job := &Job{ID: "answer", Spec: wj.Template.Spec, Files: wj.Template.Files, Timeout: 20 * time.Second, OutputLimit: outputLimit, Cgroups: h,
+	spec := wj.Template.Spec
+	if res != nil {
+		cp := *spec
+		linux := *spec.Linux
+		linux.Resources = res
+		cp.Linux = &linux
+		spec = &cp
+	}
+	job := &Job{ID: "answer", Spec: spec, Files: wj.Template.Files, Timeout: 20 * time.Second, OutputLimit: outputLimit, Cgroups: h,
 		Warm: w, WarmJob: wj, Exited: exited,
 		Channel: func(context.Context, net.Conn) error { return errors.New("the run went cold") },
 		WarmChannel: func(ctx context.Context, conn net.Conn) error {
@@ -132,5 +152,31 @@ func TestAnswerKeepsTheLimit(t *testing.T) {
 		if o.Status != StatusOutputLimit || len(o.Stdout) != 1000 || !o.Truncated.Stdout {
 			t.Fatalf("status %s (%s), %d bytes, truncated %v; want output_limit with the 1000 bytes kept", o.Status, o.Message, len(o.Stdout), o.Truncated.Stdout)
 		}
+	}
+}
+
+// TestRunWarmTasksLimitIsTheGuests: a warm runtime's cgroup takes the
+// job's bound on tasks plus the init stage's own tasks where they are in
+// it (cgroup v2, counted as the runtime started): a job whose bound is
+// below them still runs warm, and its bound is the guest's alone.
+func TestRunWarmTasksLimitIsTheGuests(t *testing.T) {
+	testenv.RequireRoot(t)
+	m := cgroupManager(t)
+	testenv.Need(t, m.Host().Has(cgroup.Pids), "the pids controller")
+	limit := int64(2)
+	_, ran := answeredRunWith(t, exitFrame(0)+`; read y < /pmjail/channel/in`, 1<<20, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}})
+	if ran.Status != StatusOK {
+		t.Fatalf("status %s (%s)", ran.Status, ran.Message)
+	}
+	if v2 := m.Host().Mode == cgroup.V2; v2 != (ran.InitTasks > 0) {
+		t.Errorf("cgroup v2 %v: the init stage's tasks counted as %d", v2, ran.InitTasks)
+	}
+	dir := adopted(ran).Paths()[cgroup.Pids]
+	if dir == "" {
+		dir = adopted(ran).Paths()[cgroup.UnifiedKey]
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+	if want := strconv.FormatInt(limit+int64(ran.InitTasks), 10); err != nil || strings.TrimSpace(string(data)) != want {
+		t.Errorf("pids.max %q (%v), want the job's %d and the init stage's %d", data, err, limit, ran.InitTasks)
 	}
 }

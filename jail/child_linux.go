@@ -26,6 +26,9 @@ type child struct {
 	stdout, stderr *os.File
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
+	// initTasks is how many tasks of the job's cgroup were the init
+	// stage's own when the start gate counted them (see openGate).
+	initTasks uint64
 	// cgroup is the cgroup a pooled child waits with (PoolOptions.Cgroups)
 	// until a run adopts it; nil otherwise.
 	cgroup Cgroup

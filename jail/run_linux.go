@@ -144,6 +144,10 @@ type Outcome struct {
 	// none did, when the job offered itself to one.
 	Warm       bool
 	WarmReason string
+	// InitTasks is how many of the job's cgroup's tasks were the init
+	// stage's own as its runtime started, where they count (cgroup v2):
+	// Usage.PidsPeak holds them.
+	InitTasks uint64
 
 	// Cgroup is the job's cgroup (Job.Cgroups), nil if the run had none.
 	// It stays until Release, for the caller to read its limits back.
@@ -162,7 +166,8 @@ type Outcome struct {
 // cgroup v1 and under RLIMIT_NPROC: one task, the thread that joined the
 // job's cgroups through their per-thread task files and took the guest's
 // ids. On cgroup v2 the init stage is born in the job's cgroup, and each
-// of its Go runtime's threads counts, a number the jail does not fix.
+// of its Go runtime's threads counts: the jail counts them as the runtime
+// starts and leaves them room itself (openGate).
 const InitTasks = 1
 
 // StageBindSource is the set-up step that opens the binds' sources: a run
@@ -194,7 +199,9 @@ func Run(ctx context.Context, job *Job) *Outcome {
 // spec's). Its work is a few milliseconds on one thread: one P and no
 // collector spare it the runtime's extra threads, their wake-ups and a GC
 // cycle (−0.9 ms a run, measured); the memory limit still bounds its heap.
-var initStageEnv = []string{"GOMAXPROCS=1", "GOGC=off", "GOMEMLIMIT=64MiB"}
+// As the runtime's parent it waits holding its processor (initstage's
+// wait4), where preemption signals would only wake it.
+var initStageEnv = []string{"GOMAXPROCS=1", "GOGC=off", "GOMEMLIMIT=64MiB", "GODEBUG=asyncpreemptoff=1"}
 
 // supervision is one run under way. Its phases, in order: start (a child,
 // and the job's cgroup), handOver (the child's set-up), supervise (the
@@ -371,10 +378,10 @@ func (s *supervision) start(pool *Pool, flags uintptr) *child {
 		// limits' fate: the outcome owns it from here.
 		cg := c.cgroup
 		c.cgroup = nil
-		s.makeCgroup(func() madeCgroup { return madeCgroup{cg, cg.SetLimits(job.Spec.Linux.Resources)} })
+		s.makeCgroup(func() madeCgroup { return madeCgroup{cg, cg.SetLimits(beforeStart(job))} })
 	case job.Cgroups == nil:
 	case c == nil && job.Cgroups.AtBirth():
-		cg, err := job.Cgroups.Make(job.ID, job.Spec.Linux.Resources)
+		cg, err := job.Cgroups.Make(job.ID, beforeStart(job))
 		s.ownCgroup(madeCgroup{cg, err})
 		if err != nil {
 			s.fail(initstage.StageCgroup, err)
@@ -629,6 +636,15 @@ func (s *supervision) handOver(ctx context.Context) (net.Conn, error) {
 	s.out.Landlock, s.out.LandlockReason = report.Landlock, report.LandlockReason
 	s.out.PooledRoot = report.Premounted
 	conn := s.hostEnds(ctx, report.FDs, fds)
+	if cfg.AwaitStart {
+		if err := s.openGate(); err != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			s.fail(initstage.StageCgroup, err)
+			return nil, err
+		}
+	}
 	// The init stage starts the runtime as its child and reports it
 	// running (with a pidfd of it) or not executable.
 	after, afterFDs, err := initstage.ReadReport(int(ctl.Fd()))
@@ -668,6 +684,7 @@ func configFor(job *Job, c *child, hostMountNS uint64) initstage.Config {
 	cfg.Process = &proc
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
 	cfg.Landlock, cfg.Channel, cfg.Stdin = job.Landlock, job.Channel != nil, job.Stdin
+	cfg.AwaitStart = awaitsStart(job)
 	return cfg
 }
 

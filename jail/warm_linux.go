@@ -579,7 +579,7 @@ func (s *supervision) runWarm(ctx context.Context, cancel context.CancelFunc, cu
 	s.child, s.runtime = r.child, r.pidfd
 	cu.Add(s.closeRuntime)
 	s.out.Observed = r.observed
-	s.out.Warm = true
+	s.out.Warm, s.out.InitTasks = true, r.child.initTasks
 	s.out.Landlock, s.out.LandlockReason = r.landlock, r.landlockReason
 	cu.Add(r.child.lease.release)
 	cu.Add(func() { r.child.ctl.Close() })
@@ -615,7 +615,9 @@ func (r *warmRuntime) fit(res *specs.LinuxResources) (base time.Duration, reason
 	if reason != "" {
 		return 0, reason, false
 	}
-	if err := r.cg.SetLimits(res); err != nil {
+	// The init stage's own tasks count in the cgroup on cgroup v2 (see
+	// openGate): the bound leaves them room, as a cold run's does.
+	if err := r.cg.SetLimits(withTasks(res, int64(r.child.initTasks))); err != nil {
 		return 0, "the warm runtime's cgroup refused the job's limits: " + err.Error(), true
 	}
 	return base, "", true
@@ -640,13 +642,13 @@ func (r *warmRuntime) check(res *specs.LinuxResources) (time.Duration, string) {
 			return 0, fmt.Sprintf("the warm runtime holds %d bytes, above the job's memory limit of %d", now, *res.Memory.Limit)
 		}
 	}
-	if res.Pids != nil && res.Pids.Limit != nil && *res.Pids.Limit > 0 {
+	if limit := tasksLimit(res); limit > 0 {
 		peak, err := tasksPeak(r.cg)
 		if err != nil {
 			return 0, "the warm runtime's tasks cannot be counted: " + err.Error()
 		}
-		if peak > uint64(*res.Pids.Limit) {
-			return 0, fmt.Sprintf("the warm runtime runs %d tasks, above the job's limit of %d", peak, *res.Pids.Limit)
+		if own := r.child.initTasks; peak > uint64(limit)+own {
+			return 0, fmt.Sprintf("the warm runtime runs %d tasks, above the job's limit of %d", peak-own, limit)
 		}
 	}
 	base, err := r.cg.CPUTime()

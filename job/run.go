@@ -435,10 +435,14 @@ func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filte
 		if out.UsageErr != nil {
 			a.logger.Warn("read job cgroup usage", "err", out.UsageErr)
 		}
-		// The jail's pid 1 is no task of the guest's (see resources).
-		if a.cgs.mgr.Host().Mode == cgroup.V1 && usage.PidsPeak >= jail.InitTasks {
-			usage.PidsPeak -= jail.InitTasks
+		// The jail's pid 1 is no task of the guest's (see resources): one
+		// thread of it on cgroup v1, all it had as the runtime started on
+		// v2.
+		own := out.InitTasks
+		if a.cgs.mgr.Host().Mode == cgroup.V1 {
+			own = jail.InitTasks
 		}
+		usage.PidsPeak -= min(usage.PidsPeak, own)
 	}
 	rn.assemble(res, r, out, &b.out, cg != nil, usage)
 	res.Warm, res.WarmReason = out.Warm, out.WarmReason
@@ -508,7 +512,8 @@ func (rn *Runner) logger() *slog.Logger {
 // left out is a layer the run's posture reports missing (mode auto runs
 // without it; mode required refuses first if it is required), and the
 // tasks bound falls back to RLIMIT_NPROC. Both tasks bounds leave room for
-// the jail's own pid 1 where its share is known (jail.InitTasks).
+// the jail's own pid 1 (jail.InitTasks); on cgroup v2 the jail counts its
+// share as the runtime starts and adds it itself.
 func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
 	if h.Has(cgroup.Memory) {

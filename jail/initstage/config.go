@@ -54,7 +54,16 @@ type Config struct {
 	// Stdin is a file of the root (one of Files) opened as the runtime's
 	// standard input; empty leaves /dev/null there.
 	Stdin string
+	// AwaitStart holds the runtime's start, once the set-up is reported,
+	// until the supervisor sends one byte (StartByte): on cgroup v2 the
+	// init stage's own threads are in the job's cgroup, and the supervisor
+	// counts them, set-up done, to give the guest its whole tasks limit.
+	AwaitStart bool
 }
+
+// StartByte is what the supervisor sends an init stage that awaits the
+// start (Config.AwaitStart).
+const StartByte = 'S'
 
 // Join follows the configuration once the supervisor has the job's cgroup:
 // it carries the cgroup v1 task files the init stage joins through

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -55,13 +56,50 @@ func Main() {
 		_ = sendReport(control, report)
 		os.Exit(125)
 	}
+	if cfg.AwaitStart {
+		// The supervisor counts this process's threads once the report is
+		// sent: the signal handlers' thread must be one of them.
+		<-handled
+	}
 	// The id switch cleared the parent-death signal until dropCredentials set
 	// it again. A supervisor that died in between has closed its end, so
 	// this send fails and no guest starts without one.
 	if err := sendReport(control, report); err != nil {
 		os.Exit(125)
 	}
+	if cfg.AwaitStart && !awaitStart() {
+		os.Exit(125)
+	}
 	os.Exit(runRuntime(control, cfg.Process, cfg.Channel, handled))
+}
+
+// wait4 waits for any child, as unix.Wait4(-1, ws, 0, nil), but without
+// Go's scheduler hearing of it: a blocking system call hands this
+// process's one processor to another thread, which Go may have to start,
+// and a new thread may be refused (the job's RLIMIT_NPROC counts this
+// process's threads by uid, cgroup v2 its tasks), which is fatal. Held
+// here, the processor leaves nothing else of this process to run; the
+// signals it takes are dropped either way (runRuntime), and preemption
+// signals are off (GODEBUG=asyncpreemptoff=1, see jail's initStageEnv).
+func wait4(ws *unix.WaitStatus) (int, error) {
+	r, _, errno := unix.RawSyscall6(unix.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(ws)), 0, 0, 0, 0)
+	if errno != 0 {
+		return int(r), errno
+	}
+	return int(r), nil
+}
+
+// awaitStart waits for the supervisor's StartByte (Config.AwaitStart):
+// false if anything else comes, or nothing (the supervisor is gone).
+func awaitStart() bool {
+	var b [1]byte
+	for {
+		n, err := unix.Read(ControlFD, b[:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n == 1 && b[0] == StartByte
+	}
 }
 
 // runRuntime starts the runtime as this process's child and stays, as pid
@@ -119,7 +157,7 @@ func runRuntime(control *os.File, p *specs.Process, channel bool, handled <-chan
 	for {
 		var ws unix.WaitStatus
 		// Orphans of the guest are this process's to reap too.
-		reaped, err := unix.Wait4(-1, &ws, 0, nil)
+		reaped, err := wait4(&ws)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}

@@ -30,7 +30,7 @@ import (
 // format changes takes a new magic number, since a daemon keeps the init
 // stage it chose at start while the file may be replaced under it.
 const (
-	configMagic   = 0x706d6a44 // "pmjD": with the working directory
+	configMagic   = 0x706d6a45 // "pmjE": with the start awaited
 	joinMagic     = 0x706d6a6a // "pmjj"
 	premountMagic = 0x706d6a70 // "pmjp"
 	reportMagic   = 0x706d6a52 // "pmjR": typed stage and layer
@@ -102,6 +102,7 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 	e.bool(c.Landlock)
 	e.bool(c.Channel)
 	e.string(c.Stdin)
+	e.bool(c.AwaitStart)
 	return e.end(maxConfigSize)
 }
 
@@ -141,6 +142,7 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 	cfg.Landlock = d.bool()
 	cfg.Channel = d.bool()
 	cfg.Stdin = d.string()
+	cfg.AwaitStart = d.bool()
 	if err := d.finish(); err != nil {
 		return fmt.Errorf("decode configuration: %w", err)
 	}

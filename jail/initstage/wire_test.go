@@ -2,6 +2,7 @@ package initstage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
@@ -93,6 +94,7 @@ func fullConfig() Config {
 		Landlock:     true,
 		Channel:      true,
 		Stdin:        "/pmjail/stdin",
+		AwaitStart:   true,
 	}
 }
 
@@ -165,7 +167,8 @@ func TestConfigRefusesMalformedMessages(t *testing.T) {
 		t.Errorf("a report decoded as a configuration: %v", err)
 	}
 	// A count of 2^60 strings, in a body of a few bytes.
-	huge := []byte{0x44, 0x6a, 0x6d, 0x70, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}
+	huge := binary.LittleEndian.AppendUint32(nil, configMagic)
+	huge = append(huge, 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10)
 	if err := c.UnmarshalBinary(huge); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("a huge count: %v", err)
 	}
