@@ -199,9 +199,7 @@ func Run(ctx context.Context, job *Job) *Outcome {
 // spec's). Its work is a few milliseconds on one thread: one P and no
 // collector spare it the runtime's extra threads, their wake-ups and a GC
 // cycle (−0.9 ms a run, measured); the memory limit still bounds its heap.
-// As the runtime's parent it waits holding its processor (initstage's
-// wait4), where preemption signals would only wake it.
-var initStageEnv = []string{"GOMAXPROCS=1", "GOGC=off", "GOMEMLIMIT=64MiB", "GODEBUG=asyncpreemptoff=1"}
+var initStageEnv = []string{"GOMAXPROCS=1", "GOGC=off", "GOMEMLIMIT=64MiB"}
 
 // supervision is one run under way. Its phases, in order: start (a child,
 // and the job's cgroup), handOver (the child's set-up), supervise (the

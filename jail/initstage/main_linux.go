@@ -79,8 +79,12 @@ func Main() {
 // and a new thread may be refused (the job's RLIMIT_NPROC counts this
 // process's threads by uid, cgroup v2 its tasks), which is fatal. Held
 // here, the processor leaves nothing else of this process to run; the
-// signals it takes are dropped either way (runRuntime), and preemption
-// signals are off (GODEBUG=asyncpreemptoff=1, see jail's initStageEnv).
+// signals it takes are dropped either way (runRuntime), and a preemption
+// signal (Go's monitor asks at most every 10 ms) only restarts the call.
+// Preemption signals stay on: with them off (GODEBUG=asyncpreemptoff=1,
+// tried) the runtime's Started report came milliseconds late now and then
+// (TestPoolUnusedOnCgroupV2 found a short runtime gone before its
+// read-back).
 func wait4(ws *unix.WaitStatus) (int, error) {
 	r, _, errno := unix.RawSyscall6(unix.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(ws)), 0, 0, 0, 0)
 	if errno != 0 {
