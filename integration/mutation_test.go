@@ -50,6 +50,7 @@ var securityMutations = []struct {
 	{test: "TestTrust_LifetimeDaemonGuestDiesWithDaemon", why: "the daemon's jobs come over its socket, which a mutant pmjail " +
 		"command line cannot reach; the pid 1 it guards is tried alone by LifetimeExecGuestDiesWithCLI"},
 	{test: "TestTrust_LifetimeSignalsToPid1", why: "pid 1's handling of signals is the init stage's code, not job data"},
+	{test: "TestTrust_GuestCannotForgeLimitStatus", why: "which end is a limit's is the supervisor's reading of the run, code, not job data"},
 	{test: "TestTrust_LifetimePid1HoldsNothing", why: "pid 1's capabilities are the init stage's code, not job data"},
 	{test: "TestTrust_LifetimeGuestKeepsItsCPUs", why: "the CPUs the guest may use are the init stage's code (its threads pinned only while their capabilities drop), not job data"},
 	{test: "TestTrust_LifetimeKillAtAnyMoment", why: "no job data keeps a job alive past its supervisor (see LifetimeExecGuestDiesWithCLI)"},

@@ -910,7 +910,7 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 		// The supervisor's own kill, after the guest said how it exits.
 		out.ExitCode, out.Signal = *s.said, ""
 	}
-	if out.Signal == "SIGXCPU" {
+	if out.Signal == "SIGXCPU" && s.cpuRlimitReached(out.CPU) {
 		out.Status = StatusCPULimit
 		out.ExitCode, _ = out.Status.ExitCode()
 		out.LimitsHit = append(out.LimitsHit, "cpu")
@@ -922,6 +922,31 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 	} else {
 		out.Status = StatusError
 	}
+}
+
+// cpuRlimitReached reports whether used, the CPU time of the init
+// process and of what it reaped (the runtime among them), shows the job's
+// CPU time spent, as a SIGXCPU that is RLIMIT_CPU's implies: the guest may
+// send itself one (kill is in the native policy), and a run that died of
+// it after a millisecond of CPU was reported as its CPU-time limit passed.
+// The kernel signals at the soft limit by its tick-sampled clock, which
+// the rusage (scheduler time) may trail by ticks: the bound is the job's
+// CPU time, which the soft limit exceeds by seconds (job.spec), or, for a
+// job without one, the soft limit less a second.
+func (s *supervision) cpuRlimitReached(used time.Duration) bool {
+	if s.job.CPUTime > 0 {
+		return used >= s.job.CPUTime
+	}
+	if s.job.Spec == nil || s.job.Spec.Process == nil {
+		return false
+	}
+	for _, l := range s.job.Spec.Process.Rlimits {
+		if l.Type == "RLIMIT_CPU" {
+			soft := time.Duration(l.Soft) * time.Second
+			return l.Soft > 0 && used >= soft-min(time.Second, soft/2)
+		}
+	}
+	return false
 }
 
 // applyStopReason makes the outcome the first reason the supervisor had

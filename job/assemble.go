@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pmjail/pmjail/api"
@@ -15,6 +16,29 @@ import (
 // v8OutOfMemory is how Deno dies when the V8 heap cap, the memory bound of
 // last resort, is reached.
 var v8OutOfMemory = []string{"JavaScript heap out of memory", "Fatal JavaScript out of memory", "Fatal process out of memory"}
+
+// v8Aborts are the signals V8 ends its process with on a fatal error,
+// the heap cap reached among them (Deno's build traps: SIGTRAP).
+var v8Aborts = []string{"SIGTRAP", "SIGABRT", "SIGILL"}
+
+// v8Aborted reports whether the runtime died as V8 does when its heap cap
+// is reached: its message on stderr and the abort after it. The message
+// alone is anyone's to write: a guest that printed it and exited (or, in
+// exec, raised a signal of its own) made its run a memory_limit without
+// nearing any limit. Only a built-in runtime's V8 has the cap (an exec's
+// program has none, whatever it prints), and its guest cannot send itself
+// a signal (neither Deno's permissions nor Pyodide give it kill).
+func v8Aborted(out *jail.Outcome) bool {
+	if !slices.Contains(v8Aborts, out.Signal) {
+		return false
+	}
+	for _, m := range v8OutOfMemory {
+		if strings.Contains(out.Stderr, m) {
+			return true
+		}
+	}
+	return false
+}
 
 // assemble turns what the jail, the broker and the cgroup saw into the
 // result, deciding the status by what ended the run first.
@@ -49,10 +73,7 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	}
 
 	oom := haveCgroup && usage.OOMKills > 0
-	heapOOM := false
-	for _, m := range v8OutOfMemory {
-		heapOOM = heapOOM || strings.Contains(out.Stderr, m)
-	}
+	heapOOM := r.Request.Exec == nil && v8Aborted(out)
 	switch {
 	case out.Status == jail.StatusInternalError && out.InitStage == jail.StageBindSource && r.Request.Exec != nil:
 		// An exec's --ro-bind path that is missing or not readable by
