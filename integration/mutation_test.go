@@ -45,6 +45,7 @@ var securityMutations = []struct {
 	// also run without it here.
 	{test: "TestTrust_SocketFamilies", layer: layerSeccompPolicy, fails: "ok=true"},
 	{test: "TestTrust_PrctlOptions", layer: layerSeccompPolicy, fails: "probe prctl_pdeathsig_clear: ok=true"},
+	{test: "TestTrust_LifetimePid1RlimitsOutOfReach", layer: layerSeccompPolicy, fails: "probe prlimit=1: ok=true"},
 	{test: "TestTrust_LifetimeExecGuestDiesWithCLI", why: "it removes each of its two layers itself: a policy allowing prctl " +
 		"leaves only the job's pid 1, whose parent-death signal no job data can clear"},
 	{test: "TestTrust_LifetimeDaemonGuestDiesWithDaemon", why: "the daemon's jobs come over its socket, which a mutant pmjail " +

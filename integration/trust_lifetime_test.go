@@ -352,6 +352,26 @@ func TestTrust_LifetimeSignalsToPid1(t *testing.T) {
 	}
 }
 
+// TestTrust_LifetimePid1RlimitsOutOfReach: guest → host. The guest runs
+// as its pid 1's ids, which let it set pid 1's rlimits with prlimit64:
+// lowering pid 1's RLIMIT_CPU to a second and signalling pid 1 until it
+// had spent it had the kernel kill pid 1, and the job with it ("killed by
+// SIGKILL"), by no signal of the guest's. The policies allow prlimit64 on
+// the caller alone (pid 0, as glibc and Go call it). The probe reads pid
+// 1's limit and writes the same value back: nothing changes, jailed or
+// not.
+func TestTrust_LifetimePid1RlimitsOutOfReach(t *testing.T) {
+	bin := buildProber(t)
+	r, rep := runProber(t, bin, nil, "prlimit=1", "prlimit=0")
+	wantErrno(t, rep, "prlimit=1", "EPERM")
+	if got := rep["prlimit=0"]; !got.OK {
+		t.Errorf("probe prlimit=0 (its own): errno %s, want success", got.Errno)
+	}
+	if r.Denied["prlimit64"] != 1 {
+		t.Errorf("denied_syscalls %v, want prlimit64: 1", r.Denied)
+	}
+}
+
 // TestTrust_LifetimePid1HoldsNothing: guest → host. The job's pid 1 stays
 // for the whole run, so every one of its threads, not only the one that
 // started the guest, must hold no capability. (Its other threads keep the

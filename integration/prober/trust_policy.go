@@ -52,6 +52,22 @@ func init() {
 		return r
 	}
 
+	// --- rlimits: prlimit=PID reads PID's RLIMIT_CPU and writes back
+	// the very value it read (a change of nothing, wherever it runs);
+	// detail is the soft limit. On pid 1, lowering it instead ended the
+	// job's pid 1, and the job: the guest runs as pid 1's ids. ---
+	probes["prlimit"] = func(a []string) report {
+		pid := numbers(a)[0]
+		var old unix.Rlimit
+		if r := sys(unix.SYS_PRLIMIT64, pid, unix.RLIMIT_CPU, 0, ptr(&old)); !r.OK {
+			return r
+		}
+		if r := sys(unix.SYS_PRLIMIT64, pid, unix.RLIMIT_CPU, ptr(&old), 0); !r.OK {
+			return r
+		}
+		return report{OK: true, Detail: old.Cur}
+	}
+
 	// --- prctl options ---
 	// Clearing the parent-death signal would let the guest outlive a
 	// supervisor that dies; setting another signal clears it as well.
