@@ -116,8 +116,9 @@ func awaitStart() bool {
 // ids, capabilities and seccomp filter are already its own (the runtime
 // inherits them from this thread, and TSYNC gave the filter to every
 // thread), so the policies allow what it does from here: the tasks limit
-// (prlimit64 on pid 0, itself), the start (pipe2, a vfork-style clone,
-// execve in the child), sendmsg, wait4 and exit.
+// (two spare threads, clone; prlimit64 on pid 0, itself), the start
+// (pipe2, a vfork-style clone, execve in the child), sendmsg, wait4 and
+// exit.
 func runRuntime(control *os.File, p *specs.Process, channel bool, handled <-chan struct{}) int {
 	files := []uintptr{0, 1, 2}
 	if channel {

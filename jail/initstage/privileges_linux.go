@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -67,16 +69,48 @@ func (s *setup) setRlimits() error {
 // tasks by uid, and this process's other threads (the namespace's root
 // ids, see dropOtherThreads) count as one: held through the set-up, whose
 // blocking calls are where Go starts threads under load, a small bound
-// made the init stage's next thread fatal to it. Past the start, Go finds
-// the threads the set-up started idle; the bound is also the guest's hard
-// limit, which nothing here can raise again.
+// made the init stage's next thread fatal to it. The bound is also the
+// guest's hard limit, which nothing here can raise again, so from here
+// this process must never need a thread it does not have: past the start
+// its blocking calls (the start's own read, the reports' sendmsg, wait4)
+// still hand its P to another thread, and the threads the set-up happened
+// to start were not always idle then. One run in a few hundred of a
+// one-task job died so ("failed to create new OS thread", exit 2, the
+// guest's output already out), more under load. spareThreads leaves two
+// idle first.
 func tasksLimit(p *specs.Process) error {
 	for _, l := range p.Rlimits {
 		if l.Type == "RLIMIT_NPROC" {
+			spareThreads(2)
 			return os.NewSyscallError("setrlimit "+l.Type, unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}))
 		}
 	}
 	return nil
+}
+
+// spareThreads has the Go runtime start n more threads, left idle for its
+// scheduler: n goroutines each lock the thread they run on, all at once
+// (none can run on a thread locked to another, so each has its own), then
+// unlock it and end, and the threads wait for work. With one P (the init
+// stage's GOMAXPROCS) a hand-off needs one idle thread at a time.
+func spareThreads(n int) {
+	ready, release := make(chan struct{}), make(chan struct{})
+	var done sync.WaitGroup
+	for range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			ready <- struct{}{}
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	for range n {
+		<-ready
+	}
+	close(release)
+	done.Wait()
 }
 
 var rlimitNames = map[string]int{
