@@ -72,9 +72,9 @@ func (s *setup) setRlimits() error {
 // made the init stage's next thread fatal to it. The bound is also the
 // guest's hard limit, which nothing here can raise again, so from here
 // this process must never need a thread it does not have: past the start
-// its blocking calls (the start's own read, the reports' sendmsg, wait4)
-// still hand its P to another thread, and the threads the set-up happened
-// to start were not always idle then. One run in a few hundred of a
+// its blocking calls (the start's own read, the reports' sendmsg; not its
+// wait4, see there) still hand its P to another thread, and the threads
+// the set-up happened to start were not always idle then. One run in a few hundred of a
 // one-task job died so ("failed to create new OS thread", exit 2, the
 // guest's output already out), more under load. spareThreads leaves two
 // idle first.
