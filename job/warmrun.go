@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -63,6 +64,11 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 		// stdin is a file of the root and env the process's own: both
 		// are the job's, and a warm runtime holds nothing of a job.
 		return "jobs with stdin or env are not served warm"
+	case r.Runtime == runtimes.Deno && importMeta.MatchString(r.Request.Source):
+		// A warm runtime evaluates the program as a blob: module, whose
+		// import.meta.url is that blob: URL (and filename and dirname
+		// undefined), where a cold run's names the job's file.
+		return "programs that read import.meta are not served warm"
 	}
 	src := &ipc.StartSource{Text: r.Request.Source, TypeScript: runtimes.TypeScript(r.Request.Runtime)}
 	text, err := json.Marshal(src)
@@ -89,6 +95,10 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	}
 	return ""
 }
+
+// importMeta finds a program's use of import.meta (a comment or string
+// that names it only costs that run its warm runtime).
+var importMeta = regexp.MustCompile(`\bimport\s*\.\s*meta\b`)
 
 // readyTimeout bounds a warm runtime's start, to its ready frame: Deno's
 // takes milliseconds and Pyodide's snapshot restore a fraction of a

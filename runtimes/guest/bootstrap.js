@@ -6,7 +6,11 @@ import { brokerWorkers, Channel, makeHost } from "./channel.js";
 
 // Up to the channel nothing depends on the job: a runtime started before
 // its job (a warm runtime) has done it all before it says it is ready.
-const mainURL = new URL(Deno.args[0], "file:///").href;
+// The job's file is this module's argument; the program then sees itself
+// started as `deno run /job/main.js` would start it (asScript).
+const jobPath = Deno.args[0];
+const mainURL = new URL(jobPath, "file:///").href;
+asScript();
 
 // processRejections is Deno's own step that dispatches the
 // unhandledrejection events due (taken before any guest code can replace
@@ -256,11 +260,28 @@ function lazyFetch(capabilities) {
 // into a root that was handed over before the job was known.
 // Its stack traces name it as a cold run's would: the job's file.
 function moduleOf(source) {
-  if (source == null) return { url: Deno.args[0], named: (stack) => stack };
+  if (source == null) return { url: jobPath, named: (stack) => stack };
   const type = source.typescript ? "application/typescript" : "application/javascript";
   const url = URL.createObjectURL(new Blob([source.text], { type }));
-  const file = "file://" + Deno.args[0];
+  const file = "file://" + jobPath;
   return { url, named: (stack) => String(stack).replaceAll(url, file) };
+}
+
+// asScript gives the program the view of its start that `deno run
+// /job/main.js` gives: no arguments (Deno.args, and process.argv after the
+// script's path), and the job's file as the main module (Deno.mainModule,
+// process.argv[1]), not the bootstrap and its argument. A CLI-style
+// program that parses its arguments would otherwise take the job's path
+// for one. Node's process reads both when the guest first uses it, which
+// is after this. (import.meta.main stays false: the job's module is not
+// Deno's main module, see docs/guest-api.md.)
+function asScript() {
+  try {
+    Object.defineProperty(Deno, "args", { value: [], enumerable: true, configurable: true, writable: false });
+    Object.defineProperty(Deno, "mainModule", { value: mainURL, enumerable: true, configurable: true, writable: false });
+  } catch { /* a Deno whose namespace is sealed: the arguments stay */ }
+  const boot = Deno[Deno.internal]?.__nodeBootstrapArgs;
+  if (boot != null && Array.isArray(boot.denoArgs)) boot.denoArgs = [];
 }
 
 // primed readies, in a runtime started before its job (a warm runtime:
@@ -278,7 +299,7 @@ function moduleOf(source) {
 // ~0.1 ms).
 async function primed() {
   try {
-    Deno.statSync(Deno.args[0]);
+    Deno.statSync(jobPath);
     return;
   } catch { /* a warm runtime's root has no job file */ }
   const url = URL.createObjectURL(new Blob(["export default 0;"], { type: "application/javascript" }));
