@@ -67,3 +67,29 @@ func TestDaemonWarmImportMeta(t *testing.T) {
 		t.Errorf("daemon: warm %v, reason %q; want cold, the reason naming import.meta", res.Warm, res.WarmReason)
 	}
 }
+
+// TestGuestDefaultClassIsScript: a module whose default export is a class
+// is a script, as `deno run` runs it (a class cannot be called, so it is
+// no handler): it used to end as a TypeError, "Class constructor Stack
+// cannot be invoked without 'new'", cold and warm.
+func TestGuestDefaultClassIsScript(t *testing.T) {
+	const src = `export default class Stack {
+  #items: number[] = [];
+  push(x: number) { this.#items.push(x); return this; }
+  peek() { return this.#items.at(-1); }
+}
+console.log(new Stack().push(1).push(2).peek());
+`
+	if r := runScript(t, "main.ts", src); r.Status != "ok" || r.Stdout != "2\n" || r.Value != nil {
+		t.Errorf("cold: status %s, stdout %q, value %s, error %+v; want ok, 2, no value", r.Status, r.Stdout, r.Value, r.Error)
+	}
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	res := offeredRun(t, d, &api.Job{Runtime: "typescript", Source: src})
+	if res.Status != "ok" || res.Stdout != "2\n" || res.Value != nil {
+		t.Errorf("daemon (warm %v): status %s, stdout %q, value %s, error %+v; want ok, 2, no value", res.Warm, res.Status, res.Stdout, res.Value, res.Error)
+	}
+	// A handler still is one.
+	if r := runScript(t, "main.ts", "export default (n: number) => n * 2;\n", "--input", "21"); r.Status != "ok" || string(r.Value) != "42" {
+		t.Errorf("handler: status %s, value %s; want ok 42", r.Status, r.Value)
+	}
+}

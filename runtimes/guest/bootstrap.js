@@ -16,6 +16,7 @@ asScript();
 // unhandledrejection events due (taken before any guest code can replace
 // it).
 const processRejections = Deno[Deno.internal]?.core?.processTicksAndRejections;
+const functionText = Function.prototype.toString;
 
 let reported = false;
 // plain is set once a plain script's module has run: its runtime's exit,
@@ -146,8 +147,10 @@ async function run() {
   try {
     const mod = await import(module.url);
     // A plain script: its console output and exit code are the result, and
-    // work it scheduled keeps running until the event loop is empty.
-    if (typeof mod.default !== "function") {
+    // work it scheduled keeps running until the event loop is empty. A
+    // default export that is a class is no handler (it cannot be called):
+    // its module is a script, as `deno run` runs it.
+    if (typeof mod.default !== "function" || isClass(mod.default)) {
       plain = true;
       return;
     }
@@ -163,6 +166,16 @@ async function run() {
   const { checkValue } = value === undefined ? {} : await reportJS();
   if (reported) return;
   return report(doneFrame(value, checkValue), 0);
+}
+
+// isClass reports whether fn is a class: its source text, read through
+// the Function.prototype.toString taken before any guest code, is a class's.
+function isClass(fn) {
+  try {
+    return /^class\b/.test(Reflect.apply(functionText, fn, []));
+  } catch {
+    return false;
+  }
 }
 
 // rejectionsSeen lets the unhandledrejection events due fire before a
