@@ -10,14 +10,20 @@ import (
 
 // startProbe prints what a program reads of how it was started. `deno
 // run main.js` gives it no arguments and itself as the main module.
+// A Worker of it has no arguments either.
 const startProbe = `import process from "node:process";
-console.log(JSON.stringify({ args: Deno.args, main: Deno.mainModule, argv: process.argv.slice(1) }));
+const src = "postMessage(JSON.stringify([Deno.args, globalThis.process.argv.slice(2)]))";
+const w = new Worker(URL.createObjectURL(new Blob([src], { type: "application/javascript" })), { type: "module" });
+const worker = await new Promise((resolve) => (w.onmessage = (e) => resolve(JSON.parse(e.data))));
+w.terminate();
+console.log(JSON.stringify({ args: Deno.args, main: Deno.mainModule, argv: process.argv.slice(1), worker }));
 `
 
 type startSeen struct {
-	Args []string `json:"args"`
-	Main string   `json:"main"`
-	Argv []string `json:"argv"`
+	Args   []string   `json:"args"`
+	Main   string     `json:"main"`
+	Argv   []string   `json:"argv"`
+	Worker [][]string `json:"worker"`
 }
 
 func checkStart(t *testing.T, how, status, stdout, file string) {
@@ -29,6 +35,9 @@ func checkStart(t *testing.T, how, status, stdout, file string) {
 	if len(seen.Args) != 0 || seen.Main != "file://"+file || len(seen.Argv) != 1 || seen.Argv[0] != file {
 		t.Errorf("%s: Deno.args %q, Deno.mainModule %q, process.argv[1:] %q; want [], file://%s and [%s], as `deno run` gives a script",
 			how, seen.Args, seen.Main, seen.Argv, file, file)
+	}
+	if len(seen.Worker) != 2 || len(seen.Worker[0]) != 0 || len(seen.Worker[1]) != 0 {
+		t.Errorf("%s: a Worker's Deno.args and process.argv.slice(2) %q; want none", how, seen.Worker)
 	}
 }
 

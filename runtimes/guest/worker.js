@@ -87,6 +87,18 @@ function locate(url) {
   } catch { /* the platform's stays */ }
 }
 
+// noArgs gives the Worker the arguments a Worker of `deno run
+// /job/main.js` has, none, where Deno hands it the bootstrap's: the job's
+// path (Deno.args, and process.argv after its first two).
+function noArgs() {
+  try {
+    Object.defineProperty(Deno, "args", { value: [], enumerable: true, configurable: true, writable: false });
+  } catch { /* a Deno whose namespace is sealed: the arguments stay */ }
+  const boot = Deno[Deno.internal]?.__nodeBootstrapArgs;
+  if (boot != null && Array.isArray(boot.denoArgs)) boot.denoArgs = [];
+}
+
 // A Worker loads this module first (channel.js's wrapper), and adopts as
 // it is evaluated, before the job's worker module is.
+noArgs();
 adopt();
