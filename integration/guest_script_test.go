@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -100,5 +102,54 @@ console.log(new Stack().push(1).push(2).peek());
 	// A handler still is one.
 	if r := runScript(t, "main.ts", "export default (n: number) => n * 2;\n", "--input", "21"); r.Status != "ok" || string(r.Value) != "42" {
 		t.Errorf("handler: status %s, value %s; want ok 42", r.Status, r.Value)
+	}
+}
+
+// TestPythonMainWithoutInput: Python's most common script shape, a main
+// that takes nothing, called under `if __name__ == "__main__":`, runs as
+// python runs it. pmjail used to call that main again as a handler, and
+// the run ended as a TypeError ("main() takes 0 positional arguments but
+// 2 were given") after the script's own output. A main that takes the
+// input is still the handler.
+func TestPythonMainWithoutInput(t *testing.T) {
+	const script = "def main():\n    print(\"hello from main\")\n\nif __name__ == \"__main__\":\n    main()\n"
+	cases := []struct {
+		name, source, stdout, value string
+	}{
+		{"guarded", script, "hello from main\n", ""},
+		{"async", "import asyncio\n\nasync def main():\n    await asyncio.sleep(0)\n    print(\"async main\")\n\nif __name__ == \"__main__\":\n    asyncio.run(main())\n", "async main\n", ""},
+		{"method", "class App:\n    def main(self):\n        print(\"method\")\n\nmain = App().main\nmain()\n", "method\n", ""},
+		{"handler", "def main(input):\n    return input * 2\n", "", "42"},
+		{"handler ctx", "def main(input, ctx):\n    return ctx.input + input\n", "", "42"},
+		{"varargs", "def main(*args):\n    return len(args)\n", "", "2"},
+	}
+	for _, tc := range cases {
+		r := runScript(t, "main.py", tc.source, "--input", "21")
+		if r.Status != "ok" || r.Stdout != tc.stdout || string(r.Value) != tc.value {
+			t.Errorf("%s: status %s, stdout %q, value %s, error %+v; want ok, %q, value %q", tc.name, r.Status, r.Stdout, r.Value, r.Error, tc.stdout, tc.value)
+		}
+	}
+	d := startDaemon(t, daemonDir(t), `{"version": 1, "max_concurrency": 2, "max_queue": 4, "socket": {"mode": "0660"}, "prestart": -1, "warm": {"deno": 0, "python": 1}}`)
+	// Served warm where it can be: a run that went cold for want of an
+	// idle runtime of its template is tried again.
+	var res *api.Result
+	for try := 0; ; try++ {
+		deadline := time.Now().Add(60 * time.Second)
+		for h, err := d.c.Health(context.Background()); err != nil || h.Warm == nil || h.Warm.Idle["python"] == 0; h, err = d.c.Health(context.Background()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no warm python runtime became idle within 60s: %+v %v\n%s", h, err, d.logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var err error
+		if res, err = d.c.Run(context.Background(), &api.Job{Runtime: "python", Source: script}); err != nil {
+			t.Fatal(err)
+		}
+		if res.Warm || try == 10 || !transientCold(res.WarmReason) {
+			break
+		}
+	}
+	if res.Status != "ok" || res.Stdout != "hello from main\n" {
+		t.Errorf("daemon (warm %v %q): status %s, stdout %q, error %+v; want ok and main's line once", res.Warm, res.WarmReason, res.Status, res.Stdout, res.Error)
 	}
 }

@@ -324,13 +324,19 @@ def _check(value, path="value", parents=None, depth=0):
     return f"{path} is {what}{hint}"
 
 
+def _positional(handler):
+    # How many positional parameters main takes, None when it takes any
+    # number (*args) or its code cannot be read (a callable object).
+    code = getattr(handler, "__code__", None)
+    if code is None or code.co_flags & 0x04:  # *args
+        return None
+    return code.co_argcount - (1 if hasattr(handler, "__self__") else 0)
+
+
 def _call_main(handler, input_value, ctx):
     # def main(input) works as well as def main(input, ctx).
-    code = getattr(handler, "__code__", None)
-    if code is not None and not code.co_flags & 0x04:  # no *args
-        wanted = code.co_argcount - (1 if hasattr(handler, "__self__") else 0)
-        if wanted == 1:
-            return handler(input_value)
+    if _positional(handler) == 1:
+        return handler(input_value)
     return handler(input_value, ctx)
 
 
@@ -459,7 +465,10 @@ def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
             message = (f"main is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function: a handler script "
                        "defines def main(input) or def main(input, ctx)")
             return json.dumps({"kind": "error", "error": {"name": "TypeError", "message": message, "stack": ""}})
-        if handler is not None:
+        # A main that takes no input is no handler: it is the script's own,
+        # which it runs itself (if __name__ == "__main__": main()), as
+        # python runs it.
+        if handler is not None and _positional(handler) != 0:
             ctx = types.SimpleNamespace(host=pmjail, input=input_value)
             value = _settle(_call_main(handler, input_value, ctx))
             _flush()
