@@ -153,3 +153,14 @@ func TestPythonMainWithoutInput(t *testing.T) {
 		t.Errorf("daemon (warm %v %q): status %s, stdout %q, error %+v; want ok and main's line once", res.Warm, res.WarmReason, res.Status, res.Stdout, res.Error)
 	}
 }
+
+// TestPythonEntryReadOnly: the job's entry is read-only to Python, as
+// its other files are (docs/guest-api.md: writing to a job file fails
+// with PermissionError): the bootstrap wrote its copy of main.py writable,
+// and a script could overwrite it.
+func TestPythonEntryReadOnly(t *testing.T) {
+	const src = "try:\n    open(\"main.py\", \"w\").write(\"x\")\n    print(\"written\")\nexcept PermissionError:\n    print(\"read-only\")\nprint(open(\"main.py\").read()[:3])\n"
+	if r := runScript(t, "main.py", src); r.Status != "ok" || r.Stdout != "read-only\ntry\n" {
+		t.Errorf("status %s, stdout %q, error %+v; want read-only, and the file as it was", r.Status, r.Stdout, r.Error)
+	}
+}

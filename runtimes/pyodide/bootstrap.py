@@ -445,10 +445,11 @@ def run(bridge, input_json, source, filename, files_json="{}", env_json="{}"):
     sys.modules["pmjail"] = pmjail
 
     # The job's file also lives in Python's own file system, so tracebacks
-    # and inspect show its lines.
+    # and inspect show its lines; read-only, as the job's other files are.
     os.makedirs(os.path.dirname(filename), exist_ok=True)
     with open(filename, "w", encoding="utf-8") as f:
         f.write(source)
+    os.chmod(filename, 0o444)
 
     main_ns = {"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__}
     sys.modules["__main__"] = types.ModuleType("__main__")
