@@ -271,7 +271,8 @@ function lazyFetch(capabilities) {
 // runtime started before its job (a warm runtime), the program the start
 // frame carries, evaluated from memory: nothing of the job is ever written
 // into a root that was handed over before the job was known.
-// Its stack traces name it as a cold run's would: the job's file.
+// The stacks of the errors it reports name it as a cold run's would: the
+// job's file (a stack the program prints itself names the blob: URL).
 function moduleOf(source) {
   if (source == null) return { url: jobPath, named: (stack) => stack };
   const type = source.typescript ? "application/typescript" : "application/javascript";
