@@ -70,6 +70,10 @@ var (
 		"NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",
 	}
 	EnvReservedPrefixes = []string{"DENO_", "NODE_", "NPM_", "V8_", "RUST_", "LD_", "GLIBC_", "MALLOC_", "PYTHON", "PYODIDE_", "PMJAIL_"}
+	// EnvProgramOnly are names of a reserved prefix that only programs
+	// read, which a job may set: NODE_ENV, which npm packages read as
+	// they load (Deno's own Node layer does not).
+	EnvProgramOnly = []string{"NODE_ENV"}
 )
 
 // The encodings of bytes carried in a JSON string: EncodingBase64 for

@@ -178,10 +178,10 @@ console.log(b.length, b[0], b[255], Deno.env.get("GREETING"));`)
 	for _, c := range []struct{ name, src, want string }{
 		{"env.js", `import process from "node:process";
 const tries = [];
-for (const f of [() => Deno.env.get("HOST_SECRET"), () => Deno.env.toObject(), () => Deno.env.get("HOME"), () => process.env.HOST_SECRET]) {
+for (const f of [() => Deno.env.get("HOST_SECRET"), () => Deno.env.toObject(), () => Deno.env.get("HOME"), () => process.env.HOST_SECRET, () => process.env.NODE_ENV]) {
   try { tries.push(String(f())); } catch (e) { tries.push(e.name); }
 }
-console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable NotCapable NotCapable hi\n"},
+console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable NotCapable NotCapable undefined hi\n"},
 		{"env.py", "import os\nprint(sorted(os.environ), os.environ['GREETING'])\n", "['GREETING', 'HOME', 'LANG', 'PATH', 'TMPDIR'] hi\n"},
 	} {
 		path := filepath.Join(dir, c.name)
@@ -192,6 +192,14 @@ console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable
 		if err != nil || string(out) != c.want {
 			t.Errorf("%s with HOST_SECRET in pmjail's environment: %q (%v), want %q", c.name, out, err, c.want)
 		}
+	}
+	// NODE_ENV, which npm packages read as they load, is the job's to set
+	// (and unset, not refused, when it does not: see above), though every
+	// other NODE_* name is reserved.
+	nodeEnv := filepath.Join(dir, "node_env.js")
+	writeFile(t, nodeEnv, `import process from "node:process"; console.log(process.env.NODE_ENV);`)
+	if inv := pmjailCmd(t, "", "run", "--env", "NODE_ENV=production", nodeEnv); inv.ExitCode != 0 || inv.Stdout != "production\n" {
+		t.Errorf("run --env NODE_ENV=production: exit %d stdout %q stderr %q", inv.ExitCode, inv.Stdout, inv.Stderr)
 	}
 	// Without stdin given, or with --no-stdin, the program reads nothing.
 	inv = pmjailCmd(t, "abc", "exec", "--no-stdin", "--", "cat")
@@ -204,6 +212,8 @@ console.log(tries.join(" "), Deno.env.get("GREETING"));`, "NotCapable NotCapable
 		{"PATH=/tmp", "pmjail: run: --env: env.PATH: reserved: pmjail sets it, or it redirects what the runtime does"},
 		{"LD_PRELOAD=/tmp/x.so", "pmjail: run: --env: env.LD_PRELOAD: reserved: LD_* names configure the runtime or the loader"},
 		{"DENO_DIR=/tmp", "pmjail: run: --env: env.DENO_DIR: reserved: DENO_* names configure the runtime or the loader"},
+		{"NODE_OPTIONS=--require=/tmp/x", "pmjail: run: --env: env.NODE_OPTIONS: reserved: NODE_* names configure the runtime or the loader"},
+		{"node_env=production", "pmjail: run: --env: env.node_env: reserved: NODE_* names configure the runtime or the loader"},
 		{"2X=1", `pmjail: run: --env: env: name "2X": want 1 to 128 bytes of [A-Za-z_][A-Za-z0-9_]*`},
 		{"NOVALUE", `pmjail: run: --env "NOVALUE": want NAME=VALUE`},
 	} {

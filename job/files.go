@@ -212,6 +212,9 @@ func envName(s string) bool {
 // envReserved says why name is reserved, or "".
 func envReserved(name string) string {
 	up := strings.ToUpper(name)
+	if slices.Contains(api.EnvProgramOnly, name) {
+		return ""
+	}
 	if slices.Contains(api.EnvReserved, up) {
 		return "pmjail sets it, or it redirects what the runtime does"
 	}

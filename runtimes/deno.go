@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pmjail/pmjail/api"
 )
 
 //go:embed guest/*.js
@@ -132,12 +134,19 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		args[slices.Index(args, "--no-check")] = "--check"
 		args = slices.Insert(args, 2, "--quiet")
 	}
-	if len(guest.Env) > 0 {
-		// Deno reads no variable without a grant: the job's names, and
-		// only those (not DENO_DIR and the rest of the runtime's own).
-		// Flags go before the module; after it they are its arguments.
-		args = slices.Insert(args, slices.Index(args, entry), "--allow-env="+strings.Join(slices.Sorted(maps.Keys(guest.Env)), ","))
+	// Deno reads no variable without a grant: the job's names, and only
+	// those (not DENO_DIR and the rest of the runtime's own), and
+	// NODE_ENV, which npm packages read as they load: a package that reads
+	// it without the grant cannot be imported at all, and it holds nothing
+	// but what the job set (api.EnvProgramOnly), unset otherwise. Flags go
+	// before the module; after it they are its arguments.
+	readable := slices.Sorted(maps.Keys(guest.Env))
+	for _, name := range api.EnvProgramOnly {
+		if !slices.Contains(readable, name) {
+			readable = append(readable, name)
+		}
 	}
+	args = slices.Insert(args, slices.Index(args, entry), "--allow-env="+strings.Join(readable, ","))
 	l := withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
