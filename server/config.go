@@ -50,8 +50,9 @@ type Config struct {
 	Pool int `json:"prestart"`
 	// Warm is how many runtimes the daemon keeps started ahead of runs,
 	// per runtime ("deno", "python") and per profile and options set,
-	// each waiting in its whole jail for a job (see jail.Warm). Default:
-	// deno as many as MaxConcurrency (at most MaxWarm); 0 turns one off.
+	// each waiting in its whole jail for a job (see jail.Warm). Default,
+	// for each runtime left out: deno as many as MaxConcurrency (at most
+	// MaxWarm), python 0; 0 turns one off.
 	Warm map[string]int `json:"warm"`
 	// WarmMaxAge is how long a warm runtime waits before it is recycled
 	// (default 10m).
@@ -443,8 +444,14 @@ const DefaultWarmMaxAge = 10 * time.Minute
 
 // normalizeWarm checks Warm and fills in its defaults.
 func (c *Config) normalizeWarm() error {
+	// Each runtime left out keeps its default, so that a config that
+	// names only python ({"python": 1}) keeps its warm Denos; only an
+	// explicit 0 turns one off.
 	if c.Warm == nil {
-		c.Warm = map[string]int{"deno": min(c.MaxConcurrency, MaxWarm)}
+		c.Warm = map[string]int{}
+	}
+	if _, ok := c.Warm["deno"]; !ok {
+		c.Warm["deno"] = min(c.MaxConcurrency, MaxWarm)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Warm)) {
 		n := c.Warm[k]

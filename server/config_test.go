@@ -37,6 +37,25 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Warm["deno"] != c.MaxConcurrency || c.Warm["python"] != 0 || c.WarmMaxAge != profiles.Duration(DefaultWarmMaxAge) {
 		t.Errorf("warm %v, max age %v: want deno max_concurrency, no python, %v", c.Warm, c.WarmMaxAge, DefaultWarmMaxAge)
 	}
+	// Each runtime left out of warm keeps its own default: an operator
+	// who adds warm Pythons does not lose the warm Denos.
+	for cfg, want := range map[string]map[string]int{
+		`{"version": 1, "max_concurrency": 3, "warm": {"python": 1}}`:            {"deno": 3, "python": 1},
+		`{"version": 1, "max_concurrency": 3, "warm": {}}`:                       {"deno": 3},
+		`{"version": 1, "max_concurrency": 3, "warm": {"deno": 0, "python": 2}}`: {"deno": 0, "python": 2},
+		`{"version": 1, "max_concurrency": 99, "warm": {"python": 1}}`:           {"deno": MaxWarm, "python": 1},
+	} {
+		c, err := ParseConfig(strings.NewReader(cfg))
+		if err != nil {
+			t.Errorf("%s: %v", cfg, err)
+			continue
+		}
+		for rt, n := range want {
+			if got, ok := c.Warm[rt]; !ok || got != n {
+				t.Errorf("%s: warm %v, want %s %d", cfg, c.Warm, rt, n)
+			}
+		}
+	}
 	if c.Socket.Path != DefaultSocketPath || c.Socket.Mode != "0660" {
 		t.Errorf("socket %+v", c.Socket)
 	}
