@@ -99,3 +99,20 @@ func TestRunRejectedLogsMsgOnce(t *testing.T) {
 		t.Errorf("no run rejected line in:\n%s", ts.logs)
 	}
 }
+
+// A reload that changes a setting applied only at start says so, naming
+// it, rather than reporting a reload that left it as it was.
+func TestReloadWarnsRestartOnlySettings(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "warm": {"deno": 0}, "prestart": -1}`)
+	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "warm": {"deno": 0}, "prestart": -1, "warm_max_age": "1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket = ts.Config().Socket
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ts.logs.String(), "warm_max_age changes only at restart") {
+		t.Errorf("no warning that warm_max_age takes a restart in:\n%s", ts.logs)
+	}
+}

@@ -353,6 +353,9 @@ func (s *Server) reload(cfg *Config) error {
 	if old.cfg.Metrics != cfg.Metrics {
 		s.log.Warn("config reload: metrics settings change only at restart")
 	}
+	if old.cfg.WarmMaxAge != cfg.WarmMaxAge {
+		s.log.Warn("config reload: warm_max_age changes only at restart")
+	}
 	if !reflect.DeepEqual(old.cfg.Queue, cfg.Queue) {
 		s.log.Warn("config reload: queue settings change only at restart")
 	}
