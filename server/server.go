@@ -215,6 +215,15 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	return s, nil
 }
 
+// CheckPackages refuses a config whose ceiling names a package the store
+// of install does not hold, as New and a reload do: for --check-config.
+func (c *Config) CheckPackages(install *runtimes.Install) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return checkPackages(packages.Open(install.StateDir), c.derived.ceil)
+}
+
 // checkPackages refuses a ceiling whose packages are not in the store
 // (a tenant's are among the global ceiling's, checked when it loaded).
 func checkPackages(store *packages.Store, ceil job.Ceiling) error {

@@ -72,6 +72,9 @@ func Main(args []string, version string) int {
 	}
 	cfg, err := loadServeConfig(*cfgPath, *sock)
 	if *check {
+		if err == nil {
+			err = checkHost(cfg, *cfgPath)
+		}
 		return checkConfig(os.Stdout, os.Stderr, err)
 	}
 	if err != nil {
@@ -208,6 +211,23 @@ func loadServeConfig(path, sock string) (*server.Config, error) {
 		cfg.Socket.Path = sock
 	}
 	return cfg, nil
+}
+
+// checkHost checks what of the config the start checks against the
+// host, not the file: the packages the ceiling names are in the store
+// (server.New refuses to start otherwise).
+func checkHost(cfg *server.Config, path string) error {
+	if len(cfg.Ceiling.Packages) == 0 {
+		return nil
+	}
+	install, err := runtimes.Locate()
+	if err != nil {
+		return fmt.Errorf("config %s: ceiling.packages: %w", path, err)
+	}
+	if err := cfg.CheckPackages(install); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // checkConfig answers --check-config for the outcome of loading the

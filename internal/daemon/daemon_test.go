@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pmjail/pmjail/packages"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // --check-config answers for the config and starts nothing: a valid one
@@ -48,5 +51,33 @@ func TestCheckConfig(t *testing.T) {
 	_, err = loadServeConfig(good, "")
 	if code := checkConfig(&out, &errOut, err); code != 0 || out.String() != "OK\n" || errOut.Len() != 0 {
 		t.Errorf("valid config: exit %d, stdout %q, stderr %q; want 0, OK", code, out.String(), errOut.String())
+	}
+}
+
+// --check-config refuses what the start would: a ceiling that names a
+// package the store does not hold stops a start, so the check says so.
+func TestCheckConfigPackages(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(packages.EnvDir, filepath.Join(dir, "store")) // empty
+	if os.Getenv(runtimes.EnvRuntimeDir) == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(runtimes.EnvRuntimeDir, filepath.Join(wd, "..", "..", "node_modules"))
+	}
+	cfg := filepath.Join(dir, "pkgs.json")
+	if err := os.WriteFile(cfg, []byte(`{"version": 1, "ceiling": {"packages": ["npm:zod@3.23.8"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	c, err := loadServeConfig(cfg, "")
+	if err == nil {
+		err = checkHost(c, cfg)
+	}
+	if code := checkConfig(&out, &errOut, err); code != exitInvalidConfig || out.Len() != 0 ||
+		!strings.Contains(errOut.String(), "ceiling.packages[0]") || !strings.Contains(errOut.String(), cfg) {
+		t.Errorf("a package not in the store: exit %d, stdout %q, stderr %q; want %d, the file and field named",
+			code, out.String(), errOut.String(), exitInvalidConfig)
 	}
 }
