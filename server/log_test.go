@@ -116,3 +116,12 @@ func TestReloadWarnsRestartOnlySettings(t *testing.T) {
 		t.Errorf("no warning that warm_max_age takes a restart in:\n%s", ts.logs)
 	}
 }
+
+// A daemon without a store of async runs says so at start: the operator
+// learns it from the log, not from the first client refused.
+func TestStartLogsAsyncOff(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "warm": {"deno": 0}, "prestart": -1}`)
+	if !strings.Contains(ts.logs.String(), "async runs off") {
+		t.Errorf("no line saying async runs are off in:\n%s", ts.logs)
+	}
+}

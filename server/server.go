@@ -195,6 +195,9 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		if err := s.openAsync(dir, cfg.Runs); err != nil {
 			return nil, err
 		}
+	} else {
+		// Said at start, not only to the first client refused.
+		s.log.Warn("async runs off: no runs.dir in the config and no $PMJAIL_STATE_DIR; async requests are refused 503 async_unavailable")
 	}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
