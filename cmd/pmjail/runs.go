@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/pmjail/pmjail/api"
@@ -28,17 +29,29 @@ func cmdRuns(args []string) int {
 	if len(args) == 0 {
 		return commandFailure(fs, runsSynopsis, errors.New("say get, events or cancel"))
 	}
-	verb := args[0]
-	if err := cliflag.Parse(fs, args[1:]); err != nil {
+	verb, rest := args[0], args[1:]
+	if strings.HasPrefix(verb, "-") {
+		// A flag first (`runs --help`, `runs --socket S get ID`): the
+		// verb is among the arguments.
+		verb, rest = "", args
+	}
+	if err := cliflag.Parse(fs, rest); err != nil {
 		if cliflag.Help(fs, runsSynopsis, err) {
 			return 0
 		}
 		return commandFailure(fs, runsSynopsis, err)
 	}
-	if fs.NArg() != 1 {
+	pos := fs.Args()
+	if verb == "" && len(pos) > 0 {
+		verb, pos = pos[0], pos[1:]
+	}
+	if verb == "" {
+		return commandFailure(fs, runsSynopsis, errors.New("say get, events or cancel"))
+	}
+	if len(pos) != 1 {
 		return commandFailure(fs, runsSynopsis, errors.New("name one run id"))
 	}
-	id := fs.Arg(0)
+	id := pos[0]
 	// Interrupting stops the waiting, not the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
