@@ -148,8 +148,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			log.Info("result not sent", "job", res.ID, "err", err)
 		}
 	}
+	// A shutdown ends the request's context too (errShutdown), though its
+	// client is there for the result.
+	gone := r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errShutdown)
 	log.Info("run answered", "job", res.ID, "status", res.Status, "queued_ms", res.QueuedMS,
-		"wall_ms", res.Usage.WallMS, "client_gone", r.Context().Err() != nil)
+		"wall_ms", res.Usage.WallMS, "client_gone", gone)
 }
 
 // runInSlot is the one way the daemon runs a resolved job of tenant tn,

@@ -303,6 +303,13 @@ func TestServerShutdownCancelsAfterGrace(t *testing.T) {
 	if _, err := ts.c.Health(context.Background()); err == nil {
 		t.Error("health answered after shutdown")
 	}
+	// Its client stayed and got the result: the log must not say it went
+	// away (an operator counts client_gone as clients hanging up).
+	for _, line := range strings.Split(ts.logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"run answered"`) && !strings.Contains(line, `"client_gone":false`) {
+			t.Errorf("the answered run of a client that stayed: %s, want client_gone false", line)
+		}
+	}
 }
 
 func TestServerReload(t *testing.T) {
