@@ -918,6 +918,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if msg := s.batchNeverFits(tn, len(b.Jobs)); msg != "" {
+		reject(http.StatusBadRequest, codeInvalid, msg, "jobs", 0)
+		return
+	}
 	waits, status, code, msg, retry := s.admitAsync(tn, len(b.Jobs))
 	if waits == nil {
 		reject(status, code, msg+fmt.Sprintf(" (a batch of %d is admitted whole or not at all)", len(b.Jobs)), "", retry)
@@ -946,6 +950,29 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("batch submitted", "runs", len(recs))
 	writeJSON(w, http.StatusAccepted, out)
+}
+
+// batchNeverFits says why a batch of n runs can never be admitted for
+// tn, "" if it can: it is admitted whole, so one larger than its share's
+// run slots and queue places together, or than its rate's count, would
+// be refused 429 on every try, with a Retry-After no wait could meet.
+func (s *Server) batchNeverFits(tn *tenant, n int) string {
+	lim := s.lim
+	if tn.share != nil {
+		lim = tn.share.lim
+	}
+	_, _, slots, queue := lim.stats()
+	if room := slots + max(queue, 0); n > room {
+		return fmt.Sprintf("jobs: a batch of %d is more than tenant %s can ever hold (%d run slots and %d queue places), and a batch is admitted whole: split it",
+			n, tn.name, slots, max(queue, 0))
+	}
+	if tn.share != nil {
+		if r := tn.share.bucket.rate(); r.n > 0 && n > r.n {
+			return fmt.Sprintf("jobs: a batch of %d is over tenant %s's rate of %s, which starts at most %d at once, and a batch is admitted whole: split it",
+				n, tn.name, r, r.n)
+		}
+	}
+	return ""
 }
 
 // readBody reads a body whose size the reader caps.

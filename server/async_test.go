@@ -356,6 +356,12 @@ func TestAsyncAdmission(t *testing.T) {
 	if _, err := ts.c.SubmitAsync(ctx, loop, ""); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != api.CodeQueueFull {
 		t.Errorf("a third run with the tenant's queue full: %v, want 429 %s", err, api.CodeQueueFull)
 	}
+	// A batch the tenant's share could hold, but not now: refused whole,
+	// for now (429).
+	two := []api.Job{{Runtime: "deno", Source: "1"}, {Runtime: "deno", Source: "2"}}
+	if _, err := ts.c.SubmitBatch(ctx, two); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "whole or not at all") {
+		t.Errorf("a batch beyond the tenant's free places: %v, want 429", err)
+	}
 	r, err := ts.c.CancelRun(ctx, queued.ID)
 	if err != nil || r.Status != api.RunCancelled || r.Result == nil || r.Result.Usage.WallMS != 0 || !strings.Contains(r.Result.Error.Message, "DELETE") {
 		t.Errorf("DELETE of the queued run: %+v %v", r, err)
@@ -363,12 +369,13 @@ func TestAsyncAdmission(t *testing.T) {
 	if _, err := ts.c.CancelRun(ctx, running.ID); err != nil {
 		t.Fatal(err)
 	}
-	// A batch beyond the tenant's slot and queue place is refused whole:
-	// no run made, no rate spent.
+	// A batch more than the tenant's slot and queue place can ever hold
+	// is refused at once, naming jobs, not 429 with a Retry-After that no
+	// retry could meet (TestAsyncBatchOverRate: nor one over its rate).
 	storedBefore, _ := ts.async.store.Stats()
 	three := []api.Job{{Runtime: "deno", Source: "1"}, {Runtime: "deno", Source: "2"}, {Runtime: "deno", Source: "3"}}
-	if _, err := ts.c.SubmitBatch(ctx, three); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "whole or not at all") {
-		t.Errorf("a batch beyond the tenant's queue: %v, want 429", err)
+	if _, err := ts.c.SubmitBatch(ctx, three); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Field != "jobs" {
+		t.Errorf("a batch the tenant's share can never hold: %v, want 400 naming jobs", err)
 	}
 	ts.async.mu.Lock()
 	live := len(ts.async.live)
@@ -423,5 +430,19 @@ func TestAsyncShutdown(t *testing.T) {
 	r, err := next.c.GetRun(ctx, queued.ID)
 	if err != nil || r.Status != api.RunCancelled || !strings.Contains(r.Result.Error.Message, "before the run had a slot") {
 		t.Errorf("the queued run after a shutdown: %+v %v", r, err)
+	}
+}
+
+// A batch larger than its tenant's rate lets start at once can never be
+// admitted (it is admitted whole): refused at once, naming jobs.
+func TestAsyncBatchOverRate(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 2, "max_queue": 4, "warm": {"deno": 0}, "prestart": -1, "runs": {"dir": %q},
+		"tenants": [{"name": "root", "match": {"uid": 0}, "max_concurrency": 1, "max_queue": 4, "rate": "2/h"}]}`, store), sock)
+	three := []api.Job{{Runtime: "deno", Source: "1"}, {Runtime: "deno", Source: "2"}, {Runtime: "deno", Source: "3"}}
+	var apiErr *client.Error
+	if _, err := ts.c.SubmitBatch(context.Background(), three); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Field != "jobs" ||
+		!strings.Contains(apiErr.Message, "rate") {
+		t.Errorf("a batch over the tenant's rate count: %v, want 400 naming jobs and the rate", err)
 	}
 }
