@@ -913,6 +913,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			at := fmt.Sprintf("jobs[%d]", i)
 			if field != "" {
 				at += "." + field
+				// The message may name the field already; once is enough.
+				msg = strings.TrimPrefix(msg, field+": ")
 			}
 			reject(http.StatusBadRequest, codeInvalid, at+": "+msg, at, 0)
 			return

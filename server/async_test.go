@@ -202,7 +202,7 @@ func TestAsyncRuns(t *testing.T) {
 		t.Errorf("a batch over the cap: %v, want 400 naming jobs", err)
 	}
 	if _, err := ts.c.SubmitBatch(ctx, []api.Job{{Runtime: "deno", Source: "1"}, {Runtime: "cobol", Source: "1"}}); !errors.As(err, &apiErr) ||
-		apiErr.StatusCode != 400 || apiErr.Field != "jobs[1].runtime" {
+		apiErr.StatusCode != 400 || apiErr.Field != "jobs[1].runtime" || !strings.HasPrefix(apiErr.Message, "jobs[1].runtime: unknown runtime") {
 		t.Errorf("a batch with a bad job: %v, want 400 naming jobs[1].runtime", err)
 	}
 
