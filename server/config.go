@@ -22,6 +22,7 @@ import (
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/packages"
+	"github.com/pmjail/pmjail/posture"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 )
@@ -628,6 +629,9 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 	default:
 		return ceil, fmt.Errorf("ceiling.mode: %q (want auto or required)", cc.Mode)
 	}
+	if err := checkLayers("ceiling.required", cc.Required); err != nil {
+		return ceil, err
+	}
 	ceil.Required = cc.Required
 	pkgs, err := packages.ParseRefs(cc.Packages)
 	if err != nil {
@@ -650,7 +654,19 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 				return ceil, fmt.Errorf(`ceiling.capabilities.request.origins: "*" must stand alone`)
 			}
 		default:
+			// Checked here, where the path to them is known: the broker's
+			// own check would name them as its fields (ceiling.origins[0]).
+			for i, o := range r.Origins {
+				if _, err := ipc.NormalizeOrigin(o); err != nil {
+					return ceil, fmt.Errorf("ceiling.capabilities.request.origins[%d]: %w", i, err)
+				}
+			}
 			b.Origins = r.Origins
+		}
+		for i, m := range r.Methods {
+			if !slices.Contains(ipc.AllMethods, m) {
+				return ceil, fmt.Errorf("ceiling.capabilities.request.methods[%d]: %q is not one of %s", i, m, strings.Join(ipc.AllMethods, " "))
+			}
 		}
 		b.Methods = r.Methods
 		b.AllowPrivateAddresses = r.AllowPrivateAddresses
@@ -688,4 +704,16 @@ func (cc CeilingConfig) JobCeiling() (job.Ceiling, error) {
 	}
 	ceil.Broker = b
 	return ceil, nil
+}
+
+// checkLayers refuses a layer name that is not one of the posture's: mode
+// required would insist on a layer no host can apply, and refuse every run
+// for a typo.
+func checkLayers(at string, layers []string) error {
+	for i, l := range layers {
+		if !slices.Contains(posture.Names, l) {
+			return fmt.Errorf("%s[%d]: unknown layer %q (layers: %s)", at, i, l, strings.Join(posture.Names, ", "))
+		}
+	}
+	return nil
 }

@@ -92,7 +92,15 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "ceiling": {"profiles": ["../x"]}}`, "ceiling.profiles[0]"},
 		{`{"version": 1, "ceiling": {"profiles": []}}`, "ceiling.profiles: list at least one"},
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {}}}}`, "ceiling.capabilities.request.origins"},
-		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["ftp://x"]}}}}`, "ceiling.origins[0]"},
+		// The path as the config holds it, not as the broker's ceiling
+		// names its fields (it said "ceiling.origins[0]").
+		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["ftp://x"]}}}}`, "ceiling.capabilities.request.origins[0]: "},
+		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["*"], "methods": ["GET", "FETCH"]}}}}`, `ceiling.capabilities.request.methods[1]: "FETCH"`},
+		{`{"version": 1, "tenants": [{"name": "a", "match": {"uid": 1}, "ceiling": {"capabilities": {"request": {"origins": ["https://a.example/x"]}}}}]}`, "tenants[0].ceiling.capabilities.request.origins[0]: "},
+		// A layer no host has was taken, and mode required refused every
+		// run for want of it.
+		{`{"version": 1, "ceiling": {"required": ["landlock", "landlok"]}}`, `ceiling.required[1]: unknown layer "landlok"`},
+		{`{"version": 1, "ceiling": {"required": ["landlock"]}, "tenants": [{"name": "a", "match": {"uid": 1}, "ceiling": {"required": ["seccomp", "nope"]}}]}`, `tenants[0].ceiling.required[1]: unknown layer "nope"`},
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "value_file": "/x"}}}}`, `ceiling.secrets["k"]`},
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a"}}}}`, `ceiling.secrets["k"].origins: required`},
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "origins": []}}}}`, `ceiling.secrets["k"].origins: required`},

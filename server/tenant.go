@@ -152,6 +152,9 @@ func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, *tenantRule, err
 			return nil, nil, fmt.Errorf("%s.match: tenant %q matches the same peers", at, other)
 		}
 		keys[key{r.byUID, r.id}] = t.Name
+		if err := checkLayers(at+".ceiling.required", t.Ceiling.Required); err != nil {
+			return nil, nil, err
+		}
 		if r.ceil, err = t.Ceiling.over(c.Ceiling).JobCeiling(); err != nil {
 			return nil, nil, fmt.Errorf("%s.%w", at, err)
 		}
