@@ -200,6 +200,9 @@ func checkInput(input json.RawMessage) error {
 		}
 		return invalidAt(field, "%w", e.Err)
 	}
+	if errors.Is(err, strictjson.ErrInvalidUTF8) {
+		return invalidAt("input", "%w", err)
+	}
 	return invalidAt("input", "not valid JSON")
 }
 

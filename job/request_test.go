@@ -127,6 +127,10 @@ func TestValidateInput(t *testing.T) {
 		{`[{"b":{"c":1,"c":1}}]`, "input[0].b.c", "input[0].b.c: duplicate key"},
 		{`{"a":1`, "input", "input: not valid JSON"},
 		{`1 2`, "input", "input: not valid JSON"},
+		// The CLI's --input is not decoded: its bytes would reach the
+		// guest as they are.
+		{"\"caf\xe9\"", "input", "input: invalid UTF-8 (JSON text is UTF-8) (at byte 4)"},
+		{"{\"k\":\"caf\xe9\"}", `input.k`, "input.k: invalid UTF-8 (JSON text is UTF-8) (at byte 9)"},
 		{`{"A":1,"a":2}`, "", ""},
 	} {
 		req := &Request{Runtime: "deno", Source: "1", Input: json.RawMessage(tc.input)}
@@ -220,6 +224,13 @@ func TestJobErrorNamesTheField(t *testing.T) {
 		{`{"runtime":"deno","Source":"1"}`, "Source"},
 		{`{"runtime":"deno","source":"1","Source":"2"}`, "Source"},
 		{`{"runtime":"deno","source":"1","limits":{"Memory":"1G"}}`, "limits.Memory"},
+		// Not UTF-8: read as U+FFFD by one reader, refused or kept as
+		// bytes by another (the input reached the guest as it was).
+		{"{\"runtime\":\"deno\",\"source\":\"export default () => '\xff'\"}", "source"},
+		{"{\"runtime\":\"deno\",\"source\":\"1\",\"labels\":{\"team\":\"\xc3\"}}", `labels["team"]`},
+		{"{\"runtime\":\"deno\",\"source\":\"1\",\"input\":{\"a\":[\"\xff\"]}}", "input.a[0]"},
+		{"{\"runtime\":\"deno\",\"files\":{\"main.ts\":\"1\",\"\xff.ts\":\"2\"}}", "files"},
+		{"{\"runtime\":\"deno\",\"source\":\"1\",\"env\":{\"A\":\"\xed\xa0\x80\"}}", `env["A"]`},
 		{`[1]`, ""},
 		{`{"runtime": "deno",`, ""},
 		{`{bad`, ""},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -852,7 +853,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.asyncUnavailable(w)
 		return
 	}
-	if r.Header.Get(api.IdempotencyKey) != "" {
+	if slices.ContainsFunc(r.Header.Values(api.IdempotencyKey), func(v string) bool { return v != "" }) {
 		reject(http.StatusBadRequest, codeInvalid, "a batch takes no Idempotency-Key: submit runs one by one to give each a key", api.IdempotencyKey, 0)
 		return
 	}
@@ -912,8 +913,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			msg, field := job.Refusal(err)
 			at := fmt.Sprintf("jobs[%d]", i)
 			if field != "" {
+				// The message names the field already ("runtime: ..."):
+				// the batch's path takes its place, not its head.
 				at += "." + field
-				// The message may name the field already; once is enough.
 				msg = strings.TrimPrefix(msg, field+": ")
 			}
 			reject(http.StatusBadRequest, codeInvalid, at+": "+msg, at, 0)

@@ -37,6 +37,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.asyncUnavailable(w)
 		return
 	}
+	if n := len(r.Header.Values(api.IdempotencyKey)); n > 1 {
+		// Which one counts would be the reader's choice: a proxy that
+		// keyed on the last and pmjail on the first would deduplicate
+		// different submissions.
+		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("the Idempotency-Key header is given %d times: give it once", n), api.IdempotencyKey, 0)
+		return
+	}
 	if !async && r.Header.Get(api.IdempotencyKey) != "" {
 		// A sync run is never told apart from a retry of it: a client
 		// that sends a key believing it makes a retry safe must learn

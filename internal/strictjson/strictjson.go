@@ -81,13 +81,17 @@ var ErrDuplicateKey = errors.New("duplicate key")
 // into, also one that names a field only when case is ignored.
 var ErrUnknownField = errors.New("unknown field")
 
-// options are the v2 semantics Decode relies on (duplicate keys are
-// refused and keys matched exactly by v2's defaults), and the one v1
-// habit kept: invalid UTF-8 in a string reads as U+FFFD rather than
-// being refused.
+// ErrInvalidUTF8 is a string, or a key, that is not valid UTF-8. JSON is
+// UTF-8 (RFC 8259): a reader before pmjail may refuse such bytes or read
+// them as U+FFFD, and a raw value (a job's input) would reach the guest as
+// they are, so which text counts would depend on the parser.
+var ErrInvalidUTF8 = errors.New("invalid UTF-8 (JSON text is UTF-8)")
+
+// options are the v2 semantics Decode relies on: duplicate keys and
+// invalid UTF-8 are refused, and keys matched exactly, by v2's defaults.
+// (encoding/json, which Decode used before, read invalid UTF-8 as U+FFFD.)
 var options = json.JoinOptions(
 	json.RejectUnknownMembers(true),
-	jsontext.AllowInvalidUTF8(true),
 )
 
 // Decode decodes data, which must hold exactly one JSON value, into v, a
@@ -129,6 +133,9 @@ func describe(err error, t reflect.Type) error {
 		case errors.Is(syntax.Err, jsontext.ErrDuplicateName):
 			field, _ := path(t, syntax.JSONPointer)
 			return &Error{Field: field, Err: ErrDuplicateKey}
+		case strings.HasSuffix(syntax.Err.Error(), "invalid UTF-8"): // jsonwire's error, not exported
+			field, _ := path(t, syntax.JSONPointer)
+			return &Error{Field: field, Err: fmt.Errorf("%w (at byte %d)", ErrInvalidUTF8, syntax.ByteOffset)}
 		case errors.Is(syntax.Err, io.ErrUnexpectedEOF):
 			return &Error{Err: errors.New("unexpected end of the JSON")}
 		}

@@ -175,9 +175,9 @@ func TestErrorText(t *testing.T) {
 
 // FuzzDecode: whatever the input, Decode neither panics nor answers with
 // anything but an *Error, it accepts nothing encoding/json's strict
-// decoding refuses, refuses what it accepts only for a key twice or a key
-// in the wrong case, and what it accepts decodes to the same value: a
-// decoder that agreed on the verdict but filled a field differently would
+// decoding refuses, refuses what it accepts only for a key twice, a key
+// in the wrong case or invalid UTF-8 (which encoding/json reads as
+// U+FFFD), and what it accepts decodes to the same value: a decoder that agreed on the verdict but filled a field differently would
 // let a job mean one thing to a proxy and another to the jail.
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
@@ -219,13 +219,43 @@ func FuzzDecode(f *testing.F) {
 		if e, ok := errors.AsType[*Error](err); ok && e.Field == "quoted" {
 			quoted = true
 		}
-		if err != nil && stdErr == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrUnknownField) && !quoted {
+		if err != nil && stdErr == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrUnknownField) && !errors.Is(err, ErrInvalidUTF8) && !quoted {
 			t.Fatalf("%q: Decode says %v, encoding/json accepts it", data, err)
 		}
 		if err == nil && !reflect.DeepEqual(d, std) {
 			t.Fatalf("%q: Decode gave %+v, encoding/json %+v", data, d, std)
 		}
 	})
+}
+
+// Invalid UTF-8 was read as U+FFFD, in a job's source, labels and keys,
+// and passed as it was inside raw JSON (a job's input): a reader before
+// pmjail that refused it, or kept the bytes, saw another text than what
+// ran. It is refused, naming the value that holds it.
+func TestDecodeRefusesInvalidUTF8(t *testing.T) {
+	for in, field := range map[string]string{
+		"{\"name\":\"a\xffb\"}":                               "name",
+		"{\"limits\":{\"memory\":\"6\xc3\"}}":                 "limits.memory",
+		"{\"by_name\":{\"k\":{\"memory\":\"\xed\xa0\x80\"}}}": `by_name["k"].memory`, // an encoded surrogate
+		"{\"raw\":{\"x\":[1,\"\xff\"]}}":                      "raw.x[1]",
+		"{\"by_name\":{\"\xff\":{}}}":                         "by_name",
+	} {
+		var d doc
+		err := Decode([]byte(in), &d)
+		e, ok := errors.AsType[*Error](err)
+		if !ok || !errors.Is(err, ErrInvalidUTF8) || e.Field != field {
+			t.Errorf("%q: %v, want invalid UTF-8 at %q", in, err, field)
+		}
+		var raw json.RawMessage
+		if Valid([]byte(in)) || Decode([]byte(in), &raw) == nil {
+			t.Errorf("%q: valid as raw JSON", in)
+		}
+	}
+	// Escaped, every code point is UTF-8 again.
+	var d doc
+	if err := Decode([]byte(`{"name":"\u00e9\ufffd"}`), &d); err != nil || d.Name != "\u00e9\ufffd" {
+		t.Errorf("escaped text: %q %v", d.Name, err)
+	}
 }
 
 func TestLocated(t *testing.T) {

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// rawPost sends one request, as its bytes, on a new connection to sock,
+// and returns the status and the error body: headers a Go client would
+// merge or refuse to send go as written.
+func rawPost(t *testing.T, sock, path, headers, body string) (int, api.ErrorBody) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: pmjail\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, headers, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb
+}
+
+// Bad input on the wire is a 400 naming what is at fault, before
+// anything runs or is stored.
+//   - An Idempotency-Key given twice was taken, the first one counting: a
+//     proxy that keyed on the last would deduplicate other submissions
+//     than pmjail, and a sync run whose first key was empty ran with a
+//     key the client believed made a retry safe.
+//   - Text that is not UTF-8 was read as U+FFFD (and passed raw in the
+//     input): the job that ran was not the bytes a proxy checked.
+//   - A batch's refusal said its field twice ("jobs[1].runtime: runtime:
+//     unknown runtime").
+func TestBadInputNamesTheField(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	job := `{"runtime": "deno", "source": "export default () => 1"}`
+	for _, tc := range []struct {
+		name, path, headers, body, field, msg string
+	}{
+		{"key twice, async", "/v1/runs", "Prefer: respond-async\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n", job,
+			api.IdempotencyKey, "the Idempotency-Key header is given 2 times: give it once"},
+		{"key twice, sync, the first empty", "/v1/runs", "Idempotency-Key: \r\nIdempotency-Key: charge-42\r\n", job,
+			api.IdempotencyKey, "the Idempotency-Key header is given 2 times: give it once"},
+		{"key on a batch, the first empty", "/v1/batches", "Idempotency-Key: \r\nIdempotency-Key: b-1\r\n", `{"jobs": [` + job + `]}`,
+			api.IdempotencyKey, "a batch takes no Idempotency-Key: submit runs one by one to give each a key"},
+		{"source not UTF-8", "/v1/runs", "", "{\"runtime\": \"deno\", \"source\": \"export default () => '\xff'\"}",
+			"source", "source: invalid UTF-8 (JSON text is UTF-8) (at byte 53)"},
+		{"input not UTF-8, async", "/v1/runs", "Prefer: respond-async\r\n", "{\"runtime\": \"deno\", \"source\": \"1\", \"input\": {\"k\": \"\xc3\"}}",
+			"input.k", "input.k: invalid UTF-8 (JSON text is UTF-8) (at byte 51)"},
+		{"label in a batch not UTF-8", "/v1/batches", "", "{\"jobs\": [{\"runtime\": \"deno\", \"source\": \"1\", \"labels\": {\"t\": \"\xff\"}}]}",
+			`jobs[0].labels.t`, `jobs[0].labels.t: invalid UTF-8 (JSON text is UTF-8) (at byte 62)`}, // the batch's raw jobs: a path as in input
+		{"batch job refused", "/v1/batches", "", `{"jobs": [` + job + `, {"runtime": "cobol", "source": "1"}]}`,
+			"jobs[1].runtime", `jobs[1].runtime: unknown runtime "cobol" (want deno or python)`},
+		{"batch limit refused", "/v1/batches", "", `{"jobs": [{"runtime": "deno", "source": "1", "limits": {"memory": "9G"}}]}`,
+			"jobs[0].limits.memory", `jobs[0].limits.memory: 9G is above the ceiling of 1G`},
+	} {
+		status, eb := rawPost(t, sock, tc.path, tc.headers, tc.body)
+		if status != http.StatusBadRequest || eb.Error.Code != "invalid_job" || eb.Error.Field != tc.field || eb.Error.Message != tc.msg {
+			t.Errorf("%s: %d %+v, want 400 naming %q: %q", tc.name, status, eb.Error, tc.field, tc.msg)
+		}
+	}
+	// Nothing of those ran or was stored.
+	m, err := ts.c.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`pmjail_async_runs_total{event="submitted"} 0`, `pmjail_runs_total{runtime="deno",status="ok",tenant="others"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
