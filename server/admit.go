@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 )
@@ -121,6 +123,12 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 	_ = p.rc.SetReadDeadline(p.start.Add(due))
 	n, err := p.r.Read(b)
 	p.n += int64(n)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Said as the client can act on it: the net error named the
+		// daemon's socket and "i/o timeout".
+		err = fmt.Errorf("the body stalled: %d bytes came in %s, and a body must come at %d KiB/s or faster after its first %s (%s at most)",
+			p.n, time.Since(p.start).Round(100*time.Millisecond), bodyMinRate>>10, bodyGrace, bodyReadTimeout)
+	}
 	return n, err
 }
 

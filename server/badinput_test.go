@@ -74,6 +74,28 @@ func TestBadInputNamesTheField(t *testing.T) {
 			t.Errorf("%s: %d %+v, want 400 naming %q: %q", tc.name, status, eb.Error, tc.field, tc.msg)
 		}
 	}
+	// A body that stalls is cut, and the answer says so: it said "read
+	// job: read unix /path/of/the.sock->@: i/o timeout".
+	for path, head := range map[string]string{"/v1/runs": "read job: the body stalled: 10 bytes came in ", "/v1/batches": "read batch: the body stalled: 10 bytes came in "} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: pmjail\r\nContent-Length: 100\r\n\r\n{\"jobs\": [", path); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		c.Close()
+		if resp.StatusCode != http.StatusBadRequest || eb.Error.Code != "invalid_job" || !strings.HasPrefix(eb.Error.Message, head) ||
+			!strings.HasSuffix(eb.Error.Message, "and a body must come at 256 KiB/s or faster after its first 1s (30s at most)") {
+			t.Errorf("%s, a stalled body: %d %+v, want 400 saying it stalled", path, resp.StatusCode, eb.Error)
+		}
+	}
 	// Nothing of those ran or was stored.
 	m, err := ts.c.Metrics(t.Context())
 	if err != nil {
