@@ -594,6 +594,12 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 		s.asyncUnavailable(w)
 		return
 	}
+	if !runID(id) {
+		// Not looked up, nor written back: the 404 said the whole path
+		// segment, up to the header limit, NUL bytes included.
+		writeError(w, http.StatusNotFound, codeNotFound, "no such run: a run's id is 16 lower-case hex digits, as its 202 said", "", 0)
+		return
+	}
 	st := s.state.Load()
 	p := peerFrom(r.Context())
 	owner := ownerOf(st, st.tenantFor(p), p)
@@ -1007,4 +1013,9 @@ func asyncDir(cfg *Config, stateDir string) string {
 		return cfg.Runs.Dir
 	}
 	return stateDir
+}
+
+// runID reports whether id is spelt as job.NewID spells a run's id.
+func runID(id string) bool {
+	return len(id) == 16 && strings.Trim(id, "0123456789abcdef") == ""
 }

@@ -96,6 +96,27 @@ func TestBadInputNamesTheField(t *testing.T) {
 			t.Errorf("%s, a stalled body: %d %+v, want 400 saying it stalled", path, resp.StatusCode, eb.Error)
 		}
 	}
+	// A run id that is no id is not found, and not written back: the 404
+	// said the whole path segment (a NUL, or a megabyte of it).
+	for _, id := range []string{strings.Repeat("a", 100000), "%00%ff", "0000000000000000x", "ABCDEF0123456789"} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(c, "GET /v1/runs/%s HTTP/1.1\r\nHost: pmjail\r\n\r\n", id); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		c.Close()
+		if resp.StatusCode != http.StatusNotFound || eb.Error.Code != "not_found" || len(eb.Error.Message) > 100 {
+			t.Errorf("GET /v1/runs/%.20s...: %d %.200q, want a short 404", id, resp.StatusCode, eb.Error.Message)
+		}
+	}
 	// Nothing of those ran or was stored.
 	m, err := ts.c.Metrics(t.Context())
 	if err != nil {
