@@ -215,6 +215,10 @@ func openFile(path string) (db *bolt.DB, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrDamaged, err)
 	}
 	db, err = bolt.Open(path, 0o600, opts)
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		// bbolt says "timeout": what timed out is the wait for its lock.
+		return nil, fmt.Errorf("%w: another process holds the file's lock for %s (does another pmjail serve use this runs.dir?)", err, openTimeout)
+	}
 	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
 		// Not a sound file (bad meta pages, a bad size): bbolt's
 		// words, under the store's sentinel.

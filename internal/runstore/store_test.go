@@ -104,6 +104,18 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// A store another daemon holds was refused as "run store PATH: timeout",
+// which told the operator neither what waited nor on whom.
+func TestOpenSaysWhoHoldsTheStore(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, roomy)
+	defer s.Close()
+	_, _, err := Open(dir, roomy, "")
+	if err == nil || !strings.Contains(err.Error(), "another process holds the file's lock") || !strings.Contains(err.Error(), "runs.dir") {
+		t.Errorf("a store held by another: %v, want it to say so", err)
+	}
+}
+
 func TestOpenRefusesBadLimits(t *testing.T) {
 	if _, _, err := Open(t.TempDir(), Limits{Retention: 0, MaxBytes: 1}, ""); err == nil {
 		t.Error("a zero retention was taken")
