@@ -9,6 +9,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -71,6 +72,13 @@ func Main(args []string, version string) int {
 		return fail(fmt.Errorf("serve: unexpected arguments %q", fs.Args()))
 	}
 	cfg, err := loadServeConfig(*cfgPath, *sock)
+	// An empty value read as no flag at all: `--config "$CFG"` with CFG
+	// unset started a daemon on the defaults, and said nothing.
+	fs.Visit(func(f *flag.Flag) {
+		if f.Value.String() == "" && (f.Name == "config" || f.Name == "socket") && !errors.Is(err, errEmptyFlag) {
+			cfg, err = nil, fmt.Errorf("--%s: %w (leave the flag out for the default)", f.Name, errEmptyFlag)
+		}
+	})
 	if *check {
 		if err == nil {
 			err = checkHost(cfg, *cfgPath)
@@ -202,6 +210,9 @@ func Main(args []string, version string) int {
 }
 
 // loadServeConfig reads the config; --socket overrides its socket path.
+// errEmptyFlag is --config or --socket given an empty path.
+var errEmptyFlag = errors.New("empty path")
+
 func loadServeConfig(path, sock string) (*server.Config, error) {
 	cfg, err := server.LoadConfig(path)
 	if err != nil {

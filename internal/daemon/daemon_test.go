@@ -38,6 +38,16 @@ func TestCheckConfig(t *testing.T) {
 	if code := Main([]string{"--check-config", "--config", filepath.Join(dir, "absent.json")}, "test"); code != exitInvalidConfig {
 		t.Errorf("missing config: exit %d, want %d", code, exitInvalidConfig)
 	}
+	// An empty path is not the default: `--config "$CFG"` with CFG unset
+	// checked (and started) the defaults.
+	for _, args := range [][]string{{"--config", ""}, {"--config", good, "--socket", ""}} {
+		if code := Main(append([]string{"--check-config"}, args...), "test"); code != exitInvalidConfig {
+			t.Errorf("%q: exit %d, want %d", args, code, exitInvalidConfig)
+		}
+	}
+	if _, err := loadServeConfig(good, ""); err != nil {
+		t.Fatal(err)
+	}
 
 	var out, errOut bytes.Buffer
 	_, err := loadServeConfig(bad, "")
