@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/client"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
 )
@@ -143,5 +145,35 @@ func TestLineWriter(t *testing.T) {
 	w.line([]byte("3\n"))
 	if b.String() != "1\npart\n2\nwhole\n3\n" {
 		t.Errorf("%q", b.String())
+	}
+}
+
+// submit's flags that it would ignore, or read as their default, are
+// refused, naming them: --tenant and --id without --nats went nowhere
+// (the job ran on the socket); an empty --nats submitted to the socket;
+// an empty --socket said only "dial unix: missing address".
+func TestSubmitFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant", "ci", "a.js"}, "--tenant: only with --nats"},
+		{[]string{"--id", "x", "--nats-creds", "c", "a.js"}, "--id, --nats-creds: only with --nats"},
+		{[]string{"--nats", " ", "a.js"}, "--nats: empty (name the NATS servers, or leave the flag out to submit to the socket)"},
+		{[]string{"--socket", "", "a.js"}, "--socket: empty path (leave the flag out for /run/pmjail/pmjail.sock)"},
+		{[]string{"--nats", "nats://q:4222", "--socket", "/s", "a.js"}, "--socket: not with --nats (the job goes to the queue)"},
+		{[]string{"--socket", "/s", "a.js"}, ""},
+		{[]string{"--nats", "nats://q:4222", "--tenant", "ci", "--id", "x", "a.js"}, ""},
+	} {
+		f := newRunFlags("submit", false)
+		f.fs.String("socket", client.DefaultSocketPath, "")
+		nf := natsFlags(f.fs)
+		if err := f.fs.Parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		err := checkSubmitFlags(f.fs, nf)
+		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
 	}
 }

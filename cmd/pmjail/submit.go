@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/pmjail/pmjail/api"
@@ -22,6 +25,9 @@ func cmdSubmit(args []string) int {
 	key := f.fs.String("idempotency-key", "", "with --async, the submission's `KEY`: the same key and job again name the same run")
 	nf := natsFlags(f.fs)
 	req, err := f.programRequest(args)
+	if err == nil {
+		err = checkSubmitFlags(f.fs, nf)
+	}
 	if err != nil {
 		return commandFailure(f.fs, submitSynopsis, err)
 	}
@@ -85,4 +91,31 @@ func submitFailure(f *runFlags, err error) int {
 		return fail("submit: %s", f.flagged(apiErr.Message, apiErr.Field))
 	}
 	return fail("submit: %v", err)
+}
+
+// checkSubmitFlags refuses what submit would otherwise ignore, or read as
+// its default: an empty --nats or --socket ("dial unix: missing address"
+// was all an empty --socket said), a NATS flag without --nats (--tenant
+// and --id went nowhere, and the job ran on the socket), and --socket
+// with --nats.
+func checkSubmitFlags(fs *flag.FlagSet, nf *natsOptions) error {
+	var natsOnly []string
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch {
+		case err != nil:
+		case f.Name == "nats" && strings.TrimSpace(nf.urls) == "":
+			err = errors.New("--nats: empty (name the NATS servers, or leave the flag out to submit to the socket)")
+		case f.Name == "socket" && f.Value.String() == "":
+			err = fmt.Errorf("--socket: empty path (leave the flag out for %s)", client.DefaultSocketPath)
+		case f.Name == "socket" && nf.urls != "":
+			err = errors.New("--socket: not with --nats (the job goes to the queue)")
+		case f.Name == "tenant" || f.Name == "id" || strings.HasPrefix(f.Name, "nats-"):
+			natsOnly = append(natsOnly, "--"+f.Name)
+		}
+	})
+	if err == nil && nf.urls == "" && len(natsOnly) > 0 {
+		err = fmt.Errorf("%s: only with --nats", strings.Join(natsOnly, ", "))
+	}
+	return err
 }
