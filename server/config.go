@@ -536,14 +536,21 @@ func lookupID(name string, isUser bool) (int, error) {
 		return int(n), nil
 	}
 	var id string
+	// os/user's own words repeat the field's ("user: unknown user x").
 	if isUser {
 		u, err := user.Lookup(name)
+		if _, ok := errors.AsType[user.UnknownUserError](err); ok {
+			return 0, fmt.Errorf("unknown user %q", name)
+		}
 		if err != nil {
 			return 0, err
 		}
 		id = u.Uid
 	} else {
 		g, err := user.LookupGroup(name)
+		if _, ok := errors.AsType[user.UnknownGroupError](err); ok {
+			return 0, fmt.Errorf("unknown group %q", name)
+		}
 		if err != nil {
 			return 0, err
 		}

@@ -107,7 +107,8 @@ func TestConfigRefusals(t *testing.T) {
 		{`{"version": 1, "ceiling": {"secrets": {"k": {"value": "a", "origins": ["https://a.example/path"]}}}}`, `ceiling.secrets["k"].origins[0]`},
 		{`{"version": 1, "ceiling": {"capabilities": {"request": {"origins": ["*"], "private_origins": ["127.0.0.1"]}}}}`, "ceiling.capabilities.request.private_origins[0]"},
 		{`{"version": 1, "ceiling": {"limits": {"memory": "1M"}}}`, "ceiling.limits.memory"},
-		{`{"version": 1, "allow": {"users": ["no-such-user-pmjail"]}}`, "allow.users[0]"},
+		{`{"version": 1, "allow": {"users": ["no-such-user-pmjail"]}}`, `allow.users[0]: unknown user "no-such-user-pmjail"`},
+		{`{"version": 1, "allow": {"groups": ["no-such-group-pmjail"]}}`, `allow.groups[0]: unknown group "no-such-group-pmjail"`},
 		{`{"version": 1} {}`, "data after"},
 		{`{"version": 1, "ceiling": {"packages": ["npm:zod@3.23.8", "npm:zod@^3"]}}`, `ceiling.packages[1]: invalid package reference "npm:zod@^3": version "^3" is not exact`},
 	} {

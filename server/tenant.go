@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/job"
 )
@@ -146,6 +147,9 @@ func (c *Config) tenantRules(global job.Ceiling) ([]tenantRule, *tenantRule, err
 		r := tenantRule{name: t.Name}
 		var err error
 		if r.byUID, r.id, err = t.Match.resolve(); err != nil {
+			if e, ok := errors.AsType[*strictjson.Error](err); ok {
+				return nil, nil, fmt.Errorf("%s.match.%s: %w", at, e.Field, e.Err)
+			}
 			return nil, nil, fmt.Errorf("%s.match: %w", at, err)
 		}
 		if other, dup := keys[key{r.byUID, r.id}]; dup {
@@ -331,13 +335,13 @@ func (m TenantMatch) resolve() (byUID bool, id uint32, err error) {
 	case m.User != "":
 		n, err := lookupID(m.User, true)
 		if err != nil {
-			return false, 0, fmt.Errorf("user: %w", err)
+			return false, 0, strictjson.Errorf("user", "%w", err)
 		}
 		return true, uint32(n), nil
 	default:
 		n, err := lookupID(m.Group, false)
 		if err != nil {
-			return false, 0, fmt.Errorf("group: %w", err)
+			return false, 0, strictjson.Errorf("group", "%w", err)
 		}
 		return false, uint32(n), nil
 	}

@@ -158,7 +158,10 @@ func TestTenantConfigRefusals(t *testing.T) {
 		{`"tenants": [{"name": "a", "match": {"uid": 1}}, {"name": "a", "match": {"uid": 2}}]`, `tenants[1].name: "a" is taken`},
 		{`"tenants": [{"name": "others", "match": {"uid": 1}}]`, `tenants[0].name: "others" is taken`},
 		{`"tenants": [{"name": "Big Name", "match": {"uid": 1}}]`, `tenants[0].name`},
-		{`"tenants": [{"name": "a", "match": {"group": "no-such-group-pmjail"}}]`, `tenants[0].match: group`},
+		// The path to the value, said once (it was "match: user: user:
+		// unknown user ...").
+		{`"tenants": [{"name": "a", "match": {"group": "no-such-group-pmjail"}}]`, `tenants[0].match.group: unknown group "no-such-group-pmjail"`},
+		{`"tenants": [{"name": "a", "match": {"user": "no-such-user-pmjail"}}]`, `tenants[0].match.user: unknown user "no-such-user-pmjail"`},
 		{`"tenants": [{"name": "a", "match": {"uid": 1}, "bogus": 1}]`, `tenants[0].bogus: unknown field`},
 		{`"others": "maybe"`, `others: "maybe"`},
 		{`"others": "refuse"`, `others: "refuse" with no tenants`},
