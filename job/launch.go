@@ -88,6 +88,11 @@ func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launc
 		if !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
 			return nil, invalid("--ro-bind %q: paths must be absolute", b)
 		}
+		if filepath.Clean(dst) == "/" {
+			// Bound over the root, it hid the jail's own mounts: the
+			// set-up failed as pmjail's internal_error.
+			return nil, invalid("--ro-bind %q: the target is the jail's root: bind at a directory below it (SRC:/DIR)", b)
+		}
 		if err := refuseUnreadable("--ro-bind", b, src); err != nil {
 			return nil, err
 		}

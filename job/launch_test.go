@@ -27,6 +27,9 @@ func TestLaunchFailures(t *testing.T) {
 		{Request{Exec: &Exec{Program: "no-such-program-pmjail-test"}}, jail.StatusRefused, 127},
 		{Request{Exec: &Exec{Program: notExec}}, jail.StatusRefused, 126},
 		{Request{Exec: &Exec{Program: "/bin/true", Binds: []string{"relative"}}}, jail.StatusRefused, 125},
+		// Over the jail's root: it was pmjail's internal_error.
+		{Request{Exec: &Exec{Program: "/bin/true", Binds: []string{"/etc:/"}}}, jail.StatusRefused, 125},
+		{Request{Exec: &Exec{Program: "/bin/true", Binds: []string{"/etc:/x/.."}}}, jail.StatusRefused, 125},
 		{Request{Runtime: "deno", Source: "1"}, jail.StatusInternalError, 125},
 	} {
 		r, err := Resolve(&tc.req, DefaultCeiling(), false)
