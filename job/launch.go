@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/seccomp"
@@ -80,6 +81,14 @@ func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launc
 		Env:     runtimes.Environ(nativeEnv, env),
 	}
 	l.SetStdin(stdin)
+	// What the jail binds of its own: a bind at one of them, or above
+	// one, hides it, and the set-up or the program's exec failed as
+	// pmjail's internal_error. (Its libraries are found again, from the
+	// cache, when the root is described.)
+	own := append([]string{path}, rootfs.Devices()...)
+	if libs, err := rootfs.SharedLibraries(file, path); err == nil {
+		own = append(own, libs.Files...)
+	}
 	for _, b := range x.Binds {
 		src, dst, ok := strings.Cut(b, ":")
 		if !ok {
@@ -92,6 +101,11 @@ func nativeLaunch(x *Exec, stdin []byte, env map[string]string) (*runtimes.Launc
 			// Bound over the root, it hid the jail's own mounts: the
 			// set-up failed as pmjail's internal_error.
 			return nil, invalid("--ro-bind %q: the target is the jail's root: bind at a directory below it (SRC:/DIR)", b)
+		}
+		for _, o := range own {
+			if t := filepath.Clean(dst); o == t || strings.HasPrefix(o, t+"/") {
+				return nil, invalid("--ro-bind %q: the target would hide %s, which the jail binds itself (the program, its libraries and the devices): bind elsewhere", b, o)
+			}
 		}
 		if err := refuseUnreadable("--ro-bind", b, src); err != nil {
 			return nil, err

@@ -106,6 +106,9 @@ var libraryTops = []string{"/lib", "/lib32", "/lib64", "/libx32", "/usr"}
 // devices are the only device nodes in a job's /dev.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
 
+// Devices are the device nodes every job's root holds.
+func Devices() []string { return slices.Clone(devices) }
+
 // NewSpec describes the contained process and its minimal root for a
 // launch: the program and the libraries it loads, the launch's own binds,
 // four devices, a fresh /proc and a size-capped /tmp, all else absent. It
