@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/capread"
@@ -115,7 +118,51 @@ func Decode(r io.Reader) (*Request, error) {
 		// "limits.memory: …", as Validate says it, or "malformed job JSON: …"
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, strictjson.Headed(err, MalformedJSON))
 	}
+	if err := refuseNullEntries(data); err != nil {
+		return nil, err
+	}
 	return &req, nil
+}
+
+// nullMaps are the job's maps of strings, by their JSON pointer's tokens
+// before the key.
+var nullMaps = [][]string{{"env"}, {"labels"}, {"files"}, {"capabilities", "request", "auth"}}
+
+// refuseNullEntries refuses a null where a map of the job holds strings:
+// decoded, {"env": {"A": null}} set A to "" (present, empty), and a
+// files entry of null was an empty file, where a reader before pmjail
+// (and the OpenAPI schema) takes null for no string at all. Only a body
+// that holds "null" somewhere is walked; the input, whatever it holds,
+// is skipped.
+func refuseNullEntries(data []byte) error {
+	if !bytes.Contains(data, []byte("null")) {
+		return nil
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil // Decode took the body: nothing left to read
+		}
+		switch {
+		case tok.Kind() == '"' && dec.StackDepth() == 1 && tok.String() == "input":
+			if _, k := dec.StackIndex(1); k%2 == 1 { // a name, not a value
+				if err := dec.SkipValue(); err != nil {
+					return nil
+				}
+			}
+		case tok.Kind() == 'n':
+			at := slices.Collect(dec.StackPointer().Tokens())
+			if len(at) < 2 {
+				continue
+			}
+			for _, m := range nullMaps {
+				if len(at) == len(m)+1 && slices.Equal(at[:len(m)], m) {
+					return invalidAt(fmt.Sprintf("%s[%q]", strings.Join(m, "."), at[len(m)]), "want a string, got JSON null")
+				}
+			}
+		}
+	}
 }
 
 // Validate checks what can be checked without a profile or ceiling.

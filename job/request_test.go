@@ -231,6 +231,13 @@ func TestJobErrorNamesTheField(t *testing.T) {
 		{"{\"runtime\":\"deno\",\"source\":\"1\",\"input\":{\"a\":[\"\xff\"]}}", "input.a[0]"},
 		{"{\"runtime\":\"deno\",\"files\":{\"main.ts\":\"1\",\"\xff.ts\":\"2\"}}", "files"},
 		{"{\"runtime\":\"deno\",\"source\":\"1\",\"env\":{\"A\":\"\xed\xa0\x80\"}}", `env["A"]`},
+		// A null for a string of a map: it was the empty string (an env
+		// name set, an empty file), where a reader before pmjail, and the
+		// schema, take it for none.
+		{`{"runtime":"deno","source":"1","env":{"A":null}}`, `env["A"]`},
+		{`{"runtime":"deno","source":"1","labels":{"team":null}}`, `labels["team"]`},
+		{`{"runtime":"deno","files":{"main.ts":"1","lib/u.ts":null}}`, `files["lib/u.ts"]`},
+		{`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"auth":{"https://a.example":null}}}}`, `capabilities.request.auth["https://a.example"]`},
 		{`[1]`, ""},
 		{`{"runtime": "deno",`, ""},
 		{`{bad`, ""},
@@ -313,6 +320,21 @@ func TestValidateTypeCheck(t *testing.T) {
 	for _, rt := range []string{"deno", "typescript", "ts"} {
 		if err := (&Request{Runtime: rt, Source: "1", TypeCheck: true}).Validate(); err != nil {
 			t.Errorf("%s typecheck: %v", rt, err)
+		}
+	}
+}
+
+// A null elsewhere is as before: the job's own fields left out, and
+// anything in the input, which is the guest's, maps of it included.
+func TestDecodeNullsOutsideTheMaps(t *testing.T) {
+	for _, body := range []string{
+		`{"runtime":"deno","source":"null","env":null,"labels":null,"mode":null,"capabilities":null}`,
+		`{"runtime":"deno","source":"1","input":{"env":{"A":null},"files":{"x":null}}}`,
+		`{"input":{"labels":{"a":null}},"runtime":"deno","source":"1"}`,
+		`{"runtime":"deno","source":"1","input":[null,{"input":null}],"env":{"A":"null"}}`,
+	} {
+		if _, err := Decode(strings.NewReader(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
 		}
 	}
 }
