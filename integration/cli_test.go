@@ -180,3 +180,25 @@ func TestCLI_PrivilegesNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An empty path is refused naming its flag, not read as the default (a
+// daemon on the built-in config, for `--config "$CFG"` with CFG unset)
+// nor dialled ("dial unix: missing address"); a flag submit would ignore
+// is refused too.
+func TestCLI_EmptyPathsAndIgnoredFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--check-config", "--config", ""}, 1, "pmjail: --config: empty path (leave the flag out for the default)\n"},
+		{[]string{"runs", "get", "--socket", "", "0123456789abcdef"}, 125, "pmjail: runs: --socket: empty path (leave the flag out for /run/pmjail/pmjail.sock)\n"},
+		{[]string{"submit", "--socket", "", "--runtime", "deno", "-"}, 125, "pmjail: submit: --socket: empty path (leave the flag out for /run/pmjail/pmjail.sock)\n"},
+		{[]string{"submit", "--tenant", "ci", "--runtime", "deno", "-"}, 125, "pmjail: submit: --tenant: only with --nats\n"},
+	} {
+		inv := pmjailCmd(t, "console.log(1)", c.args...)
+		if inv.ExitCode != c.code || inv.Stderr != c.want {
+			t.Errorf("pmjail %q: exit %d stderr %q, want %d %q", c.args, inv.ExitCode, inv.Stderr, c.code, c.want)
+		}
+	}
+}

@@ -51,6 +51,10 @@ func cmdRuns(args []string) int {
 	if len(pos) != 1 {
 		return commandFailure(fs, runsSynopsis, errors.New("name one run id"))
 	}
+	if *sock == "" {
+		// Else "dial unix: missing address", naming no flag.
+		return commandFailure(fs, runsSynopsis, fmt.Errorf("--socket: empty path (leave the flag out for %s)", client.DefaultSocketPath))
+	}
 	id := pos[0]
 	// Interrupting stops the waiting, not the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
