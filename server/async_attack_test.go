@@ -321,22 +321,9 @@ func TestAsyncIdempotencyKeyPrintable(t *testing.T) {
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
 	body := `{"runtime": "deno", "source": "1"}`
 	for _, key := range []string{"k\xff\xfe", "\xc3\xa9t\xc3\xa9"} {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: pmjail\r\nPrefer: respond-async\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb api.ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		c.Close()
-		if resp.StatusCode != http.StatusBadRequest || eb.Error.Field != api.IdempotencyKey {
-			t.Errorf("Idempotency-Key %q: %d %+v, want 400 naming the header", key, resp.StatusCode, eb)
+		status, eb := rawExchange(t, sock, fmt.Sprintf("POST /v1/runs HTTP/1.1\r\nHost: pmjail\r\nPrefer: respond-async\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body))
+		if status != http.StatusBadRequest || eb.Error.Field != api.IdempotencyKey {
+			t.Errorf("Idempotency-Key %q: %d %+v, want 400 naming the header", key, status, eb)
 		}
 	}
 	// A printable key, spaces and all, is taken.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -77,44 +78,18 @@ func TestBadInputNamesTheField(t *testing.T) {
 	// A body that stalls is cut, and the answer says so: it said "read
 	// job: read unix /path/of/the.sock->@: i/o timeout".
 	for path, head := range map[string]string{"/v1/runs": "read job: the body stalled: 10 bytes came in ", "/v1/batches": "read batch: the body stalled: 10 bytes came in "} {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: pmjail\r\nContent-Length: 100\r\n\r\n{\"jobs\": [", path); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb api.ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		c.Close()
-		if resp.StatusCode != http.StatusBadRequest || eb.Error.Code != "invalid_job" || !strings.HasPrefix(eb.Error.Message, head) ||
+		status, eb := rawExchange(t, sock, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: pmjail\r\nContent-Length: 100\r\n\r\n{\"jobs\": [", path))
+		if status != http.StatusBadRequest || eb.Error.Code != "invalid_job" || !strings.HasPrefix(eb.Error.Message, head) ||
 			!strings.HasSuffix(eb.Error.Message, "and a body must come at 256 KiB/s or faster after its first 1s (30s at most)") {
-			t.Errorf("%s, a stalled body: %d %+v, want 400 saying it stalled", path, resp.StatusCode, eb.Error)
+			t.Errorf("%s, a stalled body: %d %+v, want 400 saying it stalled", path, status, eb.Error)
 		}
 	}
 	// A run id that is no id is not found, and not written back: the 404
 	// said the whole path segment (a NUL, or a megabyte of it).
 	for _, id := range []string{strings.Repeat("a", 100000), "%00%ff", "0000000000000000x", "ABCDEF0123456789"} {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fmt.Fprintf(c, "GET /v1/runs/%s HTTP/1.1\r\nHost: pmjail\r\n\r\n", id); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb api.ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		c.Close()
-		if resp.StatusCode != http.StatusNotFound || eb.Error.Code != "not_found" || len(eb.Error.Message) > 100 {
-			t.Errorf("GET /v1/runs/%.20s...: %d %.200q, want a short 404", id, resp.StatusCode, eb.Error.Message)
+		status, eb := rawExchange(t, sock, fmt.Sprintf("GET /v1/runs/%s HTTP/1.1\r\nHost: pmjail\r\n\r\n", id))
+		if status != http.StatusNotFound || eb.Error.Code != "not_found" || len(eb.Error.Message) > 100 {
+			t.Errorf("GET /v1/runs/%.20s...: %d %.200q, want a short 404", id, status, eb.Error.Message)
 		}
 	}
 	// Nothing of those ran or was stored.
@@ -127,4 +102,26 @@ func TestBadInputNamesTheField(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// rawExchange writes raw, a request as bytes, on a connection of its own to
+// sock and returns the answer's status and error body.
+func rawExchange(t *testing.T, sock, raw string) (int, api.ErrorBody) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb
 }
