@@ -18,22 +18,7 @@ import (
 // merge or refuse to send go as written.
 func rawPost(t *testing.T, sock, path, headers, body string) (int, api.ErrorBody) {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: pmjail\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, headers, len(body), body); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var eb api.ErrorBody
-	_ = json.NewDecoder(resp.Body).Decode(&eb)
-	return resp.StatusCode, eb
+	return rawExchange(t, sock, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: pmjail\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, headers, len(body), body))
 }
 
 // Bad input on the wire is a 400 naming what is at fault, before
