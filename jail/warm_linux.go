@@ -60,6 +60,13 @@ type WarmOptions struct {
 	// MaxTemplates bounds how many templates (runtime, profile and
 	// options) the pool keeps runtimes for (0: 8).
 	MaxTemplates int
+	// MaxTemplatesPerOwner bounds how many of them the runs of one owner
+	// (WarmJob.Owner, a tenant) may have brought in (0: a quarter of
+	// MaxTemplates, at least one): one tenant cycling through option sets
+	// would otherwise take every free template, leave other tenants' runs
+	// cold, and keep runtimes idle for each. Templates learnt without an
+	// owner (a daemon's prewarmed defaults) count for none.
+	MaxTemplatesPerOwner int
 	// Retry is how long a refill waits after a start failed before it
 	// tries again (0: warmRetry), doubled with each failure in a row up
 	// to warmRetryMax: a start that failed once (a runtime's files being
@@ -83,6 +90,9 @@ type WarmJob struct {
 	Key      string
 	Class    string
 	Template *Job
+	// Owner is whose run offers it (a tenant), empty for none: a template
+	// a run brings in counts against its owner's MaxTemplatesPerOwner.
+	Owner string
 }
 
 // Knows reports whether the pool keeps runtimes for the template of key.
@@ -95,6 +105,8 @@ func (w *Warm) Knows(key string) bool {
 type warmTemplate struct {
 	class string
 	job   *Job
+	// owner is whose run brought it in (WarmJob.Owner).
+	owner string
 	// used is when a run last asked for it: one no run asked for in
 	// MaxAge is forgotten with its runtimes (recycle).
 	used time.Time
@@ -124,6 +136,9 @@ type warmRuntime struct {
 func NewWarm(sizes map[string]int, opt WarmOptions) *Warm {
 	if opt.MaxTemplates <= 0 {
 		opt.MaxTemplates = 8
+	}
+	if opt.MaxTemplatesPerOwner <= 0 {
+		opt.MaxTemplatesPerOwner = max(1, opt.MaxTemplates/4)
 	}
 	if opt.Retry <= 0 {
 		opt.Retry = warmRetry
@@ -182,10 +197,12 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 		reason = fmt.Sprintf("no warm runtimes are kept for %s", wj.Class)
 	case w.tmpls[wj.Key] == nil && len(w.tmpls) >= w.opt.MaxTemplates:
 		reason = fmt.Sprintf("warm runtimes are kept for %d profiles and option sets, and this run's is none of them", w.opt.MaxTemplates)
+	case w.tmpls[wj.Key] == nil && wj.Owner != "" && w.ownedBy(wj.Owner) >= w.opt.MaxTemplatesPerOwner:
+		reason = fmt.Sprintf("warm runtimes are kept for %d option sets of %s's runs already, the most one tenant's may bring in", w.opt.MaxTemplatesPerOwner, wj.Owner)
 	case w.tmpls[wj.Key] == nil && wj.Template == nil:
 		reason = "warm runtimes for its profile and options were recycled as it came: they start with the next run"
 	case w.tmpls[wj.Key] == nil:
-		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
+		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, owner: wj.Owner, used: time.Now()}
 		reason = "the first run of its profile and options: warm runtimes for it start now"
 	default:
 		w.tmpls[wj.Key].used = time.Now()
@@ -210,6 +227,17 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	w.mu.Unlock()
 	w.discardAll(dead)
 	return got, reason
+}
+
+// ownedBy counts the templates owner's runs brought in (w.mu held).
+func (w *Warm) ownedBy(owner string) int {
+	n := 0
+	for _, t := range w.tmpls {
+		if t.owner == owner {
+			n++
+		}
+	}
+	return n
 }
 
 // putBack returns r, taken for a job it could not serve and untouched,

@@ -70,6 +70,9 @@ type Options struct {
 	// ID is the run's id when its caller gave it out before the run
 	// (an async run's); empty, Run makes one.
 	ID string
+	// Owner is whose run it is (the daemon's tenant): a warm template the
+	// run brings in counts against it (jail.WarmOptions.MaxTemplatesPerOwner).
+	Owner string
 	// Answer, when set, takes the result as soon as it is complete, which
 	// a warm run's is before its jail's teardown (jail.Job.Answer). Run
 	// still returns only once the jail is gone, with the same result,

@@ -88,7 +88,7 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 	// The pool read the runtime's ready frame before it kept it idle.
 	cfg.ReadySeen = true
 	job.Warm = rn.Warm
-	job.WarmJob = &jail.WarmJob{Key: key, Class: string(r.Runtime), Template: tmpl}
+	job.WarmJob = &jail.WarmJob{Key: key, Class: string(r.Runtime), Template: tmpl, Owner: a.opt.Owner}
 	job.WarmChannel = func(ctx context.Context, conn net.Conn) error {
 		b.out = ipc.Serve(ctx, conn, cfg)
 		return b.out.ProtocolError

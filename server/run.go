@@ -208,6 +208,7 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 	if start != nil {
 		opt = start()
 	}
+	opt.Owner = tn.name
 	// The result goes to the caller as soon as it is complete, which a
 	// warm run's is before its jail's teardown (job.Options.Answer); the
 	// slot stays taken until the teardown has ended, and the daemon's
