@@ -30,15 +30,7 @@ func TestAsyncEndedRunNotHeldByFollowers(t *testing.T) {
 	ctx := context.Background()
 	// One slot, taken: the runs below wait queued, and their followers
 	// attach while they are live, deterministically.
-	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clienttest.Started(ctx, ts.c, blocker.ID):
-	case <-time.After(60 * time.Second):
-		t.Fatal("the blocking run never started")
-	}
+	blocker := takeTheSlot(ctx, t, ts)
 	const n = 4
 	const bound = 24 << 20
 	base := heap()
@@ -118,15 +110,7 @@ func TestAsyncFollowerOfRunOverTheCap(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q, "max_bytes": "4K"}}`, store), sock)
 	ctx := context.Background()
-	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clienttest.Started(ctx, ts.c, blocker.ID):
-	case <-time.After(60 * time.Second):
-		t.Fatal("the blocking run never started")
-	}
+	blocker := takeTheSlot(ctx, t, ts)
 	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("x".repeat(10000))`}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -344,15 +328,7 @@ func TestAsyncQueuedRunMeetsTheReloadedCeiling(t *testing.T) {
 	cfgJSON := `{"version": 1, "max_concurrency": 1, "max_queue": 4, "others_max_queue": 4, "ceiling": {"limits": {"memory": %q}}, "runs": {"dir": %q}}`
 	ts := startServerAt(t, fmt.Sprintf(cfgJSON, "512M", store), sock)
 	ctx := context.Background()
-	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clienttest.Started(ctx, ts.c, blocker.ID):
-	case <-time.After(60 * time.Second):
-		t.Fatal("the blocking run never started")
-	}
+	blocker := takeTheSlot(ctx, t, ts)
 	m, err := api.ParseSize("384M")
 	if err != nil {
 		t.Fatal(err)
@@ -383,15 +359,7 @@ func TestAsyncQueuedRunMeetsTheReloadedCeiling(t *testing.T) {
 
 	// A reload that leaves the run's tenant out (here: others, refused
 	// once a tenant is configured) ends it unrun too.
-	blocker, err = ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clienttest.Started(ctx, ts.c, blocker.ID):
-	case <-time.After(60 * time.Second):
-		t.Fatal("the blocking run never started")
-	}
+	blocker = takeTheSlot(ctx, t, ts)
 	if queued, err = ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("ran")`}, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -437,4 +405,21 @@ func TestAsyncKeyedAgainTellsRunning(t *testing.T) {
 	if _, err := ts.c.CancelRun(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// takeTheSlot submits an async run that spins until cancelled and waits
+// until it has started: on a daemon of one slot, the runs submitted next
+// wait queued.
+func takeTheSlot(ctx context.Context, t *testing.T, ts *testServer) *api.Run {
+	t.Helper()
+	blocker, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clienttest.Started(ctx, ts.c, blocker.ID):
+	case <-time.After(60 * time.Second):
+		t.Fatal("the blocking run never started")
+	}
+	return blocker
 }
