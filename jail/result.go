@@ -1,6 +1,10 @@
 package jail
 
-import "github.com/pmjail/pmjail/api"
+import (
+	"errors"
+
+	"github.com/pmjail/pmjail/api"
+)
 
 // Status says how a run ended: the socket contract's api.Status, which the
 // engine builds as it is.
@@ -19,6 +23,11 @@ const (
 	StatusInternalError = api.StatusInternalError
 	StatusCancelled     = api.StatusCancelled
 )
+
+// ErrInitEnded is an Outcome's error when the jail's pid 1 ended without
+// saying how the runtime did (status internal_error): something outside
+// the run killed it, or it failed itself.
+var ErrInitEnded = errors.New("the init stage ended without reporting the runtime's exit")
 
 // Statuses returns every status, for whoever lists them all (the daemon's
 // metrics show each from the start).

@@ -877,6 +877,9 @@ func (s *supervision) takeOutput(o *outputs) {
 func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 	s.takeOutput(o)
 	out := s.out
+	// lost is set when the init stage ended without its report of the
+	// runtime's end.
+	var lost error
 	if ps != nil {
 		out.CPU = ps.UserTime() + ps.SystemTime()
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
@@ -893,10 +896,13 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 					if rep.Signal != 0 {
 						out.Signal = unix.SignalName(syscall.Signal(rep.Signal))
 					}
+				} else {
+					lost = fmt.Errorf("%w (exit status %d)", ErrInitEnded, out.ExitCode)
 				}
 			case ws.Signaled():
 				out.Signal = unix.SignalName(ws.Signal())
 				out.ExitCode = 128 + int(ws.Signal())
+				lost = fmt.Errorf("%w (killed by %s)", ErrInitEnded, out.Signal)
 			}
 		}
 	} else if waitErr != nil {
@@ -909,6 +915,19 @@ func (s *supervision) finish(ps *os.ProcessState, waitErr error, o *outputs) {
 	if s.said != nil && out.Signal == "SIGKILL" {
 		// The supervisor's own kill, after the guest said how it exits.
 		out.ExitCode, out.Signal = *s.said, ""
+		lost = nil
+	}
+	if lost != nil {
+		// Not the guest's end: pid 1 cannot be signalled from its own
+		// namespace, and the supervisor kills it only with a reason
+		// (above). Something outside the run killed it (an operator, the
+		// kernel's OOM killer), or it failed itself; what the runtime
+		// did is unknown.
+		out.Status, out.Err = StatusInternalError, lost
+		out.ExitCode, _ = StatusInternalError.ExitCode()
+		out.Signal = ""
+		out.Message = lost.Error()
+		return
 	}
 	if out.Signal == "SIGXCPU" && s.cpuRlimitReached(out.CPU) {
 		out.Status = StatusCPULimit

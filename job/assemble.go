@@ -1,6 +1,7 @@
 package job
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -75,6 +76,16 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 	oom := haveCgroup && usage.OOMKills > 0
 	heapOOM := r.Request.Exec == nil && v8Aborted(out)
 	switch {
+	case (out.Status == jail.StatusOK || out.Status == jail.StatusError || errors.Is(out.Err, jail.ErrInitEnded)) && (oom || heapOOM):
+		// The job's memory ended it, whichever process the kernel's OOM
+		// killer chose (the jail's pid 1 among them).
+		setStatus(res, jail.StatusMemoryLimit)
+		res.LimitsHit = appendOnce(res.LimitsHit, "memory")
+		how := "the cgroup memory limit"
+		if !oom {
+			how = "the V8 heap cap"
+		}
+		res.Error = &jail.ErrorInfo{Code: "memory_limit", Message: fmt.Sprintf("memory limit of %v exceeded (%s)", r.Limits.Memory, how)}
 	case out.Status == jail.StatusInternalError && out.InitStage == jail.StageBindSource && r.Request.Exec != nil:
 		// An exec's --ro-bind path that is missing or not readable by
 		// others: the job's own bad input.
@@ -90,14 +101,6 @@ func (rn *Runner) assemble(res *jail.Result, r *Resolved, out *jail.Outcome, ses
 		// The session ends with the run's context, as it would on a
 		// protocol error; the cancellation is the reason.
 		res.Error = &jail.ErrorInfo{Code: string(jail.StatusCancelled), Message: out.Message}
-	case (out.Status == jail.StatusOK || out.Status == jail.StatusError) && (oom || heapOOM):
-		setStatus(res, jail.StatusMemoryLimit)
-		res.LimitsHit = appendOnce(res.LimitsHit, "memory")
-		how := "the cgroup memory limit"
-		if !oom {
-			how = "the V8 heap cap"
-		}
-		res.Error = &jail.ErrorInfo{Code: "memory_limit", Message: fmt.Sprintf("memory limit of %v exceeded (%s)", r.Limits.Memory, how)}
 	case session.ProtocolError != nil && out.Status != jail.StatusTimeout && out.Status != jail.StatusOutputLimit && out.Status != jail.StatusCPULimit:
 		// A limit's kill can cut a frame short: the limit ended the run.
 		setStatus(res, jail.StatusProtocolError)
