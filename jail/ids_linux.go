@@ -32,6 +32,10 @@ const (
 	idSlots = 1 << 14
 )
 
+// MaxJobs is how many jobs one host can run at once, across every
+// supervisor process: one id slot each.
+const MaxJobs = idSlots
+
 // LeaseDir holds one lease file per slot. It lies in a directory only root
 // can create (/run is root's), and is root's alone: no other local user
 // can take a slot, and so block runs, as one could bind the abstract

@@ -20,6 +20,7 @@ import (
 	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/strictjson"
 	"github.com/pmjail/pmjail/ipc"
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/posture"
@@ -369,6 +370,9 @@ func (c *Config) normalize() error {
 	}
 	if c.MaxConcurrency < 0 {
 		return fmt.Errorf("max_concurrency: %d is below 0", c.MaxConcurrency)
+	}
+	if c.MaxConcurrency > jail.MaxJobs {
+		return fmt.Errorf("max_concurrency: %d is over the %d runs a host can hold at once (one job id slot each)", c.MaxConcurrency, jail.MaxJobs)
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = runtime.NumCPU()

@@ -80,6 +80,9 @@ func TestConfigRefusals(t *testing.T) {
 		{`{}`, "version: 0"},
 		{`{"version": 1, "socket": {"mode": "rw"}}`, "socket.mode"},
 		{`{"version": 1, "max_queue": -2}`, "max_queue"},
+		{`{"version": 1, "max_concurrency": -1}`, "max_concurrency: -1"},
+		// More than the host's job id slots: every run past them failed.
+		{`{"version": 1, "max_concurrency": 1000000}`, "max_concurrency: 1000000 is over"},
 		{`{"version": 1, "prestart": -2}`, "prestart: -2"},
 		{`{"version": 1, "prestart": 65}`, "prestart: 65"},
 		{`{"version": 1, "warm": {"ruby": 1}}`, "warm.ruby: not a runtime"},
