@@ -115,14 +115,14 @@ func TestDaemonWarm(t *testing.T) {
 		// then reports what it found of the first's.
 		probe := `
 const seen = {
-  file: (() => { try { Deno.readTextFileSync("/tmp/mark"); return true } catch { return false } })(),
+  file: (() => { try { Deno.readTextFileSync(Deno.env.get("TMPDIR") + "/mark"); return true } catch { return false } })(),
   global: typeof globalThis.__mark !== "undefined",
   storage: (() => { try { return localStorage.getItem("mark") !== null } catch { return false } })(),
   module: (await import("data:text/javascript,globalThis.__count=(globalThis.__count??0)+1;export default globalThis.__count")).default,
 };
 globalThis.__mark = 1;
 try { localStorage.setItem("mark", "1") } catch {}
-try { Deno.writeTextFileSync("/tmp/mark", "1") } catch {}
+Deno.writeTextFileSync(Deno.env.get("TMPDIR") + "/mark", "1");
 const rand = [Math.random(), Math.random(), Math.random()];
 const bytes = Array.from(crypto.getRandomValues(new Uint8Array(16)));
 export default () => ({ seen, rand, bytes, uuid: crypto.randomUUID() });

@@ -66,7 +66,7 @@ func TestSecurityFilesystem_JSRun(t *testing.T) {
 	rep := parseJSReport(t, r)
 	for _, p := range []string{"read_passwd", "read_hostname", "read_root", "read_repo", "read_proc1_root",
 		"list_proc_self_root_up", "read_traversal", "list_root", "write_root", "write_tmp", "symlink_tmp",
-		"read_via_symlink", "fetch_local", "connect_tcp", "connect_abstract", "command", "env_get", "env_all",
+		"read_via_symlink", "symlink_scratch", "write_deno_dir", "fetch_local", "connect_tcp", "connect_abstract", "command", "env_get", "env_all",
 		"proc_pids", "uid", "kill_host", "ffi", "net_ifaces"} {
 		wantJSFail(t, rep, p, "NotCapable", "TypeError")
 	}

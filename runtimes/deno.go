@@ -127,7 +127,10 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		files = append(files, File{Path: checkEntry, Data: checkSource(main), Mode: 0o444})
 		entry = checkEntry
 	}
-	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir}, false, entry, main)
+	args := denoArgs(guest.MemoryBytes, nil, []string{GuestDir, JobDir, ScratchDir}, false, entry, main)
+	// The guest may write its scratch directory, on its own /tmp, and
+	// nothing else but the channel.
+	args[slices.Index(args, "--allow-write="+ChannelOut)] += "," + ScratchDir
 	if guest.TypeCheck {
 		// --quiet: no "Check <entry>" line, which names pmjail's file, in
 		// the guest's stderr; type errors are still reported.
@@ -138,10 +141,12 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	// those (not DENO_DIR and the rest of the runtime's own), and
 	// NODE_ENV, which npm packages read as they load: a package that reads
 	// it without the grant cannot be imported at all, and it holds nothing
-	// but what the job set (api.EnvProgramOnly), unset otherwise. Flags go
+	// but what the job set (api.EnvProgramOnly), unset otherwise; and
+	// TMPDIR, the scratch directory's path (node:os's tmpdir reads it,
+	// which a job may not set). Flags go
 	// before the module; after it they are its arguments.
 	readable := slices.Sorted(maps.Keys(guest.Env))
-	for _, name := range api.EnvProgramOnly {
+	for _, name := range append([]string{"TMPDIR"}, api.EnvProgramOnly...) {
 		if !slices.Contains(readable, name) {
 			readable = append(readable, name)
 		}
@@ -151,7 +156,7 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		Program: in.DenoPath,
 		Target:  DenoTarget,
 		Args:    args,
-		Env:     Environ(denoEnv(), guest.Env),
+		Env:     Environ(append(denoEnv(), "TMPDIR="+ScratchDir), guest.Env),
 		Dir:     JobDir,
 		Files:   files,
 		Copies:  copies,

@@ -25,7 +25,7 @@ func TestLaunchWithPackages(t *testing.T) {
 	if !slices.Contains(plain.Args, "--no-npm") || slices.Contains(l.Args, "--no-npm") {
 		t.Errorf("--no-npm: plain %v, with packages %v", plain.Args, l.Args)
 	}
-	if !slices.Contains(l.Args, "--cached-only") || !slices.Contains(l.Args, "--allow-read="+GuestDir+","+JobDir+","+PackagesDir) {
+	if !slices.Contains(l.Args, "--cached-only") || !slices.Contains(l.Args, "--allow-read="+GuestDir+","+JobDir+","+ScratchDir+","+PackagesDir) {
 		t.Errorf("args %v", l.Args)
 	}
 	if !slices.Contains(l.Env, "DENO_DIR="+PackagesDir) || len(l.Copies) != 0 {

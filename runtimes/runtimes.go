@@ -155,6 +155,7 @@ const (
 	JobDir     = layout.JobDir
 	RuntimeDir = layout.RuntimeDir
 	TmpDir     = layout.TmpDir
+	ScratchDir = layout.ScratchDir
 	// DenoTarget is where Deno is bound, and what the jail execs.
 	DenoTarget = RuntimeDir + "/deno"
 

@@ -20,6 +20,9 @@ await probe("write_root", () => Deno.writeTextFileSync("/pmjail-probe", "x"));
 await probe("write_tmp", () => Deno.writeTextFileSync("/tmp/pmjail-probe", "x"));
 await probe("symlink_tmp", () => Deno.symlinkSync("/", "/tmp/rootlink"));
 await probe("read_via_symlink", () => Deno.readTextFileSync("/tmp/rootlink/etc/passwd").length);
+// The scratch directory is writable: a link there must not widen reads.
+await probe("symlink_scratch", () => Deno.symlinkSync("/", Deno.env.get("TMPDIR") + "/rootlink"));
+await probe("write_deno_dir", () => Deno.writeTextFileSync("/tmp/.deno/pmjail-probe", "x"));
 await probe("dynamic_import_passwd", async () => (await import("/etc/passwd", { with: { type: "text" } })).default.length);
 await probe("fetch_local", async () => (await fetch(`http://127.0.0.1:${port}/`)).status);
 await probe("connect_tcp", async () => { const c = await Deno.connect({ hostname: "127.0.0.1", port }); c.close(); });

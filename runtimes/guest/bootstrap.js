@@ -11,6 +11,9 @@ import { brokerWorkers, Channel, makeHost } from "./channel.js";
 const jobPath = Deno.args[0];
 const mainURL = new URL(jobPath, "file:///").href;
 asScript();
+// The guest's scratch directory (TMPDIR), on its run's own /tmp: the one
+// place it may write files.
+Deno.mkdirSync(Deno.env.get("TMPDIR"), { mode: 0o700 });
 
 // processRejections is Deno's own step that dispatches the
 // unhandledrejection events due (taken before any guest code can replace

@@ -21,6 +21,10 @@ const (
 	JobDir     = "/job"     // the job's own files
 	RuntimeDir = "/runtime" // runtime binaries and assets
 	TmpDir     = "/tmp"     // the only writable place
+	// ScratchDir is a JavaScript guest's own writable directory on the
+	// run's /tmp (its TMPDIR): the rest of /tmp holds the runtime's
+	// DENO_DIR.
+	ScratchDir = TmpDir + "/scratch"
 
 	// The guest channel's FIFOs (see ipc/PROTOCOL.md), made by the jail's
 	// init stage: the guest reads ChannelIn and writes ChannelOut.
