@@ -36,7 +36,10 @@ async function installBootstrap(py) {
   const source = await Deno.readTextFile(`${here}bootstrap.py`);
   const ns = py.globals.get("dict")();
   ns.set("source", source);
-  ns.set("filename", `${here}bootstrap.py`);
+  // Named by its path in the jail, where it runs: the snapshot is made on
+  // the host, and its code objects keep the name (a fatal error's stack
+  // printed the host's state directory to the guest).
+  ns.set("filename", "/pmjail/bootstrap.py");
   py.runPython(`
 import sys, types
 boot = types.ModuleType("_pmjail_boot")
@@ -89,6 +92,12 @@ function fromSnapshot(path) {
     },
   };
 }
+
+// Emscripten's getuid asks Node's process.getuid(), which Deno grants
+// only with --allow-sys=uid: without it os.getuid() aborted the whole
+// interpreter with a JavaScript error no Python code could catch. It is
+// 0, as Emscripten says off Node and as its getgid always says.
+globalThis.process.getuid = () => 0;
 
 async function load(extra) {
   const { loadPyodide } = await import(`${assetsDir}/pyodide.mjs`);
