@@ -16,8 +16,9 @@ LDFLAGS := -s -w
 # gcc and libc6-dev: cgo (libseccomp) and the tests' C programs;
 # strace: profiles/trace-syscalls.sh, which derives the seccomp policies;
 # libfakeroot: a library only /etc/ld.so.conf.d's directories hold, which
-# the root's library tests load through a jail.
-DEB     := gcc libc6-dev libseccomp-dev pkg-config strace libfakeroot
+# the root's library tests load through a jail; tzdata: the time zones
+# Python runs read (the guide's zoneinfo example).
+DEB     := gcc libc6-dev libseccomp-dev pkg-config strace libfakeroot tzdata
 # bubblewrap is the bench's comparison only: pmjail warms its caches in
 # its own jail, and neither `make run` nor `make test` needs it.
 BENCH_DEB := bubblewrap time

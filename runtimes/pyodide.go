@@ -19,8 +19,8 @@ const (
 	snapshotTarget = RuntimeDir + "/pyodide.snapshot"
 	pyodideLoader  = GuestDir + "/loader.mjs"
 	pythonMain     = JobDir + "/main.py"
-	// pythonJob lists, as JSON, the job's other files (the loader cannot
-	// list a directory: the policy refuses getdents64) and its env, which
+	// pythonJob lists, as JSON, the job's other files (the loader copies
+	// what it names, and lists no directory) and its env, which
 	// the loader gives Python's os.environ (it reads no variable itself).
 	pythonJob = GuestDir + "/job.json"
 )

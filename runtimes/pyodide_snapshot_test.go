@@ -167,7 +167,12 @@ func TestPythonLaunchShape(t *testing.T) {
 		if heap != c.heap {
 			t.Errorf("memory %d: heap flag %q, want %q", c.mem, heap, c.heap)
 		}
-		if !slices.Contains(l.Args, "--allow-read="+GuestDir+","+JobDir+","+pyodideTarget) {
+		scope := "--allow-read=" + GuestDir + "," + JobDir + "," + pyodideTarget
+		if hasZoneinfo() {
+			// The host's time zones, bound read-only for zoneinfo.
+			scope += "," + zoneinfoDir
+		}
+		if !slices.Contains(l.Args, scope) {
 			t.Errorf("read scope: %v", l.Args)
 		}
 		if l.Program != in.DenoPath || l.Target != DenoTarget || l.Args[0] != DenoTarget {

@@ -63,6 +63,16 @@ func pythonReadable(snapshot bool) []string {
 	return r
 }
 
+// zoneinfoDir is the host's time zone database, which Python's zoneinfo
+// finds at its default TZPATH.
+const zoneinfoDir = "/usr/share/zoneinfo"
+
+// hasZoneinfo reports whether the host has a time zone database to bind.
+func hasZoneinfo() bool {
+	fi, err := os.Stat(zoneinfoDir)
+	return err == nil && fi.IsDir()
+}
+
 // pythonLaunch describes a Python run: Deno running the Pyodide loader, with
 // read access only to the guest files, the job, the Pyodide assets and the
 // memory snapshot. A run starts from the snapshot when a valid one exists
@@ -123,6 +133,11 @@ func (in *Install) pythonLaunch(guest Guest) (*Launch, error) {
 	args := pythonArgs(guest.MemoryBytes, snap != nil, "run", rest...)
 	if wheels {
 		widenRead(args, PackagesDir)
+	}
+	if hasZoneinfo() {
+		// The loader mounts it for zoneinfo (public data, read-only).
+		binds = append(binds, Bind{Source: zoneinfoDir, Target: zoneinfoDir})
+		widenRead(args, zoneinfoDir)
 	}
 	return withStdin(&Launch{
 		Program: in.DenoPath,

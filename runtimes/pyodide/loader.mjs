@@ -158,6 +158,14 @@ py.setStdin({ read: (buf) => Deno.stdin.readSync(buf) ?? 0, isatty: false });
 // sys.path. Nothing is fetched; micropip stays refused below.
 if (packagesDir) installPackages(py, packagesDir);
 
+// The host's time zone database, bound read-only where it has one, at
+// Python's default TZPATH: zoneinfo reads a zone's file as it is asked
+// for (Pyodide's assets have no tzdata package). Pyodide's node file
+// system takes an error without an errno (Deno's refusal of a write or
+// of a path it may not read) as fatal to the whole interpreter: it is
+// EACCES instead, a PermissionError Python code can catch.
+mountZoneinfo(py, "/usr/share/zoneinfo");
+
 // Package installation needs a network and a writable site-packages, and
 // pmjail gives neither: refuse it at once with a clear reason instead of
 // failing somewhere inside a fetch.
@@ -312,6 +320,29 @@ function coarsenTime() {
   const now = performance.now.bind(performance);
   Object.defineProperty(performance, "now", { value: () => Math.floor(now()), configurable: false });
   delete globalThis.SharedArrayBuffer;
+}
+
+// mountZoneinfo mounts dir, read through Deno's permissions, at the same
+// path in Pyodide's file system, when the root holds it.
+function mountZoneinfo(py, dir) {
+  try {
+    if (!Deno.statSync(dir).isDirectory) return;
+  } catch {
+    return;
+  }
+  const { FS } = py;
+  const nodefs = FS.filesystems.NODEFS;
+  const attempt = nodefs.tryFSOperation;
+  nodefs.tryFSOperation = (f) => {
+    try {
+      return attempt(f);
+    } catch (e) {
+      if (e instanceof Deno.errors.NotCapable) throw new FS.ErrnoError(2 /* EACCES */);
+      throw e;
+    }
+  };
+  FS.mkdirTree(dir);
+  FS.mount(nodefs, { root: dir }, dir);
 }
 
 // installPackages copies the tree at dir into Pyodide's file system at the
