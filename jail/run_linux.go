@@ -514,11 +514,13 @@ func (s *supervision) supervise(ctx context.Context, cancel context.CancelFunc, 
 func (s *supervision) enforce(ctx context.Context, waited <-chan exit) (exit, bool) {
 	job := s.job
 	var cpuTick <-chan time.Time
+	var check *time.Timer
 	cg := s.cg()
+	rate := cpuRate()
 	if cg != nil && job.CPUTime > 0 {
-		t := time.NewTicker(25 * time.Millisecond)
-		defer t.Stop()
-		cpuTick = t.C
+		check = time.NewTimer(untilCPULimit(job.CPUTime, rate))
+		defer check.Stop()
+		cpuTick = check.C
 	}
 	// Each stop happens once: a done context or a passed limit stays that
 	// way, and its case is switched off (a nil channel) after it fires.
@@ -542,13 +544,61 @@ func (s *supervision) enforce(ctx context.Context, waited <-chan exit) (exit, bo
 			done = nil
 			s.stop(cancelled(ctx))
 		case <-cpuTick:
-			if used, err := cg.CPUTime(); err == nil && used-s.cpuBase >= job.CPUTime {
+			used, err := cg.CPUTime()
+			switch {
+			case err == nil && used-s.cpuBase >= job.CPUTime:
 				cpuTick = nil
 				s.stop(s.cpuLimit())
+			case err == nil:
+				check.Reset(untilCPULimit(job.CPUTime-(used-s.cpuBase), rate))
+			default:
+				check.Reset(minCPUCheck)
 			}
 		}
 	}
 }
+
+// minCPUCheck is the shortest wait between two reads of a job's CPU time:
+// how far past its limit a job may run, at its CPU rate.
+const minCPUCheck = 25 * time.Millisecond
+
+// untilCPULimit is how long a job with left of its CPU time can run
+// before it may have used it, at rate CPUs: no read of its CPU time is
+// needed before (a hello never needs one), and at least minCPUCheck. A
+// rate of 0 (unknown) reads it every minCPUCheck.
+func untilCPULimit(left time.Duration, rate float64) time.Duration {
+	if rate <= 0 {
+		return minCPUCheck
+	}
+	return max(time.Duration(float64(left)/rate), minCPUCheck)
+}
+
+// cpuRate is how many CPUs a job's tasks can use at once, at most: every
+// online CPU of the host. (Not its CPU quota, which a burst within one
+// period exceeds, nor this process's affinity, which a guest's
+// sched_setaffinity may widen within its cgroup's CPU set.) 0 if unknown.
+var cpuRate = sync.OnceValue(func() float64 {
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for part := range strings.SplitSeq(strings.TrimSpace(string(data)), ",") {
+		lo, hi, ranged := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0
+		}
+		b := a
+		if ranged {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0
+			}
+		}
+		n += b - a + 1
+	}
+	return float64(n)
+})
 
 // cpuLimit is why a run that used its CPU time stops.
 func (s *supervision) cpuLimit() killReason {
