@@ -788,6 +788,11 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id 
 	}
 	offset := 0
 	if l := s.async.liveOf(owner, id); l != nil {
+		// The request's context ends with the client, and with every run
+		// at a shutdown's end of grace: that cancels this run too, whose
+		// end comes next, and the stream's last line is always the
+		// result. Shutdown waits for this stream a bounded while.
+		gone := r.Context().Done()
 		for {
 			b, ended, stored, changed := l.since(offset)
 			if stored {
@@ -802,8 +807,11 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, owner, id 
 			}
 			select {
 			case <-changed:
-			case <-r.Context().Done():
-				return
+			case <-gone:
+				if !errors.Is(context.Cause(r.Context()), errShutdown) {
+					return
+				}
+				gone = nil
 			}
 		}
 	}

@@ -433,6 +433,55 @@ func TestAsyncShutdown(t *testing.T) {
 	}
 }
 
+// A shutdown whose grace period ends with an async run still running
+// cancels it; a client following its events, as
+// `pmjail runs events` does, still gets the stream's last line, the
+// cancelled result, rather than a stream cut before it: the follower
+// was cut by the same cancellation as the run, before the run's end was
+// written.
+func TestAsyncShutdownFollowerGetsResult(t *testing.T) {
+	sock, store := asyncDirs(t)
+	cfg := fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q}}`, store)
+	ts := startServerAt(t, cfg, sock)
+	ctx := context.Background()
+	running, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("started"); for (;;) {}`, Limits: api.Limits{Timeout: api.Duration(time.Minute)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	type followed struct {
+		res *api.Result
+		err error
+	}
+	ended := make(chan followed, 1)
+	go func() {
+		var once bool
+		res, err := ts.c.RunEvents(ctx, running.ID, func(ev api.Event) {
+			if ev.Type == api.EventStdout && !once {
+				once = true
+				close(started)
+			}
+		})
+		ended <- followed{res, err}
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run never started")
+	}
+	if err := ts.Shutdown(200 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-ended:
+		if f.err != nil || f.res == nil || f.res.Status != api.StatusCancelled {
+			t.Errorf("the follower of a run the shutdown cancelled: %+v %v, want its cancelled result", f.res, f.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follower's stream outlived the shutdown by 30s")
+	}
+}
+
 // A batch larger than its tenant's rate lets start at once can never be
 // admitted (it is admitted whole): refused at once, naming jobs.
 func TestAsyncBatchOverRate(t *testing.T) {
