@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Prepared is what Prepare built or found.
@@ -44,12 +45,13 @@ func (in *Install) Prepare(ctx context.Context) (*Prepared, error) {
 
 // Prune removes what other keys left in the state directory (older guest
 // files, loaders, snapshots or versions) and returns it: warm caches other
-// than those p holds and Pyodide snapshots other than p's, each 31 MB.
+// than those p holds and Pyodide snapshots other than p's, each 31 MB, and
+// the work directories of builds killed mid-way (PruneBuilds).
 // `pmjail prepare` calls it, runs never do, so two builds sharing a runtime
 // directory do not undo each other mid-run (the other rebuilds on its next
 // prepare or first Python run). What p lacks is left alone.
 func (in *Install) Prune(p *Prepared) []string {
-	var removed []string
+	removed := in.PruneBuilds(time.Now())
 	if p.DenoCache != nil {
 		removed = append(removed, in.pruneCaches(pyodideCachePrefix, filepath.Base(p.DenoCache.Dir))...)
 	}

@@ -125,6 +125,11 @@ func Main(args []string, version string) int {
 	for _, old := range rootfs.PruneLinks(opt.Install.StateDir) {
 		logger.Info("removed stale library links", "dir", old)
 	}
+	// Work directories of builds a killed daemon or prepare left; the
+	// build started above makes a fresh one, too young to be taken.
+	for _, old := range opt.Install.PruneBuilds(time.Now()) {
+		logger.Info("removed the work directory of a killed build", "dir", old)
+	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
 	if err != nil {
 		ln.Close()

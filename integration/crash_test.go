@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildDirs lists the work directories of runtime builds (the Pyodide
+// snapshot's, the Deno caches') in the state directory state.
+func buildDirs(state string) []string {
+	var dirs []string
+	for _, pattern := range []string{".snapshot-build-*", ".deno-cache-build-*"} {
+		m, _ := filepath.Glob(filepath.Join(state, pattern))
+		dirs = append(dirs, m...)
+	}
+	return dirs
+}
+
+// killMidBuild starts `pmjail prepare` on its state directory, SIGKILLs
+// it once a build's work directory appears that is not in known, and
+// returns that directory. What the kill varies is the build's progress;
+// the wait is on the directory's appearing, looked for every 2 ms.
+func killMidBuild(t *testing.T, known []string) string {
+	t.Helper()
+	cmd, out := startPmjail(t, "prepare")
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		for _, d := range buildDirs(os.Getenv("PMJAIL_STATE_DIR")) {
+			if !slices.Contains(known, d) {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				_ = cmd.Wait()
+				if _, err := os.Stat(d); err != nil {
+					t.Fatalf("the build's directory %s went with its SIGKILLed builder: nothing to sweep (%v)", d, err)
+				}
+				return d
+			}
+		}
+		if cmd.ProcessState != nil || procState(cmd.Process.Pid) == "Z" {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	t.Fatalf("pmjail prepare made no build directory besides %v: %s", known, out)
+	return ""
+}
+
+// TestPrepareKilledBuildSwept: `pmjail prepare` (or a daemon's start)
+// SIGKILLed while it builds the runtimes' caches leaves the build's work
+// directory in the state directory, a few MB each; the next prepare and
+// the next daemon start remove those older than any build lasts, and
+// leave a younger one, which may be another process's build under way.
+func TestPrepareKilledBuildSwept(t *testing.T) {
+	state := filepath.Join(daemonDir(t), "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PMJAIL_STATE_DIR", state)
+	before := snapshotHost(t)
+	first := killMidBuild(t, nil)
+	second := killMidBuild(t, []string{first})
+	old := time.Now().Add(-2 * time.Hour) // older than any build lasts
+	if err := os.Chtimes(first, old, old); err != nil {
+		t.Fatal(err)
+	}
+
+	inv := pmjailCmd(t, "", "prepare")
+	if inv.ExitCode != 0 {
+		t.Fatalf("prepare after the kills: exit %d %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	if _, err := os.Stat(first); err == nil || !strings.Contains(inv.Stdout, "removed stale "+first) {
+		t.Errorf("prepare left the killed build's %s (%v): %s", first, err, inv.Stdout)
+	}
+	if _, err := os.Stat(second); err != nil {
+		t.Errorf("prepare removed %s, a build directory too young to be known abandoned: %v", second, err)
+	}
+
+	if err := os.Chtimes(second, old, old); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 1, 1, "0660"))
+	if _, err := os.Stat(second); err == nil {
+		t.Errorf("the daemon's start left the killed build's %s", second)
+	}
+	if !strings.Contains(d.logs.String(), "removed the work directory of a killed build") {
+		t.Errorf("the daemon's start did not log its sweep:\n%s", d.logs)
+	}
+	d.stop(t)
+	if left := buildDirs(state); len(left) > 0 {
+		t.Errorf("build directories left: %v", left)
+	}
+	assertNothingLeft(t, before)
+}

@@ -1,0 +1,67 @@
+package runtimes
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// buildPrefixes start the names of the work directories that builds make
+// in the state directory (warmInJail's, EnsurePyodideSnapshot's). A build
+// removes its own when it ends; one whose process was killed mid-build (a
+// daemon or `pmjail prepare` SIGKILLed while it starts) cannot, and each
+// such directory keeps a few MB.
+var buildPrefixes = []string{".deno-cache-build-", ".snapshot-build-"}
+
+// abandonedBuildAge is how old a build's work directory must be before
+// PruneBuilds takes it for one a killed build left: each build is bounded
+// by its timeout (denoCacheBuildTimeout, snapshotBuildTimeout), and a
+// younger one may be another process's build under way.
+const abandonedBuildAge = time.Hour
+
+// PruneBuilds removes the work directories that builds killed before
+// their end left in the state directory, those abandonedBuildAge old
+// (modified before now less that), and returns them. `pmjail prepare`
+// (through Prune) and the daemon's start call it. Everything goes
+// through the state directory opened once, so a path swapped meanwhile
+// is never followed out of it.
+func (in *Install) PruneBuilds(now time.Time) []string {
+	root, err := os.OpenRoot(in.StateDir)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	dir, err := root.Open(".")
+	if err != nil {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, name := range names {
+		if !hasBuildPrefix(name) {
+			continue
+		}
+		st, err := root.Lstat(name)
+		if err != nil || !st.IsDir() || now.Sub(st.ModTime()) < abandonedBuildAge {
+			continue
+		}
+		if root.RemoveAll(name) == nil {
+			removed = append(removed, filepath.Join(in.StateDir, name))
+		}
+	}
+	return removed
+}
+
+func hasBuildPrefix(name string) bool {
+	for _, p := range buildPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
