@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,5 +98,35 @@ func TestPrepareKilledBuildSwept(t *testing.T) {
 	if left := buildDirs(state); len(left) > 0 {
 		t.Errorf("build directories left: %v", left)
 	}
+	assertNothingLeft(t, before)
+}
+
+// TestDaemonFailedStartLeavesNothing: a daemon whose start fails after
+// its server has begun to fill its pool and warm runtimes (here its async
+// store is another daemon's: it waits a second for the lock, then gives
+// up) ends what it started on its way out: no cgroup of its pid is left
+// for a later start to sweep, and none of its processes outlives it. The
+// failures after the server is made (the queue, metrics.listen) take the
+// same way out.
+func TestDaemonFailedStartLeavesNothing(t *testing.T) {
+	before := snapshotHost(t)
+	dir := daemonDir(t)
+	cfg := fmt.Sprintf(`{"version": 1, "max_concurrency": 2, "socket": {"mode": "0660"}, "warm": {"deno": 2}, "runs": {"dir": %q}}`, filepath.Join(dir, "state"))
+	holder := startDaemon(t, dir, cfg)
+
+	other := daemonDir(t)
+	cmd := exec.Command(pmjail, "serve", "--socket", filepath.Join(other, "pmjail.sock"), "--config", filepath.Join(dir, "config.json"))
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(logs.String(), "another process holds the file's lock") {
+		t.Fatalf("the second daemon on the store: %v, want it to fail on the store's lock: %s", err, &logs)
+	}
+	if left := jobCgroups(cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("the daemon that failed to start left cgroups: %v", left)
+	}
+	holder.stop(t)
 	assertNothingLeft(t, before)
 }

@@ -193,6 +193,12 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
 	if dir := asyncDir(cfg, opt.StateDir); dir != "" {
 		if err := s.openAsync(dir, cfg.Runs); err != nil {
+			// The pool and the warm runtimes have started filling:
+			// their init stages, and the cgroups they wait with, go
+			// with a server that never serves.
+			s.warm.Close()
+			s.pool.Close()
+			s.opt.Prober.Close()
 			return nil, err
 		}
 	} else {

@@ -135,20 +135,28 @@ func Main(args []string, version string) int {
 		ln.Close()
 		return fail(fmt.Errorf("serve: %w", err))
 	}
+	// A start that fails from here on ends what the server started (its
+	// warm runtimes and init stages started ahead, and the cgroups they
+	// wait with) rather than leave it to the next start's sweep.
+	abandon := func(err error) int {
+		ln.Close()
+		if serr := srv.Shutdown(0); serr != nil {
+			logger.Warn("shutdown of the server not started", "err", serr)
+		}
+		return fail(err)
+	}
 	// The queue's jobs start only once the socket is bound: a daemon that
 	// cannot serve its socket takes none.
 	qctx, cancelQueue := context.WithTimeout(context.Background(), queueStartTimeout)
 	err = srv.StartQueue(qctx)
 	cancelQueue()
 	if err != nil {
-		ln.Close()
-		return fail(fmt.Errorf("serve: %w", err))
+		return abandon(fmt.Errorf("serve: %w", err))
 	}
 	var metricsLn net.Listener
 	if cfg.Metrics.Listen != "" {
 		if metricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
-			ln.Close()
-			return fail(fmt.Errorf("serve: metrics.listen: %w", err))
+			return abandon(fmt.Errorf("serve: metrics.listen: %w", err))
 		}
 		// Logged before the socket answers: the address is known (a
 		// listen port of 0 picks one) by the time a client is served.
@@ -183,6 +191,11 @@ func Main(args []string, version string) int {
 		case err := <-served:
 			server.Notify(logger, server.NotifyStopping)
 			logger.Error("stopped on an error", "err", err)
+			// Its runs end as a shutdown's do (an async one's end is
+			// stored, not lost), and what it started goes with it.
+			if err := srv.Shutdown(0); err != nil {
+				logger.Error("shutdown", "err", err)
+			}
 			return exitFailure
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
