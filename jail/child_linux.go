@@ -35,6 +35,17 @@ type child struct {
 	// plan is the root a pooled child mounts ahead (an encoded
 	// initstage.Premount), nil for none.
 	plan []byte
+	// unwatch ends the pool's wait for a pooled child's death
+	// (Pool.watch); nil when none waits.
+	unwatch func()
+}
+
+// stopWatch ends the pool's wait for c's death, if one waits: c leaves
+// the pool, for a run or to be discarded.
+func (c *child) stopWatch() {
+	if c.unwatch != nil {
+		c.unwatch()
+	}
 }
 
 // startChild starts an init stage in the namespaces flags. On cgroup v2

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/jail/initstage"
@@ -34,6 +36,9 @@ type Pool struct {
 	plans  map[uintptr][]byte
 	closed bool
 	fills  sync.WaitGroup
+	// watchers are the goroutines that reap a child dying in the pool
+	// (watch): Close waits for them.
+	watchers sync.WaitGroup
 	// changed tells takes that wait (PoolOptions.Await) that a fill
 	// added a child or ended.
 	changed *sync.Cond
@@ -147,6 +152,9 @@ func (p *Pool) take(flags uintptr, plan []byte) *child {
 	for _, c := range dead {
 		p.discard(c)
 	}
+	if got != nil {
+		got.stopWatch()
+	}
 	return got
 }
 
@@ -218,10 +226,56 @@ func (p *Pool) fill(flags uintptr) {
 			}
 			return
 		}
+		p.watch(flags, c)
 		p.idle[flags] = append(p.idle[flags], c)
 		p.changed.Broadcast()
 		p.mu.Unlock()
 	}
+}
+
+// watch reaps c, about to wait in the pool for the namespaces flags, as
+// soon as it dies there (killed from outside, or by the OOM killer):
+// otherwise its zombie, its lease and its cgroup would stay until a take
+// passed over it, and Idle would count it. A goroutine waits on c's pidfd
+// through the runtime's poller, holding no thread; whatever takes c out
+// of the pool (a take, Resize, Close) ends that wait first (unwatch).
+// Without pidfds (before Linux 5.10) a take still passes over a dead
+// child.
+func (p *Pool) watch(flags uintptr, c *child) {
+	fd, err := unix.PidfdOpen(c.proc.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return
+	}
+	c.unwatch = func() { f.Close() }
+	p.watchers.Add(1)
+	go func() {
+		defer p.watchers.Done()
+		err := rc.Read(func(fd uintptr) bool {
+			n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			return n > 0
+		})
+		f.Close()
+		if err != nil {
+			return // unwatched: taken out of the pool
+		}
+		p.mu.Lock()
+		i := slices.Index(p.idle[flags], c)
+		if i >= 0 {
+			p.idle[flags] = slices.Delete(p.idle[flags], i, i+1)
+		}
+		p.mu.Unlock()
+		if i < 0 {
+			return // a take or Close has it, and discards it
+		}
+		p.discard(c)
+		p.replenish(flags)
+	}()
 }
 
 // start starts one child for the pool, with its cgroup if the pool holds
@@ -285,6 +339,7 @@ func (p *Pool) start(flags uintptr, plan []byte) (c *child, stage initstage.Stag
 // discard ends a child that serves no run, telling OnError what of it
 // could not be removed.
 func (p *Pool) discard(c *child) {
+	c.stopWatch()
 	if err := c.discard(); err != nil && p.opt.OnError != nil {
 		p.opt.OnError(fmt.Errorf("discard an init stage started ahead: %w", err))
 	}
@@ -316,6 +371,7 @@ func (p *Pool) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.fills.Wait()
+	defer p.watchers.Wait()
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = map[uintptr][]*child{}

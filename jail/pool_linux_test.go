@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -115,12 +116,16 @@ func TestPoolRunTakesAPooledChild(t *testing.T) {
 	}
 }
 
-// TestPoolSkipsADeadChild: a pooled child that died while it waited is
-// reaped and passed over; the run starts its own.
+// TestPoolSkipsADeadChild: a pooled child that died while it waited, and
+// that nothing reaped meanwhile, is reaped and passed over; the run
+// starts its own.
 func TestPoolSkipsADeadChild(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := filledPool(t, 1)
 	dead := idlePids(p)[0]
+	// As on a host without pidfds, nothing reaps it as it dies
+	// (TestPoolReapsAChildDyingWhileItWaits): the take must pass it over.
+	firstIdle(p).stopWatch()
 	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +311,28 @@ func waitPremounted(t *testing.T, p *Pool) {
 		}
 	}
 	t.Fatalf("the pooled child %d did not premount its root within 10s", pid)
+}
+
+// TestPoolReapsAChildDyingWhileItWaits: a pooled child killed while it
+// waits (from outside, or by the OOM killer) is reaped at once, with its
+// lease and cgroup, and no longer counted; the pool starts another. Before,
+// it stayed a zombie holding both until a run came to take it.
+func TestPoolReapsAChildDyingWhileItWaits(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := filledPool(t, 1)
+	dead := idlePids(p)[0]
+	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !gone(dead) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !gone(dead) {
+		t.Fatalf("the pooled child killed while it waited (pid %d) is still there (a zombie) 10s later", dead)
+	}
+	waitIdle(t, p, 1)
+	if pids := idlePids(p); slices.Contains(pids, dead) {
+		t.Errorf("the pool still holds the dead child %d: %v", dead, pids)
+	}
 }
