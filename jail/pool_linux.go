@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/cleanup"
 	"github.com/pmjail/pmjail/jail/initstage"
@@ -234,36 +232,11 @@ func (p *Pool) fill(flags uintptr) {
 }
 
 // watch reaps c, about to wait in the pool for the namespaces flags, as
-// soon as it dies there (killed from outside, or by the OOM killer):
-// otherwise its zombie, its lease and its cgroup would stay until a take
-// passed over it, and Idle would count it. A goroutine waits on c's pidfd
-// through the runtime's poller, holding no thread; whatever takes c out
-// of the pool (a take, Resize, Close) ends that wait first (unwatch).
-// Without pidfds (before Linux 5.10) a take still passes over a dead
-// child.
+// soon as it dies there (watchExit); whatever takes c out of the pool (a
+// take, Resize, Close) ends that watch first (child.stopWatch). Without
+// pidfds a take still passes over a dead child.
 func (p *Pool) watch(flags uintptr, c *child) {
-	fd, err := unix.PidfdOpen(c.proc.Pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return
-	}
-	c.unwatch = func() { f.Close() }
-	p.watchers.Add(1)
-	go func() {
-		defer p.watchers.Done()
-		err := rc.Read(func(fd uintptr) bool {
-			n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-			return n > 0
-		})
-		f.Close()
-		if err != nil {
-			return // unwatched: taken out of the pool
-		}
+	c.unwatch = watchExit(c.proc.Pid, &p.watchers, func() {
 		p.mu.Lock()
 		i := slices.Index(p.idle[flags], c)
 		if i >= 0 {
@@ -275,7 +248,7 @@ func (p *Pool) watch(flags uintptr, c *child) {
 		}
 		p.discard(c)
 		p.replenish(flags)
-	}()
+	})
 }
 
 // start starts one child for the pool, with its cgroup if the pool holds

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,9 @@ type Warm struct {
 	ctx     context.Context
 	stop    context.CancelFunc
 	janitor sync.WaitGroup
+	// watchers are the goroutines that reap a runtime dying while it
+	// waits (watch): Close waits for them.
+	watchers sync.WaitGroup
 	// unready counts the runtimes discarded for not saying they were
 	// ready; failed the starts that failed, those included.
 	unready, failed uint64
@@ -130,6 +134,38 @@ type warmRuntime struct {
 	landlock        int
 	landlockReason  string
 	started         time.Time
+	// unwatch ends the pool's watch for its death while it waits
+	// (Warm.watch); nil when none watches.
+	unwatch func()
+}
+
+// stopWatch ends the pool's watch for r's death, if one watches: r
+// leaves the idle runtimes, for a run or to be discarded.
+func (r *warmRuntime) stopWatch() {
+	if r.unwatch != nil {
+		r.unwatch()
+		r.unwatch = nil
+	}
+}
+
+// watch reaps r, about to wait among key's idle runtimes (w.mu held), as
+// soon as its jail dies there (watchExit: its init stage exits with its
+// runtime), rather than at recycle's next round: a run that takes r
+// ends the watch first (stopWatch), putBack starts another.
+func (w *Warm) watch(key string, r *warmRuntime) {
+	r.unwatch = watchExit(r.child.proc.Pid, &w.watchers, func() {
+		w.mu.Lock()
+		i := slices.Index(w.idle[key], r)
+		if i >= 0 {
+			w.idle[key] = slices.Delete(w.idle[key], i, i+1)
+		}
+		w.mu.Unlock()
+		if i < 0 {
+			return // taken, or ended by Resize, recycle or Close
+		}
+		w.discardAll([]*warmRuntime{r})
+		w.replenish(key)
+	})
 }
 
 // NewWarm returns a pool that keeps, per template, sizes[class] runtimes.
@@ -226,6 +262,9 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	}
 	w.mu.Unlock()
 	w.discardAll(dead)
+	if got != nil {
+		got.stopWatch()
+	}
 	return got, reason
 }
 
@@ -248,6 +287,7 @@ func (w *Warm) putBack(key string, r *warmRuntime) {
 	t := w.tmpls[key]
 	keep := !w.closed && t != nil && len(w.idle[key]) < w.sizes[t.class]
 	if keep {
+		w.watch(key, r)
 		w.idle[key] = append([]*warmRuntime{r}, w.idle[key]...)
 	}
 	w.mu.Unlock()
@@ -360,6 +400,7 @@ func (w *Warm) fill(key string, t *warmTemplate) {
 			continue
 		}
 		t.failures, t.failure = 0, nil
+		w.watch(key, r)
 		w.idle[key] = append(w.idle[key], r)
 		w.mu.Unlock()
 	}
@@ -440,6 +481,7 @@ func (w *Warm) Close() {
 	for _, q := range idle {
 		w.discardAll(q)
 	}
+	w.watchers.Wait()
 }
 
 // WarmStats is what the idle runtimes hold.
@@ -555,6 +597,7 @@ func startWarm(ctx context.Context, tmpl *Job) (*warmRuntime, error) {
 // discard kills the runtime's jail, reaps it and frees what the supervisor
 // holds of it, its cgroup included.
 func (r *warmRuntime) discard() error {
+	r.stopWatch()
 	_ = r.child.proc.Signal(syscall.SIGKILL)
 	if r.cg != nil {
 		_ = r.cg.Kill()
