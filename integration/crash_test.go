@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,5 +129,54 @@ func TestDaemonFailedStartLeavesNothing(t *testing.T) {
 		t.Errorf("the daemon that failed to start left cgroups: %v", left)
 	}
 	holder.stop(t)
+	assertNothingLeft(t, before)
+}
+
+// TestCLIHangupAndClosedPipeLeaveNothing: `pmjail run` whose reader
+// stops (`pmjail run x.js | head -1`) or whose terminal hangs up was
+// killed outright by SIGPIPE or SIGHUP: its guest died with its init
+// stage, but its cgroup stayed for a later run's sweep. Both now cancel
+// the run as SIGINT does: the run is torn down and nothing of it is left
+// once pmjail has exited.
+func TestCLIHangupAndClosedPipeLeaveNothing(t *testing.T) {
+	before := snapshotHost(t)
+	lines := filepath.Join(t.TempDir(), "lines.js")
+	writeFile(t, lines, `for (let i = 0; ; i++) { console.log("line " + i); await new Promise(r => setTimeout(r, 20)); }`)
+	for _, sig := range []syscall.Signal{syscall.SIGPIPE, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := exec.Command(pmjail, "run", "--timeout", "60s", lines)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// The guest's first line says the run is under way.
+			first := make([]byte, len("line 0\n"))
+			if _, err := io.ReadFull(out, first); err != nil || string(first) != "line 0\n" {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("the run's first line: %q %v (%s)", first, err, &stderr)
+			}
+			if sig == syscall.SIGPIPE {
+				out.Close() // the reader goes, as head does: the next line's write breaks the pipe
+			} else if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			st := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if st.Signaled() {
+				t.Errorf("pmjail died of %v rather than cancel its run (%s)", st.Signal(), &stderr)
+			} else if st.ExitStatus() != 125 || !strings.Contains(stderr.String(), "cancelled") {
+				t.Errorf("pmjail exited %d: %s, want 125 and the run cancelled", st.ExitStatus(), &stderr)
+			}
+			if left := jobCgroups(cmd.Process.Pid); len(left) > 0 {
+				t.Errorf("cgroups of the run left once pmjail exited: %v", left)
+			}
+		})
+	}
 	assertNothingLeft(t, before)
 }

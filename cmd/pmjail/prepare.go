@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail/rootfs"
@@ -36,7 +32,7 @@ func cmdPrepare(args []string) int {
 		return fail("prepare: %v", oneLine(err))
 	}
 	in.Warmer = job.Warm
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	p, err := in.Prepare(ctx)
 	if err != nil {

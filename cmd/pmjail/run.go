@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,11 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/capread"
@@ -307,7 +304,7 @@ func (f *runFlags) execute(req *job.Request) int {
 	if ahead := prestart(runner, resolved); ahead != nil {
 		defer ahead.Close()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if resolved.Runtime == runtimes.Python && runner.Install != nil {
 		// The first Python run on a host builds the snapshot and the warm
