@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/jail"
 )
 
 // buildDirs lists the work directories of runtime builds (the Pyodide
@@ -179,4 +183,60 @@ func TestCLIHangupAndClosedPipeLeaveNothing(t *testing.T) {
 		})
 	}
 	assertNothingLeft(t, before)
+}
+
+// TestDaemonOutlivesItsLogReader: a daemon whose log goes to a pipe
+// (`pmjail serve 2>&1 | shipper`) whose reader ends was killed by
+// SIGPIPE at its next log line, with every run in flight; it now loses
+// the lines and goes on serving.
+func TestDaemonOutlivesItsLogReader(t *testing.T) {
+	dir := daemonDir(t)
+	cfgPath := filepath.Join(dir, "config.json")
+	writeFile(t, cfgPath, fmt.Sprintf(baseConfig, 1, 1, "0660"))
+	sock := filepath.Join(dir, "pmjail.sock")
+	cmd := exec.Command(pmjail, "serve", "--socket", sock, "--config", cfgPath)
+	logs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	// Its first line says it has started; then the reader goes.
+	if _, err := bufio.NewReader(logs).ReadString('\n'); err != nil {
+		t.Fatalf("the daemon's first log line: %v", err)
+	}
+	logs.Close()
+	c := checked(t, sock)
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := c.Health(context.Background()); err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the daemon died once its log's reader went: %v", cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not answer within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := c.Run(context.Background(), hello())
+	if err != nil || res.Status != jail.StatusOK {
+		t.Fatalf("a run on the daemon whose log's reader went: %+v %v (state %v)", res, err, cmd.ProcessState)
+	}
 }

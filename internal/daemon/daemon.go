@@ -50,6 +50,12 @@ const queueStartTimeout = 30 * time.Second
 func Main(args []string, version string) int {
 	// The log is JSON from the first line, a failure to start included:
 	// whatever collects the daemon's lines parses every one.
+	// A log reader that goes (`pmjail serve 2>&1 | ...`, its reader
+	// ended or restarted) must not take the daemon and its runs with it:
+	// caught, SIGPIPE makes the log's writes fail with EPIPE rather than
+	// kill the process (Go's default on stderr). A handler, not SIG_IGN,
+	// which the jobs' processes would inherit.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	level := new(slog.LevelVar)
 	logger := server.NewLogger(os.Stderr, level)
 	fail := func(err error) int {
