@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -239,4 +243,90 @@ func TestDaemonOutlivesItsLogReader(t *testing.T) {
 	if err != nil || res.Status != jail.StatusOK {
 		t.Fatalf("a run on the daemon whose log's reader went: %+v %v (state %v)", res, err, cmd.ProcessState)
 	}
+}
+
+// bigTarball writes an npm package tarball of many incompressible files,
+// whose unpacking takes long enough to be killed midway.
+func bigTarball(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	add := func(name string, body []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("package/package.json", []byte(`{"name": "bigpkg", "version": "1.0.0"}`))
+	body := make([]byte, 16<<10)
+	for i := range 1500 {
+		_, _ = rand.Read(body)
+		add(fmt.Sprintf("package/f%d.js", i), []byte(hex.EncodeToString(body)))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPackagesAddKilledSwept: `pmjail packages add` SIGKILLed while it
+// unpacks leaves its work directory (the package unpacked so far) in the
+// store, which nothing removed; the next add, prepare or daemon start
+// removes it once it is older than any add lasts, and leaves a younger
+// one, which may be another add under way.
+func TestPackagesAddKilledSwept(t *testing.T) {
+	dir := daemonDir(t)
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PMJAIL_STATE_DIR", state)
+	t.Setenv("PMJAIL_PACKAGES_DIR", "")
+	tgz := filepath.Join(dir, "bigpkg-1.0.0.tgz")
+	bigTarball(t, tgz)
+
+	cmd, out := startPmjail(t, "packages", "add", tgz)
+	var left string
+	for deadline := time.Now().Add(time.Minute); left == "" && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(state, "packages", ".add-*")); len(m) > 0 {
+			left = m[0]
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if left == "" {
+		t.Fatalf("packages add made no work directory: %s", out)
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Fatalf("the add's work directory went with its SIGKILLed process: nothing to sweep (%v)", err)
+	}
+
+	inv := pmjailCmd(t, "", "packages", "add", tgz)
+	if inv.ExitCode != 0 {
+		t.Fatalf("packages add after the kill: exit %d %s %s", inv.ExitCode, inv.Stdout, inv.Stderr)
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Errorf("packages add removed %s, a work directory too young to be known abandoned: %v", left, err)
+	}
+	old := time.Now().Add(-2 * time.Hour) // older than any add lasts
+	if err := os.Chtimes(left, old, old); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemonDir(t), fmt.Sprintf(baseConfig, 1, 1, "0660"))
+	if _, err := os.Stat(left); err == nil {
+		t.Errorf("the daemon's start left the killed add's %s", left)
+	}
+	if !strings.Contains(d.logs.String(), left) {
+		t.Errorf("the daemon's start did not log removing %s:\n%s", left, d.logs)
+	}
+	d.stop(t)
 }

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/packages"
@@ -57,8 +55,12 @@ func cmdPackages(args []string) int {
 		if fs.NArg() == 0 {
 			return fail("packages add: name a package (npm:NAME@X.Y.Z) or a file (.tgz, .whl)")
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signalContext()
 		defer stop()
+		// What an add killed before its end left, before this one's.
+		for _, old := range store.PruneWork(time.Now()) {
+			fmt.Printf("removed stale %s\n", old)
+		}
 		for _, a := range fs.Args() {
 			var e packages.Entry
 			if strings.HasPrefix(a, "npm:") {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/pmjail/pmjail/internal/cliflag"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/runtimes"
 )
 
@@ -54,7 +56,9 @@ func cmdPrepare(args []string) int {
 	} else {
 		fmt.Printf("seccomp filters: %s (%d profile and program kind pairs)\n", dir, n)
 	}
-	for _, old := range append(in.Prune(p), rootfs.PruneLinks(in.StateDir)...) {
+	stale := append(in.Prune(p), rootfs.PruneLinks(in.StateDir)...)
+	stale = append(stale, packages.Open(in.StateDir).PruneWork(time.Now())...)
+	for _, old := range stale {
 		fmt.Printf("removed stale %s\n", old)
 	}
 	return 0

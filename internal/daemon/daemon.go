@@ -25,6 +25,7 @@ import (
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/rootfs"
 	"github.com/pmjail/pmjail/job"
+	"github.com/pmjail/pmjail/packages"
 	"github.com/pmjail/pmjail/runtimes"
 	"github.com/pmjail/pmjail/server"
 )
@@ -133,7 +134,7 @@ func Main(args []string, version string) int {
 	}
 	// Work directories of builds a killed daemon or prepare left; the
 	// build started above makes a fresh one, too young to be taken.
-	for _, old := range opt.Install.PruneBuilds(time.Now()) {
+	for _, old := range append(opt.Install.PruneBuilds(time.Now()), packages.Open(opt.Install.StateDir).PruneWork(time.Now())...) {
 		logger.Info("removed the work directory of a killed build", "dir", old)
 	}
 	srv, err := server.New(cfg, opt) // sweeps what a dead instance left
