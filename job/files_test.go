@@ -147,14 +147,14 @@ func TestProgramLaunch(t *testing.T) {
 	if l.Stdin != runtimes.StdinFile {
 		t.Errorf("Launch.Stdin %q", l.Stdin)
 	}
-	if n := len(l.Args); n < 3 || l.Args[n-1] != "/job/main.ts" || l.Args[n-3] != "--allow-env=GREETING,_n,NODE_ENV" {
-		t.Errorf("args %q: want --allow-env for the job's names and NODE_ENV before the bootstrap, the entry last", l.Args)
+	if n := len(l.Args); n < 3 || l.Args[n-1] != "/job/main.ts" || l.Args[n-3] != "--allow-env=GREETING,_n,TMPDIR,NODE_ENV" {
+		t.Errorf("args %q: want --allow-env for the job's names, TMPDIR and NODE_ENV before the bootstrap, the entry last", l.Args)
 	}
 	if !slices.Contains(l.Env, "GREETING=hi") || !slices.Contains(l.Env, "_n=1") {
 		t.Errorf("env %q lacks the job's", l.Env)
 	}
 	// One-file jobs keep their launch: no stdin file, and no env grant
-	// but NODE_ENV's.
+	// but TMPDIR's and NODE_ENV's.
 	r, _, err = decodeAndResolve(`{"runtime":"deno","source":"1"}`)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestProgramLaunch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Stdin != "" || slices.ContainsFunc(l.Args, func(a string) bool { return strings.HasPrefix(a, "--allow-env") && a != "--allow-env=NODE_ENV" }) {
+	if l.Stdin != "" || slices.ContainsFunc(l.Args, func(a string) bool { return strings.HasPrefix(a, "--allow-env") && a != "--allow-env=TMPDIR,NODE_ENV" }) {
 		t.Errorf("one-file launch: stdin %q args %q", l.Stdin, l.Args)
 	}
 }
