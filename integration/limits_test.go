@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -236,4 +239,71 @@ func TestLimits_PidsOfOne(t *testing.T) {
 	if p := decodePosture(t, r.Posture); p.state("cgroup_pids") == "applied" && r.Usage.PeakTasks > 1 {
 		t.Errorf("peak_tasks %d under a limit of 1", r.Usage.PeakTasks)
 	}
+}
+
+// tasksExact is a shell program that takes every task a job of n tasks
+// (n >= 2) may hold and asks for one more: itself and n-1 sleeps (the
+// binary sleepBind binds), held a while by a builtin loop (for the peak's
+// poll to see them where the kernel keeps no pids.peak), then one sleep
+// more. It prints "spawned 1" to "spawned n-1" and "holding" as it goes,
+// and "over" only if the task past the bound was granted.
+func tasksExact(n int) string {
+	return fmt.Sprintf(`i=1; while [ $i -lt %d ]; do /usr/bin/sleep 30 & echo spawned $i; i=$((i+1)); done
+j=0; while [ $j -lt 30000 ]; do j=$((j+1)); done
+echo holding
+/usr/bin/sleep 30 &
+echo over`, n)
+}
+
+// sleepBind is the --ro-bind of the host's sleep at /usr/bin/sleep.
+func sleepBind(t *testing.T) string {
+	t.Helper()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sleep, err = filepath.EvalSymlinks(sleep); err != nil { // busybox's applets are links
+		t.Fatal(err)
+	}
+	return sleep + ":/usr/bin/sleep"
+}
+
+// checkTasksExact checks the run of tasksExact(n): the guest held exactly
+// n tasks, the one past them refused (the shell gives up on the refused
+// fork); where a pids cgroup bounded it (pidsCgroup), it says so, and its
+// peak_tasks is the guest's own n.
+func checkTasksExact(t *testing.T, r *Result, n int, pidsCgroup bool) {
+	t.Helper()
+	var want strings.Builder
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&want, "spawned %d\n", i)
+	}
+	want.WriteString("holding\n")
+	if r.Stdout != want.String() || !strings.Contains(strings.ToLower(r.Stderr), "fork") || r.Status != "error" {
+		t.Fatalf("a guest of %d tasks: status %s stdout %q stderr %q error %+v; want %d tasks held and the next refused",
+			n, r.Status, r.Stdout, r.Stderr, r.Error, n)
+	}
+	if pidsCgroup && (!slices.Contains(r.LimitsHit, "pids") || r.Usage.PeakTasks != uint64(n)) {
+		t.Errorf("limits_hit %v peak_tasks %d, want pids and the guest's own %d", r.LimitsHit, r.Usage.PeakTasks, n)
+	}
+}
+
+// TestLimits_PidsExact: a job's pids limit is the guest's own, its pid 1
+// (the jail's init stage, the runtime's parent) left out: a guest under
+// --pids 4 holds 4 tasks, not 3, and not 5, and its peak_tasks says 4.
+// The jail adds pid 1's share to the bound wherever it writes it (cgroup
+// v1: its one thread; v2: all its threads, counted as the runtime
+// starts; RLIMIT_NPROC: TestNoCgroupPidsExact).
+func TestLimits_PidsExact(t *testing.T) {
+	const n = 4
+	inv := pmjailCmd(t, "", "exec", "--json", "--pids", strconv.Itoa(n), "--ro-bind", sleepBind(t), "--", "/bin/sh", "-c", tasksExact(n))
+	r := inv.Result
+	if r == nil {
+		t.Fatalf("no result: %s", inv.Stderr)
+	}
+	applied := decodePosture(t, r.Posture).state("cgroup_pids") == "applied"
+	if !applied {
+		t.Logf("cgroup_pids is not applied here: RLIMIT_NPROC bounds the tasks")
+	}
+	checkTasksExact(t, r, n, applied)
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -189,4 +190,17 @@ func TestNoCgroupHierarchyWritable(t *testing.T) {
 	if code != 125 || res.Status != "refused" || res.Error == nil || !strings.Contains(res.Error.Message, layer) {
 		t.Errorf("mode required with %s required: exit %d status %s error %+v", layer, code, res.Status, res.Error)
 	}
+}
+
+// TestNoCgroupPidsExact: without cgroups the job's pids limit is still the
+// guest's own (see TestLimits_PidsExact): RLIMIT_NPROC counts the tasks
+// of the guest's uid, its pid 1's thread among them, and the jail leaves
+// that thread room.
+func TestNoCgroupPidsExact(t *testing.T) {
+	const n = 4
+	r, _ := withoutCgroups(t, "exec", "--json", "--pids", strconv.Itoa(n), "--ro-bind", sleepBind(t), "--", "/bin/sh", "-c", tasksExact(n))
+	if st := decodePosture(t, r.Posture).state("cgroup_pids"); st != "degraded" {
+		t.Fatalf("cgroup_pids is %q without cgroups, want degraded", st)
+	}
+	checkTasksExact(t, r, n, false)
 }

@@ -156,20 +156,25 @@ func TestAnswerKeepsTheLimit(t *testing.T) {
 }
 
 // TestRunWarmTasksLimitIsTheGuests: a warm runtime's cgroup takes the
-// job's bound on tasks plus the init stage's own tasks where they are in
-// it (cgroup v2, counted as the runtime started): a job whose bound is
-// below them still runs warm, and its bound is the guest's alone.
+// job's bound on tasks plus pid 1's share, the init stage's own tasks in
+// it (its one thread on cgroup v1; on v2 all of them, counted as the
+// runtime started), and the outcome says that share: a job whose bound is
+// below the init stage's threads still runs warm, and its bound is the
+// guest's alone: under a bound of 2 the shell starts one subshell, and
+// not a second.
 func TestRunWarmTasksLimitIsTheGuests(t *testing.T) {
 	testenv.RequireRoot(t)
 	m := cgroupManager(t)
 	testenv.Need(t, m.Host().Has(cgroup.Pids), "the pids controller")
 	limit := int64(2)
-	_, ran := answeredRunWith(t, exitFrame(0)+`; read y < /pmjail/channel/in`, 1<<20, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}})
-	if ran.Status != StatusOK {
-		t.Fatalf("status %s (%s)", ran.Status, ran.Message)
+	_, ran := answeredRunWith(t, `(while :; do :; done) & echo one; (while :; do :; done) & echo two; `+exitFrame(0)+`; read y < /pmjail/channel/in`,
+		1<<20, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}})
+	if ran.Status != StatusError || ran.Stdout != "one\n" || !strings.Contains(strings.ToLower(ran.Stderr), "fork") {
+		t.Fatalf("status %s (%s) stdout %q stderr %q; want the guest's 2 tasks and the third refused", ran.Status, ran.Message, ran.Stdout, ran.Stderr)
 	}
-	if v2 := m.Host().Mode == cgroup.V2; v2 != (ran.InitTasks > 0) {
-		t.Errorf("cgroup v2 %v: the init stage's tasks counted as %d", v2, ran.InitTasks)
+	v2 := m.Host().Mode == cgroup.V2
+	if ran.InitTasks == 0 || !v2 && ran.InitTasks != initThread {
+		t.Errorf("cgroup v2 %v: pid 1's share of the tasks is %d, want %d on v1 and its count on v2", v2, ran.InitTasks, initThread)
 	}
 	dir := adopted(ran).Paths()[cgroup.Pids]
 	if dir == "" {
@@ -177,6 +182,6 @@ func TestRunWarmTasksLimitIsTheGuests(t *testing.T) {
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "pids.max"))
 	if want := strconv.FormatInt(limit+int64(ran.InitTasks), 10); err != nil || strings.TrimSpace(string(data)) != want {
-		t.Errorf("pids.max %q (%v), want the job's %d and the init stage's %d", data, err, limit, ran.InitTasks)
+		t.Errorf("pids.max %q (%v), want the job's %d and pid 1's %d", data, err, limit, ran.InitTasks)
 	}
 }

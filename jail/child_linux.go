@@ -26,8 +26,9 @@ type child struct {
 	stdout, stderr *os.File
 	// intoCgroup: it started in the job's cgroup (CLONE_INTO_CGROUP).
 	intoCgroup bool
-	// initTasks is how many tasks of the job's cgroup were the init
-	// stage's own when the start gate counted them (see openGate).
+	// initTasks is pid 1's share of the job's tasks (Outcome.InitTasks):
+	// its one thread (initThread), or as many tasks of the job's cgroup as
+	// the start gate counted (see openGate).
 	initTasks uint64
 	// cgroup is the cgroup a pooled child waits with (PoolOptions.Cgroups)
 	// until a run adopts it; nil otherwise.
@@ -117,7 +118,7 @@ func startChild(flags uintptr, cg Cgroup) (*child, initstage.Stage, error) {
 		return nil, initstage.StageIDs, err
 	}
 	undo.Release()
-	return &child{proc: proc, lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, intoCgroup: intoCgroup}, initstage.StageNone, nil
+	return &child{proc: proc, lease: lease, ctl: ctlHost, stdout: outR, stderr: errR, intoCgroup: intoCgroup, initTasks: initThread}, initstage.StageNone, nil
 }
 
 // waiting reports whether the child is still waiting for its

@@ -144,9 +144,13 @@ type Outcome struct {
 	// none did, when the job offered itself to one.
 	Warm       bool
 	WarmReason string
-	// InitTasks is how many of the job's cgroup's tasks were the init
-	// stage's own as its runtime started, where they count (cgroup v2):
-	// Usage.PidsPeak holds them.
+	// InitTasks is pid 1's share of the job's tasks: how many of the
+	// tasks its bound counts were the init stage's own as its runtime
+	// started, which the jail added to the spec's bound wherever it wrote
+	// it (the cgroup's pids limit, RLIMIT_NPROC) and which Usage.PidsPeak
+	// holds besides the guest's: one task on cgroup v1 and under
+	// RLIMIT_NPROC, as many as the start gate counted on cgroup v2 (see
+	// gate_linux.go). It is set on every host.
 	InitTasks uint64
 
 	// Cgroup is the job's cgroup (Job.Cgroups), nil if the run had none.
@@ -160,15 +164,6 @@ type Outcome struct {
 	Usage    cgroup.Usage
 	UsageErr error
 }
-
-// InitTasks is the room a job's bound on tasks must leave for the jail's
-// own pid 1 (the init stage, the runtime's parent for the whole run) on
-// cgroup v1 and under RLIMIT_NPROC: one task, the thread that joined the
-// job's cgroups through their per-thread task files and took the guest's
-// ids. On cgroup v2 the init stage is born in the job's cgroup, and each
-// of its Go runtime's threads counts: the jail counts them as the runtime
-// starts and leaves them room itself (openGate).
-const InitTasks = 1
 
 // StageBindSource is the set-up step that opens the binds' sources: a run
 // failed there named a source the jail's unprivileged ids cannot open.
@@ -337,6 +332,7 @@ func (s *supervision) run(ctx context.Context) {
 	cu.Add(func() { c.ctl.Close() })
 	cu.Add(s.closeRuntime) // a set-up that failed after the exec
 	s.child = c
+	s.out.InitTasks = c.initTasks // the start gate may count it anew
 
 	// The wall clock covers everything from here, set-up included.
 	timer := time.AfterFunc(s.job.Timeout, func() {
@@ -387,7 +383,7 @@ func (s *supervision) start(pool *Pool, flags uintptr) *child {
 		}
 	default:
 		s.makeCgroup(func() madeCgroup {
-			cg, err := job.Cgroups.Make(job.ID, job.Spec.Linux.Resources)
+			cg, err := job.Cgroups.Make(job.ID, beforeStart(job))
 			return madeCgroup{cg, err}
 		})
 	}
@@ -729,6 +725,9 @@ func configFor(job *Job, c *child, hostMountNS uint64) initstage.Config {
 		// directly: still unprivileged and unique to this job.
 		proc.User = specs.User{UID: uint32(c.lease.guestID()), GID: uint32(c.lease.guestID())}
 	}
+	// pid 1's thread with the guest's ids counts under the guest's
+	// RLIMIT_NPROC: the bound leaves it room.
+	proc.Rlimits = tasksRlimits(proc.Rlimits)
 	cfg.Process = &proc
 	cfg.Files, cfg.Seccomp, cfg.HostMountNS = job.Files, job.Seccomp, hostMountNS
 	cfg.Landlock, cfg.Channel, cfg.Stdin = job.Landlock, job.Channel != nil, job.Stdin

@@ -686,8 +686,9 @@ func (r *warmRuntime) fit(res *specs.LinuxResources) (base time.Duration, reason
 	if reason != "" {
 		return 0, reason, false
 	}
-	// The init stage's own tasks count in the cgroup on cgroup v2 (see
-	// openGate): the bound leaves them room, as a cold run's does.
+	// pid 1's share of the tasks, its thread on cgroup v1 or all the
+	// init stage's on v2 (see openGate): the bound leaves it room, as a
+	// cold run's does.
 	if err := r.cg.SetLimits(withTasks(res, int64(r.child.initTasks))); err != nil {
 		return 0, "the warm runtime's cgroup refused the job's limits: " + err.Error(), true
 	}

@@ -17,6 +17,13 @@ func TestResourcesOnlyForControllersPresent(t *testing.T) {
 		all.Pids == nil || *all.Pids.Limit != 16 || all.CPU == nil || *all.CPU.Quota != 100000 {
 		t.Fatalf("every controller present: %+v", all)
 	}
+	// The bound is the guest's own on either cgroup version: the jail adds
+	// its pid 1's share (jail.Outcome.InitTasks).
+	for _, mode := range []cgroup.Mode{cgroup.V1, cgroup.V2} {
+		if r := resources(lim, &cgroup.Host{Mode: mode, Controllers: []string{cgroup.Pids}}); r.Pids == nil || *r.Pids.Limit != 16 {
+			t.Errorf("%s: pids %+v, want the job's 16", mode, r.Pids)
+		}
+	}
 	some := resources(lim, &cgroup.Host{Controllers: []string{cgroup.Memory, cgroup.CPUAcct, cgroup.Freezer}})
 	if some.Memory == nil || some.Pids != nil || some.CPU != nil {
 		t.Errorf("memory alone: memory %v pids %v cpu %v", some.Memory, some.Pids, some.CPU)

@@ -313,8 +313,9 @@ func (a *attempt) spec(launch *runtimes.Launch) (*specs.Spec, filter, bool) {
 	}
 	if cgs.mgr == nil || !cgs.mgr.Host().Has(cgroup.Pids) {
 		// Every job has its own host uid, so RLIMIT_NPROC counts its own
-		// tasks: the pids bound of last resort.
-		rootLimits.Tasks = uint64(lim.Pids) + jail.InitTasks
+		// tasks: the pids bound of last resort. The guest's own: the jail
+		// adds its pid 1's share.
+		rootLimits.Tasks = uint64(lim.Pids)
 	}
 	root, err := rootfs.NewSpec(launch, rootLimits)
 	if err != nil {
@@ -438,14 +439,9 @@ func (a *attempt) assemble(out *jail.Outcome, launch *runtimes.Launch, flt filte
 		if out.UsageErr != nil {
 			a.logger.Warn("read job cgroup usage", "err", out.UsageErr)
 		}
-		// The jail's pid 1 is no task of the guest's (see resources): one
-		// thread of it on cgroup v1, all it had as the runtime started on
-		// v2.
-		own := out.InitTasks
-		if a.cgs.mgr.Host().Mode == cgroup.V1 {
-			own = jail.InitTasks
-		}
-		usage.PidsPeak -= min(usage.PidsPeak, own)
+		// The jail's pid 1 is no task of the guest's: its share of the
+		// peak is the jail's to say (see resources).
+		usage.PidsPeak -= min(usage.PidsPeak, out.InitTasks)
 	}
 	rn.assemble(res, r, out, &b.out, cg != nil, usage)
 	res.Warm, res.WarmReason = out.Warm, out.WarmReason
@@ -514,9 +510,10 @@ func (rn *Runner) logger() *slog.Logger {
 // one core's worth of CPU, each where the host has its controller. A limit
 // left out is a layer the run's posture reports missing (mode auto runs
 // without it; mode required refuses first if it is required), and the
-// tasks bound falls back to RLIMIT_NPROC. Both tasks bounds leave room for
-// the jail's own pid 1 (jail.InitTasks); on cgroup v2 the jail counts its
-// share as the runtime starts and adds it itself.
+// tasks bound falls back to RLIMIT_NPROC. Either tasks bound is the
+// guest's own: the jail adds the share of its own pid 1 (the init stage,
+// the runtime's parent) wherever it writes the bound, and reports it
+// (jail.Outcome.InitTasks) for the peak to leave out.
 func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
 	if h.Has(cgroup.Memory) {
@@ -525,9 +522,6 @@ func resources(lim profiles.Limits, h *cgroup.Host) *specs.LinuxResources {
 	}
 	if h.Has(cgroup.Pids) {
 		pids := lim.Pids
-		if h.Mode == cgroup.V1 {
-			pids += jail.InitTasks
-		}
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
 	if h.Has(cgroup.CPU) {
