@@ -330,3 +330,44 @@ func TestPackagesAddKilledSwept(t *testing.T) {
 	}
 	d.stop(t)
 }
+
+// TestCLIHangupIgnoredKeepsTheRun: `nohup pmjail run x.js &` (SIGHUP
+// ignored from the start, as nohup and a script's background jobs have
+// it) must survive the terminal's hang-up. Asking for SIGHUP among the
+// ending signals installs a handler over the inherited SIG_IGN (Go's
+// signal.Notify does), so the hang-up cancelled the run (exit 125) that
+// nohup was meant to keep.
+func TestCLIHangupIgnoredKeepsTheRun(t *testing.T) {
+	before := snapshotHost(t)
+	lines := filepath.Join(t.TempDir(), "lines.js")
+	writeFile(t, lines, `for (let i = 0; i < 10; i++) { console.log("line " + i); await new Promise(r => setTimeout(r, 20)); }`)
+	// The shell ignores SIGHUP and execs pmjail, which inherits that.
+	cmd := exec.Command("/bin/sh", "-c", `trap "" HUP; exec "$0" "$@"`, pmjail, "run", "--timeout", "60s", lines)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The guest's first line says the run is under way (and pmjail has
+	// replaced the shell).
+	first := make([]byte, len("line 0\n"))
+	if _, err := io.ReadFull(out, first); err != nil || string(first) != "line 0\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the run's first line: %q %v (%s)", first, err, &stderr)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(out)
+	_ = cmd.Wait()
+	st := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if st.Signaled() || st.ExitStatus() != 0 || !strings.HasSuffix(string(rest), "line 9\n") {
+		t.Errorf("pmjail with SIGHUP ignored, hung up: %v, output after the first line %q (%s); want the run kept to its end, exit 0", st, rest, &stderr)
+	}
+	assertNothingLeft(t, before)
+}

@@ -18,7 +18,21 @@ import (
 // is caught, a write to the closed pipe fails with EPIPE instead.
 var endingSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
 
-// signalContext is a context that the first of endingSignals cancels.
+// signalContext is a context that the first of endingSignals cancels,
+// less those pmjail started with ignored: `nohup pmjail run x.js &` (and
+// a script's background job, SIGINT ignored) must outlive the terminal,
+// and signal.Notify would install a handler over the inherited SIG_IGN
+// (Go records it for SIGHUP and SIGINT).
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), endingSignals...)
+	var sigs []os.Signal
+	for _, s := range endingSignals {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	if len(sigs) == 0 {
+		// Notify with no signal would relay every one.
+		return context.WithCancel(context.Background())
+	}
+	return signal.NotifyContext(context.Background(), sigs...)
 }
