@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -313,9 +314,12 @@ func (f *runFlags) execute(req *job.Request) int {
 			fmt.Fprintf(os.Stderr, "pmjail: %s; Python starts cold\n", oneLine(err))
 		}
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var opt job.Options
 	if !f.jsonOut {
-		opt.Stdout, opt.Stderr = stdout, os.Stderr
+		gone := func() { cancel(errOutputGone) }
+		opt.Stdout, opt.Stderr = untilBroken(stdout, gone), untilBroken(os.Stderr, gone)
 	}
 	res := runner.Run(ctx, resolved, opt)
 	return report(res, f.jsonOut)
