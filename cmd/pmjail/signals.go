@@ -23,10 +23,11 @@ var endingSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 var errOutputGone = errors.New("the output's reader went away (broken pipe)")
 
 // signalContext is a context that the first of endingSignals cancels,
-// less those pmjail started with ignored: `nohup pmjail run x.js &` (and
-// a script's background job, SIGINT ignored) must outlive the terminal,
-// and signal.Notify would install a handler over the inherited SIG_IGN
-// (Go records it for SIGHUP and SIGINT).
+// but SIGHUP only when pmjail did not start with it ignored: `nohup
+// pmjail run x.js &` must outlive the terminal, and signal.Notify would
+// install a handler over the inherited SIG_IGN (Go records it). (SIGINT
+// is taken as before, ignored or not: a script's background job, which
+// has it ignored, stays cancellable with kill -INT.)
 //
 // SIGPIPE is caught from then on and never acted on. Go's default killed
 // pmjail at a write to a broken stdout or stderr, leaving the run's
@@ -39,13 +40,9 @@ func signalContext() (context.Context, context.CancelFunc) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var sigs []os.Signal
 	for _, s := range endingSignals {
-		if !signal.Ignored(s) {
+		if s != syscall.SIGHUP || !signal.Ignored(s) {
 			sigs = append(sigs, s)
 		}
-	}
-	if len(sigs) == 0 {
-		// Notify with no signal would relay every one.
-		return context.WithCancel(context.Background())
 	}
 	return signal.NotifyContext(context.Background(), sigs...)
 }
