@@ -655,7 +655,12 @@ func TestRequestBodiesInFlightBounded(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d calls held, %d refused; the heap grew %d MiB", held, refused, grew>>20)
-	if limit := int64(maxHeldInFlight + 8<<20 + raceSlack); grew > limit {
+	// Besides the held bodies, up to three frames' worth may still be
+	// reachable at the count: the one the session's reader holds, the
+	// one being decoded and this side's last encoded one (the CI saw 24
+	// MiB and a little over under load). Unbounded, the sixteen held
+	// four times this.
+	if limit := int64(maxHeldInFlight + 3*DefaultMaxFrame + raceSlack); grew > limit {
 		t.Errorf("held calls' bodies take %d MiB of the heap, want at most %d MiB", grew>>20, limit>>20)
 	}
 	if held == 0 {
