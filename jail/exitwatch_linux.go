@@ -9,10 +9,12 @@ import (
 
 // watchExit calls died, in a goroutine of its own that wg counts, once
 // the process pid has exited (a zombie included), unless the returned
-// stop is called first; after stop, died is never called. The goroutine
-// waits on the process's pidfd through the runtime's poller, holding no
-// thread. Without pidfds (before Linux 5.10) nothing watches, and stop
-// does nothing.
+// stop is called first. stop does not wait for the goroutine (it is
+// called on a run's path, as the run takes the process): a died already
+// under way may still run after it, so died must check that the process
+// is still the pool's. The goroutine waits on the process's pidfd through
+// the runtime's poller, holding no thread. Without pidfds (before Linux
+// 5.10) nothing watches, and stop does nothing.
 //
 // It is how the pools (Pool, Warm) learn at once that a process waiting
 // in them died (killed from outside, or by the OOM killer), rather than
@@ -42,5 +44,7 @@ func watchExit(pid int, wg *sync.WaitGroup, died func()) (stop func()) {
 			died()
 		}
 	}()
-	return func() { f.Close() }
+	// Closing a file the poller waits on waits for that wait to end, a
+	// hand-off to the watching goroutine: not on the run's path.
+	return func() { go f.Close() }
 }

@@ -126,6 +126,7 @@ func TestPoolSkipsADeadChild(t *testing.T) {
 	// As on a host without pidfds, nothing reaps it as it dies
 	// (TestPoolReapsAChildDyingWhileItWaits): the take must pass it over.
 	firstIdle(p).stopWatch()
+	p.watchers.Wait() // the stop ends the watch in the background
 	if err := unix.Kill(dead, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
