@@ -153,22 +153,7 @@ func TestCLIHangupAndClosedPipeLeaveNothing(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGPIPE, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd := exec.Command(pmjail, "run", "--timeout", "60s", lines)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			// The guest's first line says the run is under way.
-			first := make([]byte, len("line 0\n"))
-			if _, err := io.ReadFull(out, first); err != nil || string(first) != "line 0\n" {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatalf("the run's first line: %q %v (%s)", first, err, &stderr)
-			}
+			out, stderr := startLines(t, cmd)
 			if sig == syscall.SIGPIPE {
 				out.Close() // the reader goes, as head does: the next line's write breaks the pipe
 			} else if err := cmd.Process.Signal(sig); err != nil {
@@ -177,9 +162,9 @@ func TestCLIHangupAndClosedPipeLeaveNothing(t *testing.T) {
 			_ = cmd.Wait()
 			st := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if st.Signaled() {
-				t.Errorf("pmjail died of %v rather than cancel its run (%s)", st.Signal(), &stderr)
+				t.Errorf("pmjail died of %v rather than cancel its run (%s)", st.Signal(), stderr)
 			} else if st.ExitStatus() != 125 || !strings.Contains(stderr.String(), "cancelled") {
-				t.Errorf("pmjail exited %d: %s, want 125 and the run cancelled", st.ExitStatus(), &stderr)
+				t.Errorf("pmjail exited %d: %s, want 125 and the run cancelled", st.ExitStatus(), stderr)
 			}
 			if left := jobCgroups(cmd.Process.Pid); len(left) > 0 {
 				t.Errorf("cgroups of the run left once pmjail exited: %v", left)
@@ -343,23 +328,8 @@ func TestCLIHangupIgnoredKeepsTheRun(t *testing.T) {
 	writeFile(t, lines, `for (let i = 0; i < 10; i++) { console.log("line " + i); await new Promise(r => setTimeout(r, 20)); }`)
 	// The shell ignores SIGHUP and execs pmjail, which inherits that.
 	cmd := exec.Command("/bin/sh", "-c", `trap "" HUP; exec "$0" "$@"`, pmjail, "run", "--timeout", "60s", lines)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The guest's first line says the run is under way (and pmjail has
-	// replaced the shell).
-	first := make([]byte, len("line 0\n"))
-	if _, err := io.ReadFull(out, first); err != nil || string(first) != "line 0\n" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("the run's first line: %q %v (%s)", first, err, &stderr)
-	}
+	// (By the first line pmjail has replaced the shell.)
+	out, stderr := startLines(t, cmd)
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +337,30 @@ func TestCLIHangupIgnoredKeepsTheRun(t *testing.T) {
 	_ = cmd.Wait()
 	st := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if st.Signaled() || st.ExitStatus() != 0 || !strings.HasSuffix(string(rest), "line 9\n") {
-		t.Errorf("pmjail with SIGHUP ignored, hung up: %v, output after the first line %q (%s); want the run kept to its end, exit 0", st, rest, &stderr)
+		t.Errorf("pmjail with SIGHUP ignored, hung up: %v, output after the first line %q (%s); want the run kept to its end, exit 0", st, rest, stderr)
 	}
 	assertNothingLeft(t, before)
+}
+
+// startLines starts cmd, a pmjail run of a guest that prints "line 0",
+// "line 1", ..., and returns once its first line is read (the run is
+// under way): its output, the rest to read, and its stderr.
+func startLines(t *testing.T, cmd *exec.Cmd) (io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len("line 0\n"))
+	if _, err := io.ReadFull(out, first); err != nil || string(first) != "line 0\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the run's first line: %q %v (%s)", first, err, stderr)
+	}
+	return out, stderr
 }
