@@ -1,10 +1,13 @@
 package packages
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/sweep"
 )
 
 // abandonedWorkAge is how old a work directory of the store must be
@@ -21,23 +24,19 @@ const abandonedWorkAge = time.Hour
 func (s *Store) PruneWork(now time.Time) []string {
 	var removed []string
 	for _, w := range []struct{ dir, prefix string }{{s.Dir, ".add-"}, {filepath.Join(s.Dir, "views"), ".build-"}} {
-		ents, err := os.ReadDir(w.dir)
+		root, err := os.OpenRoot(w.dir)
 		if err != nil {
 			continue
 		}
-		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), w.prefix) {
-				continue
-			}
-			path := filepath.Join(w.dir, e.Name())
-			st, err := os.Lstat(path)
-			if err != nil || !st.IsDir() || now.Sub(st.ModTime()) < abandonedWorkAge {
-				continue
-			}
-			if removeSealed(path) == nil {
-				removed = append(removed, path)
-			}
+		for _, name := range sweep.Dir(root, func(name string, st fs.FileInfo) bool {
+			return strings.HasPrefix(name, w.prefix) && now.Sub(st.ModTime()) >= abandonedWorkAge
+		}, func(name string) error {
+			// Sealed: its directories are read-only.
+			return removeSealed(filepath.Join(w.dir, name))
+		}) {
+			removed = append(removed, filepath.Join(w.dir, name))
 		}
+		root.Close()
 	}
 	return removed
 }

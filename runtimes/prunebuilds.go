@@ -1,10 +1,13 @@
 package runtimes
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/sweep"
 )
 
 // buildPrefixes start the names of the work directories that builds make
@@ -23,36 +26,18 @@ const abandonedBuildAge = time.Hour
 // PruneBuilds removes the work directories that builds killed before
 // their end left in the state directory, those abandonedBuildAge old
 // (modified before now less that), and returns them. `pmjail prepare`
-// (through Prune) and the daemon's start call it. Everything goes
-// through the state directory opened once, so a path swapped meanwhile
-// is never followed out of it.
+// (through Prune) and the daemon's start call it.
 func (in *Install) PruneBuilds(now time.Time) []string {
 	root, err := os.OpenRoot(in.StateDir)
 	if err != nil {
 		return nil
 	}
 	defer root.Close()
-	dir, err := root.Open(".")
-	if err != nil {
-		return nil
-	}
-	names, err := dir.Readdirnames(-1)
-	dir.Close()
-	if err != nil {
-		return nil
-	}
 	var removed []string
-	for _, name := range names {
-		if !hasBuildPrefix(name) {
-			continue
-		}
-		st, err := root.Lstat(name)
-		if err != nil || !st.IsDir() || now.Sub(st.ModTime()) < abandonedBuildAge {
-			continue
-		}
-		if root.RemoveAll(name) == nil {
-			removed = append(removed, filepath.Join(in.StateDir, name))
-		}
+	for _, name := range sweep.Dir(root, func(name string, st fs.FileInfo) bool {
+		return hasBuildPrefix(name) && now.Sub(st.ModTime()) >= abandonedBuildAge
+	}, nil) {
+		removed = append(removed, filepath.Join(in.StateDir, name))
 	}
 	return removed
 }

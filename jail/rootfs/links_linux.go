@@ -16,6 +16,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmjail/pmjail/internal/sweep"
 )
 
 // libraryLinksDir is where, under a state directory, linkLibraries keeps
@@ -391,33 +393,18 @@ func PruneLinks(stateDir string) []string {
 	if opened, err := root.Stat("."); err != nil || !os.SameFile(before, opened) {
 		return nil
 	}
-	dir, err := root.Open(".")
-	if err != nil {
-		return nil
-	}
-	names, err := dir.Readdirnames(-1)
-	dir.Close()
-	if err != nil {
-		return nil
-	}
 	var removed []string
-	for _, name := range names {
-		st, err := root.Lstat(name)
-		if err != nil || !st.IsDir() {
-			continue
-		}
-		var stale bool
+	for _, name := range sweep.Dir(root, func(name string, st fs.FileInfo) bool {
 		switch {
 		case strings.HasPrefix(name, ".tmp-"):
-			stale = time.Since(st.ModTime()) > tmpTreeAge
+			return time.Since(st.ModTime()) > tmpTreeAge
 		case strings.HasPrefix(name, treePrefix) && isTreeName(name[len(treePrefix):]):
-			stale = staleTree(root, name)
-		case isTreeName(name) || isTreeName(name[strings.IndexByte(name, '-')+1:]):
-			stale = true // a tree of another version's making
+			return staleTree(root, name)
+		default: // a tree of another version's making
+			return isTreeName(name) || isTreeName(name[strings.IndexByte(name, '-')+1:])
 		}
-		if stale && root.RemoveAll(name) == nil {
-			removed = append(removed, filepath.Join(parent, name))
-		}
+	}, nil) {
+		removed = append(removed, filepath.Join(parent, name))
 	}
 	return removed
 }
