@@ -2,6 +2,7 @@ package jail
 
 import (
 	"os"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -47,4 +48,18 @@ func watchExit(pid int, wg *sync.WaitGroup, died func()) (stop func()) {
 	// Closing a file the poller waits on waits for that wait to end, a
 	// hand-off to the watching goroutine: not on the run's path.
 	return func() { go f.Close() }
+}
+
+// dropIdle removes v from (*idle)[k], a pool's idle processes, under mu,
+// and reports whether it was there: a watched process that died while it
+// waited is the watch's to end, one no longer idle is whoever took it's.
+func dropIdle[K comparable, V comparable](mu *sync.Mutex, idle *map[K][]V, k K, v V) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	q := (*idle)[k]
+	i := slices.Index(q, v)
+	if i >= 0 {
+		(*idle)[k] = slices.Delete(q, i, i+1)
+	}
+	return i >= 0
 }

@@ -237,17 +237,10 @@ func (p *Pool) fill(flags uintptr) {
 // pidfds a take still passes over a dead child.
 func (p *Pool) watch(flags uintptr, c *child) {
 	c.unwatch = watchExit(c.proc.Pid, &p.watchers, func() {
-		p.mu.Lock()
-		i := slices.Index(p.idle[flags], c)
-		if i >= 0 {
-			p.idle[flags] = slices.Delete(p.idle[flags], i, i+1)
+		if dropIdle(&p.mu, &p.idle, flags, c) { // else a take or Close has it
+			p.discard(c)
+			p.replenish(flags)
 		}
-		p.mu.Unlock()
-		if i < 0 {
-			return // a take or Close has it, and discards it
-		}
-		p.discard(c)
-		p.replenish(flags)
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -154,17 +153,10 @@ func (r *warmRuntime) stopWatch() {
 // ends the watch first (stopWatch), putBack starts another.
 func (w *Warm) watch(key string, r *warmRuntime) {
 	r.unwatch = watchExit(r.child.proc.Pid, &w.watchers, func() {
-		w.mu.Lock()
-		i := slices.Index(w.idle[key], r)
-		if i >= 0 {
-			w.idle[key] = slices.Delete(w.idle[key], i, i+1)
+		if dropIdle(&w.mu, &w.idle, key, r) { // else taken, or ended by Resize, recycle or Close
+			w.discardAll([]*warmRuntime{r})
+			w.replenish(key)
 		}
-		w.mu.Unlock()
-		if i < 0 {
-			return // taken, or ended by Resize, recycle or Close
-		}
-		w.discardAll([]*warmRuntime{r})
-		w.replenish(key)
 	})
 }
 
