@@ -37,6 +37,11 @@ func shellJob(t *testing.T, script string, lim rootfs.Limits, binds ...runtimes.
 	return &Job{ID: "test", Spec: spec.Spec, Timeout: 10 * time.Second, OutputLimit: 1 << 20}
 }
 
+// outlastReadBack keeps a shell guest busy (only builtins: its root has
+// no sleep) long enough for its state to be read back while it runs,
+// with room for a loaded machine's stall between its start and the read.
+const outlastReadBack = `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done`
+
 var testLimits = rootfs.Limits{TmpBytes: 1 << 20, OpenFiles: 64, FileBytes: 1 << 20}
 
 func TestRunContainsAShell(t *testing.T) {

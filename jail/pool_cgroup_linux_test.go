@@ -159,8 +159,7 @@ func TestPoolChildWaitsWithItsCgroup(t *testing.T) {
 		t.Errorf("cgroup v2 %v: the waiting child in its cgroup: %v (born in it on v2 only)", v2, !v2)
 	}
 
-	// It keeps busy for a while, so that its state is read back.
-	second := cgroupJob(t, h, `echo two; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
+	second := cgroupJob(t, h, `echo two; `+outlastReadBack)
 	second.Pool = p
 	out := runReleased(t, second)
 	if out.Status != StatusOK || !strings.HasPrefix(string(out.Stdout), "two\n") || !out.Pooled {

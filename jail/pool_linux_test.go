@@ -87,9 +87,7 @@ func TestPoolRunTakesAPooledChild(t *testing.T) {
 	waitIdle(t, p, 1)
 	pooled := idlePids(p)[0]
 
-	// It keeps busy for a while, so that its state is read back before it
-	// ends.
-	second := shellJob(t, `echo two; (echo x > /x) 2>/dev/null || echo root-readonly; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`, testLimits)
+	second := shellJob(t, `echo two; (echo x > /x) 2>/dev/null || echo root-readonly; `+outlastReadBack, testLimits)
 	second.Pool = p
 	out = Run(context.Background(), second)
 	if out.Status != StatusOK || string(out.Stdout) != "two\nroot-readonly\n" || !out.Pooled || !out.PooledRoot {

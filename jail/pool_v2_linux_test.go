@@ -143,8 +143,7 @@ func ownUnifiedPath(t *testing.T) string {
 // this hybrid host stands in for a unified host's.
 func TestPoolUnusedOnCgroupV2(t *testing.T) {
 	testenv.RequireRoot(t)
-	// Long enough a loop for the run's state to be read back.
-	script := `echo v2; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`
+	script := `echo v2; ` + outlastReadBack
 
 	t.Run("takes none", func(t *testing.T) {
 		cg := newUnifiedCgroup(t)
