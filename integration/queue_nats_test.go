@@ -43,17 +43,45 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// startNATSCluster builds nats-server from its Go module and starts a
-// three-node JetStream cluster on loopback.
-func startNATSCluster(t *testing.T) []*natsNode {
+// buildNATS builds nats-server from its Go module into dir.
+func buildNATS(t *testing.T, dir string) string {
 	t.Helper()
-	dir := outsideTmpDir(t, "itest-nats-")
 	bin := filepath.Join(dir, "nats-server")
 	build := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
 	build.Dir = repoRoot
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build nats-server: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// startNATSNode starts one nats-server, built from its Go module, as a
+// JetStream server of its own on loopback.
+func startNATSNode(t *testing.T) *natsNode {
+	t.Helper()
+	dir := outsideTmpDir(t, "itest-nats-")
+	bin := buildNATS(t, dir)
+	port := freePorts(t, 1)[0]
+	n := &natsNode{url: fmt.Sprintf("nats://127.0.0.1:%d", port), logs: &lockedBuffer{}, done: make(chan struct{})}
+	n.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", itoa(port), "-js", "-sd", filepath.Join(dir, "js"))
+	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	})
+	return n
+}
+
+// startNATSCluster builds nats-server from its Go module and starts a
+// three-node JetStream cluster on loopback.
+func startNATSCluster(t *testing.T) []*natsNode {
+	t.Helper()
+	dir := outsideTmpDir(t, "itest-nats-")
+	bin := buildNATS(t, dir)
 	ports := freePorts(t, 6)
 	var routes []string
 	for i := range 3 {

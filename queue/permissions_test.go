@@ -77,7 +77,7 @@ func TestTenantPermissions(t *testing.T) {
 		t.Fatalf("provision as the workers' user: %v", err)
 	}
 	e := &tenantsSeen{}
-	w, err := NewWorker(ctx, &workerCfg, e, slog.New(slog.DiscardHandler))
+	w, err := NewWorker(ctx, &workerCfg, admitAll{e}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("worker as the workers' user: %v", err)
 	}

@@ -114,8 +114,32 @@ func setup(t *testing.T, ackWait time.Duration) (Config, *Client) {
 	return cfg, c
 }
 
-func startWorker(t *testing.T, cfg Config, e Executor) *Worker {
-	w, err := NewWorker(context.Background(), &cfg, e, slog.New(slog.DiscardHandler))
+// runner is what the tests' executors are: a job's run, with no bound of
+// its tenant's.
+type runner interface {
+	Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error)
+}
+
+// admitAll is the Executor of a runner: every job is admitted at once.
+type admitAll struct{ r runner }
+
+func (a admitAll) Admit(tenant string) (Admission, time.Duration) {
+	return admitted{a.r, tenant}, 0
+}
+
+type admitted struct {
+	r      runner
+	tenant string
+}
+
+func (a admitted) Execute(ctx context.Context, body []byte) (*api.Result, error) {
+	return a.r.Execute(ctx, a.tenant, body)
+}
+
+func (admitted) Release() {}
+
+func startWorker(t *testing.T, cfg Config, e runner) *Worker {
+	w, err := NewWorker(context.Background(), &cfg, admitAll{e}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +276,7 @@ func (e *started) Execute(ctx context.Context, tenant string, body []byte) (*api
 func TestWorkerStopSendsTheJobBack(t *testing.T) {
 	cfg, c := setup(t, 30*time.Second)
 	slow := &started{echo: echo{hold: time.Minute}, began: make(chan struct{}, 1)}
-	w, err := NewWorker(context.Background(), &cfg, slow, slog.New(slog.DiscardHandler))
+	w, err := NewWorker(context.Background(), &cfg, admitAll{slow}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,13 +18,30 @@ import (
 	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
-// Executor runs one job of the queue: the daemon, with the tenant's
-// ceiling, share and rate. A job it refuses (not a valid job, a tenant it
-// does not know) is a *Refusal; a job it cannot take now is a *Later;
-// any other error means the job was not run to its end (the daemon is
-// stopping) and goes back to the stream.
+// Executor runs the queue's jobs: the daemon, with its tenants'
+// ceilings, shares and rates. The worker pulls a tenant's job only once
+// Admit has taken what the job needs to start, so that a tenant that
+// cannot start one now holds up no other tenant's.
 type Executor interface {
-	Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error)
+	// Admit takes at once what a job of tenant needs to start now (a
+	// token of its rate, a slot of its share and a global one), or
+	// returns nil and how long until it might (0: not known, such as
+	// until a run ends). A tenant the executor does not have is
+	// admitted, and its Execute refuses the job.
+	Admit(tenant string) (Admission, time.Duration)
+}
+
+// Admission is what Admit took for one job of its tenant. Exactly one of
+// Execute and Release is called.
+type Admission interface {
+	// Execute runs the job with what Admit took, and gives it back. A
+	// job it refuses (not a valid job, a tenant it does not have) is a
+	// *Refusal; a job it cannot take now is a *Later; any other error
+	// means the job was not run to its end (the daemon is stopping) and
+	// goes back to the stream.
+	Execute(ctx context.Context, body []byte) (*api.Result, error)
+	// Release gives back what Admit took, for a job that does not run.
+	Release()
 }
 
 // Refusal is a job refused for what it is: it never runs, and its result
@@ -48,9 +65,14 @@ func (l *Later) Error() string { return l.Reason }
 
 // The worker's timings.
 const (
-	// fetchWait is how long one pull waits for a job: short enough that a
-	// stopping worker stops pulling soon.
-	fetchWait = 2 * time.Second
+	// scanEvery is how often a worker with a free slot looks for the
+	// tenants that have jobs in the stream: how long a job may wait for
+	// an idle worker to see it.
+	scanEvery = 250 * time.Millisecond
+	// retryEvery is how soon a tenant whose admission did not say how
+	// long to wait (its slots are taken) is tried again; a run of this
+	// worker that ends tries at once.
+	retryEvery = 50 * time.Millisecond
 	// storeTries and storeBackoff bound the retries of a result's store
 	// while the cluster elects a new leader after a node went away.
 	storeTries   = 20
@@ -68,10 +90,19 @@ type Worker struct {
 	exec Executor
 	log  *slog.Logger
 
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	kv   jetstream.KeyValue
-	cons jetstream.Consumer
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+
+	// lanes are the tenants seen in the stream, by their subject's last
+	// token, each with its consumer; order is the round of them. Only
+	// the scheduling goroutine uses them.
+	lanes map[string]*lane
+	order []string
+	next  int
+	// ended wakes the scheduler when a run of this worker ends.
+	ended chan struct{}
 
 	// stop ends the pulls; cancel the runs in flight.
 	stop, cancel context.CancelFunc
@@ -81,10 +112,23 @@ type Worker struct {
 	pulling sync.WaitGroup
 }
 
+// lane is one tenant's jobs: its subject of the stream and the durable
+// consumer of that subject all workers share.
+type lane struct {
+	tenant string
+	cons   jetstream.Consumer
+	// jobs: the stream may hold jobs of the tenant not handed out yet.
+	jobs bool
+	// after is when the tenant's admission may be tried again.
+	after time.Time
+}
+
 // NewWorker connects to the config's servers (cfg checked by Check) and
-// binds the stream, its consumer and the bucket; it starts nothing.
+// binds the stream and the bucket, and retires the one consumer of the
+// workers of older versions; it starts nothing.
 func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger) (*Worker, error) {
-	w := &Worker{cfg: *cfg, exec: exec, log: log, closed: make(chan struct{})}
+	w := &Worker{cfg: *cfg, exec: exec, log: log, closed: make(chan struct{}),
+		lanes: map[string]*lane{}, ended: make(chan struct{}, 1)}
 	var err error
 	// The connection's events go to the daemon's log, whose every line is
 	// JSON, not to the client's default print.
@@ -105,43 +149,86 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 	if w.js, err = jetstream.New(w.nc); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if _, err := w.js.Stream(ctx, cfg.Stream); err != nil {
+	if w.stream, err = w.js.Stream(ctx, cfg.Stream); err != nil {
 		return nil, fmt.Errorf("queue.nats.stream: %s: %w", cfg.Stream, err)
 	}
 	if w.kv, err = w.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
-	cc := jetstream.ConsumerConfig{
-		Durable:       cfg.Consumer,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Duration(cfg.AckWait),
-		MaxAckPending: cfg.MaxAckPending,
-		MaxDeliver:    cfg.MaxDeliver,
-		FilterSubject: cfg.Subject + ".*",
-		// Pulls wait on the server, one per free slot of each worker.
-		MaxWaiting: 512,
-	}
-	if w.cons, err = w.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-		return nil, fmt.Errorf("queue.nats.consumer: %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
+	if err := w.retireShared(ctx); err != nil {
+		return nil, err
 	}
 	ok = true
 	return w, nil
 }
 
-// Start pulls jobs, one pull per slot of the config's concurrency, until
-// Stop.
+// ConsumerName is the durable consumer of a tenant's subject: the
+// config's consumer, '-', the tenant; a subject token that is no tenant
+// name (CheckTenant) is named by its digest after a '=', which no tenant
+// has.
+func ConsumerName(consumer, tenant string) string {
+	if CheckTenant(tenant) == nil && len(tenant) <= 128 {
+		return consumer + "-" + tenant
+	}
+	return consumer + "=" + digest([]byte(tenant))[:32]
+}
+
+// retireShared deletes the consumer named by the config, the one all
+// workers of older versions shared, whose filter (every tenant's
+// subject) a work-queue stream would not let overlap the tenants'. It is
+// paused first, so that it hands out no more jobs, and deleted once the
+// jobs it handed out are acked: a job still held by an older worker
+// would be handed out again by its tenant's consumer, and run twice. One
+// still held after the ack wait stops the worker with an error (systemd
+// starts it again), the consumer resumed.
+func (w *Worker) retireShared(ctx context.Context) error {
+	name := w.cfg.Consumer
+	cons, err := w.js.Consumer(ctx, w.cfg.Stream, name)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue.nats.consumer: %s on stream %s: %w", name, w.cfg.Stream, err)
+	}
+	if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(24*time.Hour)); err != nil {
+		return fmt.Errorf("queue.nats.consumer: pausing %s, the consumer of older workers: %w", name, err)
+	}
+	deadline := time.Now().Add(time.Duration(w.cfg.AckWait) + 2*time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		switch {
+		case err != nil:
+		case info.NumAckPending == 0:
+			if err := w.js.DeleteConsumer(ctx, w.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("queue.nats.consumer: deleting %s, the consumer of older workers: %w", name, err)
+			}
+			w.log.Info("queue: the consumer of older workers retired: each tenant's subject has a consumer of its own", "consumer", name)
+			return nil
+		case time.Now().After(deadline):
+			_, _ = w.js.ResumeConsumer(ctx, w.cfg.Stream, name)
+			return fmt.Errorf("queue.nats.consumer: %s, the consumer all workers of older versions shared, still holds %d jobs handed out after the ack wait: stop those workers; if none runs, delete it (nats consumer rm %s %s), and its jobs go to this worker",
+				name, info.NumAckPending, w.cfg.Stream, name)
+		}
+		select {
+		case <-ctx.Done():
+			_, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name)
+			return fmt.Errorf("queue.nats.consumer: retiring %s: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Start takes jobs, up to the config's concurrency at once, until Stop.
 func (w *Worker) Start() {
 	pullCtx, stop := context.WithCancel(context.Background())
 	w.runCtx, w.cancel = context.WithCancel(context.Background())
 	w.stop = stop
-	for range w.cfg.Concurrency {
-		w.pulling.Add(1)
-		go func() {
-			defer w.pulling.Done()
-			w.pull(pullCtx)
-		}()
-	}
-	w.log.Info("queue worker started", "stream", w.cfg.Stream, "consumer", w.cfg.Consumer, "bucket", w.cfg.Bucket,
+	w.pulling.Add(1)
+	go func() {
+		defer w.pulling.Done()
+		w.schedule(pullCtx)
+	}()
+	w.log.Info("queue worker started", "stream", w.cfg.Stream, "consumers", w.cfg.Consumer+"-TENANT", "bucket", w.cfg.Bucket,
 		"subject", w.cfg.Subject+".*", "concurrency", w.cfg.Concurrency, "server", w.nc.ConnectedUrlRedacted())
 }
 
@@ -150,7 +237,6 @@ func (w *Worker) Start() {
 // connection once every run has let its job go.
 func (w *Worker) Stop(grace time.Duration) {
 	w.stop()
-	// A pull ends with the run it took.
 	done := make(chan struct{})
 	go func() { w.pulling.Wait(); close(done) }()
 	select {
@@ -169,41 +255,171 @@ func (w *Worker) Stop(grace time.Duration) {
 	w.log.Info("queue worker stopped")
 }
 
-// pull takes one job at a time and runs it, until ctx ends.
-func (w *Worker) pull(ctx context.Context) {
-	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		if backoff > 0 {
+// schedule fills the worker's slots until ctx ends: for each free one it
+// takes the next tenant, round the tenants with jobs, that its executor
+// admits now, and pulls one job of that tenant's consumer. A tenant that
+// cannot start a job (its rate, its share) is passed over, its jobs left
+// in the stream, where waiting costs them none of their deliveries.
+func (w *Worker) schedule(ctx context.Context) {
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var scanned time.Time
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			if time.Since(scanned) >= scanEvery {
+				w.scan(ctx)
+				scanned = time.Now()
+			}
+			msg, adm, wake := w.take(ctx)
+			if msg != nil {
+				w.pulling.Add(1)
+				go func() {
+					defer func() {
+						<-slots
+						select {
+						case w.ended <- struct{}{}:
+						default:
+						}
+						w.pulling.Done()
+					}()
+					w.handle(msg, adm)
+				}()
+				break
+			}
+			wake = min(wake, time.Until(scanned.Add(scanEvery)))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-w.ended:
+			case <-time.After(max(wake, time.Millisecond)):
 			}
-		}
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		batch, err := w.cons.Fetch(1, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			backoff = min(2*backoff+100*time.Millisecond, 2*time.Second)
-			w.log.Debug("queue: pull", "err", err)
-			continue
-		}
-		backoff = 0
-		for msg := range batch.Messages() {
-			w.handle(msg)
-		}
-		cancel()
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			w.log.Debug("queue: pull", "err", err)
-			backoff = 100 * time.Millisecond
 		}
 	}
 }
 
-// handle runs one job and settles its message: acked once its result is
-// stored, terminated when refused (with its refusal stored), sent back
-// when it could not run to its end.
-func (w *Worker) handle(msg jetstream.Msg) {
+// take pulls the job of the next tenant round the lanes that has jobs
+// and is admitted; none, it returns how long until one may be.
+func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Duration) {
+	now := time.Now()
+	wake := scanEvery
+	n := len(w.order)
+	for i := range n {
+		l := w.lanes[w.order[(w.next+i)%n]]
+		if !l.jobs {
+			continue
+		}
+		if d := l.after.Sub(now); d > 0 {
+			wake = min(wake, d)
+			continue
+		}
+		// A subject of no tenant has its jobs terminated: nothing runs.
+		var adm Admission
+		if CheckTenant(l.tenant) == nil {
+			var wait time.Duration
+			if adm, wait = w.exec.Admit(l.tenant); adm == nil {
+				if wait <= 0 {
+					wait = retryEvery
+				}
+				l.after = now.Add(wait)
+				wake = min(wake, wait)
+				continue
+			}
+		}
+		msg, err := w.fetch(ctx, l)
+		if msg == nil {
+			if adm != nil {
+				adm.Release()
+			}
+			if err != nil {
+				w.log.Debug("queue: pull", "tenant", l.tenant, "err", err)
+				l.after = now.Add(scanEvery)
+			} else {
+				l.jobs = false
+			}
+			continue
+		}
+		w.next = (w.next + i + 1) % n
+		return msg, adm, 0
+	}
+	return nil, nil, wake
+}
+
+// fetch pulls one job of the lane's consumer, if it has one to hand out
+// now.
+func (w *Worker) fetch(ctx context.Context, l *lane) (jetstream.Msg, error) {
+	batch, err := l.cons.FetchNoWait(1)
+	if err != nil {
+		return nil, err
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if msg != nil {
+		return msg, nil
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// scan finds the tenants whose subjects hold jobs, and makes the
+// consumer of a tenant new to this worker (or updates it to this
+// config's ack wait, max ack pending and max deliver).
+func (w *Worker) scan(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	info, err := w.stream.Info(sctx, jetstream.WithSubjectFilter(w.cfg.Subject+".*"))
+	if err != nil {
+		w.log.Debug("queue: stream info", "err", err)
+		return
+	}
+	for subject, n := range info.State.Subjects {
+		tenant, ok := strings.CutPrefix(subject, w.cfg.Subject+".")
+		if n == 0 || !ok {
+			continue
+		}
+		l := w.lanes[tenant]
+		if l == nil {
+			l = &lane{tenant: tenant}
+			w.lanes[tenant] = l
+			w.order = append(w.order, tenant)
+		}
+		if l.cons == nil {
+			cc := jetstream.ConsumerConfig{
+				Durable:       ConsumerName(w.cfg.Consumer, tenant),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       time.Duration(w.cfg.AckWait),
+				MaxAckPending: w.cfg.MaxAckPending,
+				MaxDeliver:    w.cfg.MaxDeliver,
+				FilterSubject: subject,
+			}
+			if l.cons, err = w.js.CreateOrUpdateConsumer(sctx, w.cfg.Stream, cc); err != nil {
+				w.log.Warn("queue: consumer of a tenant not made", "tenant", tenant, "consumer", cc.Durable, "err", err)
+				continue
+			}
+		}
+		l.jobs = true
+	}
+}
+
+// handle runs one job with its admission (nil for a subject of no
+// tenant) and settles its message: acked once its result is stored,
+// terminated when refused (with its refusal stored), sent back when it
+// could not run to its end.
+func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
+	// What the admission took goes back unless the job runs with it.
+	ran := false
+	defer func() {
+		if adm != nil && !ran {
+			adm.Release()
+		}
+	}()
 	meta, err := msg.Metadata()
 	if err != nil {
 		w.log.Warn("queue: message without metadata", "subject", msg.Subject(), "err", err)
@@ -260,7 +476,8 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	var res *api.Result
 	if refusal == nil {
-		res, err = w.exec.Execute(w.runCtx, tenant, msg.Data())
+		ran = true
+		res, err = adm.Execute(w.runCtx, msg.Data())
 		var later *Later
 		switch {
 		case errors.As(err, &refusal):

@@ -103,6 +103,17 @@ func (l *limiter) reserve(uncapped bool) (wait func(ctx context.Context) (*slot,
 	return func(ctx context.Context) (*slot, error) { return l.wait(ctx, ch) }, nil
 }
 
+// try takes a slot if one is free and no run waits for it; nil if not.
+func (l *limiter) try() *slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running < l.max && len(l.waiters) == 0 {
+		l.running++
+		return &slot{l: l}
+	}
+	return nil
+}
+
 // wait waits for the slot queued as ch.
 func (l *limiter) wait(ctx context.Context, ch chan struct{}) (*slot, error) {
 	select {

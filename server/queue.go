@@ -68,22 +68,81 @@ func (st *state) tenantNamed(name string) *tenant {
 	return nil
 }
 
-// Execute runs one job of the queue for the tenant its subject names
-// (queue.Executor): decoded and resolved against that tenant's ceiling
-// as a socket job is, within its rate (waited for, not refused: a queued
-// job has no client to retry it) and a slot of its share and a global
-// one (runInSlot). ctx ends when the worker stops, which cuts the run
-// short and sends the job back.
-func (s *Server) Execute(ctx context.Context, tenantName string, body []byte) (*api.Result, error) {
+// Admit takes at once what a job of the queue for tenantName needs to
+// start now (queue.Executor): a token of the tenant's rate, a slot of its
+// share and a global one, as free now, ahead of no run that waits for
+// them. A tenant that cannot start one has its jobs left in the stream
+// (the worker pulls another tenant's), so a queued job neither waits in
+// one of the worker's pulls nor is sent back, which would spend one of
+// its deliveries. A tenant the daemon does not have is admitted, to be
+// refused by Execute.
+func (s *Server) Admit(tenantName string) (queue.Admission, time.Duration) {
 	st := s.state.Load()
 	tn := st.tenantNamed(tenantName)
 	if tn == nil {
+		return &queuedJob{s: s, st: st, name: tenantName}, 0
+	}
+	if tn.share != nil {
+		if wait, ok := tn.share.bucket.take(time.Now()); !ok {
+			return nil, wait
+		}
+	}
+	var g grant
+	if tn.share != nil {
+		own := tn.share.lim.try()
+		if own == nil {
+			tn.share.bucket.refund()
+			return nil, 0
+		}
+		g = append(g, own)
+	}
+	global := s.lim.try()
+	if global == nil {
+		g.release()
+		if tn.share != nil {
+			tn.share.bucket.refund()
+		}
+		return nil, 0
+	}
+	return &queuedJob{s: s, st: st, name: tenantName, tn: tn, slots: append(g, global)}, 0
+}
+
+// queuedJob is a job of the queue admitted by Admit: its tenant (nil: one
+// the daemon does not have) and the slots and rate token it took.
+type queuedJob struct {
+	s     *Server
+	st    *state
+	name  string
+	tn    *tenant
+	slots grant
+}
+
+// Release gives back the slots and the rate token of a job that does not
+// run.
+func (q *queuedJob) Release() {
+	if q.tn == nil {
+		return
+	}
+	q.slots.release()
+	if q.tn.share != nil {
+		q.tn.share.bucket.refund()
+	}
+}
+
+// Execute runs the job in the slots Admit took: decoded and resolved
+// against its tenant's ceiling as a socket job is (a refusal gives the
+// slots and the rate token back). ctx ends when the worker stops, which
+// cuts the run short and sends the job back.
+func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, error) {
+	s, st, tn := q.s, q.st, q.tn
+	if tn == nil {
 		return nil, &queue.Refusal{Code: codeForbidden,
-			Message: fmt.Sprintf("tenant %q: no such tenant of this pmjail daemon, and its config refuses others (others: %q)", tenantName, st.cfg.Others)}
+			Message: fmt.Sprintf("tenant %q: no such tenant of this pmjail daemon, and its config refuses others (others: %q)", q.name, st.cfg.Others)}
 	}
 	log := s.log.With("queue", "nats", "tenant", tn.name)
 	req, err := job.Decode(bytes.NewReader(body))
 	if err != nil {
+		q.Release()
 		msg, field := job.Refusal(err)
 		code := codeInvalid
 		if isTooLarge(err) {
@@ -93,30 +152,19 @@ func (s *Server) Execute(ctx context.Context, tenantName string, body []byte) (*
 	}
 	resolved, err := job.Resolve(req, tn.ceil, false)
 	if err != nil {
+		q.Release()
 		msg, field := job.Refusal(err)
 		return nil, &queue.Refusal{Code: codeInvalid, Message: msg, Field: field}
 	}
-	if tn.share != nil {
-		for {
-			wait, ok := tn.share.bucket.take(time.Now())
-			if ok {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			case <-time.After(wait):
-			}
-		}
-	}
-	res, err := s.runInSlot(ctx, tn, resolved, s.queued(st, tn), nil, nil)
+	taken := func(context.Context) (grant, error) { return q.slots, nil }
+	res, err := s.runInSlot(ctx, tn, resolved, taken, nil, nil)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, context.Cause(ctx)
 	case errors.Is(err, errNoFDs):
 		return nil, &queue.Later{After: 5 * time.Second, Reason: err.Error()}
 	case err != nil:
-		return nil, &queue.Later{After: time.Second, Reason: fmt.Sprintf("no run slot of tenant %s: %v", tn.name, err)}
+		return nil, &queue.Later{After: time.Second, Reason: fmt.Sprintf("tenant %s: %v", tn.name, err)}
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("run %s cut short: %w", res.ID, context.Cause(ctx))
