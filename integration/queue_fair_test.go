@@ -14,14 +14,30 @@ import (
 	"github.com/pmjail/pmjail/queue"
 )
 
-// TestQueueNATSFairPulls: a tenant whose backlog outruns its rate holds
-// up no other tenant's jobs. Tenant slow (rate 1/s) submits a backlog of
-// jobs first, tenant fast a few after: fast's jobs are all done while
-// most of slow's still wait, and every job of slow is done in the end,
-// once, on its first delivery (none sent back to wait, which would spend
-// its max_deliver of 2).
+// TestQueueNATSFairPulls: a tenant whose backlog outruns its rate, or
+// its share, holds up no other tenant's jobs. Tenant slow submits a
+// backlog of jobs first, tenant fast a few after: fast's jobs are all
+// done while most of slow's still wait, and every job of slow is done in
+// the end, once, on its first delivery (none sent back to wait, which
+// would spend its max_deliver of 2).
 func TestQueueNATSFairPulls(t *testing.T) {
-	const slowJobs, fastJobs = 10, 3
+	for _, tc := range []struct {
+		name     string
+		slow     string // slow's share and rate
+		slowJobs int
+		source   string // slow's job, of its id
+	}{
+		// At 1/s, slow's jobs take 9s or more.
+		{"rate", `"max_concurrency": 1, "max_queue": 4, "rate": "1/s"`, 10, `console.log(%q)`},
+		// One at a time, slow's jobs of 700ms each take 4s or more.
+		{"share", `"max_concurrency": 1, "max_queue": 4`, 6, `await new Promise((r) => setTimeout(r, 700)); console.log(%q)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testFairPulls(t, tc.slow, tc.slowJobs, tc.source) })
+	}
+}
+
+func testFairPulls(t *testing.T, slow string, slowJobs int, slowSource string) {
+	const fastJobs = 3
 	before := snapshotHost(t)
 	node := startNATSNode(t)
 	cfg := queue.Config{URLs: []string{node.url}}
@@ -44,10 +60,10 @@ func TestQueueNATSFairPulls(t *testing.T) {
 	}
 	workerCfg := fmt.Sprintf(`{"version": 1, "max_concurrency": 2, "max_queue": 4, "others": "refuse",
 		"tenants": [
-			{"name": "slow", "match": {"uid": 65534}, "max_concurrency": 1, "max_queue": 4, "rate": "1/s"},
+			{"name": "slow", "match": {"uid": 65534}, %s},
 			{"name": "fast", "match": {"uid": 65533}, "max_concurrency": 1, "max_queue": 4}
 		],
-		"queue": {"nats": {"urls": [%q], "ack_wait": "3s", "max_deliver": 2, "concurrency": 2}}}`, node.url)
+		"queue": {"nats": {"urls": [%q], "ack_wait": "3s", "max_deliver": 2, "concurrency": 2}}}`, slow, node.url)
 	w := startDaemon(t, daemonDir(t), workerCfg)
 
 	c, err := queue.Dial(ctx, cfg)
@@ -74,17 +90,17 @@ func TestQueueNATSFairPulls(t *testing.T) {
 	}
 	defer func() { _ = watch.Stop() }()
 
-	submit := func(tenant string, n int) {
+	submit := func(tenant string, n int, source string) {
 		for i := range n {
 			id := fmt.Sprintf("%s-%02d", tenant, i)
-			if err := c.Submit(ctx, tenant, id, &api.Job{Runtime: "deno", Source: fmt.Sprintf("console.log(%q)", id)}); err != nil {
+			if err := c.Submit(ctx, tenant, id, &api.Job{Runtime: "deno", Source: fmt.Sprintf(source, id)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	started := time.Now()
-	submit("slow", slowJobs)
-	submit("fast", fastJobs)
+	submit("slow", slowJobs, slowSource)
+	submit("fast", fastJobs, `console.log(%q)`)
 
 	seen := map[string]int{}
 	done := map[string]int{}
@@ -106,8 +122,7 @@ func TestQueueNATSFairPulls(t *testing.T) {
 			}
 		}
 	}
-	// At 1/s, slow's jobs take 9s or more; fast's three, on the slot slow
-	// cannot use, take no more than a few runs' time.
+	// Fast's three, on the slot slow cannot use, take a few runs' time.
 	if slowAtFast > slowJobs/2 {
 		t.Errorf("fast's %d jobs were done only after %d of slow's %d: slow's backlog held them up", fastJobs, slowAtFast, slowJobs)
 	}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,6 +78,11 @@ const (
 	// while the cluster elects a new leader after a node went away.
 	storeTries   = 20
 	storeBackoff = 250 * time.Millisecond
+	// retireWait bounds how long a worker waits for the workers of an
+	// older version to end the runs of the jobs they hold.
+	retireWait = 2 * time.Minute
+	// retireAgain is how long the older workers go on before the next try.
+	retireAgain = 10 * time.Second
 	// opTimeout bounds one request to JetStream.
 	opTimeout = 5 * time.Second
 	// resultSlack is the room left in a message for the result's framing
@@ -124,8 +130,7 @@ type lane struct {
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
-// binds the stream and the bucket, and retires the one consumer of the
-// workers of older versions; it starts nothing.
+// binds the stream and the bucket; it starts nothing.
 func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger) (*Worker, error) {
 	w := &Worker{cfg: *cfg, exec: exec, log: log, closed: make(chan struct{}),
 		lanes: map[string]*lane{}, ended: make(chan struct{}, 1)}
@@ -136,7 +141,8 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("queue: nats", "err", err) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("queue: disconnected from nats", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("queue: reconnected to nats", "server", nc.ConnectedUrlRedacted()) }),
-		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }))
+		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }),
+		nats.PermissionErrOnSubscribe(true))
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +161,6 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 	if w.kv, err = w.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
-	if err := w.retireShared(ctx); err != nil {
-		return nil, err
-	}
 	ok = true
 	return w, nil
 }
@@ -175,12 +178,18 @@ func ConsumerName(consumer, tenant string) string {
 
 // retireShared deletes the consumer named by the config, the one all
 // workers of older versions shared, whose filter (every tenant's
-// subject) a work-queue stream would not let overlap the tenants'. It is
-// paused first, so that it hands out no more jobs, and deleted once the
-// jobs it handed out are acked: a job still held by an older worker
-// would be handed out again by its tenant's consumer, and run twice. One
-// still held after the ack wait stops the worker with an error (systemd
-// starts it again), the consumer resumed.
+// subject) a work-queue stream would not let overlap the tenants'
+// consumers. A job it handed out to a worker still running it would be
+// handed out again by its tenant's consumer, and run twice: so it is
+// paused first (it hands out no more jobs), and deleted once no job it
+// handed out is held, which is when none is pending an ack, or when
+// a whole ack wait (the consumer's, plus a second) passed without an
+// in-progress ack on it: a live worker sends one every third of the
+// ack wait for each job it runs. The jobs still pending then were sent
+// back, or held by a worker that is gone, and go to the tenants'
+// consumers. Held longer than retireWait, the consumer is resumed, for
+// the older workers to go on, and an error returned: the worker tries
+// again later.
 func (w *Worker) retireShared(ctx context.Context) error {
 	name := w.cfg.Consumer
 	cons, err := w.js.Consumer(ctx, w.cfg.Stream, name)
@@ -190,30 +199,63 @@ func (w *Worker) retireShared(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("queue.nats.consumer: %s on stream %s: %w", name, w.cfg.Stream, err)
 	}
-	if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(24*time.Hour)); err != nil {
-		return fmt.Errorf("queue.nats.consumer: pausing %s, the consumer of older workers: %w", name, err)
+	at := fmt.Sprintf("queue.nats.consumer: %s, the consumer all workers of older versions shared", name)
+	// The in-progress acks come on its ack subjects: watched before the
+	// pause, so that none sent after it is missed.
+	acks, err := w.nc.SubscribeSync(fmt.Sprintf("$JS.ACK.%s.%s.>", w.cfg.Stream, name))
+	if err != nil {
+		return fmt.Errorf("%s: watching its acks: %w", at, err)
 	}
-	deadline := time.Now().Add(time.Duration(w.cfg.AckWait) + 2*time.Second)
+	defer func() { _ = acks.Unsubscribe() }()
+	if err := w.nc.FlushTimeout(opTimeout); err != nil {
+		return fmt.Errorf("%s: watching its acks: %w", at, err)
+	}
+	if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(24*time.Hour)); err != nil {
+		return fmt.Errorf("%s: pausing it: %w", at, err)
+	}
+	resume := func() { _, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name) }
+	quiet := cons.CachedInfo().Config.AckWait + time.Second
+	start := time.Now()
+	beat := start
 	for {
 		info, err := cons.Info(ctx)
-		switch {
-		case err != nil:
-		case info.NumAckPending == 0:
-			if err := w.js.DeleteConsumer(ctx, w.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("queue.nats.consumer: deleting %s, the consumer of older workers: %w", name, err)
-			}
-			w.log.Info("queue: the consumer of older workers retired: each tenant's subject has a consumer of its own", "consumer", name)
-			return nil
-		case time.Now().After(deadline):
-			_, _ = w.js.ResumeConsumer(ctx, w.cfg.Stream, name)
-			return fmt.Errorf("queue.nats.consumer: %s, the consumer all workers of older versions shared, still holds %d jobs handed out after the ack wait: stop those workers; if none runs, delete it (nats consumer rm %s %s), and its jobs go to this worker",
-				name, info.NumAckPending, w.cfg.Stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil // another worker retired it
 		}
-		select {
-		case <-ctx.Done():
-			_, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name)
-			return fmt.Errorf("queue.nats.consumer: retiring %s: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		if err != nil {
+			resume()
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		if info.NumAckPending == 0 || time.Since(beat) >= quiet {
+			if err := w.js.DeleteConsumer(ctx, w.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				resume()
+				return fmt.Errorf("%s: deleting it: %w", at, err)
+			}
+			w.log.Info("queue: the consumer of older workers retired: each tenant's subject has a consumer of its own",
+				"consumer", name, "jobs_sent_on", info.NumAckPending)
+			return nil
+		}
+		if time.Since(start) >= retireWait {
+			resume()
+			return fmt.Errorf("%s, still has %d jobs run by a live worker after %v: stop the older workers (each sends its jobs back as it stops)",
+				at, info.NumAckPending, retireWait)
+		}
+		msg, err := acks.NextMsg(100 * time.Millisecond)
+		switch {
+		case err == nil:
+			if bytes.HasPrefix(msg.Data, []byte("+WPI")) {
+				beat = time.Now()
+			}
+		case errors.Is(err, nats.ErrTimeout):
+		default:
+			// Not allowed to watch them (a permission refused): no word
+			// of a live worker can be trusted to be missing.
+			resume()
+			return fmt.Errorf("%s: watching its acks: %w (allow the workers' user to subscribe to $JS.ACK.%s.>)", at, err, w.cfg.Stream)
+		}
+		if ctx.Err() != nil {
+			resume()
+			return fmt.Errorf("%s: %w", at, ctx.Err())
 		}
 	}
 }
@@ -255,7 +297,8 @@ func (w *Worker) Stop(grace time.Duration) {
 	w.log.Info("queue worker stopped")
 }
 
-// schedule fills the worker's slots until ctx ends: for each free one it
+// schedule retires the consumer of older workers if there is one, then
+// fills the worker's slots until ctx ends: for each free one it
 // takes the next tenant, round the tenants with jobs, that its executor
 // admits now, and pulls one job of that tenant's consumer. A tenant that
 // cannot start a job (its rate, its share) is passed over, its jobs left
@@ -263,6 +306,18 @@ func (w *Worker) Stop(grace time.Duration) {
 func (w *Worker) schedule(ctx context.Context) {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var scanned time.Time
+	for {
+		err := w.retireShared(ctx)
+		if err == nil {
+			break
+		}
+		w.log.Warn("queue: no job taken until the consumer of older workers is retired", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retireAgain):
+		}
+	}
 	for {
 		select {
 		case slots <- struct{}{}:

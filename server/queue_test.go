@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/queue"
 )
 
 // TestQueueConfigExampleParses: deploy/queue's worker config stays valid
@@ -44,5 +48,59 @@ func TestQueueConfigRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %s", cfg, err, want)
 		}
+	}
+}
+
+// A job of the queue is admitted only when its tenant can start it now:
+// its rate and its share refuse at once, taking nothing, and a job that
+// does not run gives back its slots and its rate's token.
+func TestQueueAdmitTakesNoWait(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "max_concurrency": 2, "tenants": [
+		{"name": "root", "match": {"uid": 0}, "max_concurrency": 1, "max_queue": 2, "rate": "1/min"},
+		{"name": "b", "match": {"uid": 1}, "max_concurrency": 1, "max_queue": 2}]}`)
+	a, _ := ts.Admit("root")
+	if a == nil {
+		t.Fatal("root's first job not admitted")
+	}
+	if again, wait := ts.Admit("root"); again != nil || wait <= 0 || wait > time.Minute {
+		t.Fatalf("root's second job within its rate of 1/min: %v, wait %v; want none and a wait", again, wait)
+	}
+	a.Release()
+	// The token and the slot are back.
+	a, _ = ts.Admit("root")
+	if a == nil {
+		t.Fatal("root's job after a release not admitted")
+	}
+	b, _ := ts.Admit("b")
+	if b == nil {
+		t.Fatal("b's first job not admitted")
+	}
+	if again, wait := ts.Admit("b"); again != nil || wait != 0 {
+		t.Fatalf("b's second job with its one slot taken: %v, wait %v; want none, wait unknown", again, wait)
+	}
+	running, queued, _, _ := ts.lim.stats()
+	if running != 2 || queued != 0 {
+		t.Errorf("global slots %d running, %d queued; want the 2 admitted, none queued", running, queued)
+	}
+	// A refused job gives its slots and token back.
+	var refusal *queue.Refusal
+	if _, err := a.Execute(context.Background(), []byte(`{"runtime": "deno"}`)); !errors.As(err, &refusal) {
+		t.Fatalf("a job without source: %v, want a refusal", err)
+	}
+	if a, _ = ts.Admit("root"); a == nil {
+		t.Fatal("root's job after a refused one not admitted")
+	}
+	a.Release()
+	b.Release()
+	if running, _, _, _ := ts.lim.stats(); running != 0 {
+		t.Errorf("%d global slots taken after every release", running)
+	}
+	// A tenant the daemon does not have is admitted, and refused.
+	n, _ := ts.Admit("nobody")
+	if n == nil {
+		t.Fatal("an unknown tenant's job not admitted, to be refused")
+	}
+	if _, err := n.Execute(context.Background(), []byte(`{}`)); err == nil || !strings.Contains(err.Error(), `tenant "nobody"`) {
+		t.Errorf("an unknown tenant's job: %v", err)
 	}
 }
