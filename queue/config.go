@@ -39,9 +39,12 @@ type Config struct {
 	// Subject is the jobs' subject prefix (default "pmjail.jobs"): a job
 	// for tenant T is published on Subject + "." + T.
 	Subject string `json:"subject"`
-	// Consumer is the durable consumer all workers share (default
-	// "pmjail-workers"); the worker makes it, or updates it to this
-	// config's ack wait and max ack pending.
+	// Consumer names the durable consumers all workers share, one per
+	// tenant's subject, Consumer + "-" + the tenant (ConsumerName;
+	// default "pmjail-workers"); the worker makes each, or updates it to
+	// this config's ack wait, max ack pending and max deliver. The one
+	// consumer of this very name that workers of earlier versions shared
+	// is retired (docs/queue.md).
 	Consumer string `json:"consumer"`
 	// Bucket is the key-value bucket of results, key the job id (default
 	// "pmjail_results"); it must exist.
@@ -53,8 +56,8 @@ type Config struct {
 	// before the stream gives it to another (default 30s): a live worker
 	// says it is still working every third of it, so a run may outlast it.
 	AckWait api.Duration `json:"ack_wait"`
-	// MaxAckPending bounds the jobs handed out and not yet acked, over
-	// all workers (default 1000).
+	// MaxAckPending bounds a tenant's jobs handed out and not yet acked,
+	// over all workers (default 1000).
 	MaxAckPending int `json:"max_ack_pending"`
 	// MaxDeliver bounds how often a job is handed out (default 5; -1 for
 	// no bound): a job that brings every worker down stops there.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -161,5 +162,45 @@ func TestTenantPermissions(t *testing.T) {
 		if tn != "ci" {
 			t.Errorf("the worker ran a job for tenant %q submitted by ci", tn)
 		}
+	}
+}
+
+// The shipped permissions let a worker retire the consumer of older
+// workers: it watches their in-progress acks on $JS.ACK.
+func TestWorkerRetiresUnderShippedPermissions(t *testing.T) {
+	url := startShippedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1, AckWait: api.Duration(time.Second)}
+	if err := cfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, cfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ci.Close()
+	older := olderConsumer(t, c, cfg)
+	if err := ci.Submit(ctx, "ci", "sent-back", &api.Job{Runtime: "deno", Source: "back"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fetchOne(t, older).Nak(); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, cfg, &echo{})
+	res, err := ci.Wait(ctx, "ci", "sent-back")
+	if err != nil || res.Stdout != "back" {
+		t.Fatalf("the job an older worker sent back: %+v %v", res, err)
+	}
+	if _, err := c.js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("the older consumer: %v, want it deleted", err)
 	}
 }

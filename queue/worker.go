@@ -127,6 +127,8 @@ type lane struct {
 	jobs bool
 	// after is when the tenant's admission may be tried again.
 	after time.Time
+	// warned: its consumer could not be made, and the log said so.
+	warned bool
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
@@ -390,8 +392,10 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 				adm.Release()
 			}
 			if err != nil {
+				// Made again by the next scan: an operator may have
+				// deleted it.
 				w.log.Debug("queue: pull", "tenant", l.tenant, "err", err)
-				l.after = now.Add(scanEvery)
+				l.cons, l.jobs = nil, false
 			} else {
 				l.jobs = false
 			}
@@ -455,9 +459,14 @@ func (w *Worker) scan(ctx context.Context) {
 				FilterSubject: subject,
 			}
 			if l.cons, err = w.js.CreateOrUpdateConsumer(sctx, w.cfg.Stream, cc); err != nil {
-				w.log.Warn("queue: consumer of a tenant not made", "tenant", tenant, "consumer", cc.Durable, "err", err)
+				level := slog.LevelDebug
+				if !l.warned {
+					level, l.warned = slog.LevelWarn, true
+				}
+				w.log.Log(ctx, level, "queue: consumer of a tenant not made: its jobs wait", "tenant", tenant, "consumer", cc.Durable, "err", err)
 				continue
 			}
+			l.warned = false
 		}
 		l.jobs = true
 	}
