@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,34 @@ func TestWorkerRetiresTheSharedConsumer(t *testing.T) {
 	waitEmpty(t, c, cfg)
 	if n := e.calls.Load(); n != 2 {
 		t.Errorf("the new worker ran %d jobs, want 2 (not the one the older worker held)", n)
+	}
+}
+
+// A job on a subject whose last token is no tenant name is taken through
+// a consumer of its own, named by the token's digest, and terminated
+// unrun; the tenants' jobs run beside it.
+func TestWorkerTerminatesASubjectOfNoTenant(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	e := &echo{}
+	startWorker(t, cfg, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.js.Publish(ctx, cfg.Subject+".a@b", []byte(`{"runtime":"deno","source":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "beside"})
+	if err != nil || res.Stdout != "beside" {
+		t.Fatalf("a tenant's job beside it: %+v %v", res, err)
+	}
+	waitEmpty(t, c, cfg)
+	if n := e.calls.Load(); n != 1 {
+		t.Errorf("executor ran %d jobs, want 1 (the tenant's)", n)
+	}
+	name := ConsumerName(cfg.Consumer, "a@b")
+	if !strings.HasPrefix(name, cfg.Consumer+"=") {
+		t.Errorf("consumer of a subject of no tenant: %q", name)
+	}
+	if _, err := c.js.Consumer(ctx, cfg.Stream, name); err != nil {
+		t.Errorf("consumer %s: %v", name, err)
 	}
 }

@@ -189,9 +189,9 @@ func ConsumerName(consumer, tenant string) string {
 // in-progress ack on it: a live worker sends one every third of the
 // ack wait for each job it runs. The jobs still pending then were sent
 // back, or held by a worker that is gone, and go to the tenants'
-// consumers. Held longer than retireWait, the consumer is resumed, for
-// the older workers to go on, and an error returned: the worker tries
-// again later.
+// consumers. Held longer than retireWait (or two such ack waits), the
+// consumer is resumed, for the older workers to go on, and an error
+// returned: the worker tries again later.
 func (w *Worker) retireShared(ctx context.Context) error {
 	name := w.cfg.Consumer
 	cons, err := w.js.Consumer(ctx, w.cfg.Stream, name)
@@ -217,6 +217,7 @@ func (w *Worker) retireShared(ctx context.Context) error {
 	}
 	resume := func() { _, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name) }
 	quiet := cons.CachedInfo().Config.AckWait + time.Second
+	limit := max(retireWait, 2*quiet)
 	start := time.Now()
 	beat := start
 	for {
@@ -237,10 +238,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 				"consumer", name, "jobs_sent_on", info.NumAckPending)
 			return nil
 		}
-		if time.Since(start) >= retireWait {
+		if time.Since(start) >= limit {
 			resume()
 			return fmt.Errorf("%s, still has %d jobs run by a live worker after %v: stop the older workers (each sends its jobs back as it stops)",
-				at, info.NumAckPending, retireWait)
+				at, info.NumAckPending, limit)
 		}
 		msg, err := acks.NextMsg(100 * time.Millisecond)
 		switch {
