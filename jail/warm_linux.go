@@ -61,7 +61,7 @@ type WarmOptions struct {
 	// forever).
 	MaxAge time.Duration
 	// MaxTemplates bounds how many templates (runtime, profile and
-	// options) the pool keeps runtimes for (0: 8).
+	// options) the pool keeps runtimes for (0: DefaultWarmTemplates).
 	MaxTemplates int
 	// MaxTemplatesPerOwner bounds how many of them the runs of one owner
 	// (WarmJob.Owner, a tenant) may have brought in (0: a quarter of
@@ -77,6 +77,11 @@ type WarmOptions struct {
 	// empty until a run asks, and one that always fails costs little.
 	Retry time.Duration
 }
+
+// DefaultWarmTemplates is WarmOptions.MaxTemplates's default. Each
+// template keeps its class's size of runtimes, each holding a job id
+// slot (MaxJobs) while it waits: a daemon's config counts them.
+const DefaultWarmTemplates = 8
 
 // The first wait after a failed start, and the longest.
 const (
@@ -163,7 +168,7 @@ func (w *Warm) watch(key string, r *warmRuntime) {
 // NewWarm returns a pool that keeps, per template, sizes[class] runtimes.
 func NewWarm(sizes map[string]int, opt WarmOptions) *Warm {
 	if opt.MaxTemplates <= 0 {
-		opt.MaxTemplates = 8
+		opt.MaxTemplates = DefaultWarmTemplates
 	}
 	if opt.MaxTemplatesPerOwner <= 0 {
 		opt.MaxTemplatesPerOwner = max(1, opt.MaxTemplates/4)

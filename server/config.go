@@ -394,6 +394,9 @@ func (c *Config) normalize() error {
 	if err := c.normalizeWarm(); err != nil {
 		return err
 	}
+	if err := c.checkSlots(); err != nil {
+		return err
+	}
 	if c.Queue.NATS != nil {
 		if err := c.Queue.NATS.Check(c.MaxConcurrency); err != nil {
 			return err
@@ -474,6 +477,26 @@ func (c *Config) normalizeWarm() error {
 		return fmt.Errorf("warm_max_age: %v is below 0", time.Duration(c.WarmMaxAge))
 	case c.WarmMaxAge == 0:
 		c.WarmMaxAge = profiles.Duration(DefaultWarmMaxAge)
+	}
+	return nil
+}
+
+// checkSlots refuses a config whose runs, prestarted init stages and
+// warm runtimes could together need more job id slots than a host has
+// (jail.MaxJobs): each holds one from its start, and a run that finds
+// none free fails. The pool keeps prestart init stages for the one set
+// of namespaces the host's probe gives every run; the warm pool keeps,
+// for each of up to jail.DefaultWarmTemplates templates, its runtime's
+// count.
+func (c *Config) checkSlots() error {
+	warm := 0
+	for _, n := range c.Warm {
+		warm = max(warm, n)
+	}
+	warm *= jail.DefaultWarmTemplates
+	if need := c.MaxConcurrency + c.poolSize() + warm; need > jail.MaxJobs {
+		return fmt.Errorf("max_concurrency, prestart, warm: %d runs, %d prestarted init stages and up to %d warm runtimes (%d templates of %d) need %d job id slots, over the %d a host has: lower max_concurrency to %d, or prestart or warm",
+			c.MaxConcurrency, c.poolSize(), warm, jail.DefaultWarmTemplates, warm/jail.DefaultWarmTemplates, need, jail.MaxJobs, max(0, jail.MaxJobs-c.poolSize()-warm))
 	}
 	return nil
 }

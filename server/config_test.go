@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
 )
@@ -277,5 +279,41 @@ func TestConfigMetricsListen(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: %v, want an error naming %s", cfg, err, want)
 		}
+	}
+}
+
+// TestConfigCountsJobIDSlotsOfWaitingStarts: each prestarted init stage
+// and each warm runtime holds a job id slot while it waits, beside the
+// runs' own. A config whose max_concurrency alone fit jail.MaxJobs was
+// taken, and with every run going, a run found no slot free (ErrNoSlot):
+// max_concurrency 16384, its default prestart 64 and warm.deno 64 in each
+// of 8 templates need 16960. It is refused, naming the fields, at start
+// and at reload alike (both load the file), and one that fits is taken.
+func TestConfigCountsJobIDSlotsOfWaitingStarts(t *testing.T) {
+	waiting := MaxPool + jail.DefaultWarmTemplates*MaxWarm
+	for _, tc := range []struct {
+		cfg  string
+		want string // "" when it fits
+	}{
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d}`, jail.MaxJobs), "max_concurrency, prestart, warm: "},
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d}`, jail.MaxJobs-waiting+1), fmt.Sprintf("lower max_concurrency to %d", jail.MaxJobs-waiting)},
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d}`, jail.MaxJobs-waiting), ""},
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d, "prestart": -1, "warm": {"deno": 0}}`, jail.MaxJobs), ""},
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d, "prestart": 1, "warm": {"deno": 0}}`, jail.MaxJobs), "1 prestarted init stages"},
+		// python's count is a template's as much as deno's.
+		{fmt.Sprintf(`{"version": 1, "max_concurrency": %d, "prestart": -1, "warm": {"deno": 0, "python": 1}}`, jail.MaxJobs-jail.DefaultWarmTemplates+1), "up to 8 warm runtimes"},
+	} {
+		_, err := ParseConfig(strings.NewReader(tc.cfg))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want it taken", tc.cfg, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	// A config built in code is checked as a loaded one is.
+	c := &Config{Version: ConfigVersion, MaxConcurrency: jail.MaxJobs}
+	if err := c.check(); err == nil || !strings.Contains(err.Error(), "max_concurrency, prestart, warm") {
+		t.Errorf("a config built in code: %v, want the slots refused", err)
 	}
 }
