@@ -59,7 +59,7 @@ func hybridV2(t *testing.T) *Manager {
 	if err != nil {
 		testenv.SkipOrFail(t, "cgroup2 at %s not writable: %v", hybridUnified, err)
 	}
-	return &Manager{host: h, pid: os.Getpid()}
+	return &Manager{host: h, own: self()}
 }
 
 func TestV2PathsOnHybridTree(t *testing.T) {

@@ -52,7 +52,7 @@ const (
 	peakNotKept
 )
 
-// Name returns the job's cgroup name ("pmjail-<pid>-<id>").
+// Name returns the job's cgroup name ("pmjail-<pid>-@<start>-<id>").
 func (j *Group) Name() string { return j.name }
 
 // Paths returns controller -> directory (v1) or UnifiedKey -> directory

@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/pmjail/pmjail/internal/kfile"
 	"github.com/pmjail/pmjail/internal/testenv"
 )
 
@@ -317,7 +318,7 @@ func TestCreateDeleteCyclesLeaveNothing(t *testing.T) {
 func TestCreateRejects(t *testing.T) {
 	m := requireManager(t)
 	j := create(t, m, nil)
-	id := strings.TrimPrefix(j.Name(), namePrefix+itoa(os.Getpid())+"-")
+	_, id, _ := parseName(j.Name())
 	if _, err := m.Create(id, nil); err == nil {
 		t.Error("Create of an existing id: want an error, never a shared cgroup")
 	}
@@ -353,17 +354,27 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 	t.Cleanup(func() { _ = sib.Process.Kill(); _ = sib.Wait() })
 
 	res := &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(16)}}
-	orphan, err := (&Manager{host: m.host, pid: deadPid}).Create("orphan", res)
+	orphan, err := (&Manager{host: m.host, own: owner{pid: deadPid}}).Create("orphan", res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = orphan.Delete() })
 	inOrphan := start(t, orphan, "sleep 300")
-	sibling, err := (&Manager{host: m.host, pid: sib.Process.Pid}).Create("sibling", res)
+	sibling, err := (&Manager{host: m.host, own: owner{pid: sib.Process.Pid}}).Create("sibling", res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sibling.Delete() })
+	// The same sibling as this version names its jobs: with its start.
+	_, sibStart, err := kfile.Start(sib.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := (&Manager{host: m.host, own: owner{sib.Process.Pid, sibStart}}).Create("sibling", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = named.Delete() })
 	mine := create(t, m, res)
 
 	removed, err := m.Sweep()
@@ -373,7 +384,7 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 	if !slices.Contains(removed, orphan.Name()) {
 		t.Errorf("Sweep removed %v, want %s among them", removed, orphan.Name())
 	}
-	if slices.Contains(removed, sibling.Name()) || slices.Contains(removed, mine.Name()) {
+	if slices.Contains(removed, sibling.Name()) || slices.Contains(removed, named.Name()) || slices.Contains(removed, mine.Name()) {
 		t.Errorf("Sweep removed a live owner's job: %v", removed)
 	}
 	assertGone(t, orphan)
@@ -381,7 +392,7 @@ func TestSweepRemovesOnlyDeadOwners(t *testing.T) {
 	if err := inOrphan.wait(t, 5*time.Second); !errors.As(err, &ee) {
 		t.Errorf("task of the orphan: want killed, got %v", err)
 	}
-	for _, j := range []*Group{sibling, mine} {
+	for _, j := range []*Group{sibling, named, mine} {
 		for k, dir := range j.Paths() {
 			if _, err := os.Stat(dir); err != nil {
 				t.Errorf("live job %s lost %q: %v", j.Name(), k, err)

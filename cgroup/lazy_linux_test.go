@@ -162,7 +162,7 @@ func TestLazyCreateRefusedIsNotSupported(t *testing.T) {
 		last = UnifiedKey
 	}
 	h.Parent[last] = filepath.Join(h.Parent[last], "pmjail-test-no-such-parent")
-	broken := &Manager{host: &h, pid: os.Getpid(), lazy: true}
+	broken := &Manager{host: &h, own: self(), lazy: true}
 	_, err = broken.Create("refused", &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: i64(8)}})
 	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Create in a refusing hierarchy: %v, want ErrNotSupported wrapping the mkdir error", err)
@@ -172,7 +172,7 @@ func TestLazyCreateRefusedIsNotSupported(t *testing.T) {
 	}
 	// A proven manager's hierarchies were proven: the same failure is an
 	// error, not a missing controller.
-	proven := &Manager{host: &h, pid: os.Getpid()}
+	proven := &Manager{host: &h, own: self()}
 	if _, err := proven.Create("refused", nil); err == nil || errors.Is(err, ErrNotSupported) {
 		t.Errorf("proven manager: %v, want an error that is not ErrNotSupported", err)
 	}

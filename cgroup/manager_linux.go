@@ -17,7 +17,8 @@ import (
 // Manager creates job cgroups beneath the supervisor's own cgroup.
 type Manager struct {
 	host *Host
-	pid  int
+	// own is this process, whose start time goes into its cgroups' names.
+	own owner
 	// lazy: host is the layout alone (NewLazyManager), proven by nothing
 	// but the job cgroups Create makes.
 	lazy bool
@@ -42,7 +43,7 @@ func NewManager() (*Manager, error) {
 			return nil, fmt.Errorf("cgroup manager: %s: %w", h.Reason, ErrNotSupported)
 		}
 	}
-	return &Manager{host: h, pid: os.Getpid()}, nil
+	return &Manager{host: h, own: self()}, nil
 }
 
 // NewLazyManager prepares job creation from the host's cgroup layout
@@ -72,7 +73,7 @@ func NewLazyManager() (*Manager, error) {
 			}
 		}
 	}
-	return &Manager{host: h, pid: os.Getpid(), lazy: true}, nil
+	return &Manager{host: h, own: self(), lazy: true}, nil
 }
 
 // Probed returns a Manager whose Host the probe proved: m itself, or for a
@@ -188,7 +189,7 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Group, error) {
 	if strings.HasPrefix(id, reservePrefix) {
 		return nil, fmt.Errorf("create cgroup: job id %q: %q starts only reserved cgroups' ids", id, reservePrefix)
 	}
-	name, err := jobName(m.pid, id)
+	name, err := jobName(m.own, id)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -211,10 +212,10 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Group, error) {
 // has: for an init stage started before its job is known (jail.Pool),
 // which waits with it and hands it to the run that takes it. That run
 // gives it its limits (SetLimits) before anything of the job's is in it.
-// The name, "pmjail-<pid>-prestart-<id>", tells it from a job's own; Sweep
-// treats it as one.
+// The name, "pmjail-<pid>-@<start>-prestart-<id>", tells it from a job's
+// own; Sweep treats it as one.
 func (m *Manager) Reserve(id string) (*Group, error) {
-	name, err := jobName(m.pid, reservePrefix+id)
+	name, err := jobName(m.own, reservePrefix+id)
 	if err != nil {
 		return nil, fmt.Errorf("reserve cgroup: %w", err)
 	}
@@ -225,8 +226,10 @@ func (m *Manager) Reserve(id string) (*Group, error) {
 }
 
 // Sweep removes the job cgroups whose owning supervisor is dead, killing
-// their tasks first. Jobs of a live supervisor, this one included, are
-// never touched. It returns the names removed. The directories are read
+// their tasks first: its pid is gone, or (in a name with its start time)
+// another process has it now. Jobs of a live supervisor, this one
+// included, are never touched; a name of an earlier version, without the
+// start, is kept while any process has its pid. It returns the names removed. The directories are read
 // here: neither cgroup1 nor cgroup2 lists a cgroup's children.
 func (m *Manager) Sweep() ([]string, error) {
 	found := map[string]map[string]string{} // name -> key -> dir
@@ -239,7 +242,7 @@ func (m *Manager) Sweep() ([]string, error) {
 			if !e.IsDir() {
 				continue
 			}
-			if _, ok := ownerPID(e.Name()); !ok {
+			if _, ok := ownerOf(e.Name()); !ok {
 				continue
 			}
 			if found[e.Name()] == nil {
@@ -256,8 +259,7 @@ func (m *Manager) Sweep() ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, n := range names {
-		owner, _ := ownerPID(n)
-		if owner == m.pid || pidAlive(owner) {
+		if o, _ := ownerOf(n); o == m.own || o.alive() {
 			continue
 		}
 		j := m.newJob(n, found[n])

@@ -6,8 +6,11 @@ import (
 	"strings"
 )
 
-// Job cgroups are named "pmjail-<owner pid>-<id>" so that Sweep can tell the
-// orphans of a dead supervisor from the jobs of a live one.
+// Job cgroups are named "pmjail-<owner pid>-@<owner start>-<id>" so that
+// Sweep can tell the orphans of a dead supervisor from the jobs of a live
+// one: the start time (owner) tells the supervisor from a later process
+// given its pid. Names without it, "pmjail-<owner pid>-<id>", are earlier
+// versions'; no id holds '@'.
 const namePrefix = "pmjail-"
 
 // leafName is the v2 leaf the supervisor's processes move into so that
@@ -27,12 +30,15 @@ func Reserved(name string) bool {
 	return ok && strings.HasPrefix(id, reservePrefix)
 }
 
-// jobName returns the cgroup name for job id owned by pid.
-func jobName(pid int, id string) (string, error) {
+// jobName returns the cgroup name for job id owned by o.
+func jobName(o owner, id string) (string, error) {
 	if err := validID(id); err != nil {
 		return "", err
 	}
-	return namePrefix + strconv.Itoa(pid) + "-" + id, nil
+	if o.start == "" {
+		return namePrefix + strconv.Itoa(o.pid) + "-" + id, nil
+	}
+	return namePrefix + strconv.Itoa(o.pid) + "-@" + o.start + "-" + id, nil
 }
 
 // validID accepts ids that are a single harmless path component.
@@ -53,26 +59,50 @@ func validID(id string) error {
 	return nil
 }
 
-// ownerPID returns the supervisor pid encoded in a job cgroup name.
-func ownerPID(name string) (int, bool) {
-	pid, _, ok := parseName(name)
-	return pid, ok
+// ownerOf returns the supervisor a job cgroup's name says owns it.
+func ownerOf(name string) (owner, bool) {
+	o, _, ok := parseName(name)
+	return o, ok
 }
 
-// parseName splits a job cgroup name, as jobName makes it, into its owner
-// pid and job id.
-func parseName(name string) (pid int, id string, ok bool) {
+// parseName splits a job cgroup name, as jobName makes it (or an earlier
+// version did, without the start), into its owner and job id.
+func parseName(name string) (o owner, id string, ok bool) {
 	rest, ok := strings.CutPrefix(name, namePrefix)
 	if !ok {
-		return 0, "", false
+		return owner{}, "", false
 	}
 	num, id, ok := strings.Cut(rest, "-")
-	if !ok || id == "" || num == "" || num[0] == '0' {
-		return 0, "", false
+	if !ok || !decimal(num) {
+		return owner{}, "", false
 	}
 	pid, err := strconv.Atoi(num)
 	if err != nil || pid <= 0 {
-		return 0, "", false
+		return owner{}, "", false
 	}
-	return pid, id, true
+	o.pid = pid
+	if after, ok := strings.CutPrefix(id, "@"); ok {
+		o.start, id, ok = strings.Cut(after, "-")
+		if !ok || !decimal(o.start) {
+			return owner{}, "", false
+		}
+	}
+	if id == "" {
+		return owner{}, "", false
+	}
+	return o, id, true
+}
+
+// decimal reports whether s is a number as the kernel writes one: digits,
+// without a leading zero.
+func decimal(s string) bool {
+	if s == "" || s[0] == '0' && len(s) > 1 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -71,21 +71,35 @@ func TestV2OwnDirSkipsSupervisorLeaf(t *testing.T) {
 }
 
 func TestJobNames(t *testing.T) {
-	n, err := jobName(4242, "run-1.a_b")
-	if err != nil || n != "pmjail-4242-run-1.a_b" {
+	n, err := jobName(owner{4242, "98765"}, "run-1.a_b")
+	if err != nil || n != "pmjail-4242-@98765-run-1.a_b" {
 		t.Fatalf("jobName = %q, %v", n, err)
 	}
-	if pid, ok := ownerPID(n); !ok || pid != 4242 {
-		t.Errorf("ownerPID(%s) = %d, %v", n, pid, ok)
+	if o, id, ok := parseName(n); !ok || o != (owner{4242, "98765"}) || id != "run-1.a_b" {
+		t.Errorf("parseName(%s) = %+v, %q, %v", n, o, id, ok)
 	}
-	for _, bad := range []string{"", ".", "..", "a/b", "a b", "é", strings.Repeat("a", 65)} {
-		if _, err := jobName(1, bad); err == nil {
+	// An earlier version's name, without the start, is still a job's
+	// (Sweep removes it once its pid is gone), and what it made is read
+	// as it was.
+	old, err := jobName(owner{pid: 4242}, "9-x")
+	if err != nil || old != "pmjail-4242-9-x" {
+		t.Fatalf("jobName without a start = %q, %v", old, err)
+	}
+	if o, id, ok := parseName(old); !ok || o != (owner{pid: 4242}) || id != "9-x" {
+		t.Errorf("parseName(%s) = %+v, %q, %v", old, o, id, ok)
+	}
+	if !Reserved("pmjail-4242-@98765-prestart-ab") || !Reserved("pmjail-4242-prestart-ab") || Reserved(n) {
+		t.Error("Reserved: want the prestart names of both forms, and no job's")
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "a b", "é", "@1-a", strings.Repeat("a", 65)} {
+		if _, err := jobName(owner{1, "2"}, bad); err == nil {
 			t.Errorf("jobName(%q): want an error", bad)
 		}
 	}
-	for _, name := range []string{leafName, "pmjail-", "pmjail-12", "pmjail-12-", "pmjail-x-1", "pmjail-0-a", "pmjail-012-a", "other-12-a", "pmjail--1-a"} {
-		if pid, ok := ownerPID(name); ok {
-			t.Errorf("ownerPID(%q) = %d: want no owner", name, pid)
+	for _, name := range []string{leafName, "pmjail-", "pmjail-12", "pmjail-12-", "pmjail-x-1", "pmjail-0-a", "pmjail-012-a", "other-12-a", "pmjail--1-a",
+		"pmjail-12-@", "pmjail-12-@-a", "pmjail-12-@5", "pmjail-12-@5-", "pmjail-12-@x5-a", "pmjail-12-@05-a"} {
+		if o, ok := ownerOf(name); ok {
+			t.Errorf("ownerOf(%q) = %+v: want no owner", name, o)
 		}
 	}
 }

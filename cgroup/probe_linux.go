@@ -86,7 +86,8 @@ func (h *Host) addReason(format string, a ...any) {
 func probeName() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s%d-probe-%s", namePrefix, os.Getpid(), hex.EncodeToString(b[:]))
+	name, _ := jobName(self(), "probe-"+hex.EncodeToString(b[:]))
+	return name
 }
 
 // probeChild creates and removes a child cgroup of dir, calling inspect with

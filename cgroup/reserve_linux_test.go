@@ -58,8 +58,8 @@ func TestReserveThenSetLimits(t *testing.T) {
 			t.Errorf("cleanup Delete: %v", err)
 		}
 	})
-	if pid, ok := ownerPID(j.Name()); !ok || pid != os.Getpid() || !Reserved(j.Name()) {
-		t.Errorf("reserved cgroup %q: owner %d %v, Reserved %v", j.Name(), pid, ok, Reserved(j.Name()))
+	if o, ok := ownerOf(j.Name()); !ok || o != self() || o.pid != os.Getpid() || !Reserved(j.Name()) {
+		t.Errorf("reserved cgroup %q: owner %+v %v, Reserved %v", j.Name(), o, ok, Reserved(j.Name()))
 	}
 	files := limitFiles(m)
 	for _, c := range []string{Memory, Pids, CPU} {

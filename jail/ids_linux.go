@@ -132,26 +132,15 @@ func holderLives(fd int) bool {
 	return alive && now == string(start)
 }
 
-// processStart is pid's start time (field 22 of /proc/PID/stat, which
-// tells it from a later process given the same pid), and false if pid is
+// processStart is pid's start time (kfile.Start), and false if pid is
 // gone or a zombie: a zombie pid 1 has seen every process of its pid
 // namespace reaped.
 func processStart(pid int) (string, bool) {
-	stat, err := kfile.Read("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	state, start, err := kfile.Start(pid)
+	if err != nil || state == 'Z' || state == 'X' {
 		return "", false
 	}
-	// The command name may hold spaces and parentheses: fields count from
-	// its last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
-		return "", false
-	}
-	return string(f[19]), true
+	return start, true
 }
 
 // leaseDirFD is LeaseDir, opened once it has been checked.

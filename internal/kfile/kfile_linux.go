@@ -8,9 +8,12 @@
 package kfile
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,4 +56,30 @@ func Read(path string) ([]byte, error) {
 		}
 		buf = buf[:len(buf)+n]
 	}
+}
+
+// Start returns pid's state (field 3 of /proc/PID/stat: 'R', 'S', 'Z'...)
+// and its start time (field 22, in clock ticks since boot), which tells
+// it from a later process given the same pid. A pid that is gone is an
+// error wrapping os.ErrNotExist.
+func Start(pid int) (state byte, start string, err error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	stat, err := Read(path)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			err = &os.PathError{Op: "read", Path: path, Err: os.ErrNotExist}
+		}
+		return 0, "", err
+	}
+	// The command name may hold spaces and parentheses: fields count
+	// from its last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	var f [][]byte
+	if i >= 0 {
+		f = bytes.Fields(stat[i+1:])
+	}
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, "", fmt.Errorf("%s: not a process's stat line", path)
+	}
+	return f[0][0], string(f[19]), nil
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRead(t *testing.T) {
@@ -23,5 +27,35 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestStart(t *testing.T) {
+	state, start, err := Start(os.Getpid())
+	if err != nil || state != 'R' || start == "" || strings.Trim(start, "0123456789") != "" {
+		t.Fatalf("Start(self) = %q, %q, %v; want running and a tick count", state, start, err)
+	}
+	if _, again, _ := Start(os.Getpid()); again != start {
+		t.Errorf("the start time moved: %s then %s", start, again)
+	}
+	// A child that exited is a zombie until reaped, with its start kept;
+	// then it is gone.
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if state, s, err := Start(pid); err != nil || state != 'Z' || s == "" {
+		t.Errorf("Start(zombie) = %q, %q, %v; want Z and its start", state, s, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Start(pid); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Start(reaped) error %v, want one wrapping os.ErrNotExist", err)
 	}
 }
