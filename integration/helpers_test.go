@@ -313,8 +313,8 @@ func describePids(pids []int) []string {
 }
 
 // jobCgroups lists the job cgroups (in any hierarchy) whose owner is pid:
-// pmjail-<pid>-<id>, and the cgroups its waiting init stages hold
-// (pmjail-<pid>-prestart-<id>, see reservedCgroups).
+// pmjail-<pid>-@<start>-<id>, and the cgroups its waiting init stages hold
+// (pmjail-<pid>-@<start>-prestart-<id>, see reservedCgroups).
 func jobCgroups(pid int) []string {
 	var found []string
 	prefix := fmt.Sprintf("pmjail-%d-", pid)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -113,6 +116,9 @@ func (w *Warm) Knows(key string) bool {
 type warmTemplate struct {
 	class string
 	job   *Job
+	// sources are the host files its jail binds or copies, as they were
+	// when it was learnt (see stale).
+	sources []source
 	// owner is whose run brought it in (WarmJob.Owner).
 	owner string
 	// used is when a run last asked for it: one no run asked for in
@@ -222,6 +228,16 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	var got *warmRuntime
 	var dead []*warmRuntime
 	reason := ""
+	var sources []source
+	if w.learns(wj) {
+		// A template the pool does not know: a new profile or option
+		// set, or the runtime's files rebuilt (`pmjail prepare`), which
+		// leaves the templates of the old ones nobody can take. Those
+		// go first, so that they neither wait for MaxAge nor hold the
+		// places (MaxTemplates) the new one needs.
+		w.dropStale()
+		sources = sourcesOf(wj.Template)
+	}
 	w.mu.Lock()
 	switch {
 	case w.closed:
@@ -235,7 +251,7 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 	case w.tmpls[wj.Key] == nil && wj.Template == nil:
 		reason = "warm runtimes for its profile and options were recycled as it came: they start with the next run"
 	case w.tmpls[wj.Key] == nil:
-		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, owner: wj.Owner, used: time.Now()}
+		w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, sources: sources, owner: wj.Owner, used: time.Now()}
 		reason = "the first run of its profile and options: warm runtimes for it start now"
 	default:
 		w.tmpls[wj.Key].used = time.Now()
@@ -263,6 +279,18 @@ func (w *Warm) take(wj *WarmJob) (*warmRuntime, string) {
 		got.stopWatch()
 	}
 	return got, reason
+}
+
+// learns reports whether take would learn wj's template, but for the
+// places (MaxTemplates, MaxTemplatesPerOwner) that stale templates may
+// hold: a class the pool keeps, and a key it does not know.
+func (w *Warm) learns(wj *WarmJob) bool {
+	if wj.Template == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.closed && w.sizes[wj.Class] > 0 && w.tmpls[wj.Key] == nil
 }
 
 // ownedBy counts the templates owner's runs brought in (w.mu held).
@@ -296,12 +324,17 @@ func (w *Warm) putBack(key string, r *warmRuntime) {
 // Learn makes wj's template one the pool keeps runtimes for, before any
 // run asked for it (a daemon's start), and starts filling it.
 func (w *Warm) Learn(wj *WarmJob) {
+	if wj.Template == nil {
+		return
+	}
+	w.dropStale()
+	sources := sourcesOf(wj.Template)
 	w.mu.Lock()
-	if w.closed || wj.Template == nil || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
+	if w.closed || w.sizes[wj.Class] == 0 || w.tmpls[wj.Key] != nil || len(w.tmpls) >= w.opt.MaxTemplates {
 		w.mu.Unlock()
 		return
 	}
-	w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, used: time.Now()}
+	w.tmpls[wj.Key] = &warmTemplate{class: wj.Class, job: wj.Template, sources: sources, used: time.Now()}
 	w.mu.Unlock()
 	w.replenish(wj.Key)
 }
@@ -360,21 +393,32 @@ func (w *Warm) fill(key string, t *warmTemplate) {
 		// left to recycle, which forgets it: its retries would go on for
 		// as long as the daemon.
 		forgotten := t.failures > 0 && w.opt.MaxAge > 0 && time.Since(t.used) > w.opt.MaxAge
-		if w.closed || forgotten || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
+		replaced := w.tmpls[key] != t // forgotten meanwhile (dropStale)
+		if w.closed || forgotten || replaced || len(w.idle[key]) >= w.sizes[t.class] || (w.opt.Spare != nil && !w.opt.Spare()) {
 			w.filling[key] = false
 			w.mu.Unlock()
+			if replaced {
+				w.replenish(key) // a template of the same key learnt since
+			}
 			return
 		}
 		w.mu.Unlock()
+		// A template whose runtime's files were replaced (an upgrade
+		// that kept their paths, so its key) starts no more runtimes of
+		// the old ones: it is forgotten with those waiting, and the next
+		// run teaches the pool the files as they are.
+		if t.stale() {
+			w.forget(map[string]*warmTemplate{key: t})
+			continue
+		}
 		r, err := startWarm(w.ctx, t.job)
 		w.mu.Lock()
-		if w.closed {
-			w.filling[key] = false
+		if w.closed || w.tmpls[key] != t {
 			w.mu.Unlock()
 			if r != nil {
 				w.discardAll([]*warmRuntime{r})
 			}
-			return
+			continue // the loop's top ends the fill
 		}
 		if err != nil {
 			w.failed++
@@ -413,6 +457,85 @@ func (w *Warm) retryAfter(n int) time.Duration {
 	return min(d, max(warmRetryMax, w.opt.Retry))
 }
 
+// source is a host file a template's jail binds or copies, as it was.
+type source struct {
+	path string
+	st   os.FileInfo // nil: it was missing already
+}
+
+// sourcesOf are the host files job's jail binds or copies (the runtime,
+// its libraries or their tree of links, its caches and snapshot), as
+// they are now.
+func sourcesOf(job *Job) []source {
+	if job.Spec == nil {
+		return nil
+	}
+	var out []source
+	for _, m := range job.Spec.Mounts {
+		if (m.Type == "bind" || m.Type == "copy") && filepath.IsAbs(m.Source) {
+			st, _ := os.Stat(m.Source)
+			out = append(out, source{m.Source, st})
+		}
+	}
+	return out
+}
+
+// stale reports whether a file t's jail binds or copies is gone or
+// replaced since t was learnt: `pmjail prepare` after an upgrade builds
+// new caches and a new snapshot (new paths, so new runs' templates have
+// new keys) and removes the old, or replaces a runtime at its path. The
+// runtimes waiting with the old files serve no run, and a start would
+// fail or start the new files under the old key. A regular file is
+// compared by its size and time too, as a copy over it keeps its inode;
+// anything else (a directory, whose time changes with its entries; a
+// device) by its identity alone.
+func (t *warmTemplate) stale() bool {
+	for _, s := range t.sources {
+		now, err := os.Stat(s.path)
+		switch {
+		case s.st == nil || err != nil:
+			if (s.st == nil) != (err != nil) {
+				return true // gone, or there now
+			}
+		case !os.SameFile(s.st, now):
+			return true
+		case now.Mode().IsRegular() && (now.Size() != s.st.Size() || !now.ModTime().Equal(s.st.ModTime())):
+			return true
+		}
+	}
+	return false
+}
+
+// dropStale forgets the templates whose files are gone or replaced
+// (stale), with their idle runtimes. The files are read without w.mu.
+func (w *Warm) dropStale() {
+	w.mu.Lock()
+	all := maps.Clone(w.tmpls)
+	w.mu.Unlock()
+	maps.DeleteFunc(all, func(_ string, t *warmTemplate) bool { return !t.stale() })
+	w.forget(all)
+}
+
+// forget drops the templates of tmpls (key -> template, each dropped only
+// if it is still the pool's for its key) and ends their idle runtimes.
+// A fill under way for one ends at its next round.
+func (w *Warm) forget(tmpls map[string]*warmTemplate) {
+	if len(tmpls) == 0 {
+		return
+	}
+	var dead []*warmRuntime
+	w.mu.Lock()
+	for key, t := range tmpls {
+		if w.tmpls[key] == t {
+			dead = append(dead, w.idle[key]...)
+			delete(w.idle, key)
+			delete(w.tmpls, key)
+		}
+	}
+	w.mu.Unlock()
+	w.discardAll(dead)
+}
+
 // recycle ends, every quarter of MaxAge, the runtimes older than it, and
 // starts their replacements.
 func (w *Warm) recycle() {
@@ -425,12 +548,13 @@ func (w *Warm) recycle() {
 			return
 		case <-t.C:
 		}
+		w.dropStale()
 		var dead []*warmRuntime
 		var keys []string
 		w.mu.Lock()
 		for key, t := range w.tmpls {
 			// A template no run asked for in MaxAge (a profile gone
-			// out of use, a runtime's files rebuilt) keeps nothing.
+			// out of use) keeps nothing.
 			if time.Since(t.used) > w.opt.MaxAge && !w.filling[key] {
 				dead = append(dead, w.idle[key]...)
 				delete(w.idle, key)
