@@ -485,10 +485,11 @@ func sourcesOf(job *Job) []source {
 // new caches and a new snapshot (new paths, so new runs' templates have
 // new keys) and removes the old, or replaces a runtime at its path. The
 // runtimes waiting with the old files serve no run, and a start would
-// fail or start the new files under the old key. A regular file is
-// compared by its size and time too, as a copy over it keeps its inode;
-// anything else (a directory, whose time changes with its entries; a
-// device) by its identity alone.
+// fail or start the new files under the old key. A file is compared by
+// its identity (device and inode) alone: a bind shows what is written
+// into the same file, so only another file at the path (an upgrade
+// renames the new one into place) leaves a waiting runtime behind, and a
+// file written often (an operator's bind) does not empty the pool.
 func (t *warmTemplate) stale() bool {
 	for _, s := range t.sources {
 		now, err := os.Stat(s.path)
@@ -498,8 +499,6 @@ func (t *warmTemplate) stale() bool {
 				return true // gone, or there now
 			}
 		case !os.SameFile(s.st, now):
-			return true
-		case now.Mode().IsRegular() && (now.Size() != s.st.Size() || !now.ModTime().Equal(s.st.ModTime())):
 			return true
 		}
 	}

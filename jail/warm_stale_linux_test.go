@@ -112,7 +112,8 @@ func TestWarmDropsTemplatesOfRebuiltRuntimeFiles(t *testing.T) {
 // replaces the runtime at its path keeps the template's key, so runs go
 // on taking runtimes of the old file. Once one is taken, the refill
 // starts no more of them: it forgets the template with those waiting,
-// and the next run learns the file as it is.
+// and the next run learns the file as it is. A file only written (here
+// touched) is the same file, and keeps its template.
 func TestWarmDropsATemplateWhoseRuntimeWasReplacedInPlace(t *testing.T) {
 	testenv.RequireRoot(t)
 	h := &testCgroups{t: t, m: cgroupManager(t)}
@@ -130,12 +131,30 @@ func TestWarmDropsATemplateWhoseRuntimeWasReplacedInPlace(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The same file touched (a bind shows what is written into it) is
+	// not another: a refill keeps the template and tops it up.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(sh, later, later); err != nil {
+		t.Fatal(err)
+	}
+	r, reason := w.take(&WarmJob{Key: "sh", Class: "sh"})
+	if r == nil {
+		t.Fatalf("take: %s", reason)
+	}
+	w.discardAll([]*warmRuntime{r})
+	w.Refill()
+	for w.Stats().Idle["sh"] < 2 {
+		if !w.Knows("sh") || time.Now().After(deadline) {
+			t.Fatalf("the template of a touched runtime file: known %v, %+v", w.Knows("sh"), w.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	// The upgrade: a new file renamed over the old.
 	copyFile(t, "/bin/sh", sh+".new", 0o755)
 	if err := os.Rename(sh+".new", sh); err != nil {
 		t.Fatal(err)
 	}
-	r, reason := w.take(&WarmJob{Key: "sh", Class: "sh"})
+	r, reason = w.take(&WarmJob{Key: "sh", Class: "sh"})
 	if r == nil {
 		t.Fatalf("take: %s", reason)
 	}
