@@ -35,6 +35,12 @@ const (
 	resultTimeout     = 60 * time.Second
 	runSlack          = 30 * time.Second
 	drainCancelWait   = 30 * time.Second
+	// maxHeaderBytes caps a request's line and headers. The API's
+	// own are a few hundred bytes (an Idempotency-Key is at most 255);
+	// net/http's default, 1 MiB, let each of a peer's connections hold
+	// about 2 MiB of the daemon's heap for readHeaderTimeout before any
+	// body slot, 2 GiB at the default connection cap.
+	maxHeaderBytes = 32 << 10
 )
 
 // Options are what a server needs besides its config.
@@ -210,12 +216,14 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		ConnContext:       cappedConnContext,
 		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.metricsHTTP = &http.Server{
 		Handler:           s.metricsHandler(),
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadTimeout:       metricsReadTimeout,
 		WriteTimeout:      metricsWriteTimeout,
 		IdleTimeout:       metricsIdleTimeout,
