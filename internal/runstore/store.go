@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -104,17 +105,29 @@ type Store struct {
 	damaged atomic.Pointer[error]
 
 	// mu guards the accounting of finished runs, which pruning reads,
-	// and lim, which a reload changes.
-	mu    sync.Mutex
-	ended map[string]kept
-	bytes int64
+	// and lim, which a reload changes. The runs are kept by id and, for
+	// pruning, by owner, oldest first: a run's end prunes at the cost of
+	// the owners and the runs it removes, not of every run kept (a store
+	// at its cap of small runs keeps half a million; listing them all at
+	// each run's end allocated 32 MiB a hundred thousand).
+	mu     sync.Mutex
+	ended  map[string]kept
+	owners map[string]*owned
+	bytes  int64
 }
 
 // kept is what pruning needs of a finished run.
 type kept struct {
+	id    string
 	owner string
 	at    time.Time
 	size  int64
+}
+
+// owned is one owner's finished runs, oldest first, and their bytes.
+type owned struct {
+	runs  []kept
+	bytes int64
 }
 
 // Open opens (or creates) the store in dir. Runs a previous daemon left
@@ -132,9 +145,12 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
-	s := &Store{db: db, lim: lim, ended: map[string]kept{}}
+	s := &Store{db: db, lim: lim, ended: map[string]kept{}, owners: map[string]*owned{}}
 	lost := 0
 	now := time.Now()
+	// Accounted oldest first, so that each owner's runs are appended in
+	// order, not inserted one by one into the middle.
+	var finished []kept
 	err = s.update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -152,7 +168,7 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 				unfinished = append(unfinished, &r)
 				return nil
 			}
-			s.account(r.ID, r.Owner, r.EndedAt, int64(len(v)+len(events.Get(k))))
+			finished = append(finished, kept{id: r.ID, owner: r.Owner, at: r.EndedAt, size: int64(len(v) + len(events.Get(k)))})
 			return nil
 		})
 		if err != nil {
@@ -172,11 +188,15 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 			if err != nil {
 				return err
 			}
-			s.account(r.ID, r.Owner, now, size+int64(len(events.Get([]byte(r.ID)))))
+			finished = append(finished, kept{id: r.ID, owner: r.Owner, at: now, size: size + int64(len(events.Get([]byte(r.ID))))})
 			lost++
 		}
 		return nil
 	})
+	sort.SliceStable(finished, func(i, j int) bool { return finished[i].at.Before(finished[j].at) })
+	for _, k := range finished {
+		s.account(k)
+	}
 	if err != nil {
 		_ = s.close()
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
@@ -567,19 +587,63 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 		return fmt.Errorf("run store: finish %s: %w", id, err)
 	}
 	s.mu.Lock()
-	s.account(id, owner, now, size)
+	s.account(kept{id: id, owner: owner, at: now, size: size})
 	s.mu.Unlock()
 	_, err = s.Prune(now)
 	return err
 }
 
-// account counts a finished run (s.mu held, or the store not yet shared).
-func (s *Store) account(id, owner string, at time.Time, size int64) {
-	if old, ok := s.ended[id]; ok {
-		s.bytes -= old.size
+// account counts a finished run (s.mu held, or the store not yet shared)
+// among its owner's, after those that ended before or with it: at the
+// end, but for a clock stepped back.
+func (s *Store) account(k kept) {
+	if old, ok := s.ended[k.id]; ok {
+		s.forget(old)
 	}
-	s.ended[id] = kept{owner: owner, at: at, size: size}
-	s.bytes += size
+	o := s.owners[k.owner]
+	if o == nil {
+		o = &owned{}
+		s.owners[k.owner] = o
+	}
+	i := len(o.runs)
+	for i > 0 && o.runs[i-1].at.After(k.at) {
+		i--
+	}
+	o.runs = slices.Insert(o.runs, i, k)
+	o.bytes += k.size
+	s.ended[k.id] = k
+	s.bytes += k.size
+}
+
+// forget takes a counted run out of the accounting (s.mu held).
+func (s *Store) forget(k kept) {
+	o := s.owners[k.owner]
+	if o == nil {
+		return
+	}
+	if i := slices.IndexFunc(o.runs, func(r kept) bool { return r.id == k.id }); i >= 0 {
+		o.runs = slices.Delete(o.runs, i, i+1)
+	}
+	s.drop(k, o)
+}
+
+// drop uncounts k, which o's runs no longer hold (s.mu held).
+func (s *Store) drop(k kept, o *owned) {
+	o.bytes -= k.size
+	if len(o.runs) == 0 {
+		delete(s.owners, k.owner)
+	}
+	delete(s.ended, k.id)
+	s.bytes -= k.size
+}
+
+// popOldest uncounts o's oldest run and returns it (s.mu held).
+func (s *Store) popOldest(o *owned) kept {
+	k := o.runs[0]
+	o.runs[0] = kept{} // its strings go with it
+	o.runs = o.runs[1:]
+	s.drop(k, o)
+	return k
 }
 
 // SetLimits changes the limits, as a config reload does, and prunes to
@@ -608,48 +672,26 @@ func (s *Store) Stats() (runs int, bytes int64) {
 // are never pruned.
 func (s *Store) Prune(now time.Time) (int, error) {
 	s.mu.Lock()
-	type aged struct {
-		id string
-		kept
-	}
-	var gone []aged
-	var all []aged
-	for id, k := range s.ended {
-		if now.Sub(k.at) >= s.lim.Retention {
-			gone = append(gone, aged{id, k})
-		} else {
-			all = append(all, aged{id, k})
+	// The runs to remove are uncounted here, so that a Prune at the same
+	// time picks others; counted again if the removal fails.
+	var gone []kept
+	for _, o := range s.owners {
+		for len(o.runs) > 0 && now.Sub(o.runs[0].at) >= s.lim.Retention {
+			gone = append(gone, s.popOldest(o))
 		}
 	}
-	total := s.bytes
-	for _, g := range gone {
-		total -= g.size
-	}
-	if total > s.lim.MaxBytes {
-		sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
-		// Each owner's runs, oldest first, and the bytes they keep.
-		runs := map[string][]aged{}
-		held := map[string]int64{}
-		for _, a := range all {
-			runs[a.owner] = append(runs[a.owner], a)
-			held[a.owner] += a.size
-		}
-		for total > s.lim.MaxBytes {
-			largest := ""
-			for owner, n := range held {
-				if len(runs[owner]) > 0 && (largest == "" || n > held[largest] || n == held[largest] && owner < largest) {
-					largest = owner
-				}
+	for s.bytes > s.lim.MaxBytes {
+		var largest *owned
+		name := ""
+		for owner, o := range s.owners {
+			if len(o.runs) > 0 && (largest == nil || o.bytes > largest.bytes || o.bytes == largest.bytes && owner < name) {
+				largest, name = o, owner
 			}
-			if largest == "" {
-				break
-			}
-			a := runs[largest][0]
-			runs[largest] = runs[largest][1:]
-			held[largest] -= a.size
-			gone = append(gone, a)
-			total -= a.size
 		}
+		if largest == nil {
+			break
+		}
+		gone = append(gone, s.popOldest(largest))
 	}
 	s.mu.Unlock()
 	if len(gone) == 0 {
@@ -676,15 +718,14 @@ func (s *Store) Prune(now time.Time) (int, error) {
 		return nil
 	})
 	if err != nil {
+		s.mu.Lock()
+		for _, g := range gone {
+			if _, again := s.ended[g.id]; !again {
+				s.account(g)
+			}
+		}
+		s.mu.Unlock()
 		return 0, fmt.Errorf("run store: prune: %w", err)
 	}
-	s.mu.Lock()
-	for _, g := range gone {
-		if k, ok := s.ended[g.id]; ok {
-			s.bytes -= k.size
-			delete(s.ended, g.id)
-		}
-	}
-	s.mu.Unlock()
 	return len(gone), nil
 }

@@ -1,0 +1,83 @@
+package runstore
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// A peer of no rate fills the store with its smallest runs (submitted
+// async and cancelled at once: 490 bytes each, half a million under the
+// default 256M cap). Each run's end, any owner's, prunes: that pruning
+// listed every run kept, and sorted them over the cap, under the store's
+// lock: each end allocated 32 MiB with 100,000 runs kept (5 ms of the
+// lock at 20,000), growing with them to the half million, and every
+// owner's async runs ended at that pace. A run's end must cost the store
+// about the same however many runs it keeps.
+func TestPruneCostDoesNotGrowWithTheRunsKept(t *testing.T) {
+	const kept = 100_000
+	dir := t.TempDir()
+	s, _ := open(t, dir, Limits{Retention: time.Hour, MaxBytes: 1 << 30})
+	// The flood, written in one transaction (its 200,000 fsyncs, one at
+	// a time, are not what is tested), then counted as a restart does.
+	at := time.Now().Add(-time.Minute).UTC()
+	var size int64
+	if err := s.update(func(tx *bolt.Tx) error {
+		for i := range kept {
+			id := fmt.Sprintf("%016x", i)
+			n, err := putRecord(tx.Bucket(bucketRuns), &Record{ID: id, Owner: "uid:1000", Status: api.RunCancelled,
+				SubmittedAt: at, EndedAt: at.Add(time.Duration(i) * time.Microsecond), Result: Cancelled(id, "its owner cancelled it (DELETE)")})
+			if err != nil {
+				return err
+			}
+			size += n
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = open(t, dir, Limits{Retention: time.Hour, MaxBytes: 1 << 30})
+	defer s.Close()
+	if n, b := s.Stats(); n != kept || b != size {
+		t.Fatalf("kept %d runs of %d bytes, want %d of %d", n, b, kept, size)
+	}
+	end := func(id string) uint64 {
+		t.Helper()
+		if _, err := s.Create(&Record{ID: id, Owner: "tenant:ci", Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if err := s.Finish(id, api.RunDone, []byte(`{"id":"`+id+`","status":"ok"}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	under := end("under-the-cap")
+	// At the cap: each end prunes the flood's oldest.
+	if _, err := s.SetLimits(Limits{Retention: time.Hour, MaxBytes: size}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	over := end("over-the-cap")
+	t.Logf("with %d runs kept, a run's end allocated %d KiB under the cap, %d KiB over it", kept, under>>10, over>>10)
+	for what, n := range map[string]uint64{"under the cap": under, "over the cap": over} {
+		if n > 2<<20 {
+			t.Errorf("%s, with %d runs kept: a run's end allocated %d MiB, want it to cost about what it does in an empty store", what, kept, n>>20)
+		}
+	}
+	if _, err := s.Get("uid:1000", fmt.Sprintf("%016x", 0)); err == nil {
+		t.Errorf("the flood's oldest run kept past the cap")
+	}
+	if _, err := s.Get("tenant:ci", "over-the-cap"); err != nil {
+		t.Errorf("the run that ended over the cap: %v, want kept", err)
+	}
+}
