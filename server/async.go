@@ -467,9 +467,7 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and
 	// each write is an fsync.
-	res, err := s.runInSlot(ctx, tn, resolved, drained, func() (*tenant, *job.Resolved, error) {
-		return s.asRunNow(tn, resolved)
-	}, func() job.Options {
+	res, err := s.runInSlot(ctx, tn, resolved, drained, func() job.Options {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
@@ -495,19 +493,21 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	log.Info("async run ended", "status", res.Status, "queued_ms", res.QueuedMS, "wall_ms", res.Usage.WallMS)
 }
 
-// asRunNow is the tenant and job an async run of tenant tn, resolved
-// when it was submitted, runs as when it starts: as submitted if no
-// reload changed its tenant since; else resolved again against the
-// tenant of that name now, or refused, saying why (a reload applies
-// to the runs that start after it, and an async run may have waited
-// long: a limit, origin or secret taken away must not still apply).
+// asRunNow is the tenant and job a run of tenant tn, resolved when it
+// was submitted, runs as when it starts: as submitted if no reload
+// changed its tenant since; else resolved again against the tenant of
+// that name now, or refused (*reloadRefusal), saying why. A reload
+// applies to the runs that start after it, and a run may have waited
+// long (an async one without bound, a sync one for queue_timeout, a
+// queue's on its rate): a limit, origin or secret taken away must not
+// still apply.
 func (s *Server) asRunNow(tn *tenant, resolved *job.Resolved) (*tenant, *job.Resolved, error) {
 	now := s.state.Load().tenantNamed(tn.name)
 	switch {
 	case now == tn:
 		return tn, resolved, nil
 	case now == nil:
-		return nil, nil, fmt.Errorf("a config reload since its submission took its tenant (%s) away", tn.name)
+		return nil, nil, &reloadRefusal{gone: true, msg: fmt.Sprintf("a config reload since its submission took its tenant (%s) away", tn.name)}
 	}
 	again, err := job.Resolve(resolved.Request, now.ceil, false)
 	if err != nil {
@@ -515,10 +515,21 @@ func (s *Server) asRunNow(tn *tenant, resolved *job.Resolved) (*tenant, *job.Res
 		if field != "" && !strings.HasPrefix(msg, field) {
 			msg = field + ": " + msg
 		}
-		return nil, nil, fmt.Errorf("the job no longer fits tenant %s's ceiling after a config reload: %s", tn.name, msg)
+		return nil, nil, &reloadRefusal{field: field, msg: fmt.Sprintf("the job no longer fits tenant %s's ceiling after a config reload: %s", tn.name, msg)}
 	}
 	return now, again, nil
 }
+
+// reloadRefusal is why a run admitted before a reload may not start
+// after it: its tenant is gone, or the job is beyond the tenant's new
+// ceiling at field.
+type reloadRefusal struct {
+	gone  bool
+	field string
+	msg   string
+}
+
+func (e *reloadRefusal) Error() string { return e.msg }
 
 // endDetached stores the run's end, its result event last among its
 // events, and only then gives its followers that event: whoever saw the

@@ -157,10 +157,15 @@ func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, erro
 		return nil, &queue.Refusal{Code: codeInvalid, Message: msg, Field: field}
 	}
 	taken := func(context.Context) (grant, error) { return q.slots, nil }
-	res, err := s.runInSlot(ctx, tn, resolved, taken, nil, nil)
+	res, err := s.runInSlot(ctx, tn, resolved, taken, nil)
+	re, reloaded := errors.AsType[*reloadRefusal](err)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, context.Cause(ctx)
+	case reloaded && re.gone:
+		return nil, &queue.Refusal{Code: codeForbidden, Message: re.msg}
+	case reloaded:
+		return nil, &queue.Refusal{Code: codeInvalid, Message: re.msg, Field: re.field}
 	case errors.Is(err, errNoFDs):
 		return nil, &queue.Later{After: 5 * time.Second, Reason: err.Error()}
 	case err != nil:

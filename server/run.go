@@ -115,7 +115,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		stdout *outputStream
 		stderr *outputStream
 	)
-	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), nil, func() job.Options {
+	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
 		if !wantsStream(r) {
 			return job.Options{}
 		}
@@ -126,6 +126,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		stderr = &outputStream{e: ev, typ: api.EventStderr}
 		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
 	})
+	// A run queued across a reload that no longer fits it.
+	re, reloaded := errors.AsType[*reloadRefusal](err)
 	switch {
 	case errors.Is(err, errShareFull):
 		reject(http.StatusTooManyRequests, codeQueueFull,
@@ -136,6 +138,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, errNoFDs):
 		reject(http.StatusServiceUnavailable, codeBusy, err.Error(), "", 5*time.Second)
+		return
+	case reloaded && re.gone:
+		reject(http.StatusForbidden, codeForbidden, re.msg, "", 0)
+		return
+	case reloaded:
+		reject(http.StatusBadRequest, codeInvalid, re.msg, re.field, 0)
 		return
 	case err != nil && r.Context().Err() != nil:
 		log.Info("client gone while queued")
@@ -171,12 +179,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // the run; its cause is the cancelled result's reason. A run that never
 // started returns no result and why: ctx's cause if it ended, else the
 // admission's refusal (errShareFull, errQueueFull, its wait's error),
-// fdRoom's (errNoFDs) or recheck's; its rate is refunded. recheck, if
-// set, is called once the run has its slots, for the tenant and job it
-// runs as then (a run that waited across a reload meets the config in
-// force), or why it must not start.
+// fdRoom's (errNoFDs) or asRunNow's (*reloadRefusal); its rate is
+// refunded. Once the run has its slots it runs as asRunNow says: a run
+// that waited across a reload, whatever brought it, meets the config in
+// force.
 func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
-	recheck func() (*tenant, *job.Resolved, error), start func() job.Options) (*jail.Result, error) {
+	start func() job.Options) (*jail.Result, error) {
 	queued := time.Now()
 	slots, err := wait(ctx)
 	if err == nil {
@@ -185,10 +193,10 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 			err = fmt.Errorf("the daemon is short of file descriptors: %w", err)
 		}
 	}
-	if err == nil && recheck != nil {
+	if err == nil {
 		var ntn *tenant
 		var nres *job.Resolved
-		if ntn, nres, err = recheck(); err != nil {
+		if ntn, nres, err = s.asRunNow(tn, resolved); err != nil {
 			slots.release()
 		} else {
 			tn, resolved = ntn, nres
