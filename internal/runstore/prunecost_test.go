@@ -3,6 +3,7 @@ package runstore
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +80,62 @@ func TestPruneCostDoesNotGrowWithTheRunsKept(t *testing.T) {
 	}
 	if _, err := s.Get("tenant:ci", "over-the-cap"); err != nil {
 		t.Errorf("the run that ended over the cap: %v, want kept", err)
+	}
+}
+
+// Runs ending at once, each pruning, leave the accounting as the file
+// is: every run counted is stored, with its size, and no stored run
+// that ended is uncounted (it would never be pruned).
+func TestPruneAccountingUnderConcurrentEnds(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, Limits{Retention: time.Hour, MaxBytes: 16 << 10})
+	defer s.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				id := fmt.Sprintf("g%d-%02d", g, i)
+				if _, err := s.Create(&Record{ID: id, Owner: fmt.Sprintf("uid:%d", g%3), Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Finish(id, api.RunDone, []byte(`{"id":"`+id+`"}`), make([]byte, 100+g*97+i*13)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stored := map[string]int64{}
+	if err := s.view(func(tx *bolt.Tx) error {
+		events := tx.Bucket(bucketEvents)
+		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+			stored[string(k)] = int64(len(v) + len(events.Get(k)))
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, n := range stored {
+		total += n
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ended) != len(stored) || s.bytes != total || total > 16<<10 {
+		t.Errorf("counted %d runs of %d bytes; the file holds %d of %d (cap %d)", len(s.ended), s.bytes, len(stored), total, 16<<10)
+	}
+	var owned int
+	for id, k := range s.ended {
+		if stored[id] != k.size {
+			t.Errorf("run %s counted as %d bytes, stored as %d", id, k.size, stored[id])
+		}
+	}
+	for _, o := range s.owners {
+		owned += len(o.runs)
+	}
+	if owned != len(s.ended) {
+		t.Errorf("%d runs by owner, %d by id", owned, len(s.ended))
 	}
 }
