@@ -139,3 +139,43 @@ func TestPruneAccountingUnderConcurrentEnds(t *testing.T) {
 		t.Errorf("%d runs by owner, %d by id", owned, len(s.ended))
 	}
 }
+
+// A daemon's start reads every run the store keeps, to count the
+// finished ones: it decoded each record whole, its result copied and
+// scanned, so that a store at its cap (256M by default, results of tens
+// of MiB each) cost the start as much again in garbage. What it counts
+// is each record's head.
+func TestOpenDoesNotCopyTheResults(t *testing.T) {
+	dir := t.TempDir()
+	const runs, result = 8, 8 << 20
+	s, _ := open(t, dir, Limits{Retention: time.Hour, MaxBytes: 1 << 30})
+	big := make([]byte, 0, result+16)
+	big = append(big, `{"stdout":"`...)
+	for len(big) < result {
+		big = append(big, 'x')
+	}
+	big = append(big, `"}`...)
+	for i := range runs {
+		id := fmt.Sprintf("big-%d", i)
+		if _, err := s.Create(&Record{ID: id, Owner: "tenant:ci", Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(id, api.RunDone, big, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s, _ = open(t, dir, Limits{Retention: time.Hour, MaxBytes: 1 << 30})
+	runtime.ReadMemStats(&after)
+	defer s.Close()
+	if n, _ := s.Stats(); n != runs {
+		t.Fatalf("counted %d runs, want %d", n, runs)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 8<<20 {
+		t.Errorf("opening a store of %d results of %d MiB allocated %d MiB, want the records' heads alone", runs, result>>20, grown>>20)
+	}
+}

@@ -160,8 +160,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		runs, events := tx.Bucket(bucketRuns), tx.Bucket(bucketEvents)
 		var unfinished []*Record
 		err := runs.ForEach(func(k, v []byte) error {
+			// Every byte is read (a record cut short or written over is
+			// found here), but only the head is decoded: a result, tens
+			// of MiB perhaps, is not copied at each start.
 			var r Record
-			if err := json.Unmarshal(v, &r); err != nil {
+			if !json.Valid(v) {
+				return fmt.Errorf("record %q: not JSON", k)
+			}
+			if err := decodeHead(v, &r); err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
 			}
 			if !r.Status.Ended() {
