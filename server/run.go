@@ -278,7 +278,8 @@ type refuser struct {
 
 func (f *refuser) reject(status int, code, msg, field string, retry time.Duration) {
 	f.s.metrics.rejected.WithLabelValues(code).Inc()
-	f.log.Info(f.what, "code", code, "field", field, "detail", msg)
+	// The answer, to the client alone, says them whole.
+	f.log.Info(f.what, "code", code, "field", clipped(field), "detail", clipped(msg))
 	writeError(f.w, status, code, msg, field, retry)
 }
 

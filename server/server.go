@@ -578,7 +578,7 @@ func (s *Server) authorise(next http.Handler) http.Handler {
 		if t := st.tenantFor(p); !st.peers.allowed(p) && (t == nil || t == st.others) {
 			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
 			s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
-				"method", r.Method, "path", r.URL.Path, "err", p.Err)
+				"method", clipped(r.Method), "path", clipped(r.URL.Path), "err", p.Err)
 			writeError(w, http.StatusForbidden, codeForbidden,
 				fmt.Sprintf("uid %d is not allowed to use this pmjail daemon", p.UID), "", 0)
 			return
