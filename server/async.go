@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmjail/pmjail/api"
@@ -898,8 +899,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.refuseBody(reject, err)
 		return
 	}
+	// The slot is held until the jobs are decoded, as a run's is until
+	// its job is: decoding costs many times the body.
+	defer bodyDone()
 	data, err := readBody(newPacedBody(http.MaxBytesReader(w, r.Body, job.MaxRequestBytes), rc))
-	bodyDone()
 	if err != nil {
 		if isTooLarge(err) {
 			reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
@@ -909,6 +912,16 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = rc.SetReadDeadline(time.Time{})
+	maxBatch := st.cfg.Runs.MaxBatch
+	overBatch := func(n int) {
+		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("jobs: %d jobs, over this daemon's batch limit of %d (runs.max_batch)", n, maxBatch), "jobs", 0)
+	}
+	// Counted before any is kept: a body of the largest size holds
+	// 1.8 million jobs ("1,1,..."), whose raw values took 100 MiB.
+	if n := batchJobs(data); n > maxBatch {
+		overBatch(n)
+		return
+	}
 	var b batch
 	if err := strictjson.Decode(data, &b); err != nil {
 		err = strictjson.Headed(err, "malformed batch JSON")
@@ -919,13 +932,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, codeInvalid, err.Error(), field, 0)
 		return
 	}
-	maxBatch := st.cfg.Runs.MaxBatch
 	switch {
 	case len(b.Jobs) == 0:
 		reject(http.StatusBadRequest, codeInvalid, "jobs: a batch needs at least one job", "jobs", 0)
 		return
 	case len(b.Jobs) > maxBatch:
-		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("jobs: %d jobs, over this daemon's batch limit of %d (runs.max_batch)", len(b.Jobs), maxBatch), "jobs", 0)
+		overBatch(len(b.Jobs))
 		return
 	}
 	resolved := make([]*job.Resolved, len(b.Jobs))
@@ -947,6 +959,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	bodyDone()
 	if msg := s.batchNeverFits(tn, len(b.Jobs)); msg != "" {
 		reject(http.StatusBadRequest, codeInvalid, msg, "jobs", 0)
 		return
@@ -979,6 +992,41 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("batch submitted", "runs", len(recs))
 	writeJSON(w, http.StatusAccepted, out)
+}
+
+// batchJobs counts the jobs of a batch's body without keeping any, or
+// returns -1 when the body is not an object whose jobs is an array
+// (strictjson.Decode then says why).
+func batchJobs(data []byte) int {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return -1
+	}
+	n := -1
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return -1
+		}
+		if name.String() != "jobs" || dec.PeekKind() != '[' {
+			if err := dec.SkipValue(); err != nil {
+				return -1
+			}
+			continue
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return -1
+		}
+		for n = 0; dec.PeekKind() != ']'; n++ {
+			if err := dec.SkipValue(); err != nil {
+				return -1
+			}
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return -1
+		}
+	}
+	return n
 }
 
 // batchNeverFits says why a batch of n runs can never be admitted for
