@@ -145,6 +145,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	case reloaded:
 		reject(http.StatusBadRequest, codeInvalid, re.msg, re.field, 0)
 		return
+	case errors.Is(err, errShutdown):
+		// The client is there: the shutdown ended its wait, not it.
+		reject(http.StatusServiceUnavailable, codeDraining, "the daemon shut down before the run had a slot", "", 5*time.Second)
+		return
 	case err != nil && r.Context().Err() != nil:
 		log.Info("client gone while queued")
 		return

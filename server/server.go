@@ -671,6 +671,10 @@ func (s *Server) refreshPosture(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errQueueFull):
 		reject(http.StatusTooManyRequests, codeQueueFull, "every run slot and queue place is taken", time.Second)
 		return
+	case err != nil && errors.Is(context.Cause(r.Context()), errShutdown):
+		// The client is there: the shutdown ended its wait, not it.
+		reject(http.StatusServiceUnavailable, codeDraining, "the daemon shut down before the probe had a slot", 5*time.Second)
+		return
 	case err != nil && r.Context().Err() != nil:
 		log.Info("client gone while a posture refresh was queued")
 		return

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/client"
+)
+
+// TestShutdownAnswersAQueuedSyncRun: a sync run still waiting for its
+// slot when a shutdown's grace period ends had its wait cut by the
+// shutdown's cancellation, which the handler took for its client
+// hanging up: it answered nothing, and the client, which stayed, read a
+// closed connection (EOF). It must be answered 503 draining, the
+// shutdown named; the run in its slot is cancelled, answered, as
+// before. So must a ?refresh=1 waiting for its slot, which answered
+// 200 with no body.
+func TestShutdownAnswersAQueuedSyncRun(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "max_concurrency": 1, "max_queue": 4, "queue_timeout": "5m"}`)
+	type answer struct {
+		res *api.Result
+		err error
+	}
+	running, queued := make(chan answer, 1), make(chan answer, 1)
+	run := func(out chan<- answer) {
+		res, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 60000))`})
+		out <- answer{res, err}
+	}
+	go run(running)
+	waitFor(t, func() bool { r, _, _, _ := ts.lim.stats(); return r == 1 })
+	go run(queued)
+	others := ts.state.Load().others
+	waitFor(t, func() bool { _, q, _, _ := others.share.lim.stats(); return q == 1 })
+	// The daemon's own uid's ?refresh=1, waiting for a global slot.
+	refresh := make(chan [2]any, 1)
+	go func() {
+		status, code := ts.getPosture(t, "refresh=1")
+		refresh <- [2]any{status, code}
+	}()
+	waitFor(t, func() bool { _, q, _, _ := ts.lim.stats(); return q == 1 })
+	if err := ts.Shutdown(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-running; a.err != nil || a.res.Status != api.StatusCancelled {
+		t.Errorf("the run in its slot: %v %+v, want it cancelled, answered", a.err, a.res)
+	}
+	a := <-queued
+	if ce, ok := errors.AsType[*client.Error](a.err); !ok || ce.StatusCode != http.StatusServiceUnavailable || ce.Code != "draining" || !strings.Contains(ce.Message, "shut down") {
+		t.Errorf("a sync run still queued at the end of the grace: %v %+v, want 503 draining", a.err, a.res)
+	}
+	if r := <-refresh; r[0] != http.StatusServiceUnavailable || r[1] != codeDraining {
+		t.Errorf("a posture refresh still queued at the end of the grace: %v %q, want 503 draining", r[0], r[1])
+	}
+}
