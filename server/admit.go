@@ -89,6 +89,16 @@ func (g *bodyGate) take(ctx context.Context, uid uint32) (release func(), err er
 	}
 }
 
+// resize sets new caps (a reload's max_concurrency); bodies being read
+// keep their slots, and waiters look again.
+func (g *bodyGate) resize(total, perUID int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.total, g.perUID = total, perUID
+	close(g.freed)
+	g.freed = make(chan struct{})
+}
+
 func (g *bodyGate) give(uid uint32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

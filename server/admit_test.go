@@ -126,3 +126,28 @@ func TestBodyGate(t *testing.T) {
 		t.Errorf("after the releases: %d held, by uid %v; want uid 1's two", g.n, g.byUID)
 	}
 }
+
+// The body-read caps derive from max_concurrency (bodyCaps), which a
+// reload applies: they kept the start's, so that a daemon reloaded from
+// 1 run slot to 16 still read 8 bodies at once, 2 of a uid (and one
+// reloaded down kept reading 32).
+func TestBodyCapsFollowAReload(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "max_concurrency": 1, "prestart": -1, "warm": {"deno": 0}}`)
+	caps := func() (int, int) {
+		ts.bodies.mu.Lock()
+		defer ts.bodies.mu.Unlock()
+		return ts.bodies.total, ts.bodies.perUID
+	}
+	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 16, "prestart": -1, "warm": {"deno": 0}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = ts.sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wantTotal, wantUID := bodyCaps(16)
+	if total, perUID := caps(); total != wantTotal || perUID != wantUID {
+		t.Errorf("after a reload to max_concurrency 16: %d body slots, %d a uid; want %d, %d", total, perUID, wantTotal, wantUID)
+	}
+}

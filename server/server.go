@@ -387,6 +387,7 @@ func (s *Server) reload(cfg *Config) error {
 	}
 	s.reloadRuns(old.cfg.Runs, cfg.Runs)
 	s.lim.resize(cfg.MaxConcurrency, cfg.queueLen())
+	s.bodies.resize(bodyCaps(cfg.MaxConcurrency))
 	s.resizeShares(st)
 	s.metrics.addTenants(st)
 	s.pool.Resize(cfg.poolSize())
