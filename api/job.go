@@ -124,6 +124,13 @@ type RequestCapability struct {
 	Auth map[string]string `json:"auth,omitempty"`
 }
 
+// The bounds of a RequestCapability's lists: a job names the origins it
+// talks to, each method once.
+const (
+	MaxOrigins = 256 // URLs, and Auth's origins
+	MaxMethods = 16
+)
+
 // Limits are a job's resource limits; a zero field takes the profile's.
 type Limits struct {
 	Memory  Size     `json:"memory,omitempty"`

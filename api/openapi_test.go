@@ -163,6 +163,9 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"#/components/schemas/Run/properties/status/enum", []string{string(api.RunQueued), string(api.RunRunning), string(api.RunDone), string(api.RunCancelled)}},
 		{"#/components/schemas/Config/properties/others/enum", []string{"", server.OthersAllow, server.OthersRefuse}},
 		{"#/components/schemas/Labels/maxProperties", []string{fmt.Sprint(api.MaxLabels)}},
+		{"#/components/schemas/RequestCapability/properties/urls/maxItems", []string{fmt.Sprint(api.MaxOrigins)}},
+		{"#/components/schemas/RequestCapability/properties/methods/maxItems", []string{fmt.Sprint(api.MaxMethods)}},
+		{"#/components/schemas/RequestCapability/properties/auth/maxProperties", []string{fmt.Sprint(api.MaxOrigins)}},
 		{"#/components/schemas/Labels/additionalProperties/maxLength", []string{fmt.Sprint(api.LabelValueMax)}},
 		{"#/components/schemas/Health/properties/api/const", []string{api.APIVersion}},
 	} {

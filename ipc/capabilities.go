@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/strictjson"
 )
 
@@ -48,6 +49,14 @@ func (c *Capabilities) Validate() error {
 	r := c.Request
 	if len(r.URLs) == 0 {
 		return strictjson.Errorf("capabilities.request.urls", "at least one origin is required")
+	}
+	switch {
+	case len(r.URLs) > api.MaxOrigins:
+		return strictjson.Errorf("capabilities.request.urls", "%d origins is over the cap of %d", len(r.URLs), api.MaxOrigins)
+	case len(r.Methods) > api.MaxMethods:
+		return strictjson.Errorf("capabilities.request.methods", "%d methods is over the cap of %d", len(r.Methods), api.MaxMethods)
+	case len(r.Auth) > api.MaxOrigins:
+		return strictjson.Errorf("capabilities.request.auth", "%d origins is over the cap of %d", len(r.Auth), api.MaxOrigins)
 	}
 	seen := map[string]bool{}
 	for i, u := range r.URLs {

@@ -113,6 +113,9 @@ func Decode(r io.Reader) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}
+	if err := boundEntries(data); err != nil {
+		return nil, err
+	}
 	var req Request
 	if err := strictjson.Decode(data, &req); err != nil {
 		// "limits.memory: …", as Validate says it, or "malformed job JSON: …"
@@ -122,6 +125,50 @@ func Decode(r io.Reader) (*Request, error) {
 		return nil, err
 	}
 	return &req, nil
+}
+
+// maxEntries bounds every list and map of a job (the input aside) as it
+// is read, above each one's own cap (api.MaxFiles, ipc.MaxOrigins, ...),
+// which names it once decoded. Decoded, an entry costs many times its
+// text: a body of the largest size holds a million empty strings, a
+// hundred MiB once in a []string, read while the request holds its body
+// slot, whose budget counts the body's bytes.
+const maxEntries = 1024
+
+// boundEntries refuses a job whose lists or maps (outside its input)
+// hold more than maxEntries entries, without keeping any. A body that is
+// not valid JSON is left to strictjson.Decode to say why.
+func boundEntries(data []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil
+		}
+		depth := dec.StackDepth()
+		if tok.Kind() == '"' && depth == 1 && tok.String() == "input" {
+			if _, n := dec.StackIndex(1); n%2 == 1 { // a name, not a value
+				if err := dec.SkipValue(); err != nil {
+					return nil
+				}
+			}
+			continue
+		}
+		if depth == 0 {
+			continue
+		}
+		kind, n := dec.StackIndex(depth)
+		if kind == '{' {
+			n /= 2 // names and values
+		}
+		if n > maxEntries {
+			at := slices.Collect(dec.StackPointer().Tokens())
+			if len(at) < 2 {
+				return invalid("the job object has more than %d members", maxEntries)
+			}
+			return invalidAt(strings.Join(at[:len(at)-1], "."), "more than %d entries", maxEntries)
+		}
+	}
 }
 
 // nullMaps are the job's maps of strings, by their JSON pointer's tokens

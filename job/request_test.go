@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/ipc"
 	"github.com/pmjail/pmjail/profiles"
 	"github.com/pmjail/pmjail/runtimes"
@@ -337,4 +339,72 @@ func TestDecodeNullsOutsideTheMaps(t *testing.T) {
 			t.Errorf("%s: %v", body, err)
 		}
 	}
+}
+
+// A job's lists and maps are bounded as the body is read, before any
+// entry is kept: decoded, a body of the largest size holding empty
+// strings was a million-entry []string, a hundred MiB for a few MiB of
+// body. Each list's own cap names it once decoded.
+func TestDecodeBoundsEntries(t *testing.T) {
+	many := func(n int, item string) string {
+		return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
+	}
+	cases := map[string]struct{ body, field, want string }{
+		"urls while read": {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":[` + many(maxEntries+1, `""`) + `]}}}`,
+			"capabilities.request.urls", fmt.Sprintf("capabilities.request.urls: more than %d entries", maxEntries)},
+		"env while read": {`{"runtime":"deno","source":"1","env":{` + manyMembers(maxEntries+1) + `}}`,
+			"env", fmt.Sprintf("env: more than %d entries", maxEntries)},
+		"urls decoded": {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":[` + many(api.MaxOrigins+1, `"https://a.example"`) + `]}}}`,
+			"capabilities.request.urls", fmt.Sprintf("capabilities.request.urls: %d origins is over the cap of %d", api.MaxOrigins+1, api.MaxOrigins)},
+		"methods decoded": {`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"methods":[` + many(api.MaxMethods+1, `"GET"`) + `]}}}`,
+			"capabilities.request.methods", fmt.Sprintf("capabilities.request.methods: %d methods is over the cap of %d", api.MaxMethods+1, api.MaxMethods)},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := Decode(strings.NewReader(c.body))
+			if err == nil {
+				err = req.Validate()
+			}
+			if err == nil {
+				t.Fatalf("taken, want %q naming %q", c.want, c.field)
+			}
+			msg, field := Refusal(err)
+			if !errors.Is(err, ErrInvalid) || field != c.field || msg != c.want {
+				t.Fatalf("got %v (field %q), want %q naming %q", err, field, c.want, c.field)
+			}
+		})
+	}
+	// The input is the guest's data, whatever it holds.
+	body := `{"runtime":"deno","source":"1","input":[` + many(4*maxEntries, `""`) + `]}`
+	if _, err := Decode(strings.NewReader(body)); err != nil {
+		t.Fatalf("a long list in the input: %v", err)
+	}
+
+	// What reading the largest body of empty strings allocates: the
+	// read's buffer, grown as the body comes, is most of it (~5.5 times
+	// the body); decoding it whole was ~35 times.
+	big := `{"runtime":"deno","source":"1","capabilities":{"request":{"urls":[` + many((MaxRequestBytes-200)/3, `""`) + `]}}}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Decode(strings.NewReader(big))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("the largest body of empty strings: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*uint64(len(big)) {
+		t.Errorf("reading a %d-byte body of empty strings allocated %d bytes, want at most 8 times the body", len(big), got)
+	}
+}
+
+// manyMembers is n members of a JSON object, named V0, V1, ...
+func manyMembers(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"V%d":"1"`, i)
+	}
+	return b.String()
 }
