@@ -5,7 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"sync"
+	"time"
 	"unicode/utf8"
+
+	ratelimit "golang.org/x/time/rate"
 )
 
 // Level is the config's log level.
@@ -91,4 +95,56 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// refusalLog paces the log lines of refused requests, per peer uid. A
+// client may send thousands of bad requests a second, each refused and
+// counted (pmjail_requests_rejected_total); a line for each would spend
+// the journal's rate limit, which then drops the daemon's other lines
+// with them. A uid has refusalBurst lines at once, then refusalRate a
+// second; its next line says how many it did not get ("suppressed").
+type refusalLog struct {
+	mu    sync.Mutex
+	byUID map[uint32]*refusalPace
+}
+
+type refusalPace struct {
+	lim        *ratelimit.Limiter
+	suppressed int
+}
+
+const (
+	refusalRate  = 1
+	refusalBurst = 20
+	// refusalUIDs bounds the uids remembered: past it, those whose
+	// budget is whole again are forgotten (they would start whole).
+	refusalUIDs = 4096
+)
+
+// allow reports whether a refusal of uid's is logged now, and how many of
+// its refusals were not since its last line.
+func (l *refusalLog) allow(uid uint32, now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byUID == nil {
+		l.byUID = map[uint32]*refusalPace{}
+	}
+	p := l.byUID[uid]
+	if p == nil {
+		if len(l.byUID) >= refusalUIDs {
+			for u, q := range l.byUID {
+				if q.suppressed == 0 && q.lim.TokensAt(now) >= refusalBurst {
+					delete(l.byUID, u)
+				}
+			}
+		}
+		p = &refusalPace{lim: ratelimit.NewLimiter(refusalRate, refusalBurst)}
+		l.byUID[uid] = p
+	}
+	if !p.lim.AllowN(now, 1) {
+		p.suppressed++
+		return false, 0
+	}
+	suppressed, p.suppressed = p.suppressed, 0
+	return true, suppressed
 }

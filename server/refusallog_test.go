@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRefusalLogBounded: a refusal's log line ("run rejected", "batch
@@ -35,5 +36,47 @@ func TestRefusalLogBounded(t *testing.T) {
 		if grown > 4<<10 {
 			t.Errorf("%s: %d bytes of the client's went into the log, which grew %d KiB, want a line of a bounded size", tc.name, len(tc.body), grown>>10)
 		}
+	}
+}
+
+// A client's refused requests are logged at a pace per peer uid, not
+// one line each: a stream of bad requests would otherwise spend the
+// journal's rate limit, which drops the daemon's other lines with them.
+// Each refusal is still answered and counted.
+func TestRefusalLogPaced(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	const sent = 200
+	for range sent {
+		if status, eb := rawPost(t, sock, "/v1/runs", "", `{"runtime": "cobol", "source": "1"}`); status != http.StatusBadRequest || eb.Error.Field != "runtime" {
+			t.Fatalf("%d naming %q, want 400 naming runtime", status, eb.Error.Field)
+		}
+	}
+	lines := strings.Count(ts.logs.String(), `"msg":"run rejected"`)
+	if lines == 0 || lines > refusalBurst+2 {
+		t.Errorf("%d refused requests logged %d lines, want at most about the burst of %d", sent, lines, refusalBurst)
+	}
+}
+
+// The pace: a burst, then refusalRate a second, and the next line counts
+// what was left out.
+func TestRefusalLogAllow(t *testing.T) {
+	var l refusalLog
+	now := time.Unix(1_000_000, 0)
+	for i := range refusalBurst {
+		if ok, n := l.allow(7, now); !ok || n != 0 {
+			t.Fatalf("line %d of the burst: %v, %d suppressed", i, ok, n)
+		}
+	}
+	for range 5 {
+		if ok, _ := l.allow(7, now); ok {
+			t.Fatal("a line past the burst, at the same instant")
+		}
+	}
+	if ok, _ := l.allow(8, now); !ok {
+		t.Fatal("another uid's line held back by uid 7's")
+	}
+	if ok, n := l.allow(7, now.Add(time.Second/refusalRate)); !ok || n != 5 {
+		t.Fatalf("after a token's time: %v, %d suppressed, want a line saying 5", ok, n)
 	}
 }

@@ -277,13 +277,16 @@ type refuser struct {
 	s    *Server
 	w    http.ResponseWriter
 	log  *slog.Logger
+	uid  uint32
 	what string
 }
 
 func (f *refuser) reject(status int, code, msg, field string, retry time.Duration) {
 	f.s.metrics.rejected.WithLabelValues(code).Inc()
 	// The answer, to the client alone, says them whole.
-	f.log.Info(f.what, "code", code, "field", clipped(field), "detail", clipped(msg))
+	if ok, suppressed := f.s.refusals.allow(f.uid, time.Now()); ok {
+		f.log.Info(f.what, "code", code, "field", clipped(field), "detail", clipped(msg), "suppressed", suppressed)
+	}
 	writeError(f.w, status, code, msg, field, retry)
 }
 
@@ -304,7 +307,7 @@ func (f *refuser) tenant(st *state, p *Peer) *tenant {
 // refuses it at once: the refuser is then nil.
 func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (*Peer, *refuser) {
 	peer := peerFrom(r.Context())
-	rf := &refuser{s: s, w: w, log: s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID), what: what}
+	rf := &refuser{s: s, w: w, log: s.log.With("peer_pid", peer.PID, "peer_uid", peer.UID), uid: peer.UID, what: what}
 	if s.draining.Load() {
 		rf.reject(http.StatusServiceUnavailable, codeDraining, "the daemon is shutting down", "", 5*time.Second)
 		return peer, nil

@@ -92,6 +92,8 @@ type Server struct {
 	// a job, shared by every tenant's runner.
 	warm    *jail.Warm
 	metrics *metrics
+	// refusals paces the log lines of refused requests per peer uid.
+	refusals refusalLog
 	// async is the async runs and their store; nil when the daemon has
 	// no directory for it.
 	async *asyncRuns
@@ -578,8 +580,10 @@ func (s *Server) authorise(next http.Handler) http.Handler {
 		st := s.state.Load()
 		if t := st.tenantFor(p); !st.peers.allowed(p) && (t == nil || t == st.others) {
 			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
-			s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
-				"method", clipped(r.Method), "path", clipped(r.URL.Path), "err", p.Err)
+			if ok, suppressed := s.refusals.allow(p.UID, time.Now()); ok {
+				s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
+					"method", clipped(r.Method), "path", clipped(r.URL.Path), "err", p.Err, "suppressed", suppressed)
+			}
 			writeError(w, http.StatusForbidden, codeForbidden,
 				fmt.Sprintf("uid %d is not allowed to use this pmjail daemon", p.UID), "", 0)
 			return
