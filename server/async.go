@@ -472,7 +472,7 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
-		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: l.log, ID: id}
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: logAfterOutput(l.log, stdout, stderr), ID: id}
 	})
 	if err != nil {
 		// Never started: its result is the reason alone.

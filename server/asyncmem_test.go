@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -80,5 +82,58 @@ func TestAsyncRunOutputMemory(t *testing.T) {
 	run, err := ts.c.GetRun(ctx, r.ID)
 	if err != nil || run.Result == nil || run.Result.Status != api.StatusOK || len(run.Result.Stdout) != 8<<20+1 || run.Result.Encoding.Stdout != api.EncodingBase64 {
 		t.Fatalf("the run: %v, %+v", err, run)
+	}
+}
+
+// TestAsyncRunTinyWritesMemory: a guest → daemon attack through an async
+// run's events. The jail reads the guest's output as it comes, so a
+// guest writing a byte at a time made an event of each, ~50 bytes of
+// JSON for one byte of output, all held while the run lasts and stored
+// at its end: 4 MiB of output written so took 46 MB of events and grew
+// the daemon by ~280 MiB. Held back into chunks, the events are the
+// output in base64 and little more, and the daemon's peak grows by a
+// small multiple of the output.
+func TestAsyncRunTinyWritesMemory(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "max_queue": 8, "others_max_queue": 8, "runs": {"dir": %q, "max_bytes": "1G"}}`, store), sock)
+	ctx := context.Background()
+	const output = 4 << 20
+	heap()
+	resetPeak(t)
+	base, _ := residentKB(t)
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: fmt.Sprintf(`const b = new Uint8Array([1]); for (let i = 0; i < %d; i++) Deno.stdout.writeSync(b);`, output), Limits: api.Limits{Output: output}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The output's events, as a client reads them: all but the result.
+	resp := followers(t, sock, r.ID, 1)[0]
+	var n, events int
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		if !bytes.HasPrefix(sc.Bytes(), []byte(`{"type":"result"`)) {
+			n += len(sc.Bytes()) + 1
+			events++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, peak := residentKB(t)
+	grown := (peak - base) << 10
+	t.Logf("%d events, %d bytes, for %d bytes written a byte at a time; resident %d MiB at the start, peak %d MiB", events, n, output, base>>10, peak>>10)
+	run, err := ts.c.GetRun(ctx, r.ID)
+	if err != nil || run.Result == nil || run.Result.Status != api.StatusOK || len(run.Result.Stdout) != output {
+		t.Fatalf("the run: %v, %+v", err, run)
+	}
+	// The output's events are the output in base64 (4/3) and a few
+	// dozen bytes for each chunk: at most twice the output.
+	if n > 2*output {
+		t.Errorf("%d bytes of events for %d bytes of output, want at most %d", n, output, 2*output)
+	}
+	// As much as a run printing its output in large writes grows it
+	// (TestAsyncRunOutputMemory), with room for the store's start.
+	if bound := int64(24*output + 16<<20); grown > bound {
+		t.Errorf("the daemon's peak grew %d MiB for %d MiB of output, want under %d MiB", grown>>20, output>>20, bound>>20)
 	}
 }

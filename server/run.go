@@ -124,7 +124,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		ev = newEvents(w)
 		stdout = &outputStream{e: ev, typ: api.EventStdout}
 		stderr = &outputStream{e: ev, typ: api.EventStderr}
-		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: ev.log}
+		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: logAfterOutput(ev.log, stdout, stderr)}
 	})
 	// A run queued across a reload that no longer fits it.
 	re, reloaded := errors.AsType[*reloadRefusal](err)
