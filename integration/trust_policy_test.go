@@ -22,6 +22,7 @@ import (
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/jail"
+	"github.com/pmjail/pmjail/jail/rootfs"
 )
 
 // Address families a native guest may not open: each reaches past the
@@ -183,6 +184,52 @@ func TestTrust_InotifyFloodSparesHostRoot(t *testing.T) {
 		t.Errorf("the guest's user namespace: %v", ownerErr)
 	case owner < 1<<30:
 		t.Errorf("the guest's user namespace is owned by host uid %d, want the job's own id (from 2^30)", owner)
+	}
+}
+
+// TestTrust_DevicesReadOnly: guest → host and other guests. A job's
+// /dev/null, /dev/zero, /dev/random and /dev/urandom are the host's own
+// device nodes, bound in, and anyone who may write a file may set its
+// times to now (utimensat, as touch(1) does): bound writable, a native
+// guest changed the host's device inodes, which every other job shares
+// — a channel between concurrent jobs, and the host's state written
+// from a jail. Bound read-only they refuse it (EROFS), while writing to
+// the devices still works (a read-only mount does not stop a device's
+// writes), and the host's nodes keep their times.
+func TestTrust_DevicesReadOnly(t *testing.T) {
+	bin := buildProber(t)
+	devices := rootfs.Devices()
+	before := map[string]unix.Stat_t{}
+	for _, d := range devices {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			t.Fatal(err)
+		}
+		before[d] = st
+	}
+	var probes []string
+	for _, d := range devices {
+		probes = append(probes, "utime_now="+d)
+	}
+	writes := []string{"write_byte=/dev/null", "write_byte=/dev/zero"}
+	_, rep := runProber(t, bin, nil, slices.Concat(probes, writes)...)
+	for _, p := range probes {
+		wantErrno(t, rep, p, "EROFS")
+	}
+	for _, p := range writes {
+		if got := rep[p]; !got.OK {
+			t.Errorf("probe %s: errno %s, want success", p, got.Errno)
+		}
+	}
+	for _, d := range devices {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mtim != before[d].Mtim || st.Ctim != before[d].Ctim {
+			t.Errorf("the host's %s changed under a job: mtime %v, ctime %v; before %v, %v",
+				d, st.Mtim, st.Ctim, before[d].Mtim, before[d].Ctim)
+		}
 	}
 }
 

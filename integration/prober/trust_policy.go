@@ -109,6 +109,24 @@ func init() {
 		}
 	}
 
+	// --- the host's device nodes bound into the root ---
+	// utime_now=PATH sets PATH's times to now, as touch(1) does: the
+	// kernel lets anyone who may write a file do that, owner or not.
+	probes["utime_now"] = func(a []string) report {
+		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+		return result(unix.UtimesNanoAt(unix.AT_FDCWD, a[0], now, 0))
+	}
+	// write_byte=PATH writes one zero byte to PATH, an existing file.
+	probes["write_byte"] = func(a []string) report {
+		fd, err := unix.Open(a[0], unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return result(err)
+		}
+		defer unix.Close(fd)
+		_, err = unix.Write(fd, []byte{0})
+		return result(err)
+	}
+
 	// --- the supervisor's share of a denial flood ---
 	// deny_flood=MILLIS calls floodNR (sysfs(2) on amd64), which every policy refuses, in a
 	// loop until the prober has spent MILLIS milliseconds of CPU (a minute

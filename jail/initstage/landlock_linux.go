@@ -59,7 +59,8 @@ func landlockABI() (int, error) {
 }
 
 // applyLandlock adds Landlock behind the mount namespace: the root is
-// readable, only the writable mounts (and rwFiles) are writable, TCP binds and
+// readable, only the writable mounts, the devices (and rwFiles) are
+// writable, TCP binds and
 // connects are refused, and abstract Unix sockets and signals are scoped to
 // the job. It returns the ABI enforced (0 for none) and why, if none.
 //
@@ -79,12 +80,14 @@ func applyLandlock(mounts []specs.Mount, rwFiles []string) (int, string) {
 	}
 	var rwDirs []string
 	for _, m := range mounts {
-		if readOnly(m.Options) || m.Type == "proc" {
-			continue
-		}
-		if m.Type == "bind" && strings.HasPrefix(m.Destination, "/dev/") {
+		switch {
+		case m.Type == "bind" && strings.HasPrefix(m.Destination, "/dev/") && (!readOnly(m.Options) || !hasOption(m.Options, "nodev")):
+			// A device the jail binds (a bind without nodev): its mount
+			// is read-only, which keeps the host's inode as it is, and
+			// the device still takes writes.
 			rwFiles = append(rwFiles, m.Destination)
-		} else {
+		case readOnly(m.Options) || m.Type == "proc":
+		default:
 			rwDirs = append(rwDirs, m.Destination)
 		}
 	}
@@ -150,9 +153,12 @@ func addPathRule(ruleset int, path string, access uint64) error {
 	return nil
 }
 
-func readOnly(opts []string) bool {
-	for _, o := range opts {
-		if o == "ro" {
+func readOnly(opts []string) bool { return hasOption(opts, "ro") }
+
+// hasOption reports whether opts holds the mount option o.
+func hasOption(opts []string, o string) bool {
+	for _, x := range opts {
+		if x == o {
 			return true
 		}
 	}

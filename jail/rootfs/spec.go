@@ -162,8 +162,13 @@ func NewSpec(launch *runtimes.Launch, lim Limits) (*Spec, error) {
 		}
 		mounts = append(mounts, specs.Mount{Destination: b.Target, Type: "bind", Source: b.Source, Options: opts})
 	}
+	// The devices are the host's own nodes: bound read-only, so that a
+	// guest that may write one cannot change the host's inode (touch(1)
+	// sets the times of any file its caller may write), while writes to
+	// the device itself still go through (a read-only mount stops only
+	// changes to the file system).
 	for _, d := range devices {
-		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"nosuid", "noexec"}})
+		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"ro", "nosuid", "noexec"}})
 	}
 	// A "copy" mount (pmjail's own type) is a per-run writable copy of the
 	// read-only host directory Source, made by the init stage on /tmp.
