@@ -25,6 +25,7 @@ var seccompDenied = []struct{ probe, syscall string }{
 	{"acct", "acct"}, {"chroot", "chroot"}, {"pivot_root", "pivot_root"}, {"sethostname", "sethostname"},
 	{"clock_settime", "clock_settime"}, {"process_vm_readv", "process_vm_readv"}, {"setuid0", "setuid"},
 	{"capset", "capset"}, {"shmget", "shmget"}, {"msgget", "msgget"}, {"semget", "semget"}, {"mknod", "mknodat"},
+	{"mq_open", "mq_open"}, {"fanotify_init", "fanotify_init"}, {"mlock", "mlock"}, {"timer_create", "timer_create"},
 	// A foreign architecture's entry point is refused by the filter's
 	// architecture check, never notified (its number would be
 	// misnamed): it has no name to count.

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/jail/rootfs"
 )
@@ -120,70 +121,116 @@ func TestTrust_PrctlOptions(t *testing.T) {
 // all it could get, and checks who owns the guest's user namespace.
 func TestTrust_InotifyFloodSparesHostRoot(t *testing.T) {
 	bin := buildProber(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, pmjail, "exec", "--", bin, "inotify_flood", "hold")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		_ = cmd.Wait()
-		t.Fatalf("no report from the prober (exit %d): %s", cmd.ProcessState.ExitCode(), stderr.String())
-	}
-	var flood probeReport
-	if err := json.Unmarshal(sc.Bytes(), &flood); err != nil || flood.Probe != "inotify_flood" {
-		t.Fatalf("first line %q: %v", sc.Text(), err)
-	}
-
+	h := startHolding(t, bin, "inotify_flood")
 	// The guest holds its instances until it is told to let go.
 	fd, hostErr := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if hostErr == nil {
 		unix.Close(fd)
 	}
-	guests := named(descendants(cmd.Process.Pid), "prober")
-	owner, ownerErr := userNamespaceOwner(guests)
-	for _, pid := range guests {
-		_ = unix.Kill(pid, unix.SIGUSR1)
-	}
-	var hold probeReport
-	if sc.Scan() {
-		_ = json.Unmarshal(sc.Bytes(), &hold)
-	}
-	_, _ = bufio.NewReader(stdout).WriteTo(&bytes.Buffer{})
-	if err := cmd.Wait(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == exitNotJailed {
-			t.Fatalf("the prober found itself outside the jail: %s", stderr.String())
-		}
-		t.Errorf("pmjail exec: %v\n%s", err, stderr.String())
-	}
-	if !hold.OK {
-		t.Errorf("hold: %+v, want the test's signal", hold)
-	}
+	owner, ownerErr := userNamespaceOwner(h.guests)
+	h.release(t)
 	if hostErr != nil {
-		t.Errorf("host root's inotify_init1 while the guest held %s instances: %v", flood.Detail, hostErr)
+		t.Errorf("host root's inotify_init1 while the guest held %s instances: %v", h.first.Detail, hostErr)
 	}
-	if n, _ := strconv.Atoi(string(flood.Detail)); n == 0 {
-		t.Errorf("inotify_flood: %+v, want the guest to get instances of its own budget", flood)
+	if n, _ := strconv.Atoi(string(h.first.Detail)); n == 0 {
+		t.Errorf("inotify_flood: %+v, want the guest to get instances of its own budget", h.first)
 	}
 	switch {
 	case ownerErr != nil:
 		t.Errorf("the guest's user namespace: %v", ownerErr)
 	case owner < 1<<30:
 		t.Errorf("the guest's user namespace is owned by host uid %d, want the job's own id (from 2^30)", owner)
+	}
+}
+
+// TestTrust_PipeBudgetPerJob: guest → other guests. The kernel bounds the
+// pipe capacity each host uid holds (fs.pipe-user-pages-soft, counted by
+// the uid itself, whatever its user namespace): past it, that uid's pipes
+// cannot grow and its new ones get two pages. A guest that spends all of
+// its budget must spend its own job's: another job, run while the first
+// holds every pipe it could grow, still grows a pipe to 1 MiB. (Jobs
+// that shared a host uid would share the budget: with every job's guest
+// given one uid, the second job's grow is refused.)
+func TestTrust_PipeBudgetPerJob(t *testing.T) {
+	soft, err := os.ReadFile("/proc/sys/fs/pipe-user-pages-soft")
+	testenv.Need(t, err == nil && strings.TrimSpace(string(soft)) != "0", "a per-user pipe budget (fs.pipe-user-pages-soft)")
+	bin := buildProber(t)
+	h := startHolding(t, bin, "pipe_flood")
+	if h.first.OK || h.first.Errno != "EPERM" {
+		h.release(t)
+		t.Fatalf("pipe_flood: %+v, want the guest's budget spent (EPERM)", h.first)
+	}
+	_, rep := runProber(t, bin, nil, "pipe_grow")
+	h.release(t)
+	if got := rep["pipe_grow"]; !got.OK || string(got.Detail) != "65536" {
+		t.Errorf("another job's pipe while the first held %s grown pipes: %+v, want 64 KiB grown to 1 MiB", h.first.Detail, got)
+	}
+}
+
+// holding is a prober run by `pmjail exec` that made its first probe's
+// kernel objects and holds them until released.
+type holding struct {
+	cmd    *exec.Cmd
+	first  probeReport
+	guests []int // the prober's host pids
+	lines  *bufio.Scanner
+	stderr *bytes.Buffer
+}
+
+// startHolding starts the prober for probe, then hold, and returns once
+// probe has reported.
+func startHolding(t *testing.T, bin, probe string) *holding {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	h := &holding{cmd: exec.CommandContext(ctx, pmjail, "exec", "--", bin, probe, "hold"), stderr: &bytes.Buffer{}}
+	h.cmd.Stderr = h.stderr
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if h.cmd.ProcessState == nil {
+			_ = h.cmd.Process.Kill()
+			_ = h.cmd.Wait()
+		}
+	})
+	h.lines = bufio.NewScanner(stdout)
+	if !h.lines.Scan() {
+		_ = h.cmd.Wait()
+		t.Fatalf("no report from the prober (exit %d): %s", h.cmd.ProcessState.ExitCode(), h.stderr.String())
+	}
+	if err := json.Unmarshal(h.lines.Bytes(), &h.first); err != nil || h.first.Probe != probe {
+		t.Fatalf("first line %q: %v", h.lines.Text(), err)
+	}
+	h.guests = named(descendants(h.cmd.Process.Pid), "prober")
+	return h
+}
+
+// release tells the prober to let go, and waits for its end.
+func (h *holding) release(t *testing.T) {
+	t.Helper()
+	for _, pid := range h.guests {
+		_ = unix.Kill(pid, unix.SIGUSR1)
+	}
+	var hold probeReport
+	if h.lines.Scan() {
+		_ = json.Unmarshal(h.lines.Bytes(), &hold)
+	}
+	for h.lines.Scan() {
+	}
+	if err := h.cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitNotJailed {
+			t.Fatalf("the prober found itself outside the jail: %s", h.stderr.String())
+		}
+		t.Errorf("pmjail exec: %v\n%s", err, h.stderr.String())
+	}
+	if !hold.OK {
+		t.Errorf("hold: %+v, want the test's signal", hold)
 	}
 }
 

@@ -369,6 +369,22 @@ func init() {
 	probes["shmget"] = func([]string) report { return sys(unix.SYS_SHMGET, 0 /* IPC_PRIVATE */, 4096, unix.IPC_CREAT|0o600) }
 	probes["msgget"] = func([]string) report { return sys(unix.SYS_MSGGET, 0, unix.IPC_CREAT|0o600) }
 	probes["semget"] = func([]string) report { return sys(unix.SYS_SEMGET, 0, 1, unix.IPC_CREAT|0o600) }
+	// Per-user kernel budgets no runtime needs: POSIX message queues
+	// (RLIMIT_MSGQUEUE), fanotify groups, locked memory (RLIMIT_MEMLOCK)
+	// and POSIX timers (RLIMIT_SIGPENDING). A queue that does not exist,
+	// without O_CREAT; a page of the prober's own.
+	probes["mq_open"] = func([]string) report { return sys(unix.SYS_MQ_OPEN, cstr("pmjail-probe"), unix.O_RDONLY, 0, 0) }
+	probes["fanotify_init"] = func([]string) report {
+		return sys(unix.SYS_FANOTIFY_INIT, unix.FAN_CLASS_NOTIF|unix.FAN_REPORT_FID, unix.O_RDONLY)
+	}
+	probes["mlock"] = func([]string) report {
+		page := make([]byte, os.Getpagesize())
+		return sys(unix.SYS_MLOCK, ptr(&page[0]), uintptr(len(page)))
+	}
+	probes["timer_create"] = func([]string) report {
+		var id int32
+		return sys(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, 0, ptr(&id))
+	}
 	probes["x32_getpid"] = func([]string) report { return childProbe("x32") }
 	probes["int80_getpid"] = func([]string) report { return childProbe("int80") }
 

@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// held keeps the inotify instances inotify_flood made open until the
-// prober exits, so that the test can look at the host meanwhile.
+// held keeps the inotify instances inotify_flood made, and the pipes
+// pipe_flood made, open until the prober exits, so that the test can look
+// at the host meanwhile.
 var held []int
 
 // release receives the test's SIGUSR1 for hold. It is registered at start:
@@ -97,6 +98,44 @@ func init() {
 			held = append(held, fd)
 		}
 		return report{OK: true, Detail: len(held)}
+	}
+	// pipe_flood makes pipes and grows each to 1 MiB (pipe-max-size's
+	// default) until the kernel refuses one (its user's
+	// fs.pipe-user-pages-soft spent) or 256 are grown, and keeps them
+	// open; detail is how many it grew.
+	probes["pipe_flood"] = func([]string) report {
+		for n := 0; n < 256; n++ {
+			var p [2]int
+			if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+				r := result(err)
+				r.Detail = n
+				return r
+			}
+			held = append(held, p[0], p[1])
+			if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, 1<<20); err != nil {
+				r := result(err)
+				r.Detail = n
+				return r
+			}
+		}
+		return report{OK: true, Detail: 256}
+	}
+	// pipe_grow makes a pipe and grows it to 1 MiB; detail is the size
+	// it had at first.
+	probes["pipe_grow"] = func([]string) report {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return result(err)
+		}
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		first, err := unix.FcntlInt(uintptr(p[0]), unix.F_GETPIPE_SZ, 0)
+		if err == nil {
+			_, err = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, 1<<20)
+		}
+		r := result(err)
+		r.Detail = first
+		return r
 	}
 	// hold waits for SIGUSR1 from the test (a minute at most), keeping
 	// whatever earlier probes hold; its report says whether the signal came.
