@@ -137,3 +137,37 @@ func TestAsyncRunTinyWritesMemory(t *testing.T) {
 		t.Errorf("the daemon's peak grew %d MiB for %d MiB of output, want under %d MiB", grown>>20, output>>20, bound>>20)
 	}
 }
+
+// TestAsyncRunTrickledOutputEvents: the same attack spread over time. A
+// guest writing a byte every few milliseconds for the whole of a long run
+// made an event of each byte (or one each linger of 20 ms): ~50 bytes of
+// events a byte of output, held while the run lasts, bounded by its wall
+// clock rather than its output. The linger grows while the chunks it
+// sends are small: a run trickling 400 bytes over ~3 s has a dozen
+// events, not 100 or more.
+func TestAsyncRunTrickledOutputEvents(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "max_queue": 8, "others_max_queue": 8, "runs": {"dir": %q}}`, store), sock)
+	ctx := context.Background()
+	const writes = 400
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: fmt.Sprintf(`const b = new Uint8Array([46]);
+for (let i = 0; i < %d; i++) { Deno.stdout.writeSync(b); await new Promise((r) => setTimeout(r, 5)); }`, writes)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events int
+	res, err := ts.c.RunEvents(ctx, r.ID, func(ev api.Event) {
+		if ev.Type == api.EventStdout {
+			events++
+		}
+	})
+	if err != nil || res.Status != api.StatusOK || len(res.Stdout) != writes {
+		t.Fatalf("the run: %v, %+v", err, res)
+	}
+	// The linger's ramp to a second (~1.3 s, 6 events), then one a second.
+	most := 6 + int(res.Usage.WallMS/1000) + 2
+	t.Logf("%d stdout events for %d writes over %d ms", events, writes, res.Usage.WallMS)
+	if events > most {
+		t.Errorf("%d stdout events for %d bytes trickled over %d ms, want at most %d", events, writes, res.Usage.WallMS, most)
+	}
+}

@@ -61,26 +61,31 @@ type emitter interface{ emit(api.Event) }
 // request context instead.
 //
 // It holds output back and sends it as one chunk once outputHold bytes
-// are held or outputLinger after the first of them, never a chunk for
-// each of the guest's writes: the jail reads the guest's pipe as output
-// comes, so a guest writing a byte at a time made an event of each
-// (~50 bytes of JSON for one of output), which an async run holds and
-// stores whole: 4 MiB written a byte at a time took 46 MB of events and
-// ~280 MiB of the daemon's memory. Events are now at most one per
-// outputLinger or per outputHold bytes.
+// are held or its linger after the first of them, never a chunk for each
+// of the guest's writes: the jail reads the guest's pipe as output comes,
+// so a guest writing a byte at a time made an event of each (~50 bytes of
+// JSON for one of output), which an async run holds and stores whole:
+// 4 MiB written a byte at a time took 46 MB of events and ~280 MiB of the
+// daemon's memory. The linger starts at outputLinger and doubles after
+// each chunk it sends under smallChunk, up to maxLinger, so that output
+// trickled out a byte at a time over a long run costs an event a second
+// at most, not one every outputLinger; a chunk of more starts it over.
 type outputStream struct {
 	e       emitter
 	typ     string
 	mu      sync.Mutex
-	pending []byte      // output held back, at most outputHold and one write
-	timer   *time.Timer // sends what is held, outputLinger after it came
+	pending []byte        // output held back, at most outputHold and one write
+	timer   *time.Timer   // sends what is held, linger after it came
+	linger  time.Duration // the next wait; 0 is outputLinger
 }
 
-// Output is held at most outputLinger, and outputHold bytes of it go out
-// at once.
+// Output is held outputLinger to maxLinger, and outputHold bytes of it go
+// out at once; a chunk the linger sent under smallChunk doubles the next.
 const (
 	outputLinger = 20 * time.Millisecond
+	maxLinger    = time.Second
 	outputHold   = 32 << 10
+	smallChunk   = 512
 )
 
 func (o *outputStream) Write(p []byte) (int, error) {
@@ -90,15 +95,28 @@ func (o *outputStream) Write(p []byte) (int, error) {
 	switch {
 	case len(o.pending) >= outputHold:
 		o.send(false)
+		o.linger = outputLinger
 	case o.timer == nil:
-		o.timer = time.AfterFunc(outputLinger, o.release)
+		o.timer = time.AfterFunc(max(o.linger, outputLinger), o.lingered)
 	}
 	return len(p), nil
 }
 
+// lingered is the timer's: it sends what is held, and waits longer next
+// time if that was little.
+func (o *outputStream) lingered() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.send(false) < smallChunk {
+		o.linger = min(2*max(o.linger, outputLinger), maxLinger)
+	} else {
+		o.linger = outputLinger
+	}
+}
+
 // release sends what is held but an incomplete UTF-8 sequence at its end,
-// which waits for the next write: the timer's call, and what a log event
-// calls first so that it follows the output written before it.
+// which waits for the next write: what a log event calls first so that it
+// follows the output written before it.
 func (o *outputStream) release() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -106,8 +124,8 @@ func (o *outputStream) release() {
 }
 
 // send emits what is held as one chunk, all of it if final, else up to
-// its last complete UTF-8 sequence; o.mu is held.
-func (o *outputStream) send(final bool) {
+// its last complete UTF-8 sequence, and returns its size; o.mu is held.
+func (o *outputStream) send(final bool) int {
 	if o.timer != nil {
 		o.timer.Stop()
 		o.timer = nil
@@ -117,10 +135,11 @@ func (o *outputStream) send(final bool) {
 		cut = completeUTF8(o.pending)
 	}
 	if cut == 0 {
-		return
+		return 0
 	}
 	o.e.emit(o.chunk(o.pending[:cut]))
 	o.pending = o.pending[:copy(o.pending, o.pending[cut:])]
+	return cut
 }
 
 // flush sends all that is held (an incomplete sequence at the very end

@@ -100,8 +100,9 @@ func (c *countingEmitter) data() (n int, data []byte) {
 // time made an event of each byte (~50 bytes of JSON for one of output,
 // which an async run holds whole). A stream holds output back, so that
 // 256 KiB in single bytes is a handful of chunks; what is held goes out
-// by itself after its linger, without a later write, and a log event
-// follows the output written before it.
+// by itself after its linger, without a later write; the linger grows
+// while the chunks it sends are small; and a log event follows the
+// output written before it.
 func TestOutputStreamHoldsTinyWrites(t *testing.T) {
 	e := &countingEmitter{got: make(chan struct{}, 1)}
 	o := &outputStream{e: e, typ: api.EventStdout}
@@ -129,6 +130,26 @@ func TestOutputStreamHoldsTinyWrites(t *testing.T) {
 	}
 	if n, data := e.data(); n != 1 || string(data) != "held\n" {
 		t.Fatalf("%d events of %q, want 1 of %q", n, data, "held\n")
+	}
+
+	// Output trickled a byte at a time, each sent by its linger: the
+	// linger doubles up to maxLinger, so that a long run trickling output
+	// costs an event a second at most; a chunk of more starts it over.
+	e = &countingEmitter{got: make(chan struct{}, 1)}
+	o = &outputStream{e: e, typ: api.EventStdout}
+	want := outputLinger
+	for range 10 {
+		_, _ = o.Write([]byte{'.'})
+		o.lingered()
+		want = min(2*want, maxLinger)
+		if o.linger != want {
+			t.Fatalf("after a chunk of one byte the linger is %v, want %v", o.linger, want)
+		}
+	}
+	_, _ = o.Write(make([]byte, smallChunk))
+	o.lingered()
+	if o.linger != outputLinger {
+		t.Fatalf("after a chunk of %d bytes the linger is %v, want %v", smallChunk, o.linger, outputLinger)
 	}
 
 	// A log event comes after the output written before it, on either
