@@ -280,6 +280,80 @@ func TestTrust_DevicesReadOnly(t *testing.T) {
 	}
 }
 
+// TestTrust_GuestPriorityNotInherited: guest → host. A guest inherits its
+// supervisor's nice value and oom_score_adj: a pmjail started with a
+// negative one (systemd's Nice= or OOMScoreAdjust=, a pod's QoS class)
+// gave every guest a higher CPU priority than the host's own processes,
+// or protection from the OOM killer, which would then kill those first.
+// The guest gets 0 in their place; a positive value, which costs the
+// guest, stays. Lowering either takes a capability (CAP_SYS_NICE,
+// CAP_SYS_RESOURCE) the test needs to set the supervisor up.
+func TestTrust_GuestPriorityNotInherited(t *testing.T) {
+	bin := buildProber(t)
+	// run runs the prober's priority probe under pmjail exec, which the
+	// shell script setup starts ("$@").
+	run := func(t *testing.T, setup string) (nice, adj int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", setup, "sh", pmjail, "exec", "--json", "--", bin, "priority")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s; pmjail exec: %v\n%s", setup, err, out)
+		}
+		var r Result
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: result %q: %v", setup, out, err)
+		}
+		if r.ExitCode == exitNotJailed {
+			t.Fatalf("the prober found itself outside the jail: %s", r.Stderr)
+		}
+		var rep probeReport
+		var got struct {
+			Nice        int `json:"nice"`
+			OOMScoreAdj int `json:"oom_score_adj"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || !rep.OK || json.Unmarshal(rep.Detail, &got) != nil {
+			t.Fatalf("%s: probe priority: %q (%v), status %s, stderr %q", setup, r.Stdout, err, r.Status, r.Stderr)
+		}
+		return got.Nice, got.OOMScoreAdj
+	}
+	t.Run("nice", func(t *testing.T) {
+		testenv.Need(t, hasCapability(t, unix.CAP_SYS_NICE), "CAP_SYS_NICE, to start pmjail at a negative nice value")
+		if nice, _ := run(t, `exec nice -n -5 "$@"`); nice != 0 {
+			t.Errorf("pmjail at nice -5: the guest's nice is %d, want 0", nice)
+		}
+		if nice, _ := run(t, `exec nice -n 5 "$@"`); nice != 5 {
+			t.Errorf("pmjail at nice 5: the guest's nice is %d, want 5", nice)
+		}
+	})
+	t.Run("oom_score_adj", func(t *testing.T) {
+		if _, adj := run(t, `echo 300 >/proc/self/oom_score_adj && exec "$@"`); adj != 300 {
+			t.Errorf("pmjail at oom_score_adj 300: the guest's is %d, want 300", adj)
+		}
+		testenv.Need(t, hasCapability(t, unix.CAP_SYS_RESOURCE), "CAP_SYS_RESOURCE, to start pmjail at a negative oom_score_adj")
+		if _, adj := run(t, `echo -500 >/proc/self/oom_score_adj && exec "$@"`); adj != 0 {
+			t.Errorf("pmjail at oom_score_adj -500: the guest's is %d, want 0", adj)
+		}
+	})
+}
+
+// hasCapability reports whether this process holds capability c.
+func hasCapability(t *testing.T, c int) bool {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && eff&(1<<c) != 0
+		}
+	}
+	return false
+}
+
 // userNamespaceOwner is the host uid that owns the user namespace of the
 // first of pids.
 func userNamespaceOwner(pids []int) (int, error) {

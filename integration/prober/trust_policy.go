@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -164,6 +165,21 @@ func init() {
 		defer unix.Close(fd)
 		_, err = unix.Write(fd, []byte{0})
 		return result(err)
+	}
+
+	// --- what the guest inherits from its supervisor ---
+	// priority reports the guest's nice value and oom_score_adj.
+	probes["priority"] = func([]string) report {
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+		if err != nil {
+			return result(err)
+		}
+		adj, err := os.ReadFile("/proc/self/oom_score_adj")
+		if err != nil {
+			return result(unwrap(err))
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(adj)))
+		return report{OK: true, Detail: map[string]int{"nice": 20 - prio, "oom_score_adj": n}}
 	}
 
 	// --- the supervisor's share of a denial flood ---

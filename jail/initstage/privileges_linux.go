@@ -64,6 +64,49 @@ func (s *setup) setRlimits() error {
 	return nil
 }
 
+// ordinaryPriority gives the runtime, which inherits both from this
+// thread, no higher CPU priority and no more protection from the OOM
+// killer than an ordinary process has. Both are inherited from the
+// supervisor: one started with a negative nice value or oom_score_adj
+// (systemd's Nice= and OOMScoreAdjust=, a pod's QoS class) passed them to
+// every guest, which then took the CPU ahead of the host's processes and
+// outlived them under memory pressure. Raising either needs no privilege;
+// a positive value, the operator's, stays.
+func (s *setup) ordinaryPriority() error {
+	// PRIO_PROCESS with who 0 is the calling thread, the one Main locked
+	// and the runtime is forked from. The raw value is 20 - nice.
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return os.NewSyscallError("getpriority", err)
+	}
+	if nice := 20 - prio; nice < 0 {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 0); err != nil {
+			return os.NewSyscallError("setpriority", err)
+		}
+	}
+	const oomScoreAdj = "/proc/self/oom_score_adj"
+	data, err := kfile.Read(oomScoreAdj)
+	if err != nil {
+		return err
+	}
+	adj, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", oomScoreAdj, err)
+	}
+	if adj >= 0 {
+		return nil
+	}
+	fd, err := kfile.Open(oomScoreAdj, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("0")); err != nil {
+		return &os.PathError{Op: "write", Path: oomScoreAdj, Err: err}
+	}
+	return nil
+}
+
 // tasksLimit applies p's RLIMIT_NPROC, if it has one, to this process
 // just before it starts the runtime, which inherits it. The limit counts
 // tasks by uid, and this process's other threads (the namespace's root

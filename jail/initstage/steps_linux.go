@@ -53,6 +53,7 @@ var steps = []step{
 	{StageHostname, LayerUTSNS, (*setup).setHostname},             // in the job's UTS namespace
 	{StageCgroupNS, LayerCgroupNS, (*setup).unshareCgroupNS},      // rooted at the job's cgroup, joined above
 	{StageRlimits, "", (*setup).setRlimits},                       // the spec's
+	{StageRlimits, "", (*setup).ordinaryPriority},                 // none of the supervisor's nice or OOM protection
 	{StageFDs, "", (*setup).closeExtraFDs},                        // the guest inherits stdio and the channel alone
 	{StageLandlock, LayerLandlock, (*setup).restrictFiles},        // never fails: the report says why not
 	{StagePrivileges, LayerCapabilities, (*setup).dropPrivileges}, // and ids, no_new_privs, the death signal
