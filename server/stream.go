@@ -69,7 +69,9 @@ type emitter interface{ emit(api.Event) }
 // daemon's memory. The linger starts at outputLinger and doubles after
 // each chunk it sends under smallChunk, up to maxLinger, so that output
 // trickled out a byte at a time over a long run costs an event a second
-// at most, not one every outputLinger; a chunk of more starts it over.
+// at most, not one every outputLinger; a chunk of more starts it over, and
+// so does output after a quiet of maxLinger or more (a line every few
+// seconds is not held back a second each).
 type outputStream struct {
 	e       emitter
 	typ     string
@@ -77,6 +79,7 @@ type outputStream struct {
 	pending []byte        // output held back, at most outputHold and one write
 	timer   *time.Timer   // sends what is held, linger after it came
 	linger  time.Duration // the next wait; 0 is outputLinger
+	sent    time.Time     // when the last chunk went
 }
 
 // Output is held outputLinger to maxLinger, and outputHold bytes of it go
@@ -97,6 +100,9 @@ func (o *outputStream) Write(p []byte) (int, error) {
 		o.send(false)
 		o.linger = outputLinger
 	case o.timer == nil:
+		if time.Since(o.sent) >= maxLinger {
+			o.linger = outputLinger
+		}
 		o.timer = time.AfterFunc(max(o.linger, outputLinger), o.lingered)
 	}
 	return len(p), nil
@@ -138,6 +144,7 @@ func (o *outputStream) send(final bool) int {
 		return 0
 	}
 	o.e.emit(o.chunk(o.pending[:cut]))
+	o.sent = time.Now()
 	o.pending = o.pending[:copy(o.pending, o.pending[cut:])]
 	return cut
 }

@@ -151,6 +151,23 @@ func TestOutputStreamHoldsTinyWrites(t *testing.T) {
 	if o.linger != outputLinger {
 		t.Fatalf("after a chunk of %d bytes the linger is %v, want %v", smallChunk, o.linger, outputLinger)
 	}
+	// Output after a quiet of maxLinger (a line every few seconds) starts
+	// it over too: it is not held back a second each.
+	for range 10 {
+		_, _ = o.Write([]byte{'.'})
+		o.lingered()
+	}
+	o.mu.Lock()
+	o.sent = o.sent.Add(-maxLinger)
+	o.mu.Unlock()
+	_, _ = o.Write([]byte("line\n"))
+	o.mu.Lock()
+	got := o.linger
+	o.mu.Unlock()
+	o.flush()
+	if got != outputLinger {
+		t.Fatalf("output after a quiet of %v waits %v, want %v", maxLinger, got, outputLinger)
+	}
 
 	// A log event comes after the output written before it, on either
 	// stream; an incomplete UTF-8 sequence still waits for the rest.
