@@ -106,7 +106,7 @@ test-host: setup
 # root's library tests, integration/testdata for the hostile scripts.
 # suite.sh fails a suite in which fewer tests report a verdict than its
 # test binary lists for these filters (-test.list), or none is listed.
-VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock|TestTrust_GuestPriority|TestTrust_GuestOOM
+VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock|TestTrust_GuestOOM
 VM_SKIP  ?= Python|IPCFlood|ManySequential|SmallFramesCostTheGuest
 # The jail package's runs and prestart pool (its children born in the
 # cgroups they wait with, TestPoolChildWaitsWithItsCgroup) on a unified
