@@ -26,7 +26,9 @@ type Layout struct {
 
 // Provision makes (or updates) the work-queue stream and the result
 // bucket the config names, as an operator's `nats stream add` and `nats
-// kv add` would: for tests, benchmarks and a first set-up.
+// kv add` would: for tests, benchmarks and a first set-up. The stream
+// republishes the headers of each job it stores on NoticeSubject +
+// "." + the tenant, which wakes the workers.
 func Provision(ctx context.Context, cfg Config, l Layout) error {
 	if err := cfg.Check(1); err != nil {
 		return err
@@ -49,6 +51,11 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 		MaxMsgs:    l.MaxJobs,
 		Discard:    jetstream.DiscardNew,
 		Duplicates: l.Duplicates,
+		RePublish: &jetstream.RePublish{
+			Source:      cfg.Subject + ".*",
+			Destination: NoticeSubject(cfg.Subject) + ".{{wildcard(1)}}",
+			HeadersOnly: true,
+		},
 	}); err != nil {
 		return fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}

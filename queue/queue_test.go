@@ -127,6 +127,8 @@ func (a admitAll) Admit(tenant string) (Admission, time.Duration) {
 	return admitted{a.r, tenant}, 0
 }
 
+func (admitAll) Has(string) bool { return true }
+
 type admitted struct {
 	r      runner
 	tenant string

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +31,11 @@ type Executor interface {
 	// until a run ends). A tenant the executor does not have is
 	// admitted, and its Execute refuses the job.
 	Admit(tenant string) (Admission, time.Duration)
+	// Has reports whether the executor has the tenant (others'
+	// included): a subject of a tenant it has not gets a consumer only
+	// while its jobs are being refused, and at most maxStrangers such
+	// consumers at once.
+	Has(tenant string) bool
 }
 
 // Admission is what Admit took for one job of its tenant. Exactly one of
@@ -67,9 +73,26 @@ func (l *Later) Error() string { return l.Reason }
 // The worker's timings.
 const (
 	// scanEvery is how often a worker with a free slot looks for the
-	// tenants that have jobs in the stream: how long a job may wait for
-	// an idle worker to see it.
+	// tenants that have jobs in the stream when the stream sends no
+	// notice of its jobs: how long a job may then wait for an idle
+	// worker to see it.
 	scanEvery = 250 * time.Millisecond
+	// rescanEvery is how often it looks when the stream sends notices,
+	// for a notice missed (the connection lost, a notice dropped).
+	rescanEvery = 5 * time.Second
+	// noticeRetry is how soon a tenant noticed whose pull found no job
+	// is pulled once more: the consumer's replica may not have the job
+	// quite yet.
+	noticeRetry = 100 * time.Millisecond
+	// maxStrangers bounds the consumers a worker has at once of
+	// subjects of tenants its executor has not (or of no tenant name):
+	// they take no more than their jobs' refusals, and are deleted once
+	// drained, so that a publisher on many subjects makes no unbounded
+	// number of durable consumers.
+	maxStrangers = 16
+	// strangerIdle is the inactive threshold of such a consumer: one a
+	// worker left behind (it died) is deleted by the server.
+	strangerIdle = time.Minute
 	// retryEvery is how soon a tenant whose admission did not say how
 	// long to wait (its slots are taken) is tried again; a run of this
 	// worker that ends tries at once.
@@ -78,6 +101,10 @@ const (
 	// while the cluster elects a new leader after a node went away.
 	storeTries   = 20
 	storeBackoff = 250 * time.Millisecond
+	// retireLease is how long the pause of the older workers' consumer
+	// lasts unless renewed: a worker that dies while retiring it leaves
+	// it paused no longer.
+	retireLease = 15 * time.Second
 	// retireWait bounds how long a worker waits for the workers of an
 	// older version to end the runs of the jobs they hold.
 	retireWait = 2 * time.Minute
@@ -107,8 +134,19 @@ type Worker struct {
 	lanes map[string]*lane
 	order []string
 	next  int
+	// strangers counts the lanes of strangers (lane.stranger).
+	strangers int
+	// wildWarned: the log said jobs on a wildcard token are left.
+	wildWarned bool
 	// ended wakes the scheduler when a run of this worker ends.
 	ended chan struct{}
+	// notices are the tenants of the jobs the stream republished
+	// notices of; missed is set when one may have been lost.
+	notices chan string
+	missed  atomic.Bool
+	// noticeSubject is what the stream republishes its jobs' notices
+	// on; "" for none.
+	noticeSubject string
 
 	// stop ends the pulls; cancel the runs in flight.
 	stop, cancel context.CancelFunc
@@ -129,20 +167,33 @@ type lane struct {
 	after time.Time
 	// warned: its consumer could not be made, and the log said so.
 	warned bool
+	// stranger: a tenant the executor has not, or no tenant name.
+	stranger bool
+	// noticed is when a notice of a job of the tenant came; retried
+	// that its pull found none since.
+	noticed time.Time
+	retried bool
+	// drained: a stranger's pull found no job; its consumer is deleted
+	// if none is pending or held.
+	drained bool
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
 // binds the stream and the bucket; it starts nothing.
 func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger) (*Worker, error) {
 	w := &Worker{cfg: *cfg, exec: exec, log: log, closed: make(chan struct{}),
-		lanes: map[string]*lane{}, ended: make(chan struct{}, 1)}
+		lanes: map[string]*lane{}, ended: make(chan struct{}, 1), notices: make(chan string, noticeBuffer)}
 	var err error
 	// The connection's events go to the daemon's log, whose every line is
 	// JSON, not to the client's default print.
 	w.nc, err = connect(cfg, "pmjail worker",
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("queue: nats", "err", err) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("queue: disconnected from nats", "err", err) }),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("queue: reconnected to nats", "server", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			// Notices sent meanwhile are lost: the next free slot looks.
+			w.missed.Store(true)
+			log.Info("queue: reconnected to nats", "server", nc.ConnectedUrlRedacted())
+		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }),
 		nats.PermissionErrOnSubscribe(true))
 	if err != nil {
@@ -163,6 +214,7 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 	if w.kv, err = w.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
+	w.noticeSubject = noticeSubscription(w.stream.CachedInfo().Config.RePublish, cfg.Subject)
 	ok = true
 	return w, nil
 }
@@ -212,7 +264,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 	if err := w.nc.FlushTimeout(opTimeout); err != nil {
 		return fmt.Errorf("%s: watching its acks: %w", at, err)
 	}
-	if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(24*time.Hour)); err != nil {
+	// Paused for a lease renewed while the worker waits: one that dies
+	// meanwhile leaves the older workers without jobs no longer.
+	paused := time.Now()
+	if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, paused.Add(retireLease)); err != nil {
 		return fmt.Errorf("%s: pausing it: %w", at, err)
 	}
 	resume := func() { _, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name) }
@@ -237,6 +292,13 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			w.log.Info("queue: the consumer of older workers retired: each tenant's subject has a consumer of its own",
 				"consumer", name, "jobs_sent_on", info.NumAckPending)
 			return nil
+		}
+		if time.Since(paused) >= retireLease/3 {
+			if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(retireLease)); err != nil {
+				resume()
+				return fmt.Errorf("%s: pausing it: %w", at, err)
+			}
+			paused = time.Now()
 		}
 		if time.Since(start) >= limit {
 			resume()
@@ -300,12 +362,107 @@ func (w *Worker) Stop(grace time.Duration) {
 	w.log.Info("queue worker stopped")
 }
 
+// noticeBuffer is how many notices wait for the scheduler; past it one
+// is dropped, and the next free slot looks at the stream instead.
+const noticeBuffer = 1024
+
+// NoticeSubject is the subject prefix Provision has the stream republish
+// a notice of each job on (its headers only), + "." + the tenant: a
+// worker subscribed to it pulls a job as soon as it is stored.
+func NoticeSubject(subject string) string { return subject + "-notice" }
+
+// noticeSubscription is the subject to subscribe to for the notices the
+// stream's rp republishes of the jobs on subject.*, or "" if it sends
+// none for them.
+func noticeSubscription(rp *jetstream.RePublish, subject string) string {
+	if rp == nil || rp.Destination == "" {
+		return ""
+	}
+	src := rp.Source
+	if src == "" {
+		src = ">"
+	}
+	// The source must take every job's subject.
+	want := strings.Split(subject+".*", ".")
+	toks := strings.Split(src, ".")
+	for i, tok := range toks {
+		if tok == ">" {
+			break
+		}
+		if i >= len(want) || tok != "*" && tok != want[i] || i == len(toks)-1 && len(toks) != len(want) {
+			return ""
+		}
+	}
+	// The destination's mapped tokens ({{wildcard(1)}}) are any token.
+	dest := strings.Split(rp.Destination, ".")
+	for i, tok := range dest {
+		if strings.Contains(tok, "{{") {
+			dest[i] = "*"
+		}
+	}
+	return strings.Join(dest, ".")
+}
+
+// listen subscribes to the stream's notices of jobs: each names its
+// job's subject (header Nats-Subject), whose tenant the scheduler pulls
+// from at once. Without them (a stream provisioned without its
+// republish) the log says so once, and the worker looks at the stream
+// every scanEvery instead.
+func (w *Worker) listen() (*nats.Subscription, time.Duration) {
+	if w.noticeSubject == "" {
+		w.log.Warn("queue: the stream republishes no notice of its jobs: the worker looks at it every 250ms instead "+
+			"(add a republish of its subjects' headers, as queue.Provision and docs/queue.md do)",
+			"stream", w.cfg.Stream, "republish_destination", NoticeSubject(w.cfg.Subject)+".{{wildcard(1)}}")
+		return nil, scanEvery
+	}
+	prefix := w.cfg.Subject + "."
+	sub, err := w.nc.Subscribe(w.noticeSubject, func(m *nats.Msg) {
+		tenant, ok := strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)
+		if !ok {
+			return
+		}
+		select {
+		case w.notices <- tenant:
+		default:
+			w.missed.Store(true)
+		}
+	})
+	if err == nil {
+		err = w.nc.FlushTimeout(opTimeout)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		w.log.Warn("queue: the stream's notices of jobs not watched: the worker looks at it every 250ms instead "+
+			"(allow the workers' user to subscribe to them)", "subject", w.noticeSubject, "err", err)
+		return nil, scanEvery
+	}
+	// A notice dropped for a slow subscriber: the next free slot looks.
+	_ = sub.SetPendingLimits(noticeBuffer, 1<<20)
+	return sub, rescanEvery
+}
+
+// notice marks the tenant of a job the stream stored as having jobs; a
+// tenant new to the worker has it look at the stream.
+func (w *Worker) notice(tenant string) {
+	l := w.lanes[tenant]
+	if l == nil || l.cons == nil {
+		w.missed.Store(true)
+		return
+	}
+	l.jobs, l.noticed, l.retried = true, time.Now(), false
+}
+
 // schedule retires the consumer of older workers if there is one, then
 // fills the worker's slots until ctx ends: for each free one it
 // takes the next tenant, round the tenants with jobs, that its executor
 // admits now, and pulls one job of that tenant's consumer. A tenant that
 // cannot start a job (its rate, its share) is passed over, its jobs left
-// in the stream, where waiting costs them none of their deliveries.
+// in the stream, where waiting costs them none of their deliveries. The
+// tenants with jobs are the ones the stream's notices named, and the
+// ones a look at the stream finds: at the first free slot, after a
+// notice may have been missed, and every `every` while a slot is free.
 func (w *Worker) schedule(ctx context.Context) {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var scanned time.Time
@@ -321,14 +478,22 @@ func (w *Worker) schedule(ctx context.Context) {
 		case <-time.After(retireAgain):
 		}
 	}
+	sub, every := w.listen()
+	if sub != nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	for {
 		select {
 		case slots <- struct{}{}:
+		case t := <-w.notices:
+			w.notice(t)
+			continue
 		case <-ctx.Done():
 			return
 		}
 		for {
-			if time.Since(scanned) >= scanEvery {
+			if time.Since(scanned) >= every || w.missed.Load() && time.Since(scanned) >= noticeRetry {
+				w.missed.Store(false)
 				w.scan(ctx)
 				scanned = time.Now()
 			}
@@ -348,11 +513,16 @@ func (w *Worker) schedule(ctx context.Context) {
 				}()
 				break
 			}
-			wake = min(wake, time.Until(scanned.Add(scanEvery)))
+			wake = min(wake, time.Until(scanned.Add(every)))
+			if w.missed.Load() {
+				wake = min(wake, time.Until(scanned.Add(noticeRetry)))
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-w.ended:
+			case t := <-w.notices:
+				w.notice(t)
 			case <-time.After(max(wake, time.Millisecond)):
 			}
 		}
@@ -363,11 +533,11 @@ func (w *Worker) schedule(ctx context.Context) {
 // and is admitted; none, it returns how long until one may be.
 func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Duration) {
 	now := time.Now()
-	wake := scanEvery
+	wake := rescanEvery
 	n := len(w.order)
 	for i := range n {
 		l := w.lanes[w.order[(w.next+i)%n]]
-		if !l.jobs {
+		if !l.jobs || l.cons == nil {
 			continue
 		}
 		if d := l.after.Sub(now); d > 0 {
@@ -392,20 +562,74 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 			if adm != nil {
 				adm.Release()
 			}
-			if err != nil {
-				// Made again by the next scan: an operator may have
-				// deleted it.
+			switch {
+			case err != nil:
+				// Made again by the next look at the stream: an operator
+				// (or another worker, of a stranger's drained subject) may
+				// have deleted it.
 				w.log.Debug("queue: pull", "tenant", l.tenant, "err", err)
 				l.cons, l.jobs = nil, false
-			} else {
+			case !l.retried && now.Sub(l.noticed) < 10*noticeRetry:
+				// Noticed, and not there yet: the consumer's replica may
+				// be a moment behind the stream's leader.
+				l.retried, l.after = true, now.Add(noticeRetry)
+				wake = min(wake, noticeRetry)
+			default:
 				l.jobs = false
+				l.drained = l.stranger
 			}
 			continue
 		}
 		w.next = (w.next + i + 1) % n
 		return msg, adm, 0
 	}
+	w.dropDrained(ctx)
 	return nil, nil, wake
+}
+
+// dropDrained deletes the consumers of strangers whose jobs are all
+// handed out and settled, and forgets their lanes: they are made again
+// if jobs come on their subjects.
+func (w *Worker) dropDrained(ctx context.Context) {
+	keep := w.order[:0]
+	for _, t := range w.order {
+		l := w.lanes[t]
+		if l.drained {
+			l.drained = false
+			if w.dropStranger(ctx, l) {
+				delete(w.lanes, t)
+				w.strangers--
+				continue
+			}
+		}
+		keep = append(keep, t)
+	}
+	clear(w.order[len(keep):])
+	w.order = keep
+	if len(w.order) > 0 {
+		w.next %= len(w.order)
+	} else {
+		w.next = 0
+	}
+}
+
+// dropStranger deletes a stranger's consumer if no job of it is pending
+// or held, and reports whether it did (or there was none).
+func (w *Worker) dropStranger(ctx context.Context, l *lane) bool {
+	if l.cons == nil {
+		return true
+	}
+	dctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	info, err := l.cons.Info(dctx)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return true
+	case err != nil || info.NumPending > 0 || info.NumAckPending > 0:
+		return false
+	}
+	err = w.js.DeleteConsumer(dctx, w.cfg.Stream, info.Name)
+	return err == nil || errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // fetch pulls one job of the lane's consumer, if it has one to hand out
@@ -430,7 +654,9 @@ func (w *Worker) fetch(ctx context.Context, l *lane) (jetstream.Msg, error) {
 
 // scan finds the tenants whose subjects hold jobs, and makes the
 // consumer of a tenant new to this worker (or updates it to this
-// config's ack wait, max ack pending and max deliver).
+// config's ack wait, max ack pending and max deliver). A subject whose
+// last token is a wildcard ('*', '>': a publisher may send on it as a
+// literal) gets none: its filter would take every tenant's jobs.
 func (w *Worker) scan(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -446,7 +672,24 @@ func (w *Worker) scan(ctx context.Context) {
 		}
 		l := w.lanes[tenant]
 		if l == nil {
-			l = &lane{tenant: tenant}
+			if tenant == "*" || tenant == ">" {
+				if !w.wildWarned {
+					w.wildWarned = true
+					w.log.Warn("queue: jobs on a subject of a wildcard token left in the stream (until its max_age): "+
+						"a consumer of it would take every tenant's jobs; a publisher may send on its tenant's subject alone",
+						"subject", subject, "jobs", n)
+				}
+				continue
+			}
+			stranger := CheckTenant(tenant) != nil || !w.exec.Has(tenant)
+			if stranger && w.strangers >= maxStrangers {
+				// Taken once the strangers' consumers now drain.
+				continue
+			}
+			l = &lane{tenant: tenant, stranger: stranger}
+			if stranger {
+				w.strangers++
+			}
 			w.lanes[tenant] = l
 			w.order = append(w.order, tenant)
 		}
@@ -459,12 +702,19 @@ func (w *Worker) scan(ctx context.Context) {
 				MaxDeliver:    w.cfg.MaxDeliver,
 				FilterSubject: subject,
 			}
+			if l.stranger {
+				cc.InactiveThreshold = max(strangerIdle, 2*time.Duration(w.cfg.AckWait))
+			}
 			if l.cons, err = w.js.CreateOrUpdateConsumer(sctx, w.cfg.Stream, cc); err != nil {
 				level := slog.LevelDebug
 				if !l.warned {
 					level, l.warned = slog.LevelWarn, true
 				}
 				w.log.Log(ctx, level, "queue: consumer of a tenant not made: its jobs wait", "tenant", tenant, "consumer", cc.Durable, "err", err)
+				if l.stranger {
+					// Its place goes to the next stranger; it is tried again.
+					l.drained = true
+				}
 				continue
 			}
 			l.warned = false

@@ -107,6 +107,13 @@ func (s *Server) Admit(tenantName string) (queue.Admission, time.Duration) {
 	return &queuedJob{s: s, st: st, name: tenantName, tn: tn, slots: append(g, global)}, 0
 }
 
+// Has reports whether the daemon has the tenant, others' included
+// (queue.Executor): the queue gives a subject of a tenant it has not a
+// consumer only while its jobs are refused.
+func (s *Server) Has(tenantName string) bool {
+	return s.state.Load().tenantNamed(tenantName) != nil
+}
+
 // queuedJob is a job of the queue admitted by Admit: its tenant (nil: one
 // the daemon does not have) and the slots and rate token it took.
 type queuedJob struct {

@@ -1,0 +1,77 @@
+package queue
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// countInfos counts the stream-info requests sent to the config's stream
+// from now on: the JetStream API's requests are subjects of the account
+// like any other, seen by a subscriber on them.
+func countInfos(t *testing.T, cfg Config) *atomic.Int64 {
+	t.Helper()
+	nc, err := nats.Connect(cfg.URLs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var n atomic.Int64
+	if _, err := nc.Subscribe("$JS.API.STREAM.INFO."+cfg.Stream, func(*nats.Msg) { n.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// An idle worker costs the stream's leader nothing, and sees a job at
+// once: the stream republishes a notice of each job (Provision), and the
+// worker wakes on it, rather than looking every so often. The numbers
+// (idle stream-info requests per second, the time from a job's submit
+// to its result on an idle worker) are docs/queue.md's.
+func TestWorkerWakesOnAJob(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	infos := countInfos(t, cfg)
+	e := &echo{}
+	startWorker(t, cfg, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A first job: the tenant's consumer is made.
+	if res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "first"}); err != nil || res.Stdout != "first" {
+		t.Fatalf("first job: %+v %v", res, err)
+	}
+	// Idle for 4s.
+	before := infos.Load()
+	idle := 4 * time.Second
+	time.Sleep(idle)
+	perSec := float64(infos.Load()-before) / idle.Seconds()
+	// An idle worker's pickup: the job submitted at a different point of
+	// any period the worker might have.
+	var lat []time.Duration
+	for i := range 20 {
+		time.Sleep(time.Duration(50+i*61%300) * time.Millisecond)
+		t0 := time.Now()
+		res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "x"})
+		if err != nil || res.Stdout != "x" {
+			t.Fatalf("job %d: %+v %v", i, res, err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	t.Logf("idle worker: %.2f stream-info requests/s; submit to result: median %v, max %v",
+		perSec, lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond))
+	if perSec > 0.5 {
+		t.Errorf("an idle worker sent %.2f stream-info requests a second, want at most 0.5", perSec)
+	}
+	if lat[len(lat)/2] > 50*time.Millisecond {
+		t.Errorf("median pickup of an idle worker %v, want under 50ms", lat[len(lat)/2])
+	}
+}
