@@ -32,6 +32,24 @@ func (e *tenantsSeen) Execute(ctx context.Context, tenant string, body []byte) (
 	return e.echo.Execute(ctx, tenant, body)
 }
 
+// logBuf is a log's text, written by many goroutines.
+type logBuf struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // startShippedNATS starts a server from deploy/queue/nats-server.conf, its
 // password hashes replaced by plain test passwords and its cluster left
 // out: the permissions under test are the ones shipped.
@@ -78,7 +96,8 @@ func TestTenantPermissions(t *testing.T) {
 		t.Fatalf("provision as the workers' user: %v", err)
 	}
 	e := &tenantsSeen{}
-	w, err := NewWorker(ctx, &workerCfg, admitAll{e}, slog.New(slog.DiscardHandler))
+	logs := &logBuf{}
+	w, err := NewWorker(ctx, &workerCfg, admitAll{e}, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("worker as the workers' user: %v", err)
 	}
@@ -96,6 +115,11 @@ func TestTenantPermissions(t *testing.T) {
 	}
 	if got, err := ci.Get(ctx, "ci", res.ID); err != nil || got.Stdout != "own" {
 		t.Errorf("ci's own result: %+v %v", got, err)
+	}
+	// The worker watches the stream's notices of jobs (it looked for
+	// them before its first pull).
+	if l := logs.String(); strings.Contains(l, "notice") {
+		t.Errorf("the worker under the shipped permissions: %s", l)
 	}
 
 	// Another tenant's result, stored by a worker.
@@ -130,7 +154,7 @@ func TestTenantPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	for _, subj := range []string{"_INBOX.>", "pmjail.results.>", "$KV.pmjail_results.>"} {
+	for _, subj := range []string{"_INBOX.>", "pmjail.results.>", "$KV.pmjail_results.>", NoticeSubject(DefaultSubject) + ".*"} {
 		if _, err := nc.SubscribeSync(subj); err != nil {
 			continue // refused at once
 		}
