@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -123,7 +125,8 @@ func TestWorkerRetiresTheSharedConsumer(t *testing.T) {
 
 // A job on a subject whose last token is no tenant name is taken through
 // a consumer of its own, named by the token's digest, and terminated
-// unrun; the tenants' jobs run beside it.
+// unrun, the consumer deleted once drained; the tenants' jobs run beside
+// it.
 func TestWorkerTerminatesASubjectOfNoTenant(t *testing.T) {
 	cfg, c := setup(t, 5*time.Second)
 	e := &echo{}
@@ -145,7 +148,239 @@ func TestWorkerTerminatesASubjectOfNoTenant(t *testing.T) {
 	if !strings.HasPrefix(name, cfg.Consumer+"=") {
 		t.Errorf("consumer of a subject of no tenant: %q", name)
 	}
-	if _, err := c.js.Consumer(ctx, cfg.Stream, name); err != nil {
-		t.Errorf("consumer %s: %v", name, err)
+	// Drained, it is deleted: a subject of no tenant has a consumer only
+	// while its jobs are terminated.
+	for {
+		_, err := c.js.Consumer(ctx, cfg.Stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("consumer %s once drained: %v, want it deleted", name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tenantsOf is the Executor of a daemon that has the tenants named: the
+// jobs of any other are admitted and refused, as server.Admit does.
+type tenantsOf struct {
+	r       runner
+	tenants map[string]bool
+}
+
+func (a tenantsOf) Admit(tenant string) (Admission, time.Duration) {
+	if !a.tenants[tenant] {
+		return refuser{tenant}, 0
+	}
+	return admitted{a.r, tenant}, 0
+}
+
+func (a tenantsOf) Has(tenant string) bool { return a.tenants[tenant] }
+
+type refuser struct{ tenant string }
+
+func (r refuser) Execute(context.Context, []byte) (*api.Result, error) {
+	return nil, &Refusal{Code: api.CodeForbidden, Message: "tenant " + r.tenant + ": no such tenant"}
+}
+
+func (refuser) Release() {}
+
+// consumers counts the stream's consumers.
+func consumers(t *testing.T, c *Client, cfg Config) int {
+	t.Helper()
+	n, err := countConsumers(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func countConsumers(c *Client, cfg Config) (int, error) {
+	s, err := c.js.Stream(context.Background(), cfg.Stream)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	names := s.ConsumerNames(context.Background())
+	for range names.Name() {
+		n++
+	}
+	return n, names.Err()
+}
+
+// A publisher allowed many subjects (a tenant given pmjail.jobs.* by a
+// careless operator) sends one job on each of 60: the workers make no
+// durable consumer per subject for ever, only a bounded few while the
+// jobs of tenants they do not have are refused, each deleted once its
+// subject is drained; every job is refused, and the tenant's job runs.
+func TestWorkerBoundsTheConsumersOfStrangers(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const subjects = 60
+	for i := range subjects {
+		if err := c.Submit(ctx, fmt.Sprintf("s%02d", i), "x", &api.Job{Runtime: "deno", Source: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &echo{}
+	w, err := NewWorker(ctx, &cfg, tenantsOf{e, map[string]bool{"alice": true}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumers while they are refused, at most.
+	peak := 0
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				if n, err := countConsumers(c, cfg); err == nil {
+					peak = max(peak, n)
+				}
+			}
+		}
+	}()
+	w.Start()
+	defer w.Stop(time.Second)
+	res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "own"})
+	if err != nil || res.Stdout != "own" {
+		t.Fatalf("alice's job: %+v %v", res, err)
+	}
+	for i := range subjects {
+		res, err := c.Wait(ctx, fmt.Sprintf("s%02d", i), "x")
+		if err != nil || res.Error == nil || res.Error.Code != api.CodeForbidden {
+			t.Fatalf("job of s%02d: %+v %v", i, res, err)
+		}
+	}
+	waitEmpty(t, c, cfg)
+	// The strangers' consumers go once drained: alice's stays.
+	for n := consumers(t, c, cfg); n != 1; n = consumers(t, c, cfg) {
+		if ctx.Err() != nil {
+			t.Fatalf("%d consumers once every job is done, want 1 (alice's)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	<-sampled
+	if peak > 17 {
+		t.Errorf("%d consumers at once, want at most 17 (alice's and 16 strangers')", peak)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Errorf("executor ran %d jobs, want 1", n)
+	}
+}
+
+// A job published on a subject whose last token is a wildcard, as a
+// literal ('*', '>': a publisher allowed pmjail.jobs.> may), gets no
+// consumer: one would take, and terminate, every tenant's jobs, and keep
+// any tenant's consumer from being made. It is left in the stream; the
+// tenants' jobs run.
+func TestWorkerLeavesAWildcardToken(t *testing.T) {
+	for _, tok := range []string{"*", ">"} {
+		t.Run(tok, func(t *testing.T) {
+			cfg, c := setup(t, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := c.js.Publish(ctx, cfg.Subject+"."+tok, []byte(`{"runtime":"deno","source":"x"}`)); err != nil {
+				t.Fatal(err)
+			}
+			logs := &logBuf{}
+			e := &echo{}
+			w, err := NewWorker(ctx, &cfg, admitAll{e}, slog.New(slog.NewTextHandler(logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Start()
+			defer w.Stop(time.Second)
+			// The worker has seen it: it said so, or made its consumer.
+			for !strings.Contains(logs.String(), "wildcard token") && consumers(t, c, cfg) == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("the worker never saw the job")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer rcancel()
+			res, err := c.Run(rctx, "alice", &api.Job{Runtime: "deno", Source: "own"})
+			if err != nil || res.Stdout != "own" {
+				t.Fatalf("alice's job after a job on %s: %+v %v", cfg.Subject+"."+tok, res, err)
+			}
+			s, err := c.js.Stream(ctx, cfg.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := s.ListConsumers(ctx)
+			for ci := range names.Info() {
+				if f := ci.Config.FilterSubject; f != cfg.Subject+".alice" {
+					t.Errorf("consumer %s of %s", ci.Name, f)
+				}
+			}
+			if n := e.calls.Load(); n != 1 {
+				t.Errorf("executor ran %d jobs, want 1", n)
+			}
+		})
+	}
+}
+
+// A worker that dies while it retires the older workers' consumer (its
+// connection gone at once, as a SIGKILL leaves it) leaves the consumer
+// paused no longer than a short lease: the older workers take jobs
+// again, not a day later.
+func TestWorkerRetirementPauseIsALease(t *testing.T) {
+	cfg, c := setup(t, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	older := olderConsumer(t, c, cfg)
+	if err := c.Submit(ctx, "alice", "held", &api.Job{Runtime: "deno", Source: "held"}); err != nil {
+		t.Fatal(err)
+	}
+	held := fetchOne(t, older)
+	// Its older worker beats for it.
+	stopBeats := make(chan struct{})
+	defer close(stopBeats)
+	go func() {
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopBeats:
+				return
+			case <-tick.C:
+				_ = held.InProgress()
+			}
+		}
+	}()
+	w, err := NewWorker(ctx, &cfg, admitAll{&echo{}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	for {
+		info, err := older.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Paused {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the older consumer never paused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.nc.Close()
+	info, err := older.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := info.Config.PauseUntil; until == nil || time.Until(*until) > 20*time.Second {
+		t.Errorf("the older consumer paused until %v by a worker now gone, want within 20s", until)
 	}
 }

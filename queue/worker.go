@@ -136,6 +136,9 @@ type Worker struct {
 	next  int
 	// strangers counts the lanes of strangers (lane.stranger).
 	strangers int
+	// crowded: the last look passed over a stranger for want of a
+	// place.
+	crowded bool
 	// wildWarned: the log said jobs on a wildcard token are left.
 	wildWarned bool
 	// ended wakes the scheduler when a run of this worker ends.
@@ -176,6 +179,7 @@ type lane struct {
 	// drained: a stranger's pull found no job; its consumer is deleted
 	// if none is pending or held.
 	drained bool
+	dropAt  time.Time
 }
 
 // NewWorker connects to the config's servers (cfg checked by Check) and
@@ -594,13 +598,16 @@ func (w *Worker) dropDrained(ctx context.Context) {
 	keep := w.order[:0]
 	for _, t := range w.order {
 		l := w.lanes[t]
-		if l.drained {
-			l.drained = false
+		if l.drained && time.Now().After(l.dropAt) {
 			if w.dropStranger(ctx, l) {
 				delete(w.lanes, t)
 				w.strangers--
+				// A stranger passed over for want of a place may have one.
+				w.missed.Store(w.missed.Load() || w.crowded)
 				continue
 			}
+			// A job of it is still held: tried again in a while.
+			l.dropAt = time.Now().Add(10 * noticeRetry)
 		}
 		keep = append(keep, t)
 	}
@@ -665,6 +672,13 @@ func (w *Worker) scan(ctx context.Context) {
 		w.log.Debug("queue: stream info", "err", err)
 		return
 	}
+	w.crowded = false
+	// A stranger whose subject is empty now is drained.
+	for _, l := range w.lanes {
+		if l.stranger && info.State.Subjects[w.cfg.Subject+"."+l.tenant] == 0 {
+			l.drained = true
+		}
+	}
 	for subject, n := range info.State.Subjects {
 		tenant, ok := strings.CutPrefix(subject, w.cfg.Subject+".")
 		if n == 0 || !ok {
@@ -684,6 +698,7 @@ func (w *Worker) scan(ctx context.Context) {
 			stranger := CheckTenant(tenant) != nil || !w.exec.Has(tenant)
 			if stranger && w.strangers >= maxStrangers {
 				// Taken once the strangers' consumers now drain.
+				w.crowded = true
 				continue
 			}
 			l = &lane{tenant: tenant, stranger: stranger}
