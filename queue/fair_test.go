@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
@@ -383,4 +386,136 @@ func TestWorkerRetirementPauseIsALease(t *testing.T) {
 	if until := info.Config.PauseUntil; until == nil || time.Until(*until) > 20*time.Second {
 		t.Errorf("the older consumer paused until %v by a worker now gone, want within 20s", until)
 	}
+}
+
+// counted is an Executor whose every admission must be used exactly
+// once: executed, or released.
+type counted struct {
+	r       runner
+	blocked string // a tenant never admitted
+	mu      sync.Mutex
+	issued  []*countedAdm
+}
+
+type countedAdm struct {
+	r           runner
+	tenant      string
+	used        atomic.Int32
+	ran, releas atomic.Bool
+}
+
+func (c *counted) Admit(tenant string) (Admission, time.Duration) {
+	if tenant == c.blocked {
+		return nil, 0
+	}
+	a := &countedAdm{r: c.r, tenant: tenant}
+	c.mu.Lock()
+	c.issued = append(c.issued, a)
+	c.mu.Unlock()
+	return a, 0
+}
+
+func (*counted) Has(string) bool { return true }
+
+func (a *countedAdm) Execute(ctx context.Context, body []byte) (*api.Result, error) {
+	a.used.Add(1)
+	return a.r.Execute(ctx, a.tenant, body)
+}
+
+func (a *countedAdm) Release() { a.used.Add(1) }
+
+// later sends a job of source "later" back once, and runs one of source
+// "cut" until the worker stops.
+type later struct {
+	echo
+	sent  atomic.Bool
+	began chan struct{}
+}
+
+func (e *later) Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error) {
+	switch {
+	case strings.Contains(string(body), `"later"`) && !e.sent.Swap(true):
+		return nil, &Later{After: 100 * time.Millisecond, Reason: "test"}
+	case strings.Contains(string(body), `"cut"`):
+		e.began <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return e.echo.Execute(ctx, tenant, body)
+}
+
+// What an admission took goes back on every path: a job run, refused
+// by the executor or for its id, sent back for later, found done, a
+// pull that finds no job or fails (its consumer deleted), a run cut
+// short by the worker's stop; a tenant never admitted holds up no
+// other.
+func TestWorkerUsesEveryAdmissionOnce(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lt := &later{began: make(chan struct{}, 1)}
+	ex := &counted{r: lt, blocked: "blocked"}
+	if err := c.Submit(ctx, "blocked", "b", &api.Job{Runtime: "deno", Source: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(ctx, &cfg, ex, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	stopped := false
+	defer func() {
+		if !stopped {
+			w.Stop(time.Second)
+		}
+	}()
+	run := func(src string) {
+		t.Helper()
+		res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: src})
+		if err != nil || res.Stdout != src {
+			t.Fatalf("job %s: %+v %v", src, res, err)
+		}
+	}
+	run("one")
+	run("later")
+	// Refused by the executor, and for its id.
+	if err := c.Submit(ctx, "alice", "bad", &api.Job{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "alice", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := c.js.Publish(ctx, cfg.Subject+".alice", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "alice", "seq="+itoa(ack.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+	// Found done: the same job again, not as a duplicate.
+	msg := &nats.Msg{Subject: cfg.Subject + ".alice", Header: nats.Header{HeaderID: []string{"bad"}}, Data: []byte(`{}`)}
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	// Its consumer deleted under the worker: the pull fails, and the
+	// consumer is made again.
+	if err := c.js.DeleteConsumer(ctx, cfg.Stream, ConsumerName(cfg.Consumer, "alice")); err != nil {
+		t.Fatal(err)
+	}
+	run("after-delete")
+	// A run cut short by the stop.
+	if err := c.Submit(ctx, "alice", "cut", &api.Job{Runtime: "deno", Source: "cut"}); err != nil {
+		t.Fatal(err)
+	}
+	<-lt.began
+	w.Stop(200 * time.Millisecond)
+	stopped = true
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	for i, a := range ex.issued {
+		if n := a.used.Load(); n != 1 {
+			t.Errorf("admission %d of %s used %d times, want 1", i, a.tenant, n)
+		}
+	}
+	t.Logf("%d admissions", len(ex.issued))
 }

@@ -573,6 +573,7 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 				// have deleted it.
 				w.log.Debug("queue: pull", "tenant", l.tenant, "err", err)
 				l.cons, l.jobs = nil, false
+				w.missed.Store(true)
 			case !l.retried && now.Sub(l.noticed) < 10*noticeRetry:
 				// Noticed, and not there yet: the consumer's replica may
 				// be a moment behind the stream's leader.
