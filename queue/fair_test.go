@@ -519,3 +519,45 @@ func TestWorkerUsesEveryAdmissionOnce(t *testing.T) {
 	}
 	t.Logf("%d admissions", len(ex.issued))
 }
+
+// Odd last tokens (a name of no tenant, unicode, '=', one of 2000
+// characters) are each taken through a consumer named by their digest,
+// their jobs refused or terminated unrun, and the consumers deleted once
+// drained; the tenant's job runs beside them.
+func TestWorkerTakesOddTokens(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := &echo{}
+	w, err := NewWorker(ctx, &cfg, tenantsOf{e, map[string]bool{"alice": true}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	for _, tok := range []string{"a@b", "é", "a=b", strings.Repeat("x", 2000), "x=" + strings.Repeat("é", 500)} {
+		msg := &nats.Msg{Subject: cfg.Subject + "." + tok, Header: nats.Header{HeaderID: []string{"odd"}}, Data: []byte(`{"runtime":"deno","source":"x"}`)}
+		if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+			t.Fatalf("%.20s: %v", tok, err)
+		}
+	}
+	res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "own"})
+	if err != nil || res.Stdout != "own" {
+		t.Fatalf("alice's job: %+v %v", res, err)
+	}
+	// The valid name of no tenant of the worker's is refused.
+	res, err = c.Wait(ctx, strings.Repeat("x", 2000), "odd")
+	if err != nil || res.Error == nil || res.Error.Code != api.CodeForbidden {
+		t.Errorf("the job of a 2000-character tenant: %+v %v", res, err)
+	}
+	waitEmpty(t, c, cfg)
+	for n := consumers(t, c, cfg); n != 1; n = consumers(t, c, cfg) {
+		if ctx.Err() != nil {
+			t.Fatalf("%d consumers once every job is done, want 1 (alice's)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Errorf("executor ran %d jobs, want 1", n)
+	}
+}
