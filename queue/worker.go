@@ -298,7 +298,11 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(paused) >= retireLease/3 {
-			if _, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(retireLease)); err != nil {
+			_, err := w.js.PauseConsumer(ctx, w.cfg.Stream, name, time.Now().Add(retireLease))
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil // another worker retired it
+			}
+			if err != nil {
 				resume()
 				return fmt.Errorf("%s: pausing it: %w", at, err)
 			}
@@ -419,20 +423,16 @@ func (w *Worker) listen() (*nats.Subscription, time.Duration) {
 			"stream", w.cfg.Stream, "republish_destination", NoticeSubject(w.cfg.Subject)+".{{wildcard(1)}}")
 		return nil, scanEvery
 	}
-	prefix := w.cfg.Subject + "."
-	sub, err := w.nc.Subscribe(w.noticeSubject, func(m *nats.Msg) {
-		tenant, ok := strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)
-		if !ok {
-			return
-		}
-		select {
-		case w.notices <- tenant:
-		default:
-			w.missed.Store(true)
-		}
-	})
+	sub, err := w.nc.SubscribeSync(w.noticeSubject)
 	if err == nil {
 		err = w.nc.FlushTimeout(opTimeout)
+	}
+	if err == nil {
+		// A refused subscription is known by the flush's end (the
+		// server's error comes before its pong).
+		if _, perr := sub.NextMsg(time.Nanosecond); errors.Is(perr, nats.ErrPermissionViolation) {
+			err = perr
+		}
 	}
 	if err != nil {
 		if sub != nil {
@@ -444,6 +444,30 @@ func (w *Worker) listen() (*nats.Subscription, time.Duration) {
 	}
 	// A notice dropped for a slow subscriber: the next free slot looks.
 	_ = sub.SetPendingLimits(noticeBuffer, 1<<20)
+	prefix := w.cfg.Subject + "."
+	go func() {
+		for {
+			m, err := sub.NextMsg(time.Hour)
+			switch {
+			case errors.Is(err, nats.ErrTimeout):
+				continue
+			case errors.Is(err, nats.ErrSlowConsumer):
+				w.missed.Store(true)
+				continue
+			case err != nil:
+				return // unsubscribed, or the connection closed
+			}
+			tenant, ok := strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)
+			if !ok {
+				continue
+			}
+			select {
+			case w.notices <- tenant:
+			default:
+				w.missed.Store(true)
+			}
+		}
+	}()
 	return sub, rescanEvery
 }
 
