@@ -398,10 +398,9 @@ type counted struct {
 }
 
 type countedAdm struct {
-	r           runner
-	tenant      string
-	used        atomic.Int32
-	ran, releas atomic.Bool
+	r      runner
+	tenant string
+	used   atomic.Int32
 }
 
 func (c *counted) Admit(tenant string) (Admission, time.Duration) {
