@@ -75,3 +75,34 @@ func TestWorkerWakesOnAJob(t *testing.T) {
 		t.Errorf("median pickup of an idle worker %v, want under 50ms", lat[len(lat)/2])
 	}
 }
+
+// A job whose publisher set a Nats-Subject header of its own (another
+// tenant's subject) is noticed as its own subject's: the stream appends
+// its header after the job's.
+func TestWorkerNoticesTheStoredSubject(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	e := &echo{}
+	startWorker(t, cfg, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, tn := range []string{"alice", "bob"} {
+		if res, err := c.Run(ctx, tn, &api.Job{Runtime: "deno", Source: tn}); err != nil || res.Stdout != tn {
+			t.Fatalf("%s's first job: %+v %v", tn, res, err)
+		}
+	}
+	// bob's lane was just made by a look at the stream: the next is 5s
+	// away, and only the notice brings the job sooner.
+	t0 := time.Now()
+	msg := &nats.Msg{Subject: cfg.Subject + ".alice", Header: nats.Header{HeaderID: []string{"forged"}, "Nats-Subject": []string{cfg.Subject + ".bob"}},
+		Data: []byte(`{"runtime":"deno","source":"forged"}`)}
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, "alice", "forged")
+	if err != nil || res.Stdout != "forged" {
+		t.Fatalf("the job: %+v %v", res, err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("a job noticed under a forged subject took %v, want under 1s", d)
+	}
+}

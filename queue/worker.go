@@ -457,7 +457,13 @@ func (w *Worker) listen() (*nats.Subscription, time.Duration) {
 			case err != nil:
 				return // unsubscribed, or the connection closed
 			}
-			tenant, ok := strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)
+			// The server's header comes after the job's own: a publisher
+			// may send a Nats-Subject of its choosing.
+			subjects := m.Header.Values(jetstream.SubjectHeader)
+			if len(subjects) == 0 {
+				continue
+			}
+			tenant, ok := strings.CutPrefix(subjects[len(subjects)-1], prefix)
 			if !ok {
 				continue
 			}
