@@ -560,3 +560,46 @@ func TestWorkerTakesOddTokens(t *testing.T) {
 		t.Errorf("executor ran %d jobs, want 1", n)
 	}
 }
+
+// An older worker started after the new ones retired its consumer, and
+// before any tenant's consumer was made, makes it again (the stream
+// lets it: nothing overlaps yet); once it stops, the new workers must
+// not stall on a consumer no worker pulls from, which keeps every
+// tenant's consumer from being made: they retire it again.
+func TestWorkerRetiresASharedConsumerMadeAgain(t *testing.T) {
+	cfg, c := setup(t, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := &echo{}
+	w, err := NewWorker(ctx, &cfg, tenantsOf{e, map[string]bool{"alice": true}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	// The worker is past its retirement once it has refused a job of a
+	// tenant it has not, whose consumer is then deleted: no consumer is
+	// left for the older one to overlap.
+	if err := c.Submit(ctx, "zed", "z", &api.Job{Runtime: "deno", Source: "z"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "zed", "z"); err != nil {
+		t.Fatal(err)
+	}
+	for consumers(t, c, cfg) != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the stranger's consumer never went")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	olderConsumer(t, c, cfg)
+	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer rcancel()
+	res, err := c.Run(rctx, "alice", &api.Job{Runtime: "deno", Source: "after"})
+	if err != nil || res.Stdout != "after" {
+		t.Fatalf("a job after an older worker made its consumer again: %+v %v", res, err)
+	}
+	if _, err := c.js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("the older consumer: %v, want it deleted", err)
+	}
+}

@@ -139,6 +139,8 @@ type Worker struct {
 	// crowded: the last look passed over a stranger for want of a
 	// place.
 	crowded bool
+	// shared: the consumer of older workers was found again.
+	shared bool
 	// wildWarned: the log said jobs on a wildcard token are left.
 	wildWarned bool
 	// ended wakes the scheduler when a run of this worker ends.
@@ -529,6 +531,14 @@ func (w *Worker) schedule(ctx context.Context) {
 			if time.Since(scanned) >= every || w.missed.Load() && time.Since(scanned) >= noticeRetry {
 				w.missed.Store(false)
 				w.scan(ctx)
+				if w.shared {
+					w.shared = false
+					if err := w.retireShared(ctx); err != nil {
+						w.log.Warn("queue: the consumer of older workers is back: the tenants' consumers wait", "err", err)
+					} else {
+						w.scan(ctx)
+					}
+				}
 				scanned = time.Now()
 			}
 			msg, adm, wake := w.take(ctx)
@@ -757,6 +767,12 @@ func (w *Worker) scan(ctx context.Context) {
 					level, l.warned = slog.LevelWarn, true
 				}
 				w.log.Log(ctx, level, "queue: consumer of a tenant not made: its jobs wait", "tenant", tenant, "consumer", cc.Durable, "err", err)
+				// An older worker started since this one retired their
+				// consumer may have made it again, which a work-queue
+				// stream lets no tenant's consumer overlap.
+				if _, cerr := w.js.Consumer(sctx, w.cfg.Stream, w.cfg.Consumer); cerr == nil {
+					w.shared = true
+				}
 				if l.stranger {
 					// Its place goes to the next stranger; it is tried again.
 					l.drained = true
