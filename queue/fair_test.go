@@ -509,6 +509,14 @@ func TestWorkerUsesEveryAdmissionOnce(t *testing.T) {
 	<-lt.began
 	w.Stop(200 * time.Millisecond)
 	stopped = true
+	// The tenant never admitted: its job waits, delivered to no one.
+	bc, err := c.js.Consumer(ctx, cfg.Stream, ConsumerName(cfg.Consumer, "blocked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := bc.Info(ctx); err != nil || info.Delivered.Consumer != 0 || info.NumPending != 1 {
+		t.Errorf("the job of the tenant never admitted: %+v %v, want 1 pending, none delivered", info, err)
+	}
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	for i, a := range ex.issued {
