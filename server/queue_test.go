@@ -103,4 +103,11 @@ func TestQueueAdmitTakesNoWait(t *testing.T) {
 	if _, err := n.Execute(context.Background(), []byte(`{}`)); err == nil || !strings.Contains(err.Error(), `tenant "nobody"`) {
 		t.Errorf("an unknown tenant's job: %v", err)
 	}
+	// Has tells the queue which subjects are strangers' (a consumer
+	// of theirs only while their jobs are refused).
+	for name, want := range map[string]bool{"root": true, "b": true, "nobody": false} {
+		if got := ts.Has(name); got != want {
+			t.Errorf("Has(%q) = %v, want %v", name, got, want)
+		}
+	}
 }
