@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -104,5 +105,35 @@ func TestWorkerNoticesTheStoredSubject(t *testing.T) {
 	}
 	if d := time.Since(t0); d > time.Second {
 		t.Errorf("a job noticed under a forged subject took %v, want under 1s", d)
+	}
+}
+
+// The notices are taken from a republish whose source covers every
+// job's subject, whatever its destination's mapping; others are none.
+func TestNoticeSubscription(t *testing.T) {
+	for _, tc := range []struct {
+		src, dest, want string
+	}{
+		{"pmjail.jobs.*", "pmjail.jobs-notice.{{wildcard(1)}}", "pmjail.jobs-notice.*"},
+		{"", "notes.>", "notes.>"},
+		{">", "all.>", "all.>"},
+		{"pmjail.>", "n.{{wildcard(1)}}.x", "n.*.x"},
+		{"*.jobs.*", "n", "n"},
+		{"pmjail.jobs.alice", "n", ""},
+		{"pmjail.jobs", "n", ""},
+		{"pmjail.jobs.*.x", "n", ""},
+		{"other.*", "n", ""},
+		{"pmjail.jobs.*", "", ""},
+	} {
+		var rp *jetstream.RePublish
+		if tc.dest != "" || tc.src != "" {
+			rp = &jetstream.RePublish{Source: tc.src, Destination: tc.dest}
+		}
+		if got := noticeSubscription(rp, "pmjail.jobs"); got != tc.want {
+			t.Errorf("republish %q -> %q: %q, want %q", tc.src, tc.dest, got, tc.want)
+		}
+	}
+	if got := noticeSubscription(nil, "pmjail.jobs"); got != "" {
+		t.Errorf("no republish: %q", got)
 	}
 }
