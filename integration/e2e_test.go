@@ -129,6 +129,7 @@ func TestE2E_BadInput(t *testing.T) {
 		want string
 	}{
 		{"missing file", []string{"run", filepath.Join(dir, "nope.js")}, "no such file"},
+		{"missing dir", []string{"run", filepath.Join(dir, "app") + "/"}, "pmjail: run: " + filepath.Join(dir, "app") + "/: no such file or directory"},
 		{"unknown extension", []string{"run", ruby}, "unknown runtime"},
 		{"oversize source", []string{"run", big}, "1048576"},
 		{"memory 12Q", []string{"run", "--memory", "12Q", hello}, `pmjail: run: --memory "12Q": invalid size "12Q"`},
@@ -183,16 +184,20 @@ func TestExamples(t *testing.T) {
 	for _, c := range []struct {
 		file  string
 		flags []string
+		stdin string
 		want  string // in stdout, or in the handler's value
 	}{
-		{"hello.js", nil, "hello from a jailed Deno"},
-		{"hello.ts", nil, "hello from jailed TypeScript"},
-		{"hello.py", nil, "hello from a jailed Python 3."},
-		{"handler.ts", []string{"--cap", "log", "--input", `{"name":"ada"}`}, `"greeting":"hello, ada"`},
-		{"handler.py", []string{"--cap", "log", "--input", `{"name":"ada"}`}, `"greeting":"hello, ada"`},
+		{"hello.js", nil, "", "hello from a jailed Deno"},
+		{"hello.ts", nil, "", "hello from jailed TypeScript"},
+		{"hello.py", nil, "", "hello from a jailed Python 3."},
+		{"handler.ts", []string{"--cap", "log", "--input", `{"name":"ada"}`}, "", `"greeting":"hello, ada"`},
+		{"handler.py", []string{"--cap", "log", "--input", `{"name":"ada"}`}, "", `"greeting":"hello, ada"`},
+		// A DIR, its stdin and its env: `echo ada | pmjail run --env GREETING=hi examples/app/`.
+		{"app/", []string{"--env", "GREETING=hi"}, "ada\n", "hi, ada\n"},
+		{"app/", []string{"--no-stdin"}, "", "hello, world\n"},
 	} {
 		args := append([]string{"run", "--json"}, c.flags...)
-		inv := pmjailCmd(t, "", append(args, filepath.Join(repoRoot, "examples", c.file))...)
+		inv := pmjailCmd(t, c.stdin, append(args, filepath.Join(repoRoot, "examples", c.file))...)
 		res := inv.Result
 		if res == nil || res.Status != "ok" {
 			t.Errorf("%s: exit %d, stdout %q stderr %q", c.file, inv.ExitCode, inv.Stdout, inv.Stderr)

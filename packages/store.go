@@ -141,7 +141,7 @@ func (s *Store) Remove(r Ref) error {
 		for _, e := range rest {
 			if spec, ok := e.Dependencies[r.Name]; ok {
 				if _, ok := pick(rest, r.Name, spec); !ok {
-					return fmt.Errorf("%w: %s depends on %s@%s, which only %s satisfies", ErrRefused, e.Ref, r.Name, spec, r)
+					return fmt.Errorf("%w: %s depends on %s@%s, which only %s satisfies: remove %s first", ErrRefused, e.Ref, r.Name, spec, r, e.Ref)
 				}
 			}
 		}

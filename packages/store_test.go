@@ -147,7 +147,7 @@ func TestDependenciesMustBeStored(t *testing.T) {
 		t.Fatalf("dep's registry.json: %s %v", meta, err)
 	}
 	err = s.Remove(mustRef(t, "npm:dep@2.4.1"))
-	if err == nil || err.Error() != "package refused: npm:app@1.0.0 depends on dep@^2.1.0, which only npm:dep@2.4.1 satisfies" {
+	if err == nil || err.Error() != "package refused: npm:app@1.0.0 depends on dep@^2.1.0, which only npm:dep@2.4.1 satisfies: remove npm:app@1.0.0 first" {
 		t.Fatalf("remove a needed dependency: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pmjail/pmjail/api"
 )
 
 // `run DIR` takes a directory's regular files, dot files left out, picks
@@ -44,6 +46,10 @@ func TestDirectoryProgram(t *testing.T) {
 		{[]string{"--env", "=1", dir}, `--env "=1": want NAME=VALUE`},
 		{[]string{"--entry", "main.py", filepath.Join(dir, "main.py")}, "--entry: names a file of a DIR, and the program is one file"},
 		{[]string{filepath.Join(dir, "pkg")}, "holds none of main.ts, main.js, main.mjs, main.py: name the file that runs with --entry"},
+		// A missing DIR (or a missing FILE without an extension) is named as
+		// missing, not as a program of an unknown runtime.
+		{[]string{filepath.Join(dir, "app") + "/"}, "app/: no such file or directory"},
+		{[]string{filepath.Join(dir, "nothere")}, "nothere: no such file or directory"},
 	} {
 		f := newRunFlags("run", false)
 		_, err := f.programRequest(append([]string{"--no-stdin"}, c.args...))
@@ -63,5 +69,15 @@ func TestDirectoryProgram(t *testing.T) {
 	}
 	if _, err := newRunFlags("run", false).programRequest([]string{"--no-stdin", dir}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a symlink in DIR: %v", err)
+	}
+}
+
+// --entry's help names every default entry `run DIR` looks for.
+func TestEntryHelpNamesDefaults(t *testing.T) {
+	usage := newRunFlags("run", false).fs.Lookup("entry").Usage
+	for _, name := range api.DefaultEntries {
+		if !strings.Contains(usage, name) {
+			t.Errorf("--entry's help %q leaves out %s", usage, name)
+		}
 	}
 }

@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
 	"github.com/pmjail/pmjail/internal/capread"
 	"github.com/pmjail/pmjail/internal/cliflag"
@@ -72,7 +74,7 @@ func newRunFlags(name string, forExec bool) *runFlags {
 		})
 		fs.StringVar(&f.input, "input", "", "the job's input: `JSON`, or @file")
 		fs.BoolVar(&f.check, "check", false, "type-check a Deno program (TypeScript) before it runs; a type error fails the run")
-		fs.StringVar(&f.entry, "entry", "", "with a DIR, the `FILE` in it that runs (default main.ts, main.js or main.py)")
+		fs.StringVar(&f.entry, "entry", "", "with a DIR, the `FILE` in it that runs (default: the first it holds of "+strings.Join(api.DefaultEntries, ", ")+")")
 	} else {
 		fs.Func("ro-bind", "bind `SRC[:DST]` read-only (repeatable)", func(s string) error {
 			f.roBinds = append(f.roBinds, s)
@@ -220,7 +222,14 @@ func (f *runFlags) programRequest(args []string) (*job.Request, error) {
 		return nil, err
 	}
 	if file != "-" {
-		if st, err := os.Stat(file); err == nil && st.IsDir() {
+		st, err := os.Stat(file)
+		var pe *fs.PathError
+		if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) {
+			// Named as missing before its extension is looked at: `run app/`
+			// for a directory not there is not a program of an unknown runtime.
+			return nil, fmt.Errorf("%s: %w", file, pe.Err)
+		}
+		if err == nil && st.IsDir() {
 			return req, f.directory(req, file)
 		}
 	}

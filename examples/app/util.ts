@@ -1,0 +1,1 @@
+export const greet = (greeting: string, name: string): string => `${greeting}, ${name}`;
