@@ -146,6 +146,7 @@ func TestE2E_BadInput(t *testing.T) {
 		{"bad input JSON", []string{"run", "--input", "{bad", hello}, "JSON"},
 		{"unknown profile", []string{"run", "--profile", "nosuch", hello}, `pmjail: run: --profile: unknown profile "nosuch"`},
 		{"unknown profile json", []string{"run", "--json", "--profile", "nosuch", hello}, "nosuch"},
+		{"submit --nats, no server", []string{"submit", "--nats", "nats://127.0.0.1:1", hello}, "pmjail: submit: connect to NATS nats://127.0.0.1:1: nats: no servers available for connection"},
 		{"submit, no daemon", []string{"submit", "--socket", filepath.Join(dir, "none.sock"), hello}, "pmjail: submit: no connection to the daemon at " + filepath.Join(dir, "none.sock") + ": no such file or directory"},
 	}
 	for _, c := range cases {

@@ -43,7 +43,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if c.kv, err = c.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		c.nc.Close()
-		return nil, fmt.Errorf("result bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
 	return c, nil
 }

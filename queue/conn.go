@@ -45,10 +45,21 @@ func connect(c *Config, name string, opts ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(strings.Join(c.URLs, ","), append(o, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS %s: %w", strings.Join(c.URLs, ","), err)
+		return nil, &connectError{urls: strings.Join(c.URLs, ","), err: err}
 	}
 	return nc, nil
 }
+
+// connectError is a connection that reached no server: the caller names
+// where the URLs came from (the worker's queue.nats.urls, a submit's
+// --nats).
+type connectError struct {
+	urls string
+	err  error
+}
+
+func (e *connectError) Error() string { return "connect to NATS " + e.urls + ": " + e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
 
 // Key is the bucket's key of a tenant's job: the tenant is part of it,
 // so that NATS permissions can give each tenant its own results alone

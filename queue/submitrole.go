@@ -79,11 +79,13 @@ type SubmitOptions struct {
 	ID     string
 }
 
-// SubmitAndWait submits the job and waits for its result.
+// SubmitAndWait submits the job and waits for its result. A refusal of
+// the connection's settings names `pmjail submit`'s flag, which its user
+// wrote, not the config field (queue.nats.FIELD) it sets.
 func (o SubmitOptions) SubmitAndWait(ctx context.Context, j *api.Job) (*api.Result, error) {
 	c, err := Dial(ctx, o.Config)
 	if err != nil {
-		return nil, err
+		return nil, asSubmitFlags(err)
 	}
 	defer c.Close()
 	id := o.ID
@@ -96,3 +98,43 @@ func (o SubmitOptions) SubmitAndWait(ctx context.Context, j *api.Job) (*api.Resu
 	}
 	return res, err
 }
+
+// submitFlags are pmjail submit's flags for the config's fields.
+var submitFlags = map[string]string{
+	"urls": "--nats", "credentials": "--nats-creds", "nkey": "--nats-nkey", "user": "--nats-user",
+	"password": "--nats-password-file", "password_file": "--nats-password-file", "inbox_prefix": "--nats-inbox",
+	"stream": "--nats-stream", "subject": "--nats-subject", "bucket": "--nats-bucket",
+}
+
+// asSubmitFlags rewrites an error that names the config's fields
+// ("queue.nats.urls[0]: ...", "queue.nats.credentials, nkey, user: ...")
+// to name the flags; another error is left as it is.
+func asSubmitFlags(err error) error {
+	rest, ok := strings.CutPrefix(err.Error(), "queue.nats.")
+	if !ok {
+		return err
+	}
+	head, tail, ok := strings.Cut(rest, ":")
+	if !ok {
+		return err
+	}
+	var flags []string
+	for _, field := range strings.Split(head, ", ") {
+		field, _, _ = strings.Cut(field, "[")
+		flag, ok := submitFlags[field]
+		if !ok {
+			return err
+		}
+		flags = append(flags, flag)
+	}
+	return &flagError{msg: strings.Join(flags, ", ") + ":" + tail, err: err}
+}
+
+// flagError is an error reworded to name a flag; it wraps the original.
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() error { return e.err }

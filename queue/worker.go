@@ -202,6 +202,9 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }),
 		nats.PermissionErrOnSubscribe(true))
+	if _, ok := errors.AsType[*connectError](err); ok {
+		return nil, fmt.Errorf("queue.nats.urls: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pmjail/pmjail/api"
@@ -66,6 +67,21 @@ func (st *state) tenantNamed(name string) *tenant {
 		return st.others
 	}
 	return nil
+}
+
+// unknownTenant is the refusal of a queued job whose subject names a
+// tenant the daemon does not have: the names it has, and whether a job
+// of no tenant may come as others.
+func (st *state) unknownTenant(name string) string {
+	names := make([]string, 0, len(st.tenants)+1)
+	for _, t := range st.tenants {
+		names = append(names, t.name)
+	}
+	if st.others != nil {
+		names = append(names, othersName)
+		return fmt.Sprintf("tenant %q: no such tenant of this pmjail daemon (its tenants: %s; a job of no tenant is sent as tenant %s)", name, strings.Join(names, ", "), othersName)
+	}
+	return fmt.Sprintf("tenant %q: no such tenant of this pmjail daemon (its tenants: %s), and its config refuses others (others: %q)", name, strings.Join(names, ", "), "refuse")
 }
 
 // Admit takes at once what a job of the queue for tenantName needs to
@@ -143,8 +159,7 @@ func (q *queuedJob) Release() {
 func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, error) {
 	s, st, tn := q.s, q.st, q.tn
 	if tn == nil {
-		return nil, &queue.Refusal{Code: codeForbidden,
-			Message: fmt.Sprintf("tenant %q: no such tenant of this pmjail daemon, and its config refuses others (others: %q)", q.name, st.cfg.Others)}
+		return nil, &queue.Refusal{Code: codeForbidden, Message: st.unknownTenant(q.name)}
 	}
 	log := s.log.With("queue", "nats", "tenant", tn.name)
 	req, err := job.Decode(bytes.NewReader(body))

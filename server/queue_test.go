@@ -111,3 +111,28 @@ func TestQueueAdmitTakesNoWait(t *testing.T) {
 		}
 	}
 }
+
+// A queued job of a tenant the daemon does not have is refused with the
+// names it does have, and "refuses others" only where the config does:
+// with others allowed, the job belongs on the subject of `others`.
+func TestQueueUnknownTenantNamesTheTenants(t *testing.T) {
+	for _, c := range []struct {
+		others string
+		want   string
+	}{
+		{"allow", `tenant "nobody": no such tenant of this pmjail daemon (its tenants: ci, others; a job of no tenant is sent as tenant others)`},
+		{"refuse", `tenant "nobody": no such tenant of this pmjail daemon (its tenants: ci), and its config refuses others (others: "refuse")`},
+	} {
+		ts := startServer(t, `{"version": 1, "max_concurrency": 2, "others": "`+c.others+`", "tenants": [
+			{"name": "ci", "match": {"uid": 0}, "max_concurrency": 1}]}`)
+		n, _ := ts.Admit("nobody")
+		if n == nil {
+			t.Fatalf("others %s: an unknown tenant's job not admitted, to be refused", c.others)
+		}
+		_, err := n.Execute(context.Background(), []byte(`{}`))
+		var refusal *queue.Refusal
+		if !errors.As(err, &refusal) || refusal.Message != c.want {
+			t.Errorf("others %s: %v, want the refusal %q", c.others, err, c.want)
+		}
+	}
+}

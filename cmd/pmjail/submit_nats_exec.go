@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/internal/sibling"
@@ -35,11 +35,16 @@ func natsRun(ctx context.Context, o *natsOptions, job *api.Job) (*api.Result, er
 		"--inbox", o.inbox, "--tenant", o.tenant, "--id", o.id}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdin = bytes.NewReader(body)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		if _, ok := errors.AsType[*exec.ExitError](err); ok {
-			return nil, errors.New("no result (see above)")
+			// Its reason, one line "pmjail: submit: REASON", is this
+			// command's error: said once, as a failure of pmjail's own.
+			if msg := strings.TrimSpace(errb.String()); msg != "" {
+				return nil, errors.New(strings.TrimPrefix(msg, "pmjail: submit: "))
+			}
+			return nil, fmt.Errorf("%s %s: %w", serveBinaryName, submitRole, err)
 		}
 		return nil, err
 	}
