@@ -105,7 +105,7 @@ func (l Limits) Within(ceil Limits) error {
 func (l Limits) Validate() error {
 	switch {
 	case l.Memory < 16<<20:
-		return strictjson.Errorf("limits.memory", "%v is below the 16M minimum", l.Memory)
+		return belowSize("limits.memory", l.Memory, "16M")
 	case time.Duration(l.Timeout) < 10*time.Millisecond:
 		return strictjson.Errorf("limits.timeout", "%v is below the 10ms minimum", l.Timeout)
 	case time.Duration(l.CPUTime) < 10*time.Millisecond:
@@ -115,9 +115,23 @@ func (l Limits) Validate() error {
 	case l.Output < 1:
 		return strictjson.Errorf("limits.output", "%v is below 1 byte", l.Output)
 	case l.Tmp < 1<<20:
-		return strictjson.Errorf("limits.tmp", "%v is below the 1M minimum", l.Tmp)
+		return belowSize("limits.tmp", l.Tmp, "1M")
 	}
 	return nil
+}
+
+// belowSize refuses a size under its minimum. One that no unit writes
+// is said in bytes, and a small one, a unit forgotten (`--memory 64`),
+// gets the unit that was likely meant.
+func belowSize(field string, v Size, minimum string) error {
+	s := v.String()
+	switch {
+	case v <= 0 || strings.ContainsAny(s, "KMG"):
+		return strictjson.Errorf(field, "%s is below the %s minimum", s, minimum)
+	case v < 1<<14:
+		return strictjson.Errorf(field, "%s bytes is below the %s minimum (a size without a unit is bytes: %sM?)", s, minimum, s)
+	}
+	return strictjson.Errorf(field, "%s bytes is below the %s minimum", s, minimum)
 }
 
 // Profile is a named hardening profile: default limits, the seccomp policy

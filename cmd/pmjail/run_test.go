@@ -36,6 +36,8 @@ func TestRefusalNamesTheFlagSet(t *testing.T) {
 		want   string
 	}{
 		{[]string{"--memory", "8M", "a.js"}, 0, "--memory: 8M is below the 16M minimum"},
+		// A bare number is bytes: said so, with the unit that was meant.
+		{[]string{"--memory", "64", "a.js"}, 0, "--memory: 64 bytes is below the 16M minimum (a size without a unit is bytes: 64M?)"},
 		{[]string{"--timeout", "2h", "a.js"}, 0, "--timeout: 2h0m0s is above the ceiling of 1h0m0s"},
 		{[]string{"--pids", "5000", "a.js"}, 0, "--pids: 5000 is above the ceiling of 4096"},
 		{[]string{"--output-limit", "1G", "a.js"}, 0, "--output-limit: 1G is above the ceiling of 256M"},
