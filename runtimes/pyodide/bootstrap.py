@@ -76,7 +76,11 @@ class _RefusePackages:
     def find_spec(name, path=None, target=None):
         if "." in name:
             return None
-        raise ModuleNotFoundError(f"No module named {name!r}: {DISABLED}", name=name)
+        raise ModuleNotFoundError(
+            f"No module named {name!r}: {DISABLED}; a job imports only the wheels"
+            " the operator stored and allowed it (pmjail packages add, docs/packages.md)",
+            name=name,
+        )
 
 
 class _Fetch:
