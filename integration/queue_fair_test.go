@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
@@ -71,24 +70,7 @@ func testFairPulls(t *testing.T, slow string, slowJobs int, slowSource string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	nc, err := nats.Connect(node.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watch, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watch.Stop() }()
+	js, _, watch := watchResults(ctx, t, node.url, cfg.Bucket, jetstream.UpdatesOnly())
 
 	submit := func(tenant string, n int, source string) {
 		for i := range n {

@@ -161,24 +161,7 @@ func TestQueueNATSCluster(t *testing.T) {
 	}
 	defer c.Close()
 	// Count the results as they are stored.
-	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watch, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watch.Stop() }()
+	js, kv, watch := watchResults(ctx, t, strings.Join(cfg.URLs, ","), cfg.Bucket)
 
 	started := time.Now()
 	for i := range jobs {
@@ -355,4 +338,30 @@ func untilAnswered(ctx context.Context, call func(context.Context) error) error 
 			return err
 		}
 	}
+}
+
+// watchResults connects to the NATS servers at urls (riding out a node's
+// loss) and watches the result bucket, as results are stored, until the
+// test ends.
+func watchResults(ctx context.Context, t *testing.T, urls, bucket string, opts ...jetstream.WatchOpt) (jetstream.JetStream, jetstream.KeyValue, jetstream.KeyWatcher) {
+	t.Helper()
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := kv.WatchAll(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Stop() })
+	return js, kv, watch
 }

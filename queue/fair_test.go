@@ -66,26 +66,7 @@ func TestWorkerRetiresTheSharedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The held job's worker is alive: it says so, as its beats do.
-	stopBeats := make(chan struct{})
-	defer close(stopBeats)
-	beats := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopBeats:
-				return
-			case <-tick.C:
-				_ = held.InProgress()
-				select {
-				case beats <- struct{}{}:
-				case <-stopBeats:
-					return
-				}
-			}
-		}
-	}()
+	beats := beatFor(t, held, 200*time.Millisecond)
 	e := &echo{}
 	startWorker(t, cfg, e)
 	// The new worker pauses the older consumer and waits: while the held
@@ -345,20 +326,7 @@ func TestWorkerRetirementPauseIsALease(t *testing.T) {
 	}
 	held := fetchOne(t, older)
 	// Its older worker beats for it.
-	stopBeats := make(chan struct{})
-	defer close(stopBeats)
-	go func() {
-		tick := time.NewTicker(300 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopBeats:
-				return
-			case <-tick.C:
-				_ = held.InProgress()
-			}
-		}
-	}()
+	beatFor(t, held, 300*time.Millisecond)
 	w, err := NewWorker(ctx, &cfg, admitAll{&echo{}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -610,4 +578,31 @@ func TestWorkerRetiresASharedConsumerMadeAgain(t *testing.T) {
 	if _, err := c.js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Errorf("the older consumer: %v, want it deleted", err)
 	}
+}
+
+// beatFor sends held's in-progress acks every period, as a live worker
+// running it does, until the test ends; each beat is offered on the
+// channel returned (dropped when no one waits for it).
+func beatFor(t *testing.T, held jetstream.Msg, every time.Duration) <-chan struct{} {
+	t.Helper()
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	beats := make(chan struct{}, 1)
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = held.InProgress()
+				select {
+				case beats <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return beats
 }
