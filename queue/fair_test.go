@@ -162,6 +162,8 @@ func (a tenantsOf) Admit(tenant string) (Admission, time.Duration) {
 
 func (a tenantsOf) Has(tenant string) bool { return a.tenants[tenant] }
 
+func (tenantsOf) Freed() <-chan struct{} { return nil }
+
 type refuser struct{ tenant string }
 
 func (r refuser) Execute(context.Context, []byte) (*api.Result, error) {
@@ -383,6 +385,8 @@ func (c *counted) Admit(tenant string) (Admission, time.Duration) {
 }
 
 func (*counted) Has(string) bool { return true }
+
+func (*counted) Freed() <-chan struct{} { return nil }
 
 func (a *countedAdm) Execute(ctx context.Context, body []byte) (*api.Result, error) {
 	a.used.Add(1)
@@ -606,3 +610,41 @@ func beatFor(t *testing.T, held jetstream.Msg, every time.Duration) <-chan struc
 	}()
 	return beats
 }
+
+// A tenant refused for want of a slot is tried again as soon as a slot
+// frees (Executor.Freed), not after retryEvery; one refused for its rate
+// waits its time. Without it a worker whose run had answered but not yet
+// been torn down (its slot held) waited retryEvery after every job: one
+// worker of two slots ran ~0.66x the socket's rate, not ~0.95x.
+func TestWorkerTriesATenantAgainWhenASlotFrees(t *testing.T) {
+	w := &Worker{lanes: map[string]*lane{}, exec: slotless{rate: map[string]time.Duration{"paced": time.Minute}}}
+	for _, tenant := range []string{"full", "paced"} {
+		w.lanes[tenant] = &lane{tenant: tenant, jobs: true, cons: noConsumer{}}
+		w.order = append(w.order, tenant)
+	}
+	if msg, _, _ := w.take(t.Context()); msg != nil {
+		t.Fatal("a job pulled without an admission")
+	}
+	full, paced := w.lanes["full"], w.lanes["paced"]
+	if !full.forSlot || full.after.IsZero() || paced.forSlot || paced.after.IsZero() {
+		t.Fatalf("after the refusals: full %+v, paced %+v", *full, *paced)
+	}
+	w.slotFreed()
+	if !full.after.IsZero() || full.forSlot {
+		t.Errorf("a slot freed: the tenant refused for want of one waits until %v", full.after)
+	}
+	if paced.after.IsZero() {
+		t.Error("a slot freed: the tenant refused for its rate is tried at once")
+	}
+}
+
+// slotless admits no tenant: a tenant of rate waits its time, any other
+// waits for a slot (0).
+type slotless struct{ rate map[string]time.Duration }
+
+func (s slotless) Admit(tenant string) (Admission, time.Duration) { return nil, s.rate[tenant] }
+func (slotless) Has(string) bool                                  { return true }
+func (slotless) Freed() <-chan struct{}                           { return nil }
+
+// noConsumer is a lane's consumer that is never pulled from.
+type noConsumer struct{ jetstream.Consumer }

@@ -17,8 +17,11 @@ type lane struct {
 	cons   jetstream.Consumer
 	// jobs: the stream may hold jobs of the tenant not handed out yet.
 	jobs bool
-	// after is when the tenant's admission may be tried again.
-	after time.Time
+	// after is when the tenant's admission may be tried again;
+	// forSlot: it was refused for want of a slot, and a slot freed
+	// (Executor.Freed) makes it tried at once.
+	after   time.Time
+	forSlot bool
 	// warned: its consumer could not be made, and the log said so.
 	warned bool
 	// stranger: a tenant the executor has not, or no tenant name.
@@ -119,6 +122,8 @@ func (w *Worker) schedule(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-w.ended:
+			case <-w.exec.Freed():
+				w.slotFreed()
 			case t := <-w.notices:
 				w.notice(t)
 			case <-time.After(max(wake, time.Millisecond)):
@@ -147,7 +152,8 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 		if CheckTenant(l.tenant) == nil {
 			var wait time.Duration
 			if adm, wait = w.exec.Admit(l.tenant); adm == nil {
-				if wait <= 0 {
+				l.forSlot = wait <= 0
+				if l.forSlot {
 					wait = retryEvery
 				}
 				l.after = now.Add(wait)
@@ -184,6 +190,16 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 	}
 	w.dropDrained(ctx)
 	return nil, nil, wake
+}
+
+// slotFreed has the tenants refused for want of a slot tried again at
+// once: a slot may be free.
+func (w *Worker) slotFreed() {
+	for _, l := range w.lanes {
+		if l.forSlot {
+			l.after, l.forSlot = time.Time{}, false
+		}
+	}
 }
 
 // dropDrained deletes the consumers of strangers whose jobs are all

@@ -129,6 +129,8 @@ func (a admitAll) Admit(tenant string) (Admission, time.Duration) {
 
 func (admitAll) Has(string) bool { return true }
 
+func (admitAll) Freed() <-chan struct{} { return nil }
+
 type admitted struct {
 	r      runner
 	tenant string

@@ -33,6 +33,10 @@ type Executor interface {
 	// while its jobs are being refused, and at most maxStrangers such
 	// consumers at once.
 	Has(tenant string) bool
+	// Freed is told when a slot Admit found taken may be free again: a
+	// run's slot is given back once its teardown has ended, which may be
+	// after its job's result was stored and its message acked.
+	Freed() <-chan struct{}
 }
 
 // Admission is what Admit took for one job of its tenant. Exactly one of

@@ -25,6 +25,9 @@ type limiter struct {
 	max     int
 	queue   int
 	waiters []chan struct{}
+	// freed, if set, is told (without waiting) that a slot may be free
+	// for a try: one was released, or the bounds grew.
+	freed chan<- struct{}
 }
 
 // slot is a run's slot in a limiter, once granted.
@@ -48,6 +51,19 @@ func (s *slot) release() {
 	}
 	l.running--
 	l.grantLocked()
+	l.tellFreedLocked()
+}
+
+// tellFreedLocked tells freed, if set, that a slot may be free for a try
+// (unless a waiter took it).
+func (l *limiter) tellFreedLocked() {
+	if l.freed == nil || l.running >= l.max {
+		return
+	}
+	select {
+	case l.freed <- struct{}{}:
+	default:
+	}
 }
 
 // answer says the slot's run has answered: until the slot's release,
@@ -151,6 +167,7 @@ func (l *limiter) resize(max, queue int) {
 	defer l.mu.Unlock()
 	l.max, l.queue = max, queue
 	l.grantLocked()
+	l.tellFreedLocked()
 }
 
 // stats returns the runs in flight and waiting, and the bounds.

@@ -153,3 +153,46 @@ func TestLimiterAnsweredSlotIsAQueuePlace(t *testing.T) {
 		t.Fatalf("with every slot free: %v", err)
 	}
 }
+
+// A slot given back, or bounds grown, tell freed (the queue's worker,
+// which tries a tenant its Admit found without a slot again at once); a
+// slot a waiter takes at once does not.
+func TestLimiterTellsFreed(t *testing.T) {
+	freed := make(chan struct{}, 1)
+	l := newLimiter(1, 1)
+	l.freed = freed
+	told := func() bool {
+		select {
+		case <-freed:
+			return true
+		default:
+			return false
+		}
+	}
+	s := l.try()
+	if s == nil || told() {
+		t.Fatalf("the first slot: %v, freed told %v", s, told())
+	}
+	s.release()
+	if !told() {
+		t.Fatal("a slot given back did not tell freed")
+	}
+	first := l.try()
+	wait, err := l.reserve(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.release() // the waiter takes it
+	if told() {
+		t.Fatal("freed told of a slot a waiter took")
+	}
+	second, err := wait(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.resize(2, 1)
+	if !told() {
+		t.Fatal("bounds grown did not tell freed")
+	}
+	second.release()
+}

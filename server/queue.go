@@ -123,6 +123,10 @@ func (s *Server) Admit(tenantName string) (queue.Admission, time.Duration) {
 	return &queuedJob{s: s, st: st, name: tenantName, tn: tn, slots: append(g, global)}, 0
 }
 
+// Freed is told when a slot Admit found taken may be free again
+// (queue.Executor): a run's teardown ended, or a reload grew the slots.
+func (s *Server) Freed() <-chan struct{} { return s.freed }
+
 // Has reports whether the daemon has the tenant, others' included
 // (queue.Executor): the queue gives a subject of a tenant it has not a
 // consumer only while its jobs are refused.

@@ -83,6 +83,9 @@ type Server struct {
 	log   *slog.Logger
 	state atomic.Pointer[state]
 	lim   *limiter
+	// freed is told when a slot of lim or of a tenant's share may be
+	// free again (Freed, for the queue's worker).
+	freed chan struct{}
 	// bodies bounds the job bodies being read before admission.
 	bodies *bodyGate
 	// pool keeps init stages started ahead of runs, shared by every
@@ -148,7 +151,9 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	s.freed = make(chan struct{}, 1)
 	s.lim = newLimiter(cfg.MaxConcurrency, cfg.queueLen())
+	s.lim.freed = s.freed
 	s.bodies = newBodyGate(bodyCaps(cfg.MaxConcurrency))
 	// Empty until the first run says which namespaces to start children in.
 	poolOpt := jail.PoolOptions{
@@ -301,6 +306,7 @@ func (s *Server) shareFor(r tenantRule) *share {
 		return sh
 	}
 	sh := &share{lim: newLimiter(r.max, r.queue), bucket: newBucket(r.rate)}
+	sh.lim.freed = s.freed
 	if s.shares == nil {
 		s.shares = map[string]*share{}
 	}
