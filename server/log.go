@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	ratelimit "golang.org/x/time/rate"
 )
 
 // Level is the config's log level.
@@ -109,7 +107,7 @@ type refusalLog struct {
 }
 
 type refusalPace struct {
-	lim        *ratelimit.Limiter
+	bucket     *bucket
 	suppressed int
 }
 
@@ -120,6 +118,10 @@ const (
 	// budget is whole again are forgotten (they would start whole).
 	refusalUIDs = 4096
 )
+
+// refusalPaces is a uid's bucket: refusalBurst lines at once, refilled
+// at refusalRate a second.
+var refusalPaces = rate{n: refusalBurst, per: refusalBurst * time.Second / refusalRate}
 
 // allow reports whether a refusal of uid's is logged now, and how many of
 // its refusals were not since its last line.
@@ -133,15 +135,15 @@ func (l *refusalLog) allow(uid uint32, now time.Time) (ok bool, suppressed int) 
 	if p == nil {
 		if len(l.byUID) >= refusalUIDs {
 			for u, q := range l.byUID {
-				if q.suppressed == 0 && q.lim.TokensAt(now) >= refusalBurst {
+				if q.suppressed == 0 && q.bucket.whole(now) {
 					delete(l.byUID, u)
 				}
 			}
 		}
-		p = &refusalPace{lim: ratelimit.NewLimiter(refusalRate, refusalBurst)}
+		p = &refusalPace{bucket: newBucket(refusalPaces)}
 		l.byUID[uid] = p
 	}
-	if !p.lim.AllowN(now, 1) {
+	if _, ok := p.bucket.take(now); !ok {
 		p.suppressed++
 		return false, 0
 	}

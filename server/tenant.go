@@ -489,6 +489,14 @@ func (b *bucket) rate() rate {
 	return b.r
 }
 
+// whole reports whether the bucket is full again at now.
+func (b *bucket) whole(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillLocked(now)
+	return b.tokens >= float64(b.r.n)
+}
+
 // refund gives back a run taken for one that never ran.
 func (b *bucket) refund() {
 	b.mu.Lock()
