@@ -917,7 +917,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, codeInvalid, fmt.Sprintf("jobs: %d jobs, over this daemon's batch limit of %d (runs.max_batch)", n, maxBatch), "jobs", 0)
 	}
 	// Counted before any is kept: a body of the largest size holds
-	// 1.8 million jobs ("1,1,..."), whose raw values took 100 MiB.
+	// millions of tiny jobs ("1,1,..."), whose raw values cost many times
+	// the body.
 	if n := batchJobs(data); n > maxBatch {
 		overBatch(n)
 		return

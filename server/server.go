@@ -37,9 +37,9 @@ const (
 	drainCancelWait   = 30 * time.Second
 	// maxHeaderBytes caps a request's line and headers. The API's
 	// own are a few hundred bytes (an Idempotency-Key is at most 255);
-	// net/http's default, 1 MiB, let each of a peer's connections hold
-	// about 2 MiB of the daemon's heap for readHeaderTimeout before any
-	// body slot, 2 GiB at the default connection cap.
+	// net/http's default, a megabyte, let each of a peer's connections
+	// hold about twice that of the daemon's heap for readHeaderTimeout
+	// before any body slot, times the connection cap.
 	maxHeaderBytes = 32 << 10
 )
 

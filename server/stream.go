@@ -63,10 +63,10 @@ type emitter interface{ emit(api.Event) }
 // It holds output back and sends it as one chunk once outputHold bytes
 // are held or its linger after the first of them, never a chunk for each
 // of the guest's writes: the jail reads the guest's pipe as output comes,
-// so a guest writing a byte at a time made an event of each (~50 bytes of
-// JSON for one of output), which an async run holds and stores whole:
-// 4 MiB written a byte at a time took 46 MB of events and ~280 MiB of the
-// daemon's memory. The linger starts at outputLinger and doubles after
+// so a guest writing a byte at a time made an event of each (tens of
+// bytes of JSON for one of output), which an async run holds and stores
+// whole: the daemon's memory grew by dozens of times the output. The
+// linger starts at outputLinger and doubles after
 // each chunk it sends under smallChunk, up to maxLinger, so that output
 // trickled out a byte at a time over a long run costs an event a second
 // at most, not one every outputLinger; a chunk of more starts it over, and

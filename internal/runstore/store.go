@@ -108,8 +108,8 @@ type Store struct {
 	// and lim, which a reload changes. The runs are kept by id and, for
 	// pruning, by owner, oldest first: a run's end prunes at the cost of
 	// the owners and the runs it removes, not of every run kept (a store
-	// at its cap of small runs keeps half a million; listing them all at
-	// each run's end allocated 32 MiB a hundred thousand).
+	// at its cap holds a great many small runs, which a listing at each
+	// run's end would all walk).
 	mu     sync.Mutex
 	ended  map[string]kept
 	owners map[string]*owned
