@@ -38,7 +38,17 @@ type slot struct {
 }
 
 // release gives the slot back; later calls do nothing.
-func (s *slot) release() {
+func (s *slot) release() { s.giveBack(true) }
+
+// untry gives back a slot try took a moment ago and did not use (the
+// queue's Admit refused for want of another), telling freed nothing:
+// nothing freed that was taken before the try, and a worker told would
+// try the same tenant again at once, for ever.
+func (s *slot) untry() { s.giveBack(false) }
+
+// giveBack gives the slot back, to a waiter if one is, and tells freed
+// if tell; later calls do nothing.
+func (s *slot) giveBack(tell bool) {
 	l := s.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -51,7 +61,9 @@ func (s *slot) release() {
 	}
 	l.running--
 	l.grantLocked()
-	l.tellFreedLocked()
+	if tell {
+		l.tellFreedLocked()
+	}
 }
 
 // tellFreedLocked tells freed, if set, that a slot may be free for a try

@@ -114,7 +114,11 @@ func (s *Server) Admit(tenantName string) (queue.Admission, time.Duration) {
 	}
 	global := s.lim.try()
 	if global == nil {
-		g.release()
+		// Given back untold: telling Freed of it would have the worker
+		// try this tenant again at once, and be refused, for ever.
+		for _, own := range g {
+			own.untry()
+		}
 		if tn.share != nil {
 			tn.share.bucket.refund()
 		}

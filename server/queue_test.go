@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,4 +136,68 @@ func TestQueueUnknownTenantNamesTheTenants(t *testing.T) {
 			t.Errorf("others %s: %v, want the refusal %q", c.others, err, c.want)
 		}
 	}
+}
+
+// An Admit refused for want of a global slot tells Freed nothing: it
+// took its tenant's own slot for a moment and gave it back, and nothing
+// freed. Told, the queue's worker (which tries a tenant refused for want
+// of a slot again as soon as Freed says so) would try the same tenant
+// again at once, be refused again and be told again: a scheduler
+// spinning on a core for as long as the global slots stay taken. The
+// shares fit in the global slots, but a reload that lowers them leaves
+// the runs of before holding more than the new global bound.
+func TestQueueAdmitRefusedTellsNoFreed(t *testing.T) {
+	const tenants = `"tenants": [
+		{"name": "root", "match": {"uid": 0}, "max_concurrency": %d},
+		{"name": "b", "match": {"uid": 1}, "max_concurrency": %d}]`
+	ts := startServer(t, `{"version": 1, "max_concurrency": 4, `+fmt.Sprintf(tenants, 2, 2)+`}`)
+	var held []queue.Admission
+	defer func() {
+		for _, a := range held {
+			a.Release()
+		}
+	}()
+	for range 2 {
+		b, _ := ts.Admit("b")
+		if b == nil {
+			t.Fatal("b's job not admitted")
+		}
+		held = append(held, b)
+	}
+	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 2, ` + fmt.Sprintf(tenants, 1, 1) + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = ts.sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ts.Freed():
+	default:
+	}
+	for i := range 3 {
+		if a, wait := ts.Admit("root"); a != nil || wait != 0 {
+			t.Fatalf("root's job with every global slot taken: %v, wait %v; want none, wait unknown", a, wait)
+		}
+		select {
+		case <-ts.Freed():
+			t.Fatalf("try %d: an Admit refused for want of a global slot told Freed: the worker tries again at once, for ever", i+1)
+		default:
+		}
+	}
+	// b's runs end: a global slot frees once both have (2 of 2 taken).
+	held[0].Release()
+	held[1].Release()
+	held = nil
+	select {
+	case <-ts.Freed():
+	default:
+		t.Fatal("b's slots given back did not tell Freed")
+	}
+	a, _ := ts.Admit("root")
+	if a == nil {
+		t.Fatal("root's job with a global slot free not admitted")
+	}
+	a.Release()
 }
