@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/queue"
 )
 
@@ -200,4 +205,98 @@ func TestQueueAdmitRefusedTellsNoFreed(t *testing.T) {
 		t.Fatal("root's job with a global slot free not admitted")
 	}
 	a.Release()
+}
+
+// admitCounter is the daemon as the queue's worker sees it, its Admit
+// calls counted.
+type admitCounter struct {
+	*Server
+	calls atomic.Int64
+}
+
+func (a *admitCounter) Admit(tenant string) (queue.Admission, time.Duration) {
+	a.calls.Add(1)
+	return a.Server.Admit(tenant)
+}
+
+// The queue's worker, with the daemon as its executor, does not spin
+// while a tenant with a job in the stream is refused for want of a
+// global slot: it tries it every retryEvery (50ms) and when a slot
+// frees. Freed told by the refused Admit itself had it try again at
+// once, for ever: hundreds of thousands of tries a second on a core.
+func TestQueueWorkerRefusedForAGlobalSlotIdles(t *testing.T) {
+	const tenants = `"tenants": [
+		{"name": "root", "match": {"uid": 0}, "max_concurrency": %d},
+		{"name": "b", "match": {"uid": 1}, "max_concurrency": %d}]`
+	ts := startServer(t, `{"version": 1, "max_concurrency": 4, `+fmt.Sprintf(tenants, 2, 2)+`}`)
+	var held []queue.Admission
+	defer func() {
+		for _, a := range held {
+			a.Release()
+		}
+	}()
+	for range 2 {
+		b, _ := ts.Admit("b")
+		if b == nil {
+			t.Fatal("b's job not admitted")
+		}
+		held = append(held, b)
+	}
+	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 2, ` + fmt.Sprintf(tenants, 1, 1) + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = ts.sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	qcfg := queue.Config{URLs: []string{ns.ClientURL()}, AckWait: api.Duration(5 * time.Second), Concurrency: 1}
+	if err := qcfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := queue.Provision(ctx, qcfg, queue.Layout{Replicas: 1, MaxJobs: 100, History: 5}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.Dial(ctx, qcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Submit(ctx, "root", queue.NewID(), &api.Job{Runtime: "deno", Source: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	exec := &admitCounter{Server: ts.Server}
+	w, err := queue.NewWorker(ctx, &qcfg, exec, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	// The worker finds root's job and is refused; then a second.
+	deadline := time.Now().Add(10 * time.Second)
+	for exec.calls.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never tried root's job")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := exec.calls.Load()
+	time.Sleep(time.Second)
+	// Every 50ms, and at the looks at the stream: some 20 a second.
+	n := exec.calls.Load() - before
+	if n > 100 {
+		t.Fatalf("%d tries of a tenant refused for want of a global slot in a second: the worker spins", n)
+	}
+	t.Logf("%d tries in a second", n)
 }
