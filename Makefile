@@ -86,7 +86,7 @@ check: deps
 # its pmjail-init). HOST_SKIP names the tests whose set-up takes what
 # this project's CI host does not grant its root (CAP_SYS_RESOURCE, to
 # start pmjail at a negative oom_score_adj): the VM suite runs them.
-HOST_SKIP ?= ^TestTrust_GuestOOMProtectionNotInherited$$
+HOST_SKIP ?= ^(TestTrust_GuestOOMProtectionNotInherited|TestTrust_GuestNiceLimitNotInherited)$$
 test-host: setup
 	PMJAIL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m -skip '$(HOST_SKIP)' ./...
 
@@ -106,7 +106,7 @@ test-host: setup
 # root's library tests, integration/testdata for the hostile scripts.
 # suite.sh fails a suite in which fewer tests report a verdict than its
 # test binary lists for these filters (-test.list), or none is listed.
-VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock|TestTrust_GuestOOM
+VM_TESTS ?= Posture|DaemonPrestarted|RunCarries|MissingNetwork|NoCgroup|TestLimits_|TestCleanup_|TestSecurity|TestRootLibraries_|TestE2E_|Channel|TestTrust_Lifetime|TestTrust_Lease|TestTrust_SocketFamilies|TestTrust_PrctlOptions|TestTrust_InotifyFlood|TestTrust_ExecBind|TestTrust_PostureLandlock|TestTrust_GuestOOM|TestTrust_GuestNiceLimit
 VM_SKIP  ?= Python|IPCFlood|ManySequential|SmallFramesCostTheGuest
 # The jail package's runs and prestart pool (its children born in the
 # cgroups they wait with, TestPoolChildWaitsWithItsCgroup) on a unified

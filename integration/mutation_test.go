@@ -62,6 +62,7 @@ var securityMutations = []struct {
 		"(seen failing with every job's guest given one host uid)"},
 	{test: "TestTrust_GuestPriorityNotInherited", why: "the guest's nice value and oom_score_adj are the init stage's code, not job data"},
 	{test: "TestTrust_GuestOOMProtectionNotInherited", why: "as GuestPriorityNotInherited: the guest's oom_score_adj is the init stage's code, not job data"},
+	{test: "TestTrust_GuestNiceLimitNotInherited", why: "as GuestPriorityNotInherited: the guest's RLIMIT_NICE is the init stage's code, not job data"},
 	{test: "TestTrust_DevicesReadOnly", why: "the devices' mounts are the jail's own, not job data: exec refuses a bind over a device"},
 	{test: "TestTrust_DenialFloodSupervisorCPU", why: "the notification budget is the supervisor's, not the policy's or the job's"},
 	{test: "TestTrust_RuntimesUnderFilteredPolicies", why: "not an attack: the built-in runtimes must run under the filtered policies"},

@@ -319,6 +319,53 @@ func TestTrust_GuestOOMProtectionNotInherited(t *testing.T) {
 	}
 }
 
+// TestTrust_GuestNiceLimitNotInherited: guest → host. A supervisor
+// started with a raised RLIMIT_NICE (systemd's LimitNICE=, limits.conf's
+// nice) passed it to its guests, which could then give themselves the
+// negative nice value the init stage had just taken away: setpriority(2)
+// within that limit takes no privilege, and the native policy allows it.
+// The guest's limit is 0, as an ordinary process's. Raising a hard limit
+// takes CAP_SYS_RESOURCE, which the CI host's root lacks: the VM suite
+// runs it.
+func TestTrust_GuestNiceLimitNotInherited(t *testing.T) {
+	testenv.Need(t, hasCapability(t, unix.CAP_SYS_RESOURCE), "CAP_SYS_RESOURCE, to start pmjail with a raised RLIMIT_NICE")
+	bin := buildProber(t)
+	// This process's limit, which pmjail inherits: nice values down to
+	// -10 (the limit is 20 - nice).
+	var was unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_NICE, &unix.Rlimit{Cur: 30, Max: 30}, &was); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.Prlimit(0, unix.RLIMIT_NICE, &was, nil); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, pmjail, "exec", "--json", "--", bin, "raise_priority=5").Output()
+	if err != nil {
+		t.Fatalf("pmjail exec: %v\n%s", err, out)
+	}
+	var r Result
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("result %q: %v", out, err)
+	}
+	if r.ExitCode == exitNotJailed {
+		t.Fatalf("the prober found itself outside the jail: %s", r.Stderr)
+	}
+	var rep probeReport
+	var got struct {
+		Nice int `json:"nice"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || json.Unmarshal(rep.Detail, &got) != nil {
+		t.Fatalf("probe raise_priority: %q (%v), status %s, stderr %q", r.Stdout, err, r.Status, r.Stderr)
+	}
+	if rep.OK || got.Nice != 0 {
+		t.Errorf("pmjail with RLIMIT_NICE 30: the guest set its nice to %d (errno %q), want it refused and 0", got.Nice, rep.Errno)
+	}
+}
+
 // guestPriority returns a run of the prober's priority probe under
 // pmjail exec, which the shell script setup starts ("$@"): the guest's
 // nice value and oom_score_adj.

@@ -182,6 +182,20 @@ func init() {
 		return report{OK: true, Detail: map[string]int{"nice": 20 - prio, "oom_score_adj": n}}
 	}
 
+	// raise_priority=N sets the guest's own nice value to -N, which takes
+	// no privilege within its RLIMIT_NICE; detail is its nice value after.
+	probes["raise_priority"] = func(a []string) report {
+		n, err := strconv.Atoi(a[0])
+		if err != nil {
+			return result(err)
+		}
+		r := result(unix.Setpriority(unix.PRIO_PROCESS, 0, -n))
+		if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
+			r.Detail = map[string]int{"nice": 20 - prio}
+		}
+		return r
+	}
+
 	// --- the supervisor's share of a denial flood ---
 	// deny_flood=MILLIS calls floodNR (sysfs(2) on amd64), which every policy refuses, in a
 	// loop until the prober has spent MILLIS milliseconds of CPU (a minute
