@@ -71,8 +71,18 @@ func (s *setup) setRlimits() error {
 // (systemd's Nice= and OOMScoreAdjust=, a pod's QoS class) passed them to
 // every guest, which then took the CPU ahead of the host's processes and
 // outlived them under memory pressure. Raising either needs no privilege;
-// a positive value, the operator's, stays.
+// a positive value, the operator's, stays. The limits that would let the
+// guest take a higher priority back without privilege are an ordinary
+// process's too: RLIMIT_NICE (a supervisor started with systemd's
+// LimitNICE=, or limits.conf's nice, passed it on, and a guest set its
+// own negative nice within it) and RLIMIT_RTPRIO. Lowering them needs no
+// privilege either.
 func (s *setup) ordinaryPriority() error {
+	for _, res := range []int{unix.RLIMIT_NICE, unix.RLIMIT_RTPRIO} {
+		if err := unix.Setrlimit(res, &unix.Rlimit{}); err != nil {
+			return os.NewSyscallError("setrlimit", err)
+		}
+	}
 	// PRIO_PROCESS with who 0 is the calling thread, the one Main locked
 	// and the runtime is forked from. The raw value is 20 - nice.
 	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
