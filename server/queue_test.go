@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,31 +153,7 @@ func TestQueueUnknownTenantNamesTheTenants(t *testing.T) {
 // shares fit in the global slots, but a reload that lowers them leaves
 // the runs of before holding more than the new global bound.
 func TestQueueAdmitRefusedTellsNoFreed(t *testing.T) {
-	const tenants = `"tenants": [
-		{"name": "root", "match": {"uid": 0}, "max_concurrency": %d},
-		{"name": "b", "match": {"uid": 1}, "max_concurrency": %d}]`
-	ts := startServer(t, `{"version": 1, "max_concurrency": 4, `+fmt.Sprintf(tenants, 2, 2)+`}`)
-	var held []queue.Admission
-	defer func() {
-		for _, a := range held {
-			a.Release()
-		}
-	}()
-	for range 2 {
-		b, _ := ts.Admit("b")
-		if b == nil {
-			t.Fatal("b's job not admitted")
-		}
-		held = append(held, b)
-	}
-	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 2, ` + fmt.Sprintf(tenants, 1, 1) + `}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Socket.Path = ts.sock
-	if err := ts.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
+	ts, release := globalSlotsHeld(t)
 	select {
 	case <-ts.Freed():
 	default:
@@ -192,9 +169,7 @@ func TestQueueAdmitRefusedTellsNoFreed(t *testing.T) {
 		}
 	}
 	// b's runs end: a global slot frees once both have (2 of 2 taken).
-	held[0].Release()
-	held[1].Release()
-	held = nil
+	release()
 	select {
 	case <-ts.Freed():
 	default:
@@ -212,10 +187,14 @@ func TestQueueAdmitRefusedTellsNoFreed(t *testing.T) {
 type admitCounter struct {
 	*Server
 	calls atomic.Int64
+	// tried closes at the first call.
+	tried     chan struct{}
+	firstCall sync.Once
 }
 
 func (a *admitCounter) Admit(tenant string) (queue.Admission, time.Duration) {
 	a.calls.Add(1)
+	a.firstCall.Do(func() { close(a.tried) })
 	return a.Server.Admit(tenant)
 }
 
@@ -225,31 +204,7 @@ func (a *admitCounter) Admit(tenant string) (queue.Admission, time.Duration) {
 // frees. Freed told by the refused Admit itself had it try again at
 // once, for ever: hundreds of thousands of tries a second on a core.
 func TestQueueWorkerRefusedForAGlobalSlotIdles(t *testing.T) {
-	const tenants = `"tenants": [
-		{"name": "root", "match": {"uid": 0}, "max_concurrency": %d},
-		{"name": "b", "match": {"uid": 1}, "max_concurrency": %d}]`
-	ts := startServer(t, `{"version": 1, "max_concurrency": 4, `+fmt.Sprintf(tenants, 2, 2)+`}`)
-	var held []queue.Admission
-	defer func() {
-		for _, a := range held {
-			a.Release()
-		}
-	}()
-	for range 2 {
-		b, _ := ts.Admit("b")
-		if b == nil {
-			t.Fatal("b's job not admitted")
-		}
-		held = append(held, b)
-	}
-	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 2, ` + fmt.Sprintf(tenants, 1, 1) + `}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Socket.Path = ts.sock
-	if err := ts.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
+	ts, _ := globalSlotsHeld(t)
 
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
 	if err != nil {
@@ -276,7 +231,7 @@ func TestQueueWorkerRefusedForAGlobalSlotIdles(t *testing.T) {
 	if err := c.Submit(ctx, "root", queue.NewID(), &api.Job{Runtime: "deno", Source: "1"}); err != nil {
 		t.Fatal(err)
 	}
-	exec := &admitCounter{Server: ts.Server}
+	exec := &admitCounter{Server: ts.Server, tried: make(chan struct{})}
 	w, err := queue.NewWorker(ctx, &qcfg, exec, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -284,12 +239,10 @@ func TestQueueWorkerRefusedForAGlobalSlotIdles(t *testing.T) {
 	w.Start()
 	defer w.Stop(time.Second)
 	// The worker finds root's job and is refused; then a second.
-	deadline := time.Now().Add(10 * time.Second)
-	for exec.calls.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never tried root's job")
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-exec.tried:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker never tried root's job")
 	}
 	before := exec.calls.Load()
 	time.Sleep(time.Second)
@@ -299,4 +252,39 @@ func TestQueueWorkerRefusedForAGlobalSlotIdles(t *testing.T) {
 		t.Fatalf("%d tries of a tenant refused for want of a global slot in a second: the worker spins", n)
 	}
 	t.Logf("%d tries in a second", n)
+}
+
+// globalSlotsHeld is a daemon whose global slots are all held by tenant
+// b's two queue jobs after a reload lowered max_concurrency from 4 to 2
+// under them: tenant root's share has room, the global slots none.
+// release ends b's jobs (at the test's end if not before).
+func globalSlotsHeld(t *testing.T) (ts *testServer, release func()) {
+	t.Helper()
+	const tenants = `"tenants": [
+		{"name": "root", "match": {"uid": 0}, "max_concurrency": %d},
+		{"name": "b", "match": {"uid": 1}, "max_concurrency": %d}]`
+	ts = startServer(t, `{"version": 1, "max_concurrency": 4, `+fmt.Sprintf(tenants, 2, 2)+`}`)
+	var held []queue.Admission
+	release = sync.OnceFunc(func() {
+		for _, a := range held {
+			a.Release()
+		}
+	})
+	t.Cleanup(release)
+	for range 2 {
+		b, _ := ts.Admit("b")
+		if b == nil {
+			t.Fatal("b's job not admitted")
+		}
+		held = append(held, b)
+	}
+	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 2, ` + fmt.Sprintf(tenants, 1, 1) + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Socket.Path = ts.sock
+	if err := ts.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return ts, release
 }
