@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -39,9 +38,7 @@ func TestHeadersBounded(t *testing.T) {
 		}
 		payload := []byte(head.String())
 
-		var before runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heap()
 		cs := make([]net.Conn, conns)
 		var wg sync.WaitGroup
 		for i := range cs {
@@ -70,10 +67,7 @@ func TestHeadersBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		grown := int64(heap()) - int64(before)
 		t.Logf("%s: %d stalled headers of %d KiB: the heap grew %d KiB", tc.name, conns, len(payload)>>10, grown>>10)
 		if grown > 16<<20 {
 			t.Errorf("%s: %d stalled headers of %d KiB grew the heap by %d MiB, want it bounded", tc.name, conns, len(payload)>>10, grown>>20)
