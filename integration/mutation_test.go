@@ -60,6 +60,8 @@ var securityMutations = []struct {
 	{test: "TestTrust_InotifyFloodSparesHostRoot", why: "the user namespace's owner is set by the supervisor, not by job data"},
 	{test: "TestTrust_PipeBudgetPerJob", why: "each job's host uid is its lease's, set by the supervisor, not by job data " +
 		"(seen failing with every job's guest given one host uid)"},
+	{test: "TestTrust_PipeBudgetSupervisorPipes", why: "the uid the output pipes are charged to is the supervisor's, " +
+		"set when it makes them, not by job data (seen failing with them made as root)"},
 	{test: "TestTrust_GuestPriorityNotInherited", why: "the guest's nice value and oom_score_adj are the init stage's code, not job data"},
 	{test: "TestTrust_GuestOOMProtectionNotInherited", why: "as GuestPriorityNotInherited: the guest's oom_score_adj is the init stage's code, not job data"},
 	{test: "TestTrust_GuestNiceLimitNotInherited", why: "as GuestPriorityNotInherited: the guest's RLIMIT_NICE is the init stage's code, not job data"},

@@ -167,6 +167,29 @@ func TestTrust_PipeBudgetPerJob(t *testing.T) {
 	}
 }
 
+// TestTrust_PipeBudgetSupervisorPipes: guest → host. The pipes the
+// supervisor makes for a job, its stdout and stderr, are charged to the
+// user that made them (the kernel's pipe->user), whoever grows them; made
+// by root, a guest that had spent its own budget still grew each to 1 MiB
+// on root's, ~480 pages a job, and a few dozen jobs left every root
+// process without CAP_SYS_RESOURCE (a hardened systemd service) 2-page
+// pipes. Made under the job's own uid, the grow is refused once the guest
+// has spent its budget (EPERM).
+func TestTrust_PipeBudgetSupervisorPipes(t *testing.T) {
+	soft, err := os.ReadFile("/proc/sys/fs/pipe-user-pages-soft")
+	testenv.Need(t, err == nil && strings.TrimSpace(string(soft)) != "0", "a per-user pipe budget (fs.pipe-user-pages-soft)")
+	bin := buildProber(t)
+	_, rep := runProber(t, bin, nil, "pipe_flood", "pipe_grow_fd=1", "pipe_grow_fd=2")
+	if got := rep["pipe_flood"]; got.OK || got.Errno != "EPERM" {
+		t.Fatalf("pipe_flood: %+v, want the guest's budget spent (EPERM)", got)
+	}
+	for _, p := range []string{"pipe_grow_fd=1", "pipe_grow_fd=2"} {
+		if got := rep[p]; got.OK || got.Errno != "EPERM" {
+			t.Errorf("%s after the guest spent its budget: %+v, want EPERM (the pipe charged to the job's uid, not root's)", p, got)
+		}
+	}
+}
+
 // holding is a prober run by `pmjail exec` that made its first probe's
 // kernel objects and holds them until released.
 type holding struct {

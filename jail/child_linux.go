@@ -81,18 +81,16 @@ func startChild(flags uintptr, cg Cgroup) (*child, initstage.Stage, error) {
 		return nil, initstage.StagePlaceholder, err
 	}
 	closing = append(closing, placeholder)
-	outR, outW, err := os.Pipe()
+	// The output pipes are charged to the job's guest id, not to root:
+	// the guest holds their write ends, and may grow them (guestPipes).
+	pipes, err := guestPipes(lease.guestID(), 2)
 	if err != nil {
 		return nil, initstage.StageStdoutPipe, err
 	}
+	outR, outW, errR, errW := pipes[0][0], pipes[0][1], pipes[1][0], pipes[1][1]
 	undo.Add(func() { outR.Close() })
-	closing = append(closing, outW)
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return nil, initstage.StageStderrPipe, err
-	}
 	undo.Add(func() { errR.Close() })
-	closing = append(closing, errW)
+	closing = append(closing, outW, errW)
 
 	cmd := &exec.Cmd{
 		Path:        FindInitStage().Path,

@@ -138,6 +138,21 @@ func init() {
 		r.Detail = first
 		return r
 	}
+	// pipe_grow_fd=FD grows FD, a pipe the prober inherited (its stdout
+	// and stderr, which the supervisor made), to 1 MiB; detail is the size
+	// it had at first. The kernel charges a pipe's pages to the user that
+	// made it, whoever grows it: after pipe_flood, a grow charged to the
+	// guest's own uid is refused, one charged to another user is not.
+	probes["pipe_grow_fd"] = func(a []string) report {
+		fd := numbers(a)[0]
+		first, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+		if err == nil {
+			_, err = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20)
+		}
+		r := result(err)
+		r.Detail = first
+		return r
+	}
 	// hold waits for SIGUSR1 from the test (a minute at most), keeping
 	// whatever earlier probes hold; its report says whether the signal came.
 	probes["hold"] = func([]string) report {
