@@ -27,8 +27,10 @@ import (
 // them (its effective and saved uids stay, and with them its
 // capabilities). It returns each pipe's read and write end, as os.Pipe.
 // The thread is put back and checked; one that cannot be is never
-// unlocked, so that Go ends it with its goroutine and it runs nothing
-// else.
+// unlocked, and runs nothing else: its goroutine waits forever rather
+// than end, as Go would then end the thread too, and with it (their
+// parent-death signal) the init stages this thread started for earlier
+// runs.
 func guestPipes(uid, n int) ([][2]*os.File, error) {
 	type made struct {
 		pipes [][2]*os.File
@@ -57,10 +59,7 @@ func guestPipes(uid, n int) ([][2]*os.File, error) {
 			err = fmt.Errorf("real uid %d after restoring %d", now, ruid)
 		}
 		if err != nil {
-			// Left locked: the thread ends with this goroutine.
 			m.err = errors.Join(m.err, fmt.Errorf("restore the supervisor's real uid: %w", err))
-		} else {
-			runtime.UnlockOSThread()
 		}
 		if m.err != nil {
 			for _, p := range m.pipes {
@@ -70,6 +69,10 @@ func guestPipes(uid, n int) ([][2]*os.File, error) {
 			m.pipes = nil
 		}
 		done <- m
+		if err != nil {
+			select {} // locked to this thread for good
+		}
+		runtime.UnlockOSThread()
 	}()
 	m := <-done
 	return m.pipes, m.err

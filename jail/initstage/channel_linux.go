@@ -1,6 +1,8 @@
 package initstage
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -43,6 +45,43 @@ func makeChannel(root string, guestUID int) ([]int, error) {
 			return nil, os.NewSyscallError("chown "+p, err)
 		}
 	}
+	// A FIFO's pipe is made by its first open, and the kernel charges its
+	// pages to the opener's real uid (pipe->user), whoever grows it later
+	// (the supervisor, to 1 MiB). Opened as the guest's, the channel counts
+	// against the job's guest id, as the guest's own pipes and its output
+	// pipes do (fs.pipe-user-pages-soft): not against the namespace's root
+	// id, nor host root's where the job has no user namespace.
+	var fds []int
+	err := asRealUID(guestUID, func() (err error) {
+		fds, err = openChannelEnds(in, out)
+		return err
+	})
+	return fds, err
+}
+
+// asRealUID runs fn with the calling thread's real uid uid, its effective
+// and saved uids (and so its capabilities and file access) kept, and puts
+// the real uid back. The thread is Main's, locked: a real uid not put back
+// fails the set-up, and the init stage ends.
+func asRealUID(uid int, fn func() error) error {
+	ruid, _, _ := unix.Getresuid()
+	keep := ^uintptr(0)
+	if err := threadSyscall(sysSetresuid, uintptr(uid), keep, keep); err != nil {
+		return os.NewSyscallError("setresuid", err)
+	}
+	err := fn()
+	if rerr := threadSyscall(sysSetresuid, uintptr(ruid), keep, keep); rerr != nil {
+		return errors.Join(err, os.NewSyscallError("setresuid back", rerr))
+	}
+	if now, _, _ := unix.Getresuid(); now != ruid {
+		return errors.Join(err, fmt.Errorf("real uid %d after restoring %d", now, ruid))
+	}
+	return err
+}
+
+// openChannelEnds opens the channel's FIFOs in and out: the host's ends
+// (returned) and the guest's writer, put at ChannelFD.
+func openChannelEnds(in, out string) ([]int, error) {
 	// O_RDWR opens a FIFO without waiting for a peer.
 	hostIn, err := unix.Open(in, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
