@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -177,15 +178,16 @@ func TestChargedToSeesTheMaker(t *testing.T) {
 // TestOutputPipesChargedToTheGuest: guest → host. The pipes a started
 // init stage writes its output to (the guest's stdout and stderr, which
 // it may grow) are charged to the job's guest id, not to root, whether
-// the child starts for its run or waits in a pool (a warm runtime starts
-// as either, through startChild).
+// the child starts for its run, waits in a pool, or runs a warm runtime
+// that waits for its run (with its channel's FIFOs, which the runtime
+// holds as well): the guest id of the lease the run keeps.
 func TestOutputPipesChargedToTheGuest(t *testing.T) {
 	needPipeBudget(t)
 	check := func(name string, c *child) {
 		t.Helper()
-		for _, f := range []*os.File{c.stdout, c.stderr} {
+		for stream, f := range map[string]*os.File{"stdout": c.stdout, "stderr": c.stderr} {
 			if !chargedTo(t, f, c.lease.guestID()) {
-				t.Errorf("%s: the child's %s is not charged to its guest id %d", name, f.Name(), c.lease.guestID())
+				t.Errorf("%s: the child's %s is not charged to its guest id %d", name, stream, c.lease.guestID())
 			}
 		}
 	}
@@ -199,6 +201,19 @@ func TestOutputPipesChargedToTheGuest(t *testing.T) {
 	}
 	p := filledPool(t, 1)
 	check("pooled", firstIdle(p))
+
+	h := &testCgroups{t: t, m: cgroupManager(t)}
+	w := NewWarm(map[string]int{"sh": 1}, WarmOptions{})
+	t.Cleanup(w.Close)
+	w.Learn(warmShell(t, h, `printf '\0\0\0\020{"type":"ready"}' > /pmjail/channel/out; read x < /pmjail/channel/in`, 10*time.Second))
+	r := waitWarmIdle(t, w)
+	check("warm", r.child)
+	fc := r.conn.(*fifoConn)
+	for _, f := range []*os.File{fc.r, fc.w} {
+		if !chargedTo(t, f, r.child.lease.guestID()) {
+			t.Errorf("warm: the runtime's channel %s is not charged to its guest id %d", f.Name(), r.child.lease.guestID())
+		}
+	}
 }
 
 // TestChannelChargedToTheGuest: guest → host. The guest channel's FIFOs,
