@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmjail/pmjail/internal/testenv"
@@ -191,13 +193,16 @@ func TestOutputPipesChargedToTheGuest(t *testing.T) {
 			}
 		}
 	}
-	c, stage, err := startChild(cloneFlags(shellJob(t, `true`, testLimits).Spec), nil)
-	if err != nil {
-		t.Fatalf("%s: %v", stage, err)
-	}
-	check("started", c)
-	if err := c.discard(); err != nil {
-		t.Error(err)
+	flags := cloneFlags(shellJob(t, `true`, testLimits).Spec)
+	for name, flags := range map[string]uintptr{"started": flags, "started without a user namespace": flags &^ unix.CLONE_NEWUSER} {
+		c, stage, err := startChild(flags, nil)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", name, stage, err)
+		}
+		check(name, c)
+		if err := c.discard(); err != nil {
+			t.Error(err)
+		}
 	}
 	p := filledPool(t, 1)
 	check("pooled", firstIdle(p))
@@ -222,7 +227,19 @@ func TestOutputPipesChargedToTheGuest(t *testing.T) {
 // to the namespace's root id.
 func TestChannelChargedToTheGuest(t *testing.T) {
 	needPipeBudget(t)
+	t.Run("user namespace", func(t *testing.T) { channelChargedToTheGuest(t, true) })
+	// A host without user namespaces runs the init stage as host root,
+	// and the guest as the lease's guest id.
+	t.Run("no user namespace", func(t *testing.T) { channelChargedToTheGuest(t, false) })
+}
+
+func channelChargedToTheGuest(t *testing.T, userns bool) {
 	job := shellJob(t, `exit 0`, testLimits)
+	if !userns {
+		job.Spec.Linux.Namespaces = slices.DeleteFunc(job.Spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+			return ns.Type == specs.UserNamespace
+		})
+	}
 	checked := false
 	job.Channel = func(_ context.Context, conn net.Conn) error {
 		fc := conn.(*fifoConn)
