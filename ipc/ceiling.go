@@ -44,7 +44,7 @@ type Ceiling struct {
 	MaxFrame              int           // default DefaultMaxFrame
 	MaxLogs               int           // log entries kept per run, default 1000
 	MaxLogMessage         int           // bytes of one log message (longer ones are cut), default 8 KiB
-	MaxLogBytes           int           // bytes of all log messages and meta per run, default 1 MiB
+	MaxLogBytes           int           // bytes of all log messages and meta per run as the result holds them (JSON, HTML-safe), default 1 MiB
 	// MaxGuestBytes bounds the bytes of the frames the host decodes for
 	// one run (a frame counted as at least 512 bytes), default 64 MiB:
 	// decoding costs the daemon many times what writing costs the guest,

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
 type logParams struct {
@@ -51,10 +53,23 @@ func (s *session) handleLog(level string, raw json.RawMessage) (json.RawMessage,
 			}
 		}
 	}
+	// The budget counts a log as the result holds it, in JSON: a control
+	// character, <, > or & takes six bytes there (\u003c), so a budget
+	// of raw bytes let a guest make the daemon hold and store six times
+	// it, in the result and again in the run's events. The meta is kept
+	// in the form it is written in (compacted, HTML-safe), and the
+	// message counted as encoding/json escapes it, quotes aside.
+	if len(meta) > 0 {
+		final, err := json.Marshal(meta)
+		if err != nil {
+			return nil, callErr(CodeInvalidRequest, "log meta is not valid JSON")
+		}
+		meta = final
+	}
 	entry := Log{Level: level, Message: msg, Meta: meta}
 
 	s.mu.Lock()
-	size := len(msg) + len(meta)
+	size := jsonstr.Len(msg) - 2 + len(meta)
 	if len(s.out.Logs) >= s.ceil.MaxLogs || s.logBytes+size > s.ceil.MaxLogBytes {
 		s.out.LogsDropped++
 		s.mu.Unlock()

@@ -116,6 +116,46 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// TestLogBudgetCountsEscaped: the run's log budget counts a log as the
+// result holds it, in JSON, where <, >, & and a control character take
+// six bytes and U+2028 and U+2029 six: counting raw bytes let a guest's
+// logs take six times the budget in every result and event that carries
+// them. The meta is kept in that form (compacted, HTML-safe), so that
+// the bytes counted are the bytes held.
+func TestLogBudgetCountsEscaped(t *testing.T) {
+	noLeak(t)
+	ceil := PermissiveCeiling()
+	ceil.MaxLogBytes = 100
+	r := startServe(t, context.Background(), SessionConfig{Capabilities: Capabilities{Log: true}, Ceiling: ceil})
+	// 5×6 + 6 + 6 + 2 bytes of message, 14 of meta ({"a":"\u003c"}):
+	// 58 of the 100, 24 raw.
+	wantOK(t, r.g.call("log.info", map[string]any{"message": "<><>&\x01\u2028é", "meta": json.RawMessage(`{ "a" : "<" }`)}))
+	wantOK(t, r.g.call("log.info", map[string]any{"message": strings.Repeat("x", 40)}))
+	wantCode(t, r.g.call("log.info", map[string]any{"message": "&"}), CodeRateLimited)
+	out := r.finish(t)
+	if len(out.Logs) != 2 || out.LogsDropped != 1 {
+		t.Fatalf("%d logs kept, %d dropped, want 2 and 1: %+v", len(out.Logs), out.LogsDropped, out.Logs)
+	}
+	if m := string(out.Logs[0].Meta); m != `{"a":"\u003c"}` {
+		t.Errorf("meta kept as %s, want it compacted and HTML-safe", m)
+	}
+	held := 0
+	for _, l := range out.Logs {
+		msg, err := json.Marshal(l.Message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := json.Marshal(l.Meta)
+		if err != nil || l.Meta == nil {
+			meta = nil
+		}
+		held += len(msg) - 2 + len(meta)
+	}
+	if held > ceil.MaxLogBytes {
+		t.Errorf("logs of %d bytes as JSON under a %d-byte budget", held, ceil.MaxLogBytes)
+	}
+}
+
 func TestLogWithoutCapabilityDenied(t *testing.T) {
 	noLeak(t)
 	r := startServe(t, context.Background(), SessionConfig{Ceiling: PermissiveCeiling()})

@@ -23,6 +23,25 @@ const PROMPT = new Set(["log.debug", "log.info", "log.warn", "log.error", "input
 const NOTE_HEAD = new Map(
   ["log.debug", "log.info", "log.warn", "log.error"].map((m) => [m, `{"type":"note","method":"${m}","params":{"message":`]),
 );
+// HTML_SAFE finds what encoding/json escapes and JSON.stringify does not:
+// <, > and & (one byte each, six as \u003c) and U+2028, U+2029 (three,
+// six as \u2028). The host counts a log's message as encoding/json
+// writes it, and a note's credit must not count fewer bytes than it.
+const HTML_SAFE = /[<>&\u2028\u2029]/;
+
+// htmlSafeExtra is how many more bytes s takes HTML-safe than in
+// JSON.stringify's form.
+function htmlSafeExtra(s) {
+  if (!HTML_SAFE.test(s)) return 0;
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 0x3c || c === 0x3e || c === 0x26) n += 5;
+    else if (c === 0x2028 || c === 0x2029) n += 3;
+  }
+  return n;
+}
+
 const encoder = new TextEncoder();
 let decoder;
 
@@ -386,12 +405,14 @@ export class Channel {
     const c = this.#credit;
     if (c.calls < 1 || c.logs < 1) return false;
     const frame = this.#frame(head + JSON.stringify(params.message) + "}}");
-    // The message's JSON, quotes excluded.
+    // The message's JSON, quotes excluded; the host counts it HTML-safe,
+    // as the result holds it.
     const bytes = frame.length - 4 - head.length - 4;
-    if (bytes > c.message || bytes > c.bytes || frame.length - 4 > c.frame) return false;
+    const size = bytes + htmlSafeExtra(params.message);
+    if (bytes > c.message || size > c.bytes || frame.length - 4 > c.frame) return false;
     c.calls--;
     c.logs--;
-    c.bytes -= bytes;
+    c.bytes -= size;
     this.#lastCall = 0;
     try {
       // No reply is due for a note: it writes at once unless one is.
