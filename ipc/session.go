@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/jsonstr"
 )
 
 // SessionConfig is everything Serve needs about one run.
@@ -448,6 +450,10 @@ func (s *session) handle(body []byte) bool {
 			s.out.Error = &GuestError{Name: "ResultError", Message: fmt.Sprintf("pmjail: the returned value %v", err)}
 			return true
 		}
+		if n, limit := htmlSafeLen(f.Value), s.ceil.MaxFrame-len(doneWrapper); n > limit {
+			s.out.Error = &GuestError{Name: "ResultError", Message: fmt.Sprintf("pmjail: the returned value is %d bytes as JSON, over the %d-byte limit on a result's value", n, limit)}
+			return true
+		}
 		s.out.Done = true
 		if len(f.Value) > 0 {
 			s.out.Value = f.Value
@@ -463,6 +469,9 @@ func (s *session) handle(body []byte) bool {
 			if len(e.Value) > 0 && checkValueDepth(e.Value) != nil {
 				e.Value = nil
 			}
+		}
+		if n := guestErrorLen(f.Error); n > s.ceil.MaxFrame {
+			f.Error = &GuestError{Name: "ResultError", Message: fmt.Sprintf("pmjail: the error the guest reported is %d bytes as JSON, over the %d-byte limit", n, s.ceil.MaxFrame)}
 		}
 		s.mu.Lock()
 		s.out.Error = f.Error
@@ -682,4 +691,36 @@ func (s *session) logCredit() *logCredit {
 		Message: s.ceil.MaxLogMessage,
 		Frame:   s.ceil.MaxFrame,
 	}
+}
+
+// doneWrapper is a done frame's JSON around its value: the guest's
+// bootstraps bound a value by the frame cap less this.
+const doneWrapper = `{"type":"done","value":}`
+
+// htmlSafeLen is the length of the JSON text raw as encoding/json writes
+// it into a result (HTML-safe: <, > and & as \u003c, U+2028 and U+2029 as
+// \u2028), at most: a frame holds them unescaped, one to three bytes for
+// six, so the frame cap alone let a guest's value take six times it in
+// every copy of its result the daemon builds, holds and stores.
+func htmlSafeLen(raw []byte) int {
+	n := len(raw)
+	for i, b := range raw {
+		switch {
+		case b == '<' || b == '>' || b == '&':
+			n += 5
+		case b == 0xe2 && i+2 < len(raw) && raw[i+1] == 0x80 && (raw[i+2] == 0xa8 || raw[i+2] == 0xa9):
+			n += 3
+		}
+	}
+	return n
+}
+
+// guestErrorLen is the length of what a result holds of g, its causes
+// included, as JSON: its strings escaped, its values HTML-safe.
+func guestErrorLen(g *GuestError) int {
+	n := 0
+	for e := g; e != nil; e = e.Cause {
+		n += jsonstr.Len(e.Name) + jsonstr.Len(e.Message) + jsonstr.Len(e.Stack) + htmlSafeLen(e.Value)
+	}
+	return n
 }

@@ -54,6 +54,56 @@ func TestServeGuestError(t *testing.T) {
 	}
 }
 
+// TestResultBoundedHTMLSafe: a done or error frame holds <, > and &
+// unescaped, one byte each, where every copy of the result takes six
+// (\u003c): within the frame cap, a guest's value of them made the
+// daemon build, hold and store six times the cap (a sync run's response
+// of 25 MB for a 4 MiB value; eight at once grew the daemon by 1.1 GiB).
+// A value or an error over the cap as the result holds it is a
+// ResultError; one within it is kept.
+func TestResultBoundedHTMLSafe(t *testing.T) {
+	const limit = 4096
+	ceil := PermissiveCeiling()
+	ceil.MaxFrame = limit
+	quoted := func(s string) string { return `"` + s + `"` }
+	for _, tc := range []struct {
+		name, frame string
+		ok          bool
+	}{
+		{"value within", `{"type":"done","value":` + quoted(strings.Repeat("<", (limit-len(`{"type":"done","value":}`))/6-1)) + `}`, true},
+		{"value of <", `{"type":"done","value":` + quoted(strings.Repeat("<", limit/2)) + `}`, false},
+		{"value of U+2028", `{"type":"done","value":` + quoted(strings.Repeat("\u2028", limit/4)) + `}`, false},
+		{"error message of &", `{"type":"error","error":{"name":"E","message":` + quoted(strings.Repeat("&", limit/2)) + `}}`, false},
+		{"error cause's value of >", `{"type":"error","error":{"name":"E","message":"m","cause":{"name":"C","message":"","value":` + quoted(strings.Repeat(">", limit/2)) + `}}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeak(t)
+			r := startServe(t, context.Background(), SessionConfig{Ceiling: ceil})
+			if _, err := r.g.conn.Write(frameBytes(tc.frame)); err != nil {
+				t.Fatal(err)
+			}
+			out := r.wait(t, 5*time.Second)
+			if out.ProtocolError != nil {
+				t.Fatalf("protocol error %v", out.ProtocolError)
+			}
+			held := len(mustJSON(struct {
+				V json.RawMessage `json:"v,omitempty"`
+				E *GuestError     `json:"e,omitempty"`
+			}{out.Value, out.Error}))
+			if tc.ok {
+				if !out.Done || out.Error != nil {
+					t.Fatalf("a value within the cap as JSON: done %v, error %+v", out.Done, out.Error)
+				}
+			} else if out.Error == nil || out.Error.Name != "ResultError" || !strings.Contains(out.Error.Message, "bytes as JSON, over the") || out.Value != nil {
+				t.Errorf("a frame of %d bytes, %d as the result holds it: done %v, value of %d bytes; want a ResultError", len(tc.frame), held, out.Done, len(out.Value))
+			}
+			if held > limit {
+				t.Errorf("the result holds %d bytes of it, over the %d-byte cap", held, limit)
+			}
+		})
+	}
+}
+
 func TestServeEOF(t *testing.T) {
 	noLeak(t)
 	r := startServe(t, context.Background(), SessionConfig{Ceiling: PermissiveCeiling()})

@@ -2,7 +2,7 @@
 // the broker as the global `host` (plain scripts) and as `ctx.host`
 // (handler modules), imports the job's module and reports its outcome.
 // Usage (inside the jail): deno run ... /pmjail/bootstrap.js /job/main.js
-import { brokerWorkers, Channel, makeHost } from "./channel.js";
+import { brokerWorkers, Channel, htmlSafeExtra, makeHost } from "./channel.js";
 
 // Up to the channel nothing depends on the job: a runtime started before
 // its job (a warm runtime) has done it all before it says it is ready.
@@ -215,9 +215,10 @@ function doneFrame(value, checkValue) {
     }
   }
   if (!why) {
-    // The frame is {"type":"done","value":<text>}, in UTF-8.
+    // The frame is {"type":"done","value":<text>}, in UTF-8; the host
+    // counts the value HTML-safe, as the result holds it (< as \u003c).
     const limit = maxFrame - 24;
-    const size = text.length > limit / 3 ? new TextEncoder().encode(text).length : text.length;
+    const size = text.length > limit / 6 ? new TextEncoder().encode(text).length + htmlSafeExtra(text) : text.length;
     if (size <= limit) return { type: "done", value };
     why = `is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
     return resultError(`the returned value ${why}`);

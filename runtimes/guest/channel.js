@@ -30,8 +30,8 @@ const NOTE_HEAD = new Map(
 const HTML_SAFE = /[<>&\u2028\u2029]/;
 
 // htmlSafeExtra is how many more bytes s takes HTML-safe than in
-// JSON.stringify's form.
-function htmlSafeExtra(s) {
+// JSON.stringify's form: the host bounds a result's value so too.
+export function htmlSafeExtra(s) {
   if (!HTML_SAFE.test(s)) return 0;
   let n = 0;
   for (let i = 0; i < s.length; i++) {

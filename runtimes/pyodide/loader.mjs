@@ -9,7 +9,7 @@
 //   deno run ... <dir>/loader.mjs snapshot <assetsDir> <outFile>
 //   deno run ... /pmjail/loader.mjs warm <assetsDir> <snapshot|->
 // (warm runs at the in-jail paths: Deno's code cache is keyed by them)
-import { Channel, makeHost } from "./channel.js";
+import { Channel, htmlSafeExtra, makeHost } from "./channel.js";
 import { installFetch } from "./fetch.js";
 
 const [mode, assetsDir, snapshotArg, mainPath, jobArg, packagesDir] = Deno.args;
@@ -293,8 +293,10 @@ async function report(outcome) {
 function valueFits(text) {
   const prefix = '{"kind": "done", "value": ';
   const limit = (start.options?.max_frame || 4 << 20) - 24;
-  if (text.startsWith(prefix) && text.length - prefix.length - 1 > limit / 3) {
-    const size = new TextEncoder().encode(text).length - prefix.length - 1;
+  // The host counts the value HTML-safe, as the result holds it (< as
+  // \u003c, six bytes).
+  if (text.startsWith(prefix) && text.length - prefix.length - 1 > limit / 6) {
+    const size = new TextEncoder().encode(text).length - prefix.length - 1 + htmlSafeExtra(text);
     if (size > limit) {
       const message = `the returned value is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
       return { kind: "error", error: { name: "ResultError", message, stack: "" } };
