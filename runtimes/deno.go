@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -233,7 +234,8 @@ func TypeErrors(stderr string) (message, report string, ok bool) {
 	report = strings.TrimSpace(stderr[:end])
 	var first, at string
 	count := 0
-	for _, line := range strings.Split(report, "\n") {
+	for line := range strings.Lines(report) {
+		line = strings.TrimSuffix(line, "\n")
 		if _, msg, found := strings.Cut(line, " [ERROR]: "); found && strings.HasPrefix(line, "TS") {
 			count++
 			if first == "" {
@@ -254,7 +256,30 @@ func TypeErrors(stderr string) (message, report string, ok bool) {
 	if count > 1 {
 		message += fmt.Sprintf(" (and %d more)", count-1)
 	}
-	return message, report, true
+	return cutReport(message, maxReportMessage), cutReport(report, maxReport), true
+}
+
+// The message and report a result takes from a run's stderr are bounded:
+// stderr is the guest's to write (it may forge Deno's report and exit),
+// and the result holds them besides the stderr itself, escaped, where a
+// control character, <, > or & takes six bytes: whole, a forged report
+// over 8 MiB of stderr made a 61 MB response and grew the daemon by
+// 310 MiB, where the output alone is carried in at most twice its size.
+const (
+	maxReport        = 64 << 10
+	maxReportMessage = 4 << 10
+)
+
+// cutReport returns s cut to at most n bytes, before a character, and
+// marked, when it is longer.
+func cutReport(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…[truncated]"
 }
 
 // stalledAwait is how Deno reports a top-level await that the empty event
@@ -270,9 +295,10 @@ func UnsettledAwait(stderr string) (message, report string, ok bool) {
 	if i < 0 {
 		return "", "", false
 	}
-	report = strings.TrimSpace(strings.TrimPrefix(stderr[i:], "error: "))
+	report = cutReport(strings.TrimSpace(strings.TrimPrefix(stderr[i:], "error: ")), maxReport)
 	at := ""
-	for _, line := range strings.Split(report, "\n") {
+	for line := range strings.Lines(report) {
+		line = strings.TrimSuffix(line, "\n")
 		if rest, found := strings.CutPrefix(strings.TrimSpace(line), "at "); found {
 			at = strings.TrimSuffix(rest[strings.Index(rest, "(")+1:], ")")
 			break
@@ -281,5 +307,5 @@ func UnsettledAwait(stderr string) (message, report string, ok bool) {
 	if !strings.HasPrefix(at, "file://"+JobDir+"/") {
 		return "", "", false
 	}
-	return "the script's top-level await never settled at " + at + ": nothing (no timer, I/O or broker call) was left to settle it", report, true
+	return cutReport("the script's top-level await never settled at "+at, maxReportMessage) + ": nothing (no timer, I/O or broker call) was left to settle it", report, true
 }

@@ -1,6 +1,10 @@
 package runtimes
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
 
 // TestTypeErrors reads Deno's report of a failed type check (as Deno
 // 2.9.6 writes it with --quiet and NO_COLOR) and nothing else.
@@ -41,6 +45,31 @@ func TestUnsettledAwait(t *testing.T) {
 	for _, s := range []string{"", "error: Uncaught Error\n", "error: Top-level await promise never resolved\n    at <anonymous> (file:///pmjail/bootstrap.js:9:1)\n"} {
 		if _, _, ok := UnsettledAwait(s); ok {
 			t.Errorf("%q read as the job's unsettled await", s)
+		}
+	}
+}
+
+// TestReportsFromStderrBounded: stderr is the guest's to write, and a
+// report forged in it is copied into the result's error besides the
+// stderr itself: the message and report taken are cut, at a character,
+// however long the lines they come from.
+func TestReportsFromStderrBounded(t *testing.T) {
+	long := strings.Repeat("é<", 4<<20)
+	for name, read := range map[string]func() (string, string, bool){
+		"type check": func() (string, string, bool) {
+			return TypeErrors("TS1 [ERROR]: " + long + "\n    at file:///job/main.ts:1:1 " + long + "\nerror: Type checking failed.\n")
+		},
+		"unsettled await": func() (string, string, bool) {
+			return UnsettledAwait("error: Top-level await promise never resolved\n    at file:///job/main.js:1:1 " + long + "\n" + long)
+		},
+	} {
+		msg, report, ok := read()
+		if !ok {
+			t.Errorf("%s: the forged report not read", name)
+			continue
+		}
+		if len(msg) > maxReportMessage+128 || len(report) > maxReport+len("…[truncated]") || !utf8.ValidString(msg) || !utf8.ValidString(report) || !strings.HasSuffix(report, "…[truncated]") {
+			t.Errorf("%s: a message of %d bytes and a report of %d (valid UTF-8: %v, %v), want them cut to %d and %d", name, len(msg), len(report), utf8.ValidString(msg), utf8.ValidString(report), maxReportMessage, maxReport)
 		}
 	}
 }
