@@ -215,6 +215,8 @@ func TestGuestErrorsPython(t *testing.T) {
 			guestError{Code: "ResultError", Message: valueOK + "value[0] refers back to value (a cycle)"}, nil},
 		{"value over the frame cap", "def main(input):\n    return 'x' * (5 << 20)\n",
 			guestError{Code: "ResultError", Message: "the returned value is 5242882 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
+		{"exception with a long message and value", "def main(input):\n    e = ValueError('x' * 3000000)\n    e.code = 'y' * 100000\n    raise e\n",
+			guestError{Code: "ValueError", Message: strings.Repeat("x", 8<<10) + "…[truncated]"}, []string{"File \"/job/main.py\", line 4, in main"}},
 		{"value over the frame cap as the result holds it", "def main(input):\n    return '<' * (1 << 20)\n",
 			guestError{Code: "ResultError", Message: "the returned value is 6291458 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
 		{"exception with a code and a cause", "class Failed(Exception):\n    pass\n\ndef main(input, ctx):\n    try:\n        {}['k']\n    except KeyError as k:\n        e = Failed('outer')\n        e.code = 'E_OUTER'\n        raise e from k\n",

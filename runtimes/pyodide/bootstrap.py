@@ -263,6 +263,17 @@ def _ours(path):
 
 # The longest cause chain an error report carries.
 _MAX_CAUSES = 8
+# What an error report carries at most of each part, as report.js has it
+# for JavaScript: the report crosses in one frame (4 MiB), and an
+# exception with a longer message (its traceback repeats it) ended the
+# run as a protocol_error, not as the exception.
+_MAX_MESSAGE = 8 << 10
+_MAX_STACK = 32 << 10
+_MAX_VALUE = 64 << 10
+
+
+def _clip(s, n):
+    return s if len(s) <= n else s[:n] + "…[truncated]"
 
 
 def _describe(exc, filename, depth=0):
@@ -270,13 +281,15 @@ def _describe(exc, filename, depth=0):
     if isinstance(exc, SyntaxError) and exc.lineno is not None:
         # The script's author gets the place: file:line:column.
         message = f"{exc.msg} at {exc.filename}:{exc.lineno}:{exc.offset or 0}"
-    out = {"name": type(exc).__name__, "message": message, "stack": _traceback(exc, filename)}
+    out = {"name": type(exc).__name__, "message": _clip(message, _MAX_MESSAGE), "stack": _clip(_traceback(exc, filename), _MAX_STACK)}
     # An exception's own attributes (a code, an errno) are its value, as
-    # far as they are JSON.
+    # far as they are JSON and within _MAX_VALUE.
     props = {k: v for k, v in getattr(exc, "__dict__", {}).items() if not k.startswith("_")}
     if props:
         try:
-            out["value"] = json.loads(json.dumps(props, allow_nan=False))
+            text = json.dumps(props, allow_nan=False)
+            if len(text) <= _MAX_VALUE:
+                out["value"] = json.loads(text)
         except (TypeError, ValueError):
             pass
     if exc.__cause__ is not None and depth < _MAX_CAUSES:
