@@ -455,20 +455,12 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	log := s.log.With("job", id, "tenant", tn.name, "async", true)
 	stdout := &outputStream{e: l, typ: api.EventStdout}
 	stderr := &outputStream{e: l, typ: api.EventStderr}
-	// A run whose slot comes as the daemon drains is not started:
-	// cancelQueued may have looked before it had its slot.
-	drained := func(ctx context.Context) (grant, error) {
-		g, err := wait(ctx)
-		if err == nil && s.draining.Load() {
-			g.release()
-			return nil, errDrainedQueued
-		}
-		return g, err
-	}
+	// A run whose slot comes as the daemon drains is not started
+	// (runInSlot): cancelQueued may have looked before it had its slot.
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and
 	// each write is an fsync.
-	res, err := s.runInSlot(ctx, tn, resolved, drained, func() job.Options {
+	res, err := s.runInSlot(ctx, tn, resolved, wait, func() job.Options {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()

@@ -57,3 +57,45 @@ func TestShutdownAnswersAQueuedSyncRun(t *testing.T) {
 		t.Errorf("a posture refresh still queued at the end of the grace: %v %q, want 503 draining", r[0], r[1])
 	}
 }
+
+// TestDrainStartsNoQueuedSyncRun: a sync run queued when a shutdown
+// begins must not take a slot freed during the grace period: a
+// draining daemon starts no new work (async runs already were held
+// back). It was started and ran to its result; it must be answered
+// 503 draining, while the run that held the slot before ends as its
+// own.
+func TestDrainStartsNoQueuedSyncRun(t *testing.T) {
+	ts := startServer(t, `{"version": 1, "max_concurrency": 1, "max_queue": 4, "queue_timeout": "5m"}`)
+	type answer struct {
+		res *api.Result
+		err error
+	}
+	holderCtx, cutHolder := context.WithCancel(context.Background())
+	defer cutHolder()
+	holder, queued := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		res, err := ts.c.Run(holderCtx, &api.Job{Runtime: "deno", Source: `await new Promise(r => setTimeout(r, 60000))`})
+		holder <- answer{res, err}
+	}()
+	waitFor(t, func() bool { r, _, _, _ := ts.lim.stats(); return r == 1 })
+	go func() {
+		res, err := ts.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: `console.log("started")`})
+		queued <- answer{res, err}
+	}()
+	others := ts.state.Load().others
+	waitFor(t, func() bool { _, q, _, _ := others.share.lim.stats(); return q == 1 })
+	shut := make(chan error, 1)
+	go func() { shut <- ts.Shutdown(time.Minute) }()
+	waitFor(t, ts.draining.Load)
+	// The holder's client hangs up: its run is cancelled and its slot
+	// frees within the grace period.
+	cutHolder()
+	<-holder
+	a := <-queued
+	if ce, ok := errors.AsType[*client.Error](a.err); !ok || ce.StatusCode != http.StatusServiceUnavailable || ce.Code != codeDraining {
+		t.Errorf("a sync run queued as the drain began: %v %+v, want 503 draining, not started", a.err, a.res)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -145,7 +145,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	case reloaded:
 		reject(http.StatusBadRequest, codeInvalid, re.msg, re.field, 0)
 		return
-	case errors.Is(err, errShutdown):
+	case errors.Is(err, errShutdown), errors.Is(err, errDrainedQueued):
 		// The client is there: the shutdown ended its wait, not it.
 		reject(http.StatusServiceUnavailable, codeDraining, "the daemon shut down before the run had a slot", "", 5*time.Second)
 		return
@@ -183,7 +183,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // the run; its cause is the cancelled result's reason. A run that never
 // started returns no result and why: ctx's cause if it ended, else the
 // admission's refusal (errShareFull, errQueueFull, its wait's error),
-// fdRoom's (errNoFDs) or asRunNow's (*reloadRefusal); its rate is
+// errDrainedQueued when its slot came as the daemon drains, fdRoom's
+// (errNoFDs) or asRunNow's (*reloadRefusal); its rate is
 // refunded. Once the run has its slots it runs as asRunNow says: a run
 // that waited across a reload, whatever brought it, meets the config in
 // force.
@@ -191,6 +192,13 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 	start func() job.Options) (*jail.Result, error) {
 	queued := time.Now()
 	slots, err := wait(ctx)
+	if err == nil && s.draining.Load() {
+		// A draining daemon starts no new work, whatever brought it: a
+		// slot freed during the grace period is not taken by a run that
+		// was still waiting when the drain began.
+		slots.release()
+		err = errDrainedQueued
+	}
 	if err == nil {
 		if err = fdRoom(runFDReserve); err != nil {
 			slots.release()
