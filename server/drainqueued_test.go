@@ -99,3 +99,36 @@ func TestDrainStartsNoQueuedSyncRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShutdownAnswersARefreshInItsProbe: a ?refresh=1 whose probe was
+// still running when a shutdown's grace period ended took the cut for
+// its client hanging up and returned without a word: net/http sent a
+// bodiless 200, read as a posture by a client. It must be 503 draining,
+// JSON, as the other refusals of a shutdown.
+func TestShutdownAnswersARefreshInItsProbe(t *testing.T) {
+	ts := startServer(t, `{"version": 1}`)
+	refresh := make(chan [2]any, 1)
+	go func() {
+		status, code := ts.getPosture(t, "refresh=1")
+		refresh <- [2]any{status, code}
+	}()
+	// The refresh's own probe is running (the one at start has ended:
+	// New waited for it).
+	waitFor(t, func() bool {
+		select {
+		case <-ts.opt.Prober.Idle():
+			return false
+		default:
+			return true
+		}
+	})
+	// A probe starts jails and children, far longer than a grace of a
+	// nanosecond: the cut comes while it runs.
+	if err := ts.Shutdown(time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	r := <-refresh
+	if r[0] != http.StatusServiceUnavailable || r[1] != codeDraining {
+		t.Errorf("a posture refresh whose probe a shutdown cut: %v %q, want 503 draining", r[0], r[1])
+	}
+}

@@ -698,6 +698,13 @@ func (s *Server) refreshPosture(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		idle := s.opt.Prober.Idle()
 		go func() { <-idle; release() }()
+		if errors.Is(context.Cause(r.Context()), errShutdown) {
+			// The client is there: the end of the grace period cut its
+			// wait, and a handler that returns without a word is a
+			// bodiless 200.
+			reject(http.StatusServiceUnavailable, codeDraining, "the daemon shut down during the probe", 5*time.Second)
+			return
+		}
 		log.Info("client gone during a posture refresh; the probe goes on", "err", err)
 		return
 	}
