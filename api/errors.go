@@ -45,8 +45,20 @@ const (
 )
 
 // Health is the body of GET /v1/health.
+//
+// Its counts are the daemon's for the daemon's own uid (Scope "daemon")
+// and the peer's tenant's share for any other peer (Scope "tenant"):
+// one tenant does not read another's activity off them. The pools
+// (Pooled, Warm), which every tenant's runs take from, are the
+// daemon's own uid's only.
 type Health struct {
-	Status         string `json:"status"` // "ok" or "draining"
+	Status string `json:"status"` // "ok" or "draining"
+	// Scope says whose counts these are: HealthScopeDaemon or
+	// HealthScopeTenant.
+	Scope string `json:"scope"`
+	// Tenant names the peer's tenant when Scope is HealthScopeTenant;
+	// empty for a peer of none (its counts are then 0: it may not run).
+	Tenant         string `json:"tenant,omitempty"`
 	Version        string `json:"version,omitempty"`
 	API            string `json:"api"`
 	InFlight       int    `json:"in_flight"`
@@ -54,10 +66,10 @@ type Health struct {
 	MaxConcurrency int    `json:"max_concurrency"`
 	MaxQueue       int    `json:"max_queue"`
 	// Pooled is how many init stages wait, started, for runs (the
-	// daemon's pool).
+	// daemon's pool); 0 in a tenant's health.
 	Pooled int `json:"prestarted"`
 	// Warm is the daemon's runtimes started ahead of runs, waiting in
-	// their whole jails for a job.
+	// their whole jails for a job; absent from a tenant's health.
 	Warm          *WarmHealth `json:"warm,omitempty"`
 	UptimeSeconds float64     `json:"uptime_seconds"`
 	PID           int         `json:"pid"`
@@ -65,6 +77,12 @@ type Health struct {
 	// absent before the first.
 	LastReload *Reload `json:"last_reload,omitempty"`
 }
+
+// The scopes of a Health's counts.
+const (
+	HealthScopeDaemon = "daemon"
+	HealthScopeTenant = "tenant"
+)
 
 // Reload is the outcome of a config reload.
 type Reload struct {

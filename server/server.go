@@ -610,18 +610,32 @@ func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
-	_, _, max, queue := s.lim.stats()
-	running, queued := s.load()
+	peer := peerFrom(req.Context())
 	h := api.Health{
 		Status: "ok", Version: s.opt.Version, API: api.APIVersion,
-		InFlight: running, Queued: queued, MaxConcurrency: max, MaxQueue: queue, Pooled: s.pool.Idle(),
-		Warm:          warmHealth(s.warm.Stats()),
 		UptimeSeconds: time.Since(s.started).Seconds(), PID: os.Getpid(),
 		LastReload: s.lastReload.Load(),
 	}
+	if peer.self() {
+		// The operator's view: the daemon's counts and pools.
+		_, _, max, queue := s.lim.stats()
+		h.Scope = api.HealthScopeDaemon
+		h.InFlight, h.Queued = s.load()
+		h.MaxConcurrency, h.MaxQueue = max, queue
+		h.Pooled, h.Warm = s.pool.Idle(), warmHealth(s.warm.Stats())
+	} else {
+		// Any other peer's: its tenant's share alone. The daemon's
+		// counts, and its pools, which every tenant's runs take from
+		// and refill, would tell it when the others run.
+		h.Scope = api.HealthScopeTenant
+		if tn := s.state.Load().tenantFor(peer); tn != nil {
+			h.Tenant = tn.name
+			h.InFlight, h.Queued, h.MaxConcurrency, h.MaxQueue = tn.share.lim.stats()
+		}
+	}
 	// A refused reload's error names config paths, secret files and
 	// uids: the daemon's own uid reads it, others the outcome only.
-	if r := h.LastReload; r != nil && r.Error != "" && !peerFrom(req.Context()).self() {
+	if r := h.LastReload; r != nil && r.Error != "" && !peer.self() {
 		redacted := *r
 		redacted.Error = ""
 		h.LastReload = &redacted

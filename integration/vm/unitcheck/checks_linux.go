@@ -292,9 +292,11 @@ func (e *env) reload() (string, error) {
 		return "", err
 	}
 	// The reload is a signal: wait until the daemon has taken the config.
+	// The global max_queue is in the daemon's own uid's health only (a
+	// member reads its share's).
 	var health string
 	err = poll(time.Minute, func() error {
-		o, err := answer(e.member(), "health")
+		o, err := answer(peer{0, 0}, "health")
 		if err != nil {
 			return err
 		}
