@@ -73,7 +73,7 @@ func TestAsyncEndedRunNotHeldByFollowers(t *testing.T) {
 func TestAsyncStoreCapNotSharedAway(t *testing.T) {
 	sock, store := asyncDirs(t)
 	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "socket": {"mode": "0666"}, "allow": {"uids": [4243]},
-		"runs": {"dir": %q, "retention": "1h", "max_bytes": "200K"}}`, store), sock)
+		"ceiling": {"limits": {"output": "100K"}}, "runs": {"dir": %q, "retention": "1h", "max_bytes": "200K"}}`, store), sock)
 	ctx := context.Background()
 	mine, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("mine")`}, "")
 	if err != nil {
@@ -106,12 +106,14 @@ func TestAsyncStoreCapNotSharedAway(t *testing.T) {
 // A run larger than runs.max_bytes alone is pruned as it ends: a
 // follower that attached while it was live still gets its events and
 // result (from the daemon's memory, as the store no longer has them).
+// The cap is twice the output ceiling, the least a config may set: a
+// run that writes its ceiling on both streams is over it.
 func TestAsyncFollowerOfRunOverTheCap(t *testing.T) {
 	sock, store := asyncDirs(t)
-	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "runs": {"dir": %q, "max_bytes": "4K"}}`, store), sock)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "max_concurrency": 1, "ceiling": {"limits": {"output": "5K"}}, "runs": {"dir": %q, "max_bytes": "10K"}}`, store), sock)
 	ctx := context.Background()
 	blocker := takeTheSlot(ctx, t, ts)
-	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("x".repeat(10000))`}, "")
+	r, err := ts.c.SubmitAsync(ctx, &api.Job{Runtime: "deno", Source: `console.log("x".repeat(5000)); console.error("y".repeat(5000))`}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestAsyncFollowerOfRunOverTheCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if last.Type != api.EventResult || last.Result == nil || last.Result.Status != api.StatusOK || len(last.Result.Stdout) != 10001 {
+	if last.Type != api.EventResult || last.Result == nil || last.Result.Status != api.StatusOK || len(last.Result.Stdout) != 5001 || len(last.Result.Stderr) != 5001 {
 		t.Fatalf("the follower's last event: %+v", last)
 	}
 }

@@ -253,7 +253,7 @@ func TestAsyncIdempotency(t *testing.T) {
 // run's GET is then 404.
 func TestAsyncRetentionAndSizeCap(t *testing.T) {
 	sock, store := asyncDirs(t)
-	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q, "retention": "1h", "max_bytes": "120K"}}`, store), sock)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "ceiling": {"limits": {"output": "60K"}}, "runs": {"dir": %q, "retention": "1h", "max_bytes": "120K"}}`, store), sock)
 	ctx := context.Background()
 	big := &api.Job{Runtime: "deno", Source: `console.log("x".repeat(40000))`}
 	var ids []string

@@ -380,8 +380,11 @@ func (c *Config) normalize() error {
 	switch {
 	case c.MaxQueue < -1:
 		return fmt.Errorf("max_queue: %d (want -1 for none, or a count)", c.MaxQueue)
+	case c.MaxQueue > MaxQueueLimit:
+		return fmt.Errorf("max_queue: %d is over the %d runs this daemon queues at most (each queued async run holds its job, up to %d bytes, in memory)",
+			c.MaxQueue, MaxQueueLimit, job.MaxRequestBytes)
 	case c.MaxQueue == 0:
-		c.MaxQueue = 2 * c.MaxConcurrency
+		c.MaxQueue = min(2*c.MaxConcurrency, MaxQueueLimit)
 	}
 	switch {
 	case c.Pool < -1:
@@ -422,6 +425,13 @@ func (c *Config) normalize() error {
 	if err != nil {
 		return err
 	}
+	// A run's output is stored twice, in its result and its events: a
+	// store that cannot keep one run writing the ceiling's output on
+	// one stream drops its result as it ends.
+	if out := int64(ceil.Limits.Output); int64(c.Runs.MaxBytes) < 2*out {
+		return fmt.Errorf("runs.max_bytes: %d is below twice ceiling.limits.output (%d): a run's output is kept twice (its result and its events), and one over the cap alone is not kept; raise it to %d or more, well above on both streams",
+			int64(c.Runs.MaxBytes), out, 2*out)
+	}
 	tenants, others, err := c.tenantRules(ceil)
 	if err != nil {
 		return err
@@ -438,6 +448,14 @@ func (c *Config) check() error {
 	}
 	return c.normalize()
 }
+
+// MaxQueueLimit bounds MaxQueue, and so each share's queue. A sync run
+// waiting holds a connection, which the socket's caps bound; an async
+// run waits without one, holding its job (up to job.MaxRequestBytes,
+// decoded), its record and a goroutine, and a tenant may have as many
+// waiting as its share's queue: the bound keeps a typo of a few orders
+// of magnitude from letting one peer fill the daemon's memory.
+const MaxQueueLimit = 4096
 
 // MaxPool bounds Pool: each pooled init stage holds a few MiB and
 // a set of namespaces while it waits.
@@ -521,6 +539,18 @@ func (c *Config) queueLen() int {
 func (s *SocketConfig) connCaps() error {
 	if s.MaxConns < 0 || s.MaxConnsPerUID < 0 {
 		return fmt.Errorf("socket.max_connections, socket.max_connections_per_uid: want counts, or 0 for the defaults")
+	}
+	// Each connection holds a file descriptor: a cap above the limit
+	// never applies (accept fails first, and runs find none free).
+	limit := nofile()
+	for _, c := range []struct {
+		key string
+		n   int
+	}{{"socket.max_connections", s.MaxConns}, {"socket.max_connections_per_uid", s.MaxConnsPerUID}} {
+		if c.n > limit {
+			return fmt.Errorf("%s: %d is over the daemon's RLIMIT_NOFILE of %d (each connection holds a file descriptor, and the runs need theirs): keep it under half of it, or raise LimitNOFILE",
+				c.key, c.n, limit)
+		}
 	}
 	total, perUID := defaultConnCaps()
 	if s.MaxConns == 0 {

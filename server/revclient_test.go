@@ -147,7 +147,7 @@ func TestAsyncEventFollowersBoundedMemory(t *testing.T) {
 // or runs.retention, sees the store pruned to them at once.
 func TestAsyncRunsReload(t *testing.T) {
 	sock, store := asyncDirs(t)
-	cfgJSON := `{"version": 1, "runs": {"dir": %q, "retention": %q, "max_bytes": %q}}`
+	cfgJSON := `{"version": 1, "ceiling": {"limits": {"output": "50K"}}, "runs": {"dir": %q, "retention": %q, "max_bytes": %q}}`
 	ts := startServerAt(t, fmt.Sprintf(cfgJSON, store, "1h", "64M"), sock)
 	ctx := context.Background()
 	var ids []string
