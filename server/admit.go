@@ -31,51 +31,53 @@ const (
 
 // Refusals of bodyGate.take.
 var (
-	errBodiesFull    = errors.New("every body-read slot is taken")
-	errUIDBodiesFull = errors.New("every body-read slot of the peer's uid is taken")
+	errBodiesFull      = errors.New("every body-read slot is taken")
+	errOwnerBodiesFull = errors.New("every body-read slot of the peer's tenant (for a peer of none, of its uid) is taken")
 )
 
-// bodyCaps is how many bodies may be read at once, in all and per uid:
-// twice the run slots (bodies read while others run), within bounds that
-// keep the worst case, each at job.MaxRequestBytes, to tens of MiB.
-func bodyCaps(maxConcurrency int) (total, perUID int) {
+// bodyCaps is how many bodies may be read at once, in all and per owner
+// (a tenant, or a peer of none: ownerOf): twice the run slots (bodies
+// read while others run), within bounds that keep the worst case, each
+// at job.MaxRequestBytes, to tens of MiB. The part is an owner's, not a
+// uid's: a tenant of many uids would otherwise have a part for each.
+func bodyCaps(maxConcurrency int) (total, perOwner int) {
 	total = min(max(2*maxConcurrency, 8), 32)
 	return total, max(total/4, 2)
 }
 
-// bodyGate counts the bodies being read.
+// bodyGate counts the bodies being read, in all and by owner.
 type bodyGate struct {
-	total, perUID int
+	total, perOwner int
 
-	mu    sync.Mutex
-	n     int
-	byUID map[uint32]int
+	mu      sync.Mutex
+	n       int
+	byOwner map[string]int
 	// freed is closed, and replaced, when a slot frees.
 	freed chan struct{}
 }
 
-func newBodyGate(total, perUID int) *bodyGate {
-	return &bodyGate{total: total, perUID: perUID, byUID: map[uint32]int{}, freed: make(chan struct{})}
+func newBodyGate(total, perOwner int) *bodyGate {
+	return &bodyGate{total: total, perOwner: perOwner, byOwner: map[string]int{}, freed: make(chan struct{})}
 }
 
-// take waits up to bodySlotWait for a slot for uid, and returns its
+// take waits up to bodySlotWait for a slot for owner, and returns its
 // release, which may be called more than once.
-func (g *bodyGate) take(ctx context.Context, uid uint32) (release func(), err error) {
+func (g *bodyGate) take(ctx context.Context, owner string) (release func(), err error) {
 	timer := time.NewTimer(bodySlotWait)
 	defer timer.Stop()
 	for {
 		g.mu.Lock()
 		switch {
-		case g.byUID[uid] >= g.perUID:
-			err = errUIDBodiesFull
+		case g.byOwner[owner] >= g.perOwner:
+			err = errOwnerBodiesFull
 		case g.n >= g.total:
 			err = errBodiesFull
 		default:
 			g.n++
-			g.byUID[uid]++
+			g.byOwner[owner]++
 			g.mu.Unlock()
 			var once sync.Once
-			return func() { once.Do(func() { g.give(uid) }) }, nil
+			return func() { once.Do(func() { g.give(owner) }) }, nil
 		}
 		freed := g.freed
 		g.mu.Unlock()
@@ -91,20 +93,20 @@ func (g *bodyGate) take(ctx context.Context, uid uint32) (release func(), err er
 
 // resize sets new caps (a reload's max_concurrency); bodies being read
 // keep their slots, and waiters look again.
-func (g *bodyGate) resize(total, perUID int) {
+func (g *bodyGate) resize(total, perOwner int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.total, g.perUID = total, perUID
+	g.total, g.perOwner = total, perOwner
 	close(g.freed)
 	g.freed = make(chan struct{})
 }
 
-func (g *bodyGate) give(uid uint32) {
+func (g *bodyGate) give(owner string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.n--
-	if g.byUID[uid]--; g.byUID[uid] <= 0 {
-		delete(g.byUID, uid)
+	if g.byOwner[owner]--; g.byOwner[owner] <= 0 {
+		delete(g.byOwner, owner)
 	}
 	close(g.freed)
 	g.freed = make(chan struct{})
@@ -143,11 +145,11 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 }
 
 // refuseBody answers a request that found no body slot (bodyGate.take's
-// error): 429 when its uid holds its share, 503 when the daemon is full.
+// error): 429 when its owner holds its part, 503 when the daemon is full.
 func (s *Server) refuseBody(reject func(status int, code, msg, field string, retry time.Duration), err error) {
 	switch {
-	case errors.Is(err, errUIDBodiesFull):
-		reject(http.StatusTooManyRequests, codeBusy, err.Error()+" (the daemon reads a few job bodies of one uid at once)", "", time.Second)
+	case errors.Is(err, errOwnerBodiesFull):
+		reject(http.StatusTooManyRequests, codeBusy, err.Error()+" (the daemon reads a few job bodies of one tenant at once)", "", time.Second)
 	case errors.Is(err, errBodiesFull):
 		reject(http.StatusServiceUnavailable, codeBusy, err.Error(), "", time.Second)
 	}

@@ -91,25 +91,25 @@ func TestBodyGate(t *testing.T) {
 	g := newBodyGate(3, 2)
 	ctx := context.Background()
 	var held []func()
-	for _, uid := range []uint32{1, 1, 2} {
+	for _, uid := range []string{"uid:1", "uid:1", "tenant:2"} {
 		release, err := g.take(ctx, uid)
 		if err != nil {
-			t.Fatalf("uid %d: %v", uid, err)
+			t.Fatalf("%s: %v", uid, err)
 		}
 		held = append(held, release)
 	}
 	// Uid 1 holds its two: refused for its share, though the gate is
 	// also full; uid 3 finds the gate full.
-	if _, err := g.take(ctx, 1); !errors.Is(err, errUIDBodiesFull) {
-		t.Errorf("uid 1 over its share: %v, want errUIDBodiesFull", err)
+	if _, err := g.take(ctx, "uid:1"); !errors.Is(err, errOwnerBodiesFull) {
+		t.Errorf("uid 1 over its share: %v, want errOwnerBodiesFull", err)
 	}
-	if _, err := g.take(ctx, 3); !errors.Is(err, errBodiesFull) {
+	if _, err := g.take(ctx, "uid:3"); !errors.Is(err, errBodiesFull) {
 		t.Errorf("uid 3 with the gate full: %v, want errBodiesFull", err)
 	}
 	// A waiter gets the slot that frees, however long it waited.
 	got := make(chan error, 1)
 	go func() {
-		release, err := g.take(ctx, 3)
+		release, err := g.take(ctx, "uid:3")
 		if err == nil {
 			release()
 		}
@@ -122,8 +122,8 @@ func TestBodyGate(t *testing.T) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n != 2 || g.byUID[1] != 2 || len(g.byUID) != 1 {
-		t.Errorf("after the releases: %d held, by uid %v; want uid 1's two", g.n, g.byUID)
+	if g.n != 2 || g.byOwner["uid:1"] != 2 || len(g.byOwner) != 1 {
+		t.Errorf("after the releases: %d held, by owner %v; want uid 1's two", g.n, g.byOwner)
 	}
 }
 
@@ -136,7 +136,7 @@ func TestBodyCapsFollowAReload(t *testing.T) {
 	caps := func() (int, int) {
 		ts.bodies.mu.Lock()
 		defer ts.bodies.mu.Unlock()
-		return ts.bodies.total, ts.bodies.perUID
+		return ts.bodies.total, ts.bodies.perOwner
 	}
 	cfg, err := ParseConfig(strings.NewReader(`{"version": 1, "max_concurrency": 16, "prestart": -1, "warm": {"deno": 0}}`))
 	if err != nil {

@@ -61,7 +61,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	bodyDone, err := s.bodies.take(r.Context(), peer.UID)
+	bodyDone, err := s.bodies.take(r.Context(), ownerOf(st, tn, peer))
 	if err != nil {
 		s.refuseBody(reject, err)
 		return
