@@ -315,8 +315,11 @@ func (s *Server) shareFor(r tenantRule) *share {
 }
 
 // resizeShares gives the shares of st's tenants st's bounds and forgets
-// those of tenants st no longer has (runs they admitted release into
-// the forgotten share).
+// those of tenants st no longer has once they hold no run: a share with
+// runs in it or waiting keeps its bounds and is kept, so that a tenant a
+// later reload gives back by name has it again, runs and all, and does
+// not run its share's count again besides them (its waiting runs are
+// refused as they get their slots while it is away: asRunNow).
 func (s *Server) resizeShares(st *state) {
 	s.sharesMu.Lock()
 	defer s.sharesMu.Unlock()
@@ -332,6 +335,14 @@ func (s *Server) resizeShares(st *state) {
 	}
 	if r := st.cfg.derived.others; r != nil {
 		resize(*r, st.others.share)
+	}
+	for name, sh := range s.shares {
+		if _, ok := kept[name]; ok {
+			continue
+		}
+		if running, queued, _, _ := sh.lim.stats(); running > 0 || queued > 0 {
+			kept[name] = sh
+		}
 	}
 	s.shares = kept
 }

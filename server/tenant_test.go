@@ -382,3 +382,44 @@ func TestServerTenantReload(t *testing.T) {
 		t.Errorf("after a reload with no tenant for uid 0: %v, want 403", err)
 	}
 }
+
+// TestTenantReaddedKeepsItsRuns: a reload that took a tenant away
+// forgot its share, with the runs still in it; a reload that gave the
+// tenant back by name made it a new, empty one, so until the old runs
+// ended the tenant ran its share's count again besides them, in global
+// slots the other shares are owed. A share with runs in it is kept
+// while the tenant is away, and a tenant back by name has it again.
+func TestTenantReaddedKeepsItsRuns(t *testing.T) {
+	with := `{"version": 1, "max_concurrency": 2, "prestart": -1, "warm": {"deno": 0},
+		"tenants": [{"name": "t", "match": {"uid": 4242}, "max_concurrency": 1, "max_queue": 1}]}`
+	ts := startServer(t, with)
+	held, err := ts.admit(context.Background(), ts.state.Load().tenantNamed("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.release()
+	if err := ts.Reload(mustConfig(t, `{"version": 1, "max_concurrency": 2, "prestart": -1, "warm": {"deno": 0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(mustConfig(t, with)); err != nil {
+		t.Fatal(err)
+	}
+	tn := ts.state.Load().tenantNamed("t")
+	if running, _, max, _ := tn.share.lim.stats(); running != 1 || max != 1 {
+		t.Errorf("tenant t given back by a reload: %d of its %d slots taken, want its run still there (1)", running, max)
+	}
+	// Its next run waits for that one, in its queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if g, err := ts.admit(ctx, tn); err == nil {
+		g.release()
+		t.Errorf("tenant t given back, with its one slot's run going: another run admitted at once, want it to wait")
+	}
+	// Once the old run ends, the share is whole again.
+	held.release()
+	if g, err := ts.admit(context.Background(), tn); err != nil {
+		t.Errorf("tenant t after its old run: %v", err)
+	} else {
+		g.release()
+	}
+}
