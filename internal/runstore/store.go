@@ -33,6 +33,15 @@ const FileName = "runs.db"
 // it is a misconfiguration to report, not to wait out.
 const openTimeout = time.Second
 
+// commitEvery is the least time between two of the store's commits.
+// Each commit is an fsync of the file, and every async submission and
+// every run's end is a write: writes that come within it are committed
+// together (update), so that peers sending requests on many
+// connections, each submitting a run and cancelling it, say, move the
+// disk at most this often, not at their request rate. A write alone, on
+// a store not written to within it, is committed at once.
+const commitEvery = 10 * time.Millisecond
+
 // The store's errors.
 var (
 	// ErrNotFound: no run of that id, or none the asker owns.
@@ -114,6 +123,31 @@ type Store struct {
 	ended  map[string]kept
 	owners map[string]*owned
 	bytes  int64
+
+	// commits counts the write transactions committed, each an fsync.
+	commits atomic.Int64
+	// writes are the writes waiting for a commit (update).
+	writes writeQueue
+}
+
+// writeQueue holds the writes waiting for the next commit. One writer at
+// a time leads: it waits out commitEvery since the last commit, commits
+// every write then waiting in one transaction, and hands the lead to the
+// first write that came meanwhile; the others wait for their commit.
+type writeQueue struct {
+	mu      sync.Mutex
+	pending []*write
+	leading bool
+	last    time.Time
+}
+
+// write is one update's transaction function, waiting for its commit.
+type write struct {
+	fn  func(*bolt.Tx) error
+	err error
+	// done is closed once the write is committed or refused (err);
+	// lead, when the write is handed the lead, still uncommitted.
+	done, lead chan struct{}
 }
 
 // kept is what pruning needs of a finished run.
@@ -295,9 +329,87 @@ func (s *Store) close() (err error) {
 }
 
 // update and view are bbolt's Update and View, with a panic on a damaged
-// page turned into ErrDamaged, for this call and every later one.
+// page turned into ErrDamaged, for this call and every later one. An
+// update may be committed with others that came with it (commitEvery):
+// fn is then called in their transaction, in the order they came, and
+// is called again, alone or with others, when another write in it is
+// refused; so it must change nothing but the transaction and the
+// variables it sets afresh.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	return s.guard(func() error { return s.db.Update(fn) })
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{})}
+	q := &s.writes
+	q.mu.Lock()
+	q.pending = append(q.pending, w)
+	if q.leading {
+		q.mu.Unlock()
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.lead:
+		}
+	} else {
+		q.leading = true
+		q.mu.Unlock()
+	}
+	// The lead: w is among the writes pending, all of which this batch
+	// takes.
+	q.mu.Lock()
+	if wait := commitEvery - time.Since(q.last); wait > 0 {
+		q.mu.Unlock()
+		time.Sleep(wait)
+		q.mu.Lock()
+	}
+	batch := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+	s.commit(batch)
+	q.mu.Lock()
+	q.last = time.Now()
+	if len(q.pending) > 0 {
+		close(q.pending[0].lead)
+	} else {
+		q.leading = false
+	}
+	q.mu.Unlock()
+	return w.err
+}
+
+// commit commits batch's writes in one transaction, in order, and gives
+// each its outcome. A write its function refuses gets that refusal
+// alone: the writes before it are committed together, it alone (as if
+// it had come alone, after them), then those after it.
+func (s *Store) commit(batch []*write) {
+	if len(batch) == 0 {
+		return
+	}
+	refused := -1
+	err := s.guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			for i, w := range batch {
+				if err := w.fn(tx); err != nil {
+					refused = i
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if refused >= 0 && len(batch) > 1 && s.damaged.Load() == nil {
+		s.commit(batch[:refused])
+		s.commit(batch[refused : refused+1])
+		s.commit(batch[refused+1:])
+		return
+	}
+	if err == nil {
+		s.commits.Add(1)
+	}
+	for _, w := range batch {
+		w.err = err
+		close(w.done)
+	}
 }
 
 func (s *Store) view(fn func(*bolt.Tx) error) error {
