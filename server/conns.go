@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,10 +19,15 @@ import (
 // (on 127.0.0.1, every local user), and a scrape needs one connection:
 // a few are room enough, and none may hold its fd for long.
 const (
-	metricsMaxConns     = 8
-	metricsReadTimeout  = 10 * time.Second
-	metricsWriteTimeout = 10 * time.Second
-	metricsIdleTimeout  = 30 * time.Second
+	metricsMaxConns = 8
+	// metricsMaxConnsPerPeer is one peer's part of them: a local uid's
+	// over loopback, a remote address's beyond, so that one peer that
+	// holds its connections open (each for up to the timeouts below)
+	// leaves the scraper room.
+	metricsMaxConnsPerPeer = 2
+	metricsReadTimeout     = 10 * time.Second
+	metricsWriteTimeout    = 10 * time.Second
+	metricsIdleTimeout     = 30 * time.Second
 )
 
 // runFDReserve is the file descriptors a run is admitted with at least
@@ -75,12 +81,11 @@ func fdRoom(want int) error {
 	return nil
 }
 
-// connCap bounds a listener's open connections: at most max in all and,
-// on a Unix socket, perUID from one uid (SO_PEERCRED, read at accept; a
-// peer whose credentials cannot be read counts as one uid of its own).
-// A connection over a bound is closed as it is accepted: it never holds
-// an fd, a buffer or a goroutine of the server. Accepting does not block,
-// so a peer under its bound is served however full another's is.
+// connCap bounds a listener's open connections: at most max in all and
+// perUID from one peer (peerOf). A connection over a bound is closed as
+// it is accepted: it never holds an fd, a buffer or a goroutine of the
+// server. Accepting does not block, so a peer under its bound is served
+// however full another's is.
 type connCap struct {
 	net.Listener
 	max, perUID int
@@ -90,19 +95,19 @@ type connCap struct {
 
 	mu    sync.Mutex
 	open  int
-	byUID map[uint32]int
+	byUID map[string]int
 	// warned is when a refusal was last logged: an attack refuses
 	// thousands, the log says so once a minute.
 	warned atomic.Int64
 }
 
-// noCredsUID keys the peers whose credentials could not be read (-1 is
-// no uid).
-const noCredsUID = math.MaxUint32
+// noCredsPeer keys the Unix peers whose credentials could not be read:
+// one peer of their own.
+const noCredsPeer = "uid:none"
 
 func newConnCap(ln net.Listener, max, perUID int, log *slog.Logger, refused func()) *connCap {
 	_, unix := ln.(*net.UnixListener)
-	return &connCap{Listener: ln, max: max, perUID: perUID, unix: unix, log: log, refused: refused, byUID: map[uint32]int{}}
+	return &connCap{Listener: ln, max: max, perUID: perUID, unix: unix, log: log, refused: refused, byUID: map[string]int{}}
 }
 
 func (l *connCap) Accept() (net.Conn, error) {
@@ -112,14 +117,16 @@ func (l *connCap) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		var p *Peer
-		uid := uint32(noCredsUID)
+		key := noCredsPeer
 		if l.unix {
 			if p = readPeer(c); p.Err == nil {
-				uid = p.UID
+				key = uidPeer(p.UID)
 			}
+		} else {
+			key = tcpPeer(c)
 		}
-		if l.take(uid) {
-			return &cappedConn{Conn: c, peer: p, release: func() { l.give(uid) }}, nil
+		if l.take(key) {
+			return &cappedConn{Conn: c, peer: p, release: func() { l.give(key) }}, nil
 		}
 		c.Close()
 		if l.refused != nil {
@@ -127,33 +134,52 @@ func (l *connCap) Accept() (net.Conn, error) {
 		}
 		if now := time.Now().Unix(); now-l.warned.Load() >= 60 {
 			l.warned.Store(now)
-			l.log.Warn("connection refused: too many open", "listen", l.Addr().String(), "peer_uid", int64(uid),
-				"max_connections", l.max, "max_connections_per_uid", l.perUID)
+			l.log.Warn("connection refused: too many open", "listen", l.Addr().String(), "peer", key,
+				"max_connections", l.max, "max_connections_per_peer", l.perUID)
 		}
 	}
 }
 
-func (l *connCap) take(uid uint32) bool {
+// uidPeer is the key of a peer by its uid.
+func uidPeer(uid uint32) string { return "uid:" + strconv.FormatUint(uint64(uid), 10) }
+
+// tcpPeer is the key of a TCP connection's peer: the local uid that
+// connected, over loopback, where every local user shares an address
+// (and may take any of 127/8), else the remote address. A loopback
+// peer whose uid the kernel cannot tell is a peer of its own, counted
+// in all only: it must not share a part with the scraper.
+func tcpPeer(c net.Conn) string {
+	local, lok := c.LocalAddr().(*net.TCPAddr)
+	remote, rok := c.RemoteAddr().(*net.TCPAddr)
+	switch {
+	case !lok || !rok:
+		return "conn:" + c.RemoteAddr().String()
+	case !remote.IP.IsLoopback():
+		return "ip:" + remote.IP.String()
+	}
+	if uid, err := tcpPeerUID(local, remote); err == nil {
+		return uidPeer(uid)
+	}
+	return "conn:" + remote.String()
+}
+
+func (l *connCap) take(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open >= l.max || (l.unix && l.perUID > 0 && l.byUID[uid] >= l.perUID) {
+	if l.open >= l.max || (l.perUID > 0 && l.byUID[key] >= l.perUID) {
 		return false
 	}
 	l.open++
-	if l.unix {
-		l.byUID[uid]++
-	}
+	l.byUID[key]++
 	return true
 }
 
-func (l *connCap) give(uid uint32) {
+func (l *connCap) give(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.open--
-	if l.unix {
-		if l.byUID[uid]--; l.byUID[uid] <= 0 {
-			delete(l.byUID, uid)
-		}
+	if l.byUID[key]--; l.byUID[key] <= 0 {
+		delete(l.byUID, key)
 	}
 }
 

@@ -230,27 +230,27 @@ func TestConnCapConfig(t *testing.T) {
 }
 
 func TestConnCapBounds(t *testing.T) {
-	l := &connCap{max: 3, perUID: 2, unix: true, byUID: map[uint32]int{}}
+	l := &connCap{max: 3, perUID: 2, unix: true, byUID: map[string]int{}}
 	for _, uid := range []uint32{1, 1, 2} {
-		if !l.take(uid) {
+		if !l.take(uidPeer(uid)) {
 			t.Fatalf("uid %d refused under the caps", uid)
 		}
 	}
-	if l.take(3) {
+	if l.take(uidPeer(3)) {
 		t.Error("a fourth connection taken over the global cap of 3")
 	}
-	l.give(2)
-	if l.take(1) {
+	l.give(uidPeer(2))
+	if l.take(uidPeer(1)) {
 		t.Error("uid 1's third connection taken over its cap of 2")
 	}
-	if !l.take(3) {
+	if !l.take(uidPeer(3)) {
 		t.Error("uid 3 refused with a place free")
 	}
-	// The metrics listener (TCP) counts no uid.
-	m := &connCap{max: 2, byUID: map[uint32]int{}}
+	// A listener without a per-peer cap counts them in all only.
+	m := &connCap{max: 2, byUID: map[string]int{}}
 	for i, want := range []bool{true, true, false} {
-		if got := m.take(noCredsUID); got != want {
-			t.Errorf("a TCP listener's cap of 2: connection %d taken %v, want %v", i+1, got, want)
+		if got := m.take(noCredsPeer); got != want {
+			t.Errorf("a cap of 2 in all: connection %d taken %v, want %v", i+1, got, want)
 		}
 	}
 }

@@ -486,7 +486,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // it shows is counts, and an operator who binds it beyond loopback has
 // chosen who may read them.
 func (s *Server) ServeMetrics(ln net.Listener) error {
-	err := s.metricsHTTP.Serve(newConnCap(ln, metricsMaxConns, 0, s.log, s.connRefused))
+	err := s.metricsHTTP.Serve(newConnCap(ln, metricsMaxConns, metricsMaxConnsPerPeer, s.log, s.connRefused))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

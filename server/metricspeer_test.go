@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// dialAs connects to addr over TCP from a socket owned by uid: the
+// socket's owner is the fsuid of the thread that makes it, which only
+// this locked thread changes, and only for the call.
+func dialAs(t *testing.T, uid uint32, addr string) net.Conn {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(uid), 0, 0)
+	c, err := net.Dial("tcp", addr)
+	syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestMetricsListenerPerPeer: the metrics listener takes 8 connections
+// and, on loopback, every local user may connect: one user that opened
+// 8 and sent nothing on them (each held for the listener's timeouts,
+// and opened again) left the scraper's connection closed as it was
+// accepted. A local uid holds at most its part; the scraper, another
+// uid, is served.
+func TestMetricsListenerPerPeer(t *testing.T) {
+	ts := startServer(t, `{"version": 1}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.ServeMetrics(ln) }()
+	defer func() {
+		_ = ts.metricsHTTP.Close()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	addr := ln.Addr().String()
+	// uid 4243 holds every connection the listener takes, idle.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range metricsMaxConns {
+		held = append(held, dialAs(t, 4243, addr))
+	}
+	// Those over its part are closed as they were accepted: read them
+	// back to know the listener has seen every one.
+	open := 0
+	for _, c := range held {
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			continue
+		}
+		open++
+	}
+	t.Logf("uid 4243: %d of its %d connections held open", open, len(held))
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("a scrape while uid 4243 holds %d idle connections: %v, want it served", open, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a scrape while uid 4243 holds %d idle connections: %d", open, resp.StatusCode)
+	}
+	if open > metricsMaxConnsPerPeer {
+		t.Errorf("uid 4243 held %d connections, over its part of %d", open, metricsMaxConnsPerPeer)
+	}
+}

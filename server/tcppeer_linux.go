@@ -1,0 +1,86 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+)
+
+// tcpPeerUID returns the uid that owns the local TCP socket at peer,
+// connected to local: the connecting process's, for a connection over
+// loopback (NETLINK_SOCK_DIAG, asking the kernel for the one socket of
+// that address pair, not a listing of every socket). An error when the
+// kernel cannot say (no inet_diag for TCP, or the peer already gone).
+func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
+	family := syscall.AF_INET6
+	if peer.IP.To4() != nil && local.IP.To4() != nil {
+		family = syscall.AF_INET
+	}
+	fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, sockDiagProtocol)
+	if err != nil {
+		return 0, os.NewSyscallError("socket NETLINK_SOCK_DIAG", err)
+	}
+	defer syscall.Close(fd)
+	// struct nlmsghdr, then struct inet_diag_req_v2 (linux/inet_diag.h):
+	// family, protocol, ext, pad, states, then the socket's id, seen
+	// from the peer: its own address first.
+	const hdrLen, reqLen = syscall.NLMSG_HDRLEN, 56
+	b := make([]byte, hdrLen+reqLen)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], sockDiagByFamily)
+	ne.PutUint16(b[6:], syscall.NLM_F_REQUEST)
+	r := b[hdrLen:]
+	r[0], r[1] = byte(family), syscall.IPPROTO_TCP
+	ne.PutUint32(r[4:], ^uint32(0)) // every state
+	binary.BigEndian.PutUint16(r[8:], uint16(peer.Port))
+	binary.BigEndian.PutUint16(r[10:], uint16(local.Port))
+	putDiagAddr(r[12:28], peer.IP, family)
+	putDiagAddr(r[28:44], local.IP, family)
+	ne.PutUint32(r[48:], ^uint32(0)) // no cookie
+	ne.PutUint32(r[52:], ^uint32(0))
+	if err := syscall.Sendto(fd, b, 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+		return 0, os.NewSyscallError("sendto NETLINK_SOCK_DIAG", err)
+	}
+	buf := make([]byte, 4096)
+	n, _, err := syscall.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return 0, os.NewSyscallError("recvfrom NETLINK_SOCK_DIAG", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil || len(msgs) == 0 {
+		return 0, fmt.Errorf("sock_diag: an answer that does not parse (%d bytes): %v", n, err)
+	}
+	m := msgs[0]
+	switch {
+	case m.Header.Type == syscall.NLMSG_ERROR && len(m.Data) >= 4:
+		if errno := -int32(ne.Uint32(m.Data)); errno != 0 {
+			return 0, os.NewSyscallError("sock_diag", syscall.Errno(errno))
+		}
+		return 0, errors.New("sock_diag: no socket in the answer")
+	case m.Header.Type != sockDiagByFamily || len(m.Data) < 72:
+		return 0, fmt.Errorf("sock_diag: an answer of type %d, %d bytes", m.Header.Type, len(m.Data))
+	}
+	// struct inet_diag_msg: family, state, timer, retrans, id (48),
+	// expires, rqueue, wqueue, then uid.
+	return ne.Uint32(m.Data[64:]), nil
+}
+
+// The netlink values syscall lacks (linux/netlink.h, linux/sock_diag.h).
+const (
+	sockDiagProtocol = 4  // NETLINK_SOCK_DIAG
+	sockDiagByFamily = 20 // SOCK_DIAG_BY_FAMILY
+)
+
+// putDiagAddr writes ip as inet_diag_sockid holds it: 4 bytes for
+// AF_INET, 16 for AF_INET6.
+func putDiagAddr(dst []byte, ip net.IP, family int) {
+	if family == syscall.AF_INET {
+		copy(dst, ip.To4())
+		return
+	}
+	copy(dst, ip.To16())
+}
