@@ -14,6 +14,11 @@ import (
 // loopback (NETLINK_SOCK_DIAG, asking the kernel for the one socket of
 // that address pair, not a listing of every socket). An error when the
 // kernel cannot say (no inet_diag for TCP, or the peer already gone).
+//
+// The query is the kernel's exact look-up of the four-tuple, not a dump:
+// netlink.SocketGet dumps filtered by ports alone, so a peer holding a
+// second connection of the same ports from another loopback address
+// would make its uid untellable, and so escape the per-peer cap.
 func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	family := syscall.AF_INET6
 	if peer.IP.To4() != nil && local.IP.To4() != nil {
