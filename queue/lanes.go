@@ -62,6 +62,9 @@ func (w *Worker) schedule(ctx context.Context) {
 	for {
 		err := w.retireShared(ctx)
 		if err == nil {
+			err = w.loadRetired(ctx)
+		}
+		if err == nil {
 			break
 		}
 		w.log.Warn("queue: no job taken until the consumer of older workers is retired", "err", err)
@@ -90,7 +93,11 @@ func (w *Worker) schedule(ctx context.Context) {
 				w.scan(ctx)
 				if w.shared {
 					w.shared = false
-					if err := w.retireShared(ctx); err != nil {
+					err := w.retireShared(ctx)
+					if err == nil {
+						err = w.loadRetired(ctx)
+					}
+					if err != nil {
 						w.log.Warn("queue: the consumer of older workers is back: the tenants' consumers wait", "err", err)
 					} else {
 						w.scan(ctx)

@@ -3,8 +3,12 @@ package queue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +60,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 	limit := max(retireWait, 2*quiet)
 	start := time.Now()
 	beat := start
+	// The deliveries of the jobs its workers acked, sent back or said
+	// they still run meanwhile, by stream sequence, from their ack
+	// subjects.
+	seen := map[uint64]uint64{}
 	for {
 		info, err := cons.Info(ctx)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -66,6 +74,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", at, err)
 		}
 		if info.NumAckPending == 0 || time.Since(beat) >= quiet {
+			if err := w.recordRetirement(ctx, info, seen); err != nil {
+				resume()
+				return fmt.Errorf("%s: recording the deliveries it counted: %w", at, err)
+			}
 			if err := w.js.DeleteConsumer(ctx, w.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				resume()
 				return fmt.Errorf("%s: deleting it: %w", at, err)
@@ -96,6 +108,9 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			if bytes.HasPrefix(msg.Data, []byte("+WPI")) {
 				beat = time.Now()
 			}
+			if seq, dc, ok := ackDelivery(msg.Subject); ok {
+				seen[seq] = dc
+			}
 		case errors.Is(err, nats.ErrTimeout):
 		default:
 			// Not allowed to watch them (a permission refused): no word
@@ -108,4 +123,190 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", at, ctx.Err())
 		}
 	}
+}
+
+// ackDelivery reads the stream sequence and the delivery count of a job
+// from the subject of its ack, $JS.ACK.<stream>.<consumer>.<delivered>.<stream
+// seq>.<consumer seq>.<time>.<pending>.
+func ackDelivery(subject string) (seq, dc uint64, ok bool) {
+	toks := strings.Split(subject, ".")
+	if len(toks) != 9 {
+		return 0, 0, false
+	}
+	dc, err1 := strconv.ParseUint(toks[4], 10, 64)
+	seq, err2 := strconv.ParseUint(toks[5], 10, 64)
+	return seq, dc, err1 == nil && err2 == nil && dc > 0
+}
+
+// retiredKey is the key of the bucket under which the workers that
+// retired the consumer of older workers left what it had counted: no
+// tenant's key, whose first token is a tenant name (CheckTenant takes no
+// '=').
+func retiredKey(consumer string) string { return "=retired." + consumer }
+
+// retirement is what the consumer of older workers had counted of the
+// jobs it handed out, left in the bucket for every worker once it is
+// deleted: the tenants' consumers count their deliveries from one, so a
+// job's deliveries in all are its older ones plus theirs.
+type retirement struct {
+	// MaxDeliver is the older consumer's bound.
+	MaxDeliver int `json:"max_deliver"`
+	// Delivered is the last stream sequence it handed out: a job after
+	// it was never handed out by it.
+	Delivered uint64 `json:"delivered"`
+	// GivenUp are the jobs still in the stream that it handed out
+	// MaxDeliver times and gave up on.
+	GivenUp []uint64 `json:"given_up,omitempty"`
+	// Seen are the deliveries of the jobs still in the stream that the
+	// retiring worker saw on their acks (sent back, or said to be still
+	// running, while it waited), by stream sequence. Any other job up to
+	// Delivered was handed out at least once: the server tells no more.
+	Seen map[uint64]uint64 `json:"seen,omitempty"`
+}
+
+// used is how often the older consumer of r handed out the job of
+// stream sequence seq.
+func (r *retirement) used(seq uint64) uint64 {
+	switch {
+	case seq > r.Delivered:
+		return 0
+	case r.Seen[seq] > 0:
+		return r.Seen[seq]
+	}
+	if _, found := slices.BinarySearch(r.GivenUp, seq); found && r.MaxDeliver > 0 {
+		return uint64(r.MaxDeliver)
+	}
+	return 1
+}
+
+// recordRetirement adds what the older consumer (info, once paused and
+// no job of it held by a live worker) counted to the bucket's record,
+// before it is deleted: a worker that then finds it gone reads it. The
+// jobs it handed out still in the stream are pending on it (sent back,
+// or held by a worker that died) or given up; which is which the server
+// does not say of each, but the count of those pending: once the acks
+// seen name as many of them, every other one was given up.
+func (w *Worker) recordRetirement(ctx context.Context, info *jetstream.ConsumerInfo, seen map[uint64]uint64) error {
+	r := retirement{MaxDeliver: info.Config.MaxDeliver, Delivered: info.Delivered.Stream}
+	if r.Delivered == 0 {
+		return nil
+	}
+	sinfo, err := w.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	// The jobs it handed out still in the stream.
+	var left []uint64
+	for seq := max(sinfo.State.FirstSeq, 1); seq <= r.Delivered; {
+		m, err := w.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(w.cfg.Subject+".*"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the jobs it handed out: %w", err)
+		}
+		if m.Sequence > r.Delivered {
+			break
+		}
+		left = append(left, m.Sequence)
+		seq = m.Sequence + 1
+	}
+	if len(left) == 0 {
+		return nil // every job it handed out is gone
+	}
+	known := 0
+	for _, seq := range left {
+		if dc := seen[seq]; dc > 0 {
+			known++
+			if r.Seen == nil {
+				r.Seen = map[uint64]uint64{}
+			}
+			r.Seen[seq] = dc
+		}
+	}
+	unknown := 0
+	for _, seq := range left {
+		switch {
+		case seen[seq] > 0:
+		case known == info.NumAckPending:
+			r.GivenUp = append(r.GivenUp, seq)
+		case seq <= info.AckFloor.Stream:
+			// Below its ack floor, none is pending.
+			r.GivenUp = append(r.GivenUp, seq)
+		default:
+			unknown++
+		}
+	}
+	if unknown > 0 {
+		w.log.Warn("queue: jobs the consumer of older workers handed out, sent back before this worker watched it "+
+			"or held by a worker that died, count one delivery there: the server tells not how many",
+			"consumer", w.cfg.Consumer, "jobs", unknown)
+	}
+	key := retiredKey(w.cfg.Consumer)
+	for try := 0; ; try++ {
+		var all []retirement
+		var rev uint64
+		e, err := w.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := json.Unmarshal(e.Value(), &all); err != nil {
+				return fmt.Errorf("key %s: %w", key, err)
+			}
+			rev = e.Revision()
+		}
+		data, err := json.Marshal(append(all, r))
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = w.kv.Create(ctx, key, data)
+		} else {
+			_, err = w.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil || try >= 5 || !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return err
+		}
+	}
+}
+
+// isWrongSequence: another worker updated the key first.
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// loadRetired reads the record of the consumers of older workers that
+// were retired, if any.
+func (w *Worker) loadRetired(ctx context.Context) error {
+	e, err := w.kv.Get(ctx, retiredKey(w.cfg.Consumer))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		w.retired.Store(nil)
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue.nats.bucket: %s: reading key %s: %w", w.cfg.Bucket, retiredKey(w.cfg.Consumer), err)
+	}
+	var all []retirement
+	if err := json.Unmarshal(e.Value(), &all); err != nil {
+		return fmt.Errorf("queue.nats.bucket: %s: key %s: %w", w.cfg.Bucket, retiredKey(w.cfg.Consumer), err)
+	}
+	w.retired.Store(&all)
+	return nil
+}
+
+// olderDeliveries is how often the consumers of older workers handed out
+// the job of stream sequence seq, in all.
+func (w *Worker) olderDeliveries(seq uint64) uint64 {
+	all := w.retired.Load()
+	if all == nil {
+		return 0
+	}
+	var n uint64
+	for i := range *all {
+		n += (*all)[i].used(seq)
+	}
+	return n
 }

@@ -142,6 +142,9 @@ type Worker struct {
 	crowded bool
 	// shared: the consumer of older workers was found again.
 	shared bool
+	// retired is the record of the consumers of older workers retired
+	// (loadRetired): the deliveries they counted.
+	retired atomic.Pointer[[]retirement]
 	// wildWarned: the log said jobs on a wildcard token are left.
 	wildWarned bool
 	// ended wakes the scheduler when a run of this worker ends.
@@ -264,6 +267,15 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 	tenant := strings.TrimPrefix(msg.Subject(), w.cfg.Subject+".")
 	id := msg.Headers().Get(HeaderID)
 	log := w.log.With("tenant", tenant, "queue_id", id, "seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
+	// A job handed out by the consumer of older workers counts its
+	// deliveries there too: one it gave up on is never run again.
+	if older := w.olderDeliveries(meta.Sequence.Stream); older > 0 && w.cfg.MaxDeliver > 0 &&
+		older+meta.NumDelivered > uint64(w.cfg.MaxDeliver) {
+		log.Warn("queue: job handed out max_deliver times in all, with the older workers' consumer: terminated",
+			"older_deliveries", older, "max_deliver", w.cfg.MaxDeliver)
+		_ = msg.TermWithReason("max_deliver")
+		return
+	}
 	var refusal *Refusal
 	key := Key(tenant, id)
 	switch {

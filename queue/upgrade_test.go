@@ -1,0 +1,138 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// sources is a runner that counts the runs of each job by its source.
+type sources struct {
+	echo
+	mu  sync.Mutex
+	ran map[string]int
+}
+
+func (s *sources) Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error) {
+	var j api.Job
+	if json.Unmarshal(body, &j) == nil {
+		s.mu.Lock()
+		if s.ran == nil {
+			s.ran = map[string]int{}
+		}
+		s.ran[j.Source]++
+		s.mu.Unlock()
+	}
+	return s.echo.Execute(ctx, tenant, body)
+}
+
+func (s *sources) runs(source string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ran[source]
+}
+
+// nakAll pulls n jobs as an older worker would and sends each back (a
+// worker that died running it, or stopped), delayed by after.
+func nakAll(t *testing.T, cons jetstream.Consumer, n int, after time.Duration) {
+	t.Helper()
+	for range n {
+		m := fetchOne(t, cons)
+		var err error
+		if after > 0 {
+			err = m.NakWithDelay(after)
+		} else {
+			err = m.Nak()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An upgrade keeps the deliveries the older consumer counted: a job it
+// gave up on (max_deliver reached: a poison job) is never run by the
+// tenants' consumers, whose counts start again at one; a job it handed
+// out for the last time, sent back by its older worker stopping while
+// the new worker retires the consumer, is not run either; one sent back
+// after its first delivery runs once more. Before, both were handed out
+// afresh, up to max_deliver more times.
+func TestWorkerKeepsTheOlderConsumersDeliveries(t *testing.T) {
+	cfg, c := setup(t, time.Second)
+	cfg.MaxDeliver = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	older := olderConsumer(t, c, cfg)
+	submit := func(id string) {
+		t.Helper()
+		if err := c.Submit(ctx, "alice", id, &api.Job{Runtime: "deno", Source: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The poison job: two deliveries, each its worker's end; the older
+	// consumer then gives up on it.
+	submit("poison")
+	nakAll(t, older, 2, 0)
+	if b, err := older.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
+		for m := range b.Messages() {
+			t.Fatalf("the older consumer handed out %s a third time", m.Subject())
+		}
+	}
+	// Two held by live older workers: one at its first delivery, one
+	// at its last.
+	submit("sent-back")
+	submit("last-try")
+	first := fetchOne(t, older)
+	nakAll(t, older, 1, 0)
+	last := fetchOne(t, older)
+	for _, m := range []jetstream.Msg{first, last} {
+		beatFor(t, m, 200*time.Millisecond)
+	}
+	if md, _ := last.Metadata(); md == nil || md.NumDelivered != 2 {
+		t.Fatalf("the held job's metadata: %+v, want its second delivery", md)
+	}
+	s := &sources{}
+	w, err := NewWorker(ctx, &cfg, admitAll{s}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	for {
+		info, err := older.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Paused {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The older workers stop, sending their jobs back.
+	for _, m := range []jetstream.Msg{first, last} {
+		if err := m.Nak(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := c.Wait(ctx, "alice", "sent-back")
+	if err != nil || res.Stdout != "sent-back" {
+		t.Fatalf("the job sent back once: %+v %v", res, err)
+	}
+	submit("after")
+	if res, err := c.Wait(ctx, "alice", "after"); err != nil || res.Stdout != "after" {
+		t.Fatalf("a job after the upgrade: %+v %v", res, err)
+	}
+	waitEmpty(t, c, cfg)
+	for source, want := range map[string]int{"poison": 0, "last-try": 0, "sent-back": 1, "after": 1} {
+		if n := s.runs(source); n != want {
+			t.Errorf("job %s ran %d times on the new worker, want %d (max_deliver 2 in all)", source, n, want)
+		}
+	}
+}
