@@ -33,8 +33,21 @@ type lane struct {
 	// drained: a stranger's pull found no job; its consumer is deleted
 	// if none is pending or held.
 	drained bool
+	// foreign: a stranger's consumer that a worker that has the tenant
+	// made (or took over): its jobs are left to that worker, and the
+	// consumer is neither updated nor deleted.
+	foreign bool
 	dropAt  time.Time
 }
+
+// strangerMark is the metadata key of a consumer a worker made for a
+// stranger's subject: no worker that has the tenant uses it (one that
+// does updates it to its own config, without the key), so a worker may
+// delete it once drained.
+const strangerMark = "pmjail_stranger"
+
+// marked reports whether the consumer of cfg is a stranger's.
+func marked(cfg jetstream.ConsumerConfig) bool { return cfg.Metadata[strangerMark] != "" }
 
 // ConsumerName is the durable consumer of a tenant's subject: the
 // config's consumer, '-', the tenant; a subject token that is no tenant
@@ -168,6 +181,13 @@ func (w *Worker) take(ctx context.Context) (jetstream.Msg, Admission, time.Durat
 				continue
 			}
 		}
+		if l.stranger && w.takenOver(ctx, l) {
+			// Its jobs are left to the workers that have the tenant.
+			if adm != nil {
+				adm.Release()
+			}
+			continue
+		}
 		msg, err := w.fetch(ctx, l)
 		if msg == nil {
 			if adm != nil {
@@ -238,10 +258,25 @@ func (w *Worker) dropDrained(ctx context.Context) {
 	}
 }
 
+// takenOver reports whether a worker that has the stranger's tenant took
+// its consumer over since this one made it: the lane is then foreign,
+// and drained (forgotten, its consumer kept).
+func (w *Worker) takenOver(ctx context.Context, l *lane) bool {
+	ictx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	info, err := l.cons.Info(ictx)
+	if err != nil || marked(info.Config) {
+		return false // a pull that fails has the lane made again
+	}
+	l.foreign, l.jobs, l.drained = true, false, true
+	return true
+}
+
 // dropStranger deletes a stranger's consumer if no job of it is pending
-// or held, and reports whether it did (or there was none).
+// or held and no worker that has its tenant took it over, and reports
+// whether it did (or there was none, or it is another's).
 func (w *Worker) dropStranger(ctx context.Context, l *lane) bool {
-	if l.cons == nil {
+	if l.cons == nil || l.foreign {
 		return true
 	}
 	dctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -252,6 +287,8 @@ func (w *Worker) dropStranger(ctx context.Context, l *lane) bool {
 		return true
 	case err != nil || info.NumPending > 0 || info.NumAckPending > 0:
 		return false
+	case !marked(info.Config):
+		return true // a worker that has the tenant uses it
 	}
 	err = w.js.DeleteConsumer(dctx, w.cfg.Stream, info.Name)
 	return err == nil || errors.Is(err, jetstream.ErrConsumerNotFound)
@@ -336,9 +373,22 @@ func (w *Worker) scan(ctx context.Context) {
 				FilterSubject: subject,
 			}
 			if l.stranger {
+				// Made, or taken as it is; never updated: a worker that
+				// has the tenant may have made it, its own.
 				cc.InactiveThreshold = max(strangerIdle, 2*time.Duration(w.cfg.AckWait))
+				cc.Metadata = map[string]string{strangerMark: "1"}
+				l.cons, err = w.js.CreateConsumer(sctx, w.cfg.Stream, cc)
+				if errors.Is(err, jetstream.ErrConsumerExists) {
+					if l.cons, err = w.js.Consumer(sctx, w.cfg.Stream, cc.Durable); err == nil && !marked(l.cons.CachedInfo().Config) {
+						// Left to the workers that have the tenant.
+						l.cons, l.foreign, l.drained = nil, true, true
+						continue
+					}
+				}
+			} else {
+				l.cons, err = w.js.CreateOrUpdateConsumer(sctx, w.cfg.Stream, cc)
 			}
-			if l.cons, err = w.js.CreateOrUpdateConsumer(sctx, w.cfg.Stream, cc); err != nil {
+			if err != nil {
 				level := slog.LevelDebug
 				if !l.warned {
 					level, l.warned = slog.LevelWarn, true

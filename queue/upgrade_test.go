@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,5 +135,99 @@ func TestWorkerKeepsTheOlderConsumersDeliveries(t *testing.T) {
 		if n := s.runs(source); n != want {
 			t.Errorf("job %s ran %d times on the new worker, want %d (max_deliver 2 in all)", source, n, want)
 		}
+	}
+}
+
+// holder runs a job of source "hold" until released, others as echo
+// does.
+type holder struct {
+	echo
+	began   chan struct{}
+	release chan struct{}
+}
+
+func (h *holder) Execute(ctx context.Context, tenant string, body []byte) (*api.Result, error) {
+	if strings.Contains(string(body), `"hold"`) {
+		h.began <- struct{}{}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.echo.Execute(ctx, tenant, body)
+}
+
+// Workers whose configs have other tenants: one without tenant bob sees
+// bob's jobs as a stranger's, and must leave bob's consumer, made by the
+// worker that has bob, as it is: not refuse its jobs, which that worker
+// runs, nor update it to expire when idle, nor delete it once drained
+// (the worker that has bob may be pulling from it). Before, it did all
+// three: bob's job was refused while a worker that has bob was busy.
+func TestWorkerLeavesAConsumerAWorkerOfItsTenantMade(t *testing.T) {
+	cfg, c := setup(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := &holder{began: make(chan struct{}, 1), release: make(chan struct{})}
+	defer func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	}()
+	hasBob, err := NewWorker(ctx, &cfg, tenantsOf{h, map[string]bool{"bob": true}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasBob.Start()
+	defer hasBob.Stop(time.Second)
+	if err := c.Submit(ctx, "bob", "hold", &api.Job{Runtime: "deno", Source: "hold"}); err != nil {
+		t.Fatal(err)
+	}
+	<-h.began
+	name := ConsumerName(cfg.Consumer, "bob")
+	bobs, err := c.js.Consumer(ctx, cfg.Stream, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := bobs.CachedInfo().Created
+	// A worker without bob, its one slot free, while bob's worker is busy.
+	e := &echo{}
+	other, err := NewWorker(ctx, &cfg, tenantsOf{e, map[string]bool{"alice": true}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Start()
+	defer other.Stop(time.Second)
+	if err := c.Submit(ctx, "bob", "next", &api.Job{Runtime: "deno", Source: "next"}); err != nil {
+		t.Fatal(err)
+	}
+	// The other worker runs alice's job after bob's was stored: it has
+	// seen bob's subject with jobs by then (notices come in order).
+	if res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "a"}); err != nil || res.Stdout != "a" {
+		t.Fatalf("alice's job: %+v %v", res, err)
+	}
+	close(h.release)
+	for _, id := range []string{"hold", "next"} {
+		res, err := c.Wait(ctx, "bob", id)
+		if err != nil || res.Stdout != id || res.Status != api.StatusOK {
+			t.Errorf("bob's job %s: %+v %v, want it run by bob's worker", id, res, err)
+		}
+	}
+	waitEmpty(t, c, cfg)
+	// The other worker's drained strangers are dropped: alice's job and
+	// another look at the stream after bob's are done.
+	if res, err := c.Run(ctx, "alice", &api.Job{Runtime: "deno", Source: "b"}); err != nil || res.Stdout != "b" {
+		t.Fatalf("alice's job: %+v %v", res, err)
+	}
+	info, err := bobs.Info(ctx)
+	switch {
+	case err != nil:
+		t.Errorf("bob's consumer after the other worker drained bob's subject: %v, want it kept", err)
+	case !info.Created.Equal(made):
+		t.Errorf("bob's consumer made again at %v (first at %v): another worker deleted it", info.Created, made)
+	case info.Config.InactiveThreshold != 0:
+		t.Errorf("bob's consumer expires when idle for %v: another worker updated it", info.Config.InactiveThreshold)
 	}
 }
