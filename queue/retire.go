@@ -73,7 +73,14 @@ func (w *Worker) retireShared(ctx context.Context) error {
 			resume()
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		if info.NumAckPending == 0 || time.Since(beat) >= quiet {
+		if retireRead != nil {
+			retireRead(info)
+		}
+		// On a cluster the pause is answered once the meta layer has it
+		// proposed: until the consumer's leader has applied it (its info
+		// says paused), it still hands out jobs, which a count of the
+		// jobs held read meanwhile misses.
+		if info.Paused && (info.NumAckPending == 0 || time.Since(beat) >= quiet) {
 			if err := w.recordRetirement(ctx, info, seen); err != nil {
 				resume()
 				return fmt.Errorf("%s: recording the deliveries it counted: %w", at, err)
@@ -124,6 +131,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 		}
 	}
 }
+
+// retireRead, if set (by a test), is called with each info the
+// retirement reads of the older consumer, before it acts on it.
+var retireRead func(*jetstream.ConsumerInfo)
 
 // ackDelivery reads the stream sequence and the delivery count of a job
 // from the subject of its ack, $JS.ACK.<stream>.<consumer>.<delivered>.<stream
