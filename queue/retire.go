@@ -57,13 +57,14 @@ func (w *Worker) retireShared(ctx context.Context) error {
 	}
 	resume := func() { _, _ = w.js.ResumeConsumer(context.Background(), w.cfg.Stream, name) }
 	quiet := cons.CachedInfo().Config.AckWait + time.Second
+	maxDeliver := cons.CachedInfo().Config.MaxDeliver
 	limit := max(retireWait, 2*quiet)
 	start := time.Now()
 	beat := start
 	// The deliveries of the jobs its workers acked, sent back or said
 	// they still run meanwhile, by stream sequence, from their ack
 	// subjects.
-	seen := map[uint64]uint64{}
+	seen := map[uint64]ackSeen{}
 	for {
 		info, err := cons.Info(ctx)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -81,7 +82,7 @@ func (w *Worker) retireShared(ctx context.Context) error {
 		// says paused), it still hands out jobs, which a count of the
 		// jobs held read meanwhile misses.
 		if info.Paused && (info.NumAckPending == 0 || time.Since(beat) >= quiet) {
-			if err := w.recordRetirement(ctx, info, seen); err != nil {
+			if err := w.recordRetirement(ctx, cons, info, seen); err != nil {
 				resume()
 				return fmt.Errorf("%s: recording the deliveries it counted: %w", at, err)
 			}
@@ -116,7 +117,13 @@ func (w *Worker) retireShared(ctx context.Context) error {
 				beat = time.Now()
 			}
 			if seq, dc, ok := ackDelivery(msg.Subject); ok {
-				seen[seq] = dc
+				// A job sent back at once stays pending while the
+				// consumer is paused: it is given up on only as it would
+				// be handed out again. One sent back for later, at its
+				// last delivery, may be given up on when its delay ends.
+				nak := bytes.Equal(msg.Data, []byte("-NAK")) ||
+					bytes.HasPrefix(msg.Data, []byte("-NAK")) && (maxDeliver <= 0 || dc < uint64(maxDeliver))
+				seen[seq] = ackSeen{dc: dc, pending: nak}
 			}
 		case errors.Is(err, nats.ErrTimeout):
 		default:
@@ -147,6 +154,13 @@ func ackDelivery(subject string) (seq, dc uint64, ok bool) {
 	dc, err1 := strconv.ParseUint(toks[4], 10, 64)
 	seq, err2 := strconv.ParseUint(toks[5], 10, 64)
 	return seq, dc, err1 == nil && err2 == nil && dc > 0
+}
+
+// ackSeen is what the acks of a job said: its delivery, and whether it
+// was sent back so that it stays pending on the paused consumer.
+type ackSeen struct {
+	dc      uint64
+	pending bool
 }
 
 // retiredKey is the key of the bucket under which the workers that
@@ -195,9 +209,10 @@ func (r *retirement) used(seq uint64) uint64 {
 // before it is deleted: a worker that then finds it gone reads it. The
 // jobs it handed out still in the stream are pending on it (sent back,
 // or held by a worker that died) or given up; which is which the server
-// does not say of each, but the count of those pending: once the acks
-// seen name as many of them, every other one was given up.
-func (w *Worker) recordRetirement(ctx context.Context, info *jetstream.ConsumerInfo, seen map[uint64]uint64) error {
+// does not say of each, only how many are pending: once the acks seen
+// name as many jobs sent back (which stay pending while it is paused),
+// every other one was given up (or is acked, and leaving the stream).
+func (w *Worker) recordRetirement(ctx context.Context, cons jetstream.Consumer, info *jetstream.ConsumerInfo, seen map[uint64]ackSeen) error {
 	r := retirement{MaxDeliver: info.Config.MaxDeliver, Delivered: info.Delivered.Stream}
 	if r.Delivered == 0 {
 		return nil
@@ -225,24 +240,30 @@ func (w *Worker) recordRetirement(ctx context.Context, info *jetstream.ConsumerI
 	if len(left) == 0 {
 		return nil // every job it handed out is gone
 	}
-	known := 0
+	// Its count of jobs pending, read again: one that changed meanwhile
+	// (an ack on its way) tells nothing.
+	again, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	steady := again.NumAckPending == info.NumAckPending && again.Delivered.Stream == info.Delivered.Stream
+	sentBack := 0
 	for _, seq := range left {
-		if dc := seen[seq]; dc > 0 {
-			known++
+		if a := seen[seq]; a.dc > 0 {
 			if r.Seen == nil {
 				r.Seen = map[uint64]uint64{}
 			}
-			r.Seen[seq] = dc
+			r.Seen[seq] = a.dc
+			if a.pending {
+				sentBack++
+			}
 		}
 	}
 	unknown := 0
 	for _, seq := range left {
 		switch {
-		case seen[seq] > 0:
-		case known == info.NumAckPending:
-			r.GivenUp = append(r.GivenUp, seq)
-		case seq <= info.AckFloor.Stream:
-			// Below its ack floor, none is pending.
+		case seen[seq].dc > 0:
+		case steady && sentBack == info.NumAckPending:
 			r.GivenUp = append(r.GivenUp, seq)
 		default:
 			unknown++
