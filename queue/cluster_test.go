@@ -87,7 +87,7 @@ func TestWorkerRetiresOnAClusterOnlyOncePaused(t *testing.T) {
 	if err := cfg.Check(1); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	if err := Provision(ctx, cfg, Layout{Replicas: 3, MaxJobs: 1000, History: 5}); err != nil {
 		t.Fatal(err)
@@ -99,8 +99,8 @@ func TestWorkerRetiresOnAClusterOnlyOncePaused(t *testing.T) {
 	defer c.Close()
 	defer func() { retireRead = nil }()
 	for round := 0; ; round++ {
-		if round == 40 {
-			t.Fatal("in 40 rounds the older consumer never handed out a job after its pause was answered")
+		if round == 80 {
+			t.Fatal("in 80 rounds the older consumer never handed out a job after its pause was answered")
 		}
 		older := olderConsumer(t, c, cfg)
 		id := fmt.Sprintf("job%d", round)
