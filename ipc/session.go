@@ -490,7 +490,7 @@ func (s *session) handle(body []byte) bool {
 		}
 		return true
 	default:
-		s.protocolError("unknown frame type %q", f.Type)
+		s.protocolError("unknown frame type %.80q", f.Type)
 		return true
 	}
 }

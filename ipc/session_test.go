@@ -104,6 +104,37 @@ func TestResultBoundedHTMLSafe(t *testing.T) {
 	}
 }
 
+// TestProtocolErrorQuotesBounded: a protocol error quotes what the
+// guest sent only in part. The result carries the error's message
+// (HTML-safe JSON, where < takes six bytes): a frame whose type was a
+// frame cap of < made a protocol error of the whole, six times the cap
+// in every copy of the result and once more in the daemon's log.
+func TestProtocolErrorQuotesBounded(t *testing.T) {
+	const limit = 64 << 10
+	ceil := PermissiveCeiling()
+	ceil.MaxFrame = limit
+	for name, frame := range map[string]string{
+		"unknown frame type": `{"type":"` + strings.Repeat("<", limit-16) + `"}`,
+		"a note's method":    `{"type":"note","method":"` + strings.Repeat("<", limit-40) + `","params":{}}`,
+		"a call's id":        `{"type":"call","method":"log.info","id":"` + strings.Repeat("<", limit-60) + `"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			noLeak(t)
+			r := startServe(t, context.Background(), SessionConfig{Ceiling: ceil})
+			if _, err := r.g.conn.Write(frameBytes(frame)); err != nil {
+				t.Fatal(err)
+			}
+			out := r.wait(t, 5*time.Second)
+			if out.ProtocolError == nil {
+				t.Fatal("no protocol error")
+			}
+			if n := len(mustJSON(out.ProtocolError.Error())); n > 1024 {
+				t.Errorf("a protocol error of %d bytes as JSON for a %d-byte frame: %.120s…", n, len(frame), out.ProtocolError)
+			}
+		})
+	}
+}
+
 func TestServeEOF(t *testing.T) {
 	noLeak(t)
 	r := startServe(t, context.Background(), SessionConfig{Ceiling: PermissiveCeiling()})
