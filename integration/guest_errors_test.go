@@ -219,6 +219,14 @@ func TestGuestErrorsPython(t *testing.T) {
 			guestError{Code: "ValueError", Message: strings.Repeat("x", 8<<10) + "…[truncated]"}, []string{"File \"/job/main.py\", line 4, in main"}},
 		{"value over the frame cap as the result holds it", "def main(input):\n    return '<' * (1 << 20)\n",
 			guestError{Code: "ResultError", Message: "the returned value is 6291458 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
+		// Python writes 1e+20 where the frame holds 21 digits: measured in
+		// Python's text, this passed and ended the run as a protocol error.
+		{"value over the frame cap as JavaScript writes it", "def main(input):\n    return [1e20] * 300000\n",
+			guestError{Code: "ResultError", Message: "the returned value is 6600001 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
+		{"value far over the frame cap", "def main(input):\n    return 'x' * (13 << 20)\n",
+			guestError{Code: "ResultError", Message: "the returned value is at least 4543830 bytes as JSON, over the 4194280-byte limit on a result's value"}, nil},
+		{"exception of a long class name", "def main(input):\n    raise type('E' * 300000, (Exception,), {})('boom')\n",
+			guestError{Code: strings.Repeat("E", 128) + "…[truncated]", Message: "boom"}, nil},
 		{"exception with a code and a cause", "class Failed(Exception):\n    pass\n\ndef main(input, ctx):\n    try:\n        {}['k']\n    except KeyError as k:\n        e = Failed('outer')\n        e.code = 'E_OUTER'\n        raise e from k\n",
 			guestError{Code: "Failed", Message: "outer", Value: json.RawMessage(`{"code":"E_OUTER"}`), Cause: &guestError{Code: "KeyError", Message: "'k'"}},
 			[]string{"File \"/job/main.py\", line 10, in main", "File \"/job/main.py\", line 6, in main"}},
@@ -234,6 +242,11 @@ func TestGuestErrorsPython(t *testing.T) {
 	for _, c := range cases {
 		r := runGuest(t, "main.py", c.src, "--cap", "log")
 		wantError(t, c.name, r, c.want, c.stack...)
+	}
+	// A value within the frame cap as the frame holds it is the result,
+	// whatever Python's own text of it (é as \u00e9, six bytes for two).
+	if r := runGuest(t, "main.py", "def main(input):\n    return 'é' * (1 << 20) + '😀' * (1 << 18)\n"); r.Status != "ok" || len(r.Value) != 3<<20+2 {
+		t.Errorf("a value of 3 MiB in UTF-8: status %s, %d bytes of value, error %+v", r.Status, len(r.Value), r.Error)
 	}
 	// def main(input) is called with the input alone.
 	if r := runGuest(t, "main.py", "def main(input):\n    return {'got': input}\n", "--input", `{"a":1}`); r.Status != "ok" || compact(r.Value) != `{"got":{"a":1}}` {

@@ -270,6 +270,8 @@ _MAX_CAUSES = 8
 _MAX_MESSAGE = 8 << 10
 _MAX_STACK = 32 << 10
 _MAX_VALUE = 64 << 10
+# An exception's name (its class's), as report.js cuts an Error's.
+_MAX_NAME = 128
 
 
 def _clip(s, n):
@@ -281,7 +283,7 @@ def _describe(exc, filename, depth=0):
     if isinstance(exc, SyntaxError) and exc.lineno is not None:
         # The script's author gets the place: file:line:column.
         message = f"{exc.msg} at {exc.filename}:{exc.lineno}:{exc.offset or 0}"
-    out = {"name": type(exc).__name__, "message": _clip(message, _MAX_MESSAGE), "stack": _clip(_traceback(exc, filename), _MAX_STACK)}
+    out = {"name": _clip(type(exc).__name__, _MAX_NAME), "message": _clip(message, _MAX_MESSAGE), "stack": _clip(_traceback(exc, filename), _MAX_STACK)}
     # An exception's own attributes (a code, an errno) are its value, as
     # far as they are JSON and within _MAX_VALUE.
     props = {k: v for k, v in getattr(exc, "__dict__", {}).items() if not k.startswith("_")}

@@ -289,20 +289,36 @@ async function report(outcome) {
 
 // valueFits parses the bootstrap's outcome, making a value too large for
 // the host's frame cap a ResultError with the sizes rather than a frame
-// the host refuses.
+// the host refuses. The value is measured as the frame will hold it,
+// JSON.stringify's text: Python's own (ASCII, é as \u00e9, an emoji as
+// twelve bytes, 1e+20 where JavaScript writes 21 digits) is up to three
+// times longer or shorter, which refused values a Deno guest returns and
+// let others through to end the run as a protocol error.
 function valueFits(text) {
   const prefix = '{"kind": "done", "value": ';
   const limit = (start.options?.max_frame || 4 << 20) - 24;
+  const pyLength = text.startsWith(prefix) ? text.length - prefix.length - 1 : 0;
+  // Python's text is at most three times the frame's (twelve characters
+  // for an emoji's four bytes): one longer than that is over the limit
+  // unparsed.
+  if (pyLength > 3 * limit) {
+    const message = `the returned value is at least ${Math.ceil(pyLength / 3)} bytes as JSON, over the ${limit}-byte limit on a result's value`;
+    return { kind: "error", error: { name: "ResultError", message, stack: "" } };
+  }
+  const outcome = JSON.parse(text);
   // The host counts the value HTML-safe, as the result holds it (< as
-  // \u003c, six bytes).
-  if (text.startsWith(prefix) && text.length - prefix.length - 1 > limit / 6) {
-    const size = new TextEncoder().encode(text).length - prefix.length - 1 + htmlSafeExtra(text);
+  // \u003c): at most six bytes for each character of Python's text (a
+  // number at most 4.2: 1e+20), so a text within a sixth of the limit
+  // fits.
+  if (pyLength > limit / 6) {
+    const json = JSON.stringify(outcome.value);
+    const size = json.length > limit / 6 ? new TextEncoder().encode(json).length + htmlSafeExtra(json) : json.length;
     if (size > limit) {
       const message = `the returned value is ${size} bytes as JSON, over the ${limit}-byte limit on a result's value`;
       return { kind: "error", error: { name: "ResultError", message, stack: "" } };
     }
   }
-  return JSON.parse(text);
+  return outcome;
 }
 
 // finish sends the last frame and resolves once it is written; the caller
