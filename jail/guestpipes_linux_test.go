@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,4 +304,52 @@ func BenchmarkOutputPipes(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestGuestPipesLendNoThreadTheGuestsUID: guest → host. While
+// guestPipes makes a job's pipes, one thread of the supervisor has the
+// job's guest id as its real uid, the id whose processes may signal a
+// task of that real uid (kill(2)) or renice it: no other goroutine may
+// run on that thread meanwhile, nor find the id left on any thread
+// after. Goroutines that yield all the while read their thread's real
+// uid as guestPipes runs again and again.
+func TestGuestPipesLendNoThreadTheGuestsUID(t *testing.T) {
+	testenv.RequireRoot(t)
+	const uid = idBase - 1 // no lease's
+	stop := make(chan struct{})
+	var seen atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if ruid, _, _ := unix.Getresuid(); ruid != 0 {
+					seen.Add(1)
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	for range 3000 {
+		pipes, err := guestPipes(uid, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pipes {
+			p[0].Close()
+			p[1].Close()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if n := seen.Load(); n > 0 {
+		t.Errorf("other goroutines ran %d times on a thread whose real uid was not root's", n)
+	}
+	if ruid, euid, suid := unix.Getresuid(); ruid != 0 || euid != 0 || suid != 0 {
+		t.Errorf("this thread's uids %d/%d/%d after guestPipes", ruid, euid, suid)
+	}
 }

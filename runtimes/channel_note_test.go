@@ -21,7 +21,7 @@ const [dir] = Deno.args;
 const ch = new Channel(dir + "/in", dir + "/out");
 await ch.started;
 const host = makeHost(ch, null);
-const kinds = ["<a&b>", "\u2028\u2029", "\x01\x7f", "\ud800x", "q\"\\\n", "é€😀", "plain"];
+const kinds = ["<a&b>", "\u2028\u2029", "\x01\x7f", "\ud800x", "q\"\\\n", "é€😀", "plain", "\udc00\ud800\ufffd", "\b\f\t\x00", "\u0085\ufeff\u200b"];
 let ok = 0, refused = 0;
 for (let i = 0; refused === 0 && i < 100000; i++) {
   const r = await host.log.info(kinds[i % kinds.length].repeat(1 + i % 5));
