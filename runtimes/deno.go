@@ -153,6 +153,11 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 		}
 	}
 	args = slices.Insert(args, slices.Index(args, entry), "--allow-env="+strings.Join(readable, ","))
+	// The guest's own uid and gid, as its user namespace maps them (the
+	// same for every job): node:fs's access and process.getuid ask for
+	// them, and without the grant every access check threw NotCapable.
+	// No other system information (hostname, load, memory, interfaces).
+	args = slices.Insert(args, slices.Index(args, entry), "--allow-sys=uid,gid")
 	l := withStdin(&Launch{
 		Program: in.DenoPath,
 		Target:  DenoTarget,
