@@ -16,10 +16,30 @@ import (
 // this locked thread changes, and only for the call.
 func dialAs(t *testing.T, uid uint32, addr string) net.Conn {
 	t.Helper()
+	return dialAsOn(t, uid, "", addr)
+}
+
+// dialAsOn is dialAs from a socket bound to device dev (SO_BINDTODEVICE,
+// which Linux lets any user set on a socket of its own since 5.7), or
+// to none if dev is empty.
+func dialAsOn(t *testing.T, uid uint32, dev, addr string) net.Conn {
+	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	var d net.Dialer
+	if dev != "" {
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var err error
+			if cerr := rc.Control(func(fd uintptr) {
+				err = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, dev)
+			}); cerr != nil {
+				return cerr
+			}
+			return err
+		}
+	}
 	syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(uid), 0, 0)
-	c, err := net.Dial("tcp", addr)
+	c, err := d.Dial("tcp", addr)
 	syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +54,22 @@ func dialAs(t *testing.T, uid uint32, addr string) net.Conn {
 // accepted. A local uid holds at most its part; the scraper, another
 // uid, is served.
 func TestMetricsListenerPerPeer(t *testing.T) {
+	testMetricsListenerPerPeer(t, "")
+}
+
+// TestMetricsListenerPerPeerBoundToLoopback: the peer's uid was looked
+// up for no device, which the kernel matches to no socket bound to one:
+// uid 4243, its sockets bound to "lo" (any user may), was untellable on
+// each connection, each a peer of its own, and took every connection
+// the listener takes, the scraper's closed as it was accepted.
+func TestMetricsListenerPerPeerBoundToLoopback(t *testing.T) {
+	testMetricsListenerPerPeer(t, "lo")
+}
+
+// testMetricsListenerPerPeer has uid 4243 open every connection the
+// metrics listener takes from sockets bound to dev (none if empty), then
+// scrapes as root.
+func testMetricsListenerPerPeer(t *testing.T, dev string) {
 	ts := startServer(t, `{"version": 1}`)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,7 +92,7 @@ func TestMetricsListenerPerPeer(t *testing.T) {
 		}
 	}()
 	for range metricsMaxConns {
-		held = append(held, dialAs(t, 4243, addr))
+		held = append(held, dialAsOn(t, 4243, dev, addr))
 	}
 	// Those over its part are closed as they were accepted: read them
 	// back to know the listener has seen every one.

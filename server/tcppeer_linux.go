@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -19,6 +20,16 @@ import (
 // netlink.SocketGet dumps filtered by ports alone, so a peer holding a
 // second connection of the same ports from another loopback address
 // would make its uid untellable, and so escape the per-peer cap.
+//
+// The look-up names the loopback device (idiag_if): the kernel matches
+// a socket bound to a device (SO_BINDTODEVICE, which any user may set
+// on a socket of its own) only to a look-up of that device, and one
+// bound to none to any. With no device named, a peer that bound its
+// sockets to "lo" made every one of them untellable, each a peer of its
+// own, and so took every connection of the listener
+// (TestMetricsListenerPerPeerBoundToLoopback). Over loopback no other
+// device carries the connection: a socket bound to another one does not
+// connect to a loopback address.
 func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	family := syscall.AF_INET6
 	if peer.IP.To4() != nil && local.IP.To4() != nil {
@@ -45,6 +56,7 @@ func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	binary.BigEndian.PutUint16(r[10:], uint16(local.Port))
 	putDiagAddr(r[12:28], peer.IP, family)
 	putDiagAddr(r[28:44], local.IP, family)
+	ne.PutUint32(r[44:], loopbackIndex())
 	ne.PutUint32(r[48:], ^uint32(0)) // no cookie
 	ne.PutUint32(r[52:], ^uint32(0))
 	if err := syscall.Sendto(fd, b, 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
@@ -73,6 +85,23 @@ func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	// expires, rqueue, wqueue, then uid.
 	return ne.Uint32(m.Data[64:]), nil
 }
+
+// loopbackIndex is the index of the loopback device of the daemon's
+// network namespace (1 in every namespace the kernel makes), or 0, no
+// device, if none is found: a look-up of no device still finds the
+// sockets bound to none.
+var loopbackIndex = sync.OnceValue(func() uint32 {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			return uint32(i.Index)
+		}
+	}
+	return 0
+})
 
 // The netlink values syscall lacks (linux/netlink.h, linux/sock_diag.h).
 const (
