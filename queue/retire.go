@@ -174,6 +174,11 @@ func retiredKey(consumer string) string { return "=retired." + consumer }
 // deleted: the tenants' consumers count their deliveries from one, so a
 // job's deliveries in all are its older ones plus theirs.
 type retirement struct {
+	// Stream and StreamCreated name the stream the older consumer was
+	// of: one deleted and made again starts its sequences again at 1,
+	// and none of its jobs is the record's (stillOfStream).
+	Stream        string    `json:"stream"`
+	StreamCreated time.Time `json:"stream_created"`
 	// MaxDeliver is the older consumer's bound.
 	MaxDeliver int `json:"max_deliver"`
 	// Delivered is the last stream sequence it handed out: a job after
@@ -221,6 +226,7 @@ func (w *Worker) recordRetirement(ctx context.Context, cons jetstream.Consumer, 
 	if err != nil {
 		return err
 	}
+	r.Stream, r.StreamCreated = sinfo.Config.Name, sinfo.Created
 	// The jobs it handed out still in the stream.
 	var left []uint64
 	for seq := max(sinfo.State.FirstSeq, 1); seq <= r.Delivered; {
@@ -341,4 +347,33 @@ func (w *Worker) olderDeliveries(seq uint64) uint64 {
 		n += (*all)[i].used(seq)
 	}
 	return n
+}
+
+// stillOfStream keeps, of the record loaded, the retirements of the
+// stream as it is now, which it asks the server: a stream deleted and
+// made again since (its sequences start again at 1) has none of the
+// jobs the older consumer handed out, and a job of it at the sequence
+// of one it gave up on is not to be terminated.
+func (w *Worker) stillOfStream(ctx context.Context) error {
+	all := w.retired.Load()
+	if all == nil {
+		return nil
+	}
+	info, err := w.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("queue.nats.stream: %s: %w", w.cfg.Stream, err)
+	}
+	var kept []retirement
+	for _, r := range *all {
+		if r.Stream == info.Config.Name && r.StreamCreated.Equal(info.Created) {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == len(*all) {
+		return nil
+	}
+	w.log.Warn("queue: the record of the consumer of older workers is of a stream since made again: left aside",
+		"key", retiredKey(w.cfg.Consumer), "stream", w.cfg.Stream, "stream_created", info.Created, "records", len(*all)-len(kept))
+	w.retired.CompareAndSwap(all, &kept)
+	return nil
 }

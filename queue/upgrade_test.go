@@ -231,3 +231,69 @@ func TestWorkerLeavesAConsumerAWorkerOfItsTenantMade(t *testing.T) {
 		t.Errorf("bob's consumer expires when idle for %v: another worker updated it", info.Config.InactiveThreshold)
 	}
 }
+
+// The record of a retirement is of the stream it was made on. An
+// operator who deletes the stream and makes it again (Provision), the
+// bucket kept, starts its sequences again at 1: the record's jobs are
+// not the new stream's. Before, a new job at the sequence of a job the
+// older consumer gave up on was terminated unrun, without a result, by
+// every worker for as long as the bucket kept the record (its ttl).
+func TestWorkerForgetsTheRetirementOfAStreamMadeAgain(t *testing.T) {
+	cfg, c := setup(t, time.Second)
+	cfg.MaxDeliver = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	older := olderConsumer(t, c, cfg)
+	submit := func(id string) {
+		t.Helper()
+		if err := c.Submit(ctx, "alice", id, &api.Job{Runtime: "deno", Source: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A poison job the older consumer gave up on, at sequence 1.
+	submit("poison")
+	nakAll(t, older, 2, 0)
+	if b, err := older.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
+		for m := range b.Messages() {
+			t.Fatalf("the older consumer handed out %s a third time", m.Subject())
+		}
+	}
+	s := &sources{}
+	w, err := NewWorker(ctx, &cfg, admitAll{s}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	// Retired and recorded: the poison job is terminated unrun.
+	waitEmpty(t, c, cfg)
+	if _, err := c.kv.Get(ctx, retiredKey(cfg.Consumer)); err != nil {
+		t.Fatalf("the retirement's record: %v", err)
+	}
+	if n := s.runs("poison"); n != 0 {
+		t.Fatalf("the poison job ran %d times", n)
+	}
+	// The operator makes the stream again; the bucket stays. The new
+	// job is sequence 1 of the new stream, and no consumer of older
+	// workers ever handed it out.
+	if err := c.js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, cfg, Layout{Replicas: 1, MaxJobs: 100, History: 5}); err != nil {
+		t.Fatal(err)
+	}
+	submit("fresh")
+	// The worker that was running, then one started afresh, each run it.
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer wcancel()
+	if res, err := c.Wait(wctx, "alice", "fresh"); err != nil || res.Stdout != "fresh" {
+		t.Fatalf("a job of the stream made again, on the worker that ran: %+v %v, want it run", res, err)
+	}
+	w.Stop(time.Second)
+	submit("fresh-2")
+	startWorker(t, cfg, s)
+	wctx2, wcancel2 := context.WithTimeout(ctx, 15*time.Second)
+	defer wcancel2()
+	if res, err := c.Wait(wctx2, "alice", "fresh-2"); err != nil || res.Stdout != "fresh-2" {
+		t.Fatalf("a job of the stream made again, on a worker started since: %+v %v, want it run", res, err)
+	}
+}

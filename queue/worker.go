@@ -268,13 +268,28 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 	id := msg.Headers().Get(HeaderID)
 	log := w.log.With("tenant", tenant, "queue_id", id, "seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
 	// A job handed out by the consumer of older workers counts its
-	// deliveries there too: one it gave up on is never run again.
-	if older := w.olderDeliveries(meta.Sequence.Stream); older > 0 && w.cfg.MaxDeliver > 0 &&
-		older+meta.NumDelivered > uint64(w.cfg.MaxDeliver) {
-		log.Warn("queue: job handed out max_deliver times in all, with the older workers' consumer: terminated",
-			"older_deliveries", older, "max_deliver", w.cfg.MaxDeliver)
-		_ = msg.TermWithReason("max_deliver")
-		return
+	// deliveries there too: one it gave up on is never run again. The
+	// record is checked to be of the stream as it is now before a job
+	// is terminated by it (stillOfStream).
+	over := func() (uint64, bool) {
+		older := w.olderDeliveries(meta.Sequence.Stream)
+		return older, older > 0 && w.cfg.MaxDeliver > 0 && older+meta.NumDelivered > uint64(w.cfg.MaxDeliver)
+	}
+	if _, ok := over(); ok {
+		ctx, cancel := context.WithTimeout(w.runCtx, opTimeout)
+		err := w.stillOfStream(ctx)
+		cancel()
+		if err != nil {
+			log.Warn("queue: stream unreachable: job sent back", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if older, ok := over(); ok {
+			log.Warn("queue: job handed out max_deliver times in all, with the older workers' consumer: terminated",
+				"older_deliveries", older, "max_deliver", w.cfg.MaxDeliver)
+			_ = msg.TermWithReason("max_deliver")
+			return
+		}
 	}
 	var refusal *Refusal
 	key := Key(tenant, id)

@@ -11,17 +11,12 @@ import (
 	"time"
 )
 
-// dialAs connects to addr over TCP from a socket owned by uid: the
+// dialAsOn connects to addr over TCP from a socket owned by uid: the
 // socket's owner is the fsuid of the thread that makes it, which only
 // this locked thread changes, and only for the call.
-func dialAs(t *testing.T, uid uint32, addr string) net.Conn {
-	t.Helper()
-	return dialAsOn(t, uid, "", addr)
-}
-
-// dialAsOn is dialAs from a socket bound to device dev (SO_BINDTODEVICE,
-// which Linux lets any user set on a socket of its own since 5.7), or
-// to none if dev is empty.
+// The socket is bound to device dev (SO_BINDTODEVICE, which Linux lets
+// any user set on a socket of its own since 5.7), or to none if dev is
+// empty.
 func dialAsOn(t *testing.T, uid uint32, dev, addr string) net.Conn {
 	t.Helper()
 	runtime.LockOSThread()
