@@ -82,9 +82,16 @@ func (w *Worker) retireShared(ctx context.Context) error {
 		// says paused), it still hands out jobs, which a count of the
 		// jobs held read meanwhile misses.
 		if info.Paused && (info.NumAckPending == 0 || time.Since(beat) >= quiet) {
-			if err := w.recordRetirement(ctx, cons, info, seen); err != nil {
+			err := w.recordRetirement(ctx, cons, info, seen)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil // another worker retired it
+			}
+			if err != nil {
 				resume()
 				return fmt.Errorf("%s: recording the deliveries it counted: %w", at, err)
+			}
+			if retireRecorded != nil {
+				retireRecorded()
 			}
 			if err := w.js.DeleteConsumer(ctx, w.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				resume()
@@ -143,6 +150,10 @@ func (w *Worker) retireShared(ctx context.Context) error {
 // retirement reads of the older consumer, before it acts on it.
 var retireRead func(*jetstream.ConsumerInfo)
 
+// retireRecorded, if set (by a test), is called once the retirement
+// recorded what the older consumer counted, before it deletes it.
+var retireRecorded func()
+
 // ackDelivery reads the stream sequence and the delivery count of a job
 // from the subject of its ack, $JS.ACK.<stream>.<consumer>.<delivered>.<stream
 // seq>.<consumer seq>.<time>.<pending>.
@@ -179,6 +190,12 @@ type retirement struct {
 	// and none of its jobs is the record's (stillOfStream).
 	Stream        string    `json:"stream"`
 	StreamCreated time.Time `json:"stream_created"`
+	// ConsumerCreated is when the older consumer was made: the workers
+	// that retire it together (each pauses it, and each records what it
+	// counted before it deletes it) make one retirement of it, merged
+	// (merge), not one each, which would count its deliveries once per
+	// worker.
+	ConsumerCreated time.Time `json:"consumer_created"`
 	// MaxDeliver is the older consumer's bound.
 	MaxDeliver int `json:"max_deliver"`
 	// Delivered is the last stream sequence it handed out: a job after
@@ -218,7 +235,7 @@ func (r *retirement) used(seq uint64) uint64 {
 // name as many jobs sent back (which stay pending while it is paused),
 // every other one was given up (or is acked, and leaving the stream).
 func (w *Worker) recordRetirement(ctx context.Context, cons jetstream.Consumer, info *jetstream.ConsumerInfo, seen map[uint64]ackSeen) error {
-	r := retirement{MaxDeliver: info.Config.MaxDeliver, Delivered: info.Delivered.Stream}
+	r := retirement{MaxDeliver: info.Config.MaxDeliver, Delivered: info.Delivered.Stream, ConsumerCreated: info.Created}
 	if r.Delivered == 0 {
 		return nil
 	}
@@ -295,7 +312,12 @@ func (w *Worker) recordRetirement(ctx context.Context, cons jetstream.Consumer, 
 			}
 			rev = e.Revision()
 		}
-		data, err := json.Marshal(append(all, r))
+		if i := slices.IndexFunc(all, r.sameConsumer); i >= 0 {
+			all[i].merge(&r)
+		} else {
+			all = append(all, r)
+		}
+		data, err := json.Marshal(all)
 		if err != nil {
 			return err
 		}
@@ -306,6 +328,32 @@ func (w *Worker) recordRetirement(ctx context.Context, cons jetstream.Consumer, 
 		}
 		if err == nil || try >= 5 || !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 			return err
+		}
+	}
+}
+
+// sameConsumer reports whether o is a retirement of the same older
+// consumer as r: of the same stream, made at the same time.
+func (r *retirement) sameConsumer(o retirement) bool {
+	return r.Stream == o.Stream && r.StreamCreated.Equal(o.StreamCreated) && r.ConsumerCreated.Equal(o.ConsumerCreated)
+}
+
+// merge adds to r what another worker that retired the same consumer
+// counted: the later delivery of each job seen (its acks name it), and
+// the jobs either found given up on.
+func (r *retirement) merge(o *retirement) {
+	r.Delivered = max(r.Delivered, o.Delivered)
+	for seq, dc := range o.Seen {
+		if dc > r.Seen[seq] {
+			if r.Seen == nil {
+				r.Seen = map[uint64]uint64{}
+			}
+			r.Seen[seq] = dc
+		}
+	}
+	for _, seq := range o.GivenUp {
+		if i, found := slices.BinarySearch(r.GivenUp, seq); !found {
+			r.GivenUp = slices.Insert(r.GivenUp, i, seq)
 		}
 	}
 }

@@ -297,3 +297,78 @@ func TestWorkerForgetsTheRetirementOfAStreamMadeAgain(t *testing.T) {
 		t.Fatalf("a job of the stream made again, on a worker started since: %+v %v, want it run", res, err)
 	}
 }
+
+// Workers started together (the three of deploy/queue, upgraded at
+// once) each retire the older consumer: each pauses it, watches its
+// acks and, once no job of it is held, records what it counted and
+// deletes it. Each appended a record of its own, so a job's older
+// deliveries were counted once per worker that recorded before the
+// first deleted it: a job sent back after one delivery counted two, and
+// with max_deliver 2 was terminated unrun, with no result, at its first
+// delivery by its tenant's consumer (seen 1 run in 4 without the
+// hook below, which holds the first recorder until the second has
+// recorded too). The workers record one retirement of the consumer.
+func TestWorkersRetiringTogetherRecordItOnce(t *testing.T) {
+	cfg, c := setup(t, time.Second)
+	cfg.MaxDeliver = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	older := olderConsumer(t, c, cfg)
+	if err := c.Submit(ctx, "alice", "sent-back", &api.Job{Runtime: "deno", Source: "sent-back"}); err != nil {
+		t.Fatal(err)
+	}
+	held := fetchOne(t, older)
+	beatFor(t, held, 200*time.Millisecond)
+	// The first worker to record waits for the other's record (or 5 s:
+	// the other may find the consumer gone first, and not record).
+	var mu sync.Mutex
+	recorded := 0
+	both := make(chan struct{})
+	retireRecorded = func() {
+		mu.Lock()
+		if recorded++; recorded == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		select {
+		case <-both:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	defer func() { retireRecorded = nil }()
+	s := &sources{}
+	for range 2 {
+		startWorker(t, cfg, s)
+	}
+	for {
+		info, err := older.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Paused {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Its older worker stops, sending it back: its one delivery so far.
+	if err := held.Nak(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	res, err := c.Wait(wctx, "alice", "sent-back")
+	if err != nil || res.Stdout != "sent-back" {
+		t.Errorf("the job sent back after one delivery: %+v %v, want it run once more (max_deliver 2 in all)", res, err)
+	}
+	e, err := c.kv.Get(ctx, retiredKey(cfg.Consumer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []retirement
+	if err := json.Unmarshal(e.Value(), &all); err != nil || len(all) != 1 {
+		t.Errorf("the record of the retirement: %s (%v), want one retirement", e.Value(), err)
+	}
+	if n := s.runs("sent-back"); n != 1 {
+		t.Errorf("the job sent back ran %d times on the new workers, want 1", n)
+	}
+}
