@@ -144,21 +144,24 @@ func (l *connCap) Accept() (net.Conn, error) {
 func uidPeer(uid uint32) string { return "uid:" + strconv.FormatUint(uint64(uid), 10) }
 
 // tcpPeer is the key of a TCP connection's peer: the local uid that
-// connected, over loopback, where every local user shares an address
-// (and may take any of 127/8), else the remote address. A loopback
-// peer whose uid the kernel cannot tell is a peer of its own, counted
+// connected, for a connection from this host, where every local user
+// shares its addresses (and may take any of 127/8, and connect from
+// each of the host's own addresses, the source of a connection to one
+// of them), else the remote address. The kernel is asked for every
+// peer: it knows the socket of a peer on this host, and no other. A
+// loopback peer whose uid it cannot tell is a peer of its own, counted
 // in all only: it must not share a part with the scraper.
 func tcpPeer(c net.Conn) string {
 	local, lok := c.LocalAddr().(*net.TCPAddr)
 	remote, rok := c.RemoteAddr().(*net.TCPAddr)
-	switch {
-	case !lok || !rok:
+	if !lok || !rok {
 		return "conn:" + c.RemoteAddr().String()
-	case !remote.IP.IsLoopback():
-		return "ip:" + remote.IP.String()
 	}
 	if uid, err := tcpPeerUID(local, remote); err == nil {
 		return uidPeer(uid)
+	}
+	if !remote.IP.IsLoopback() {
+		return "ip:" + remote.IP.String()
 	}
 	return "conn:" + remote.String()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -115,4 +116,92 @@ func testMetricsListenerPerPeer(t *testing.T, dev string) {
 	if open > metricsMaxConnsPerPeer {
 		t.Errorf("uid 4243 held %d connections, over its part of %d", open, metricsMaxConnsPerPeer)
 	}
+}
+
+// TestMetricsListenerPerPeerOverLocalAddresses: a listener beyond
+// loopback counted a connection from any address but loopback's as the
+// remote address's, but a local user may connect from each of the
+// host's own addresses (the source of a connection to a local address
+// is that address): one key, and one part, for each. Uid 4243, its
+// connections to each local address and loopback, took every connection
+// of the listener. A connection from a local address is the local
+// uid's, as over loopback, whatever device its socket is bound to.
+func TestMetricsListenerPerPeerOverLocalAddresses(t *testing.T) {
+	// The host's addresses but loopback's, each with its device.
+	type address struct{ host, dev string }
+	var local []address
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		as, _ := i.Addrs()
+		for _, a := range as {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			host := ipn.IP.String()
+			if ipn.IP.IsLinkLocalUnicast() {
+				host += "%" + i.Name // dialled with its zone
+			}
+			local = append(local, address{host, i.Name})
+		}
+	}
+	if len(local) == 0 {
+		t.Skip("no address but loopback's")
+	}
+	ts := startServer(t, `{"version": 1}`)
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.ServeMetrics(ln) }()
+	defer func() {
+		_ = ts.metricsHTTP.Close()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// From each address, sockets bound to no device and to the
+	// address's (which the kernel matches only to a look-up of that
+	// device), and from loopback.
+	dials := []address{{"127.0.0.1", ""}}
+	for _, a := range local {
+		dials = append(dials, address{a.host, ""}, a)
+	}
+	for _, a := range dials {
+		for range metricsMaxConnsPerPeer {
+			held = append(held, dialAsOn(t, 4243, a.dev, net.JoinHostPort(a.host, port)))
+		}
+	}
+	open := 0
+	for _, c := range held {
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			continue
+		}
+		open++
+	}
+	t.Logf("uid 4243, from %d local addresses (bound to their device or none) and loopback: %d of its %d connections held open", len(local), open, len(held))
+	if open > metricsMaxConnsPerPeer {
+		t.Errorf("uid 4243 held %d connections, over its part of %d", open, metricsMaxConnsPerPeer)
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := hc.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		t.Fatalf("a scrape while uid 4243 holds %d idle connections: %v, want it served", open, err)
+	}
+	resp.Body.Close()
 }

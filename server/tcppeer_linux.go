@@ -11,26 +11,52 @@ import (
 )
 
 // tcpPeerUID returns the uid that owns the local TCP socket at peer,
-// connected to local: the connecting process's, for a connection over
-// loopback (NETLINK_SOCK_DIAG, asking the kernel for the one socket of
+// connected to local: the connecting process's, for a connection from
+// this host (NETLINK_SOCK_DIAG, asking the kernel for the one socket of
 // that address pair, not a listing of every socket). An error when the
-// kernel cannot say (no inet_diag for TCP, or the peer already gone).
+// kernel cannot say (no inet_diag for TCP, the peer already gone, or a
+// peer on another host, whose socket the kernel does not have).
 //
 // The query is the kernel's exact look-up of the four-tuple, not a dump:
 // netlink.SocketGet dumps filtered by ports alone, so a peer holding a
 // second connection of the same ports from another loopback address
 // would make its uid untellable, and so escape the per-peer cap.
 //
-// The look-up names the loopback device (idiag_if): the kernel matches
-// a socket bound to a device (SO_BINDTODEVICE, which any user may set
-// on a socket of its own) only to a look-up of that device, and one
-// bound to none to any. With no device named, a peer that bound its
-// sockets to "lo" made every one of them untellable, each a peer of its
-// own, and so took every connection of the listener
-// (TestMetricsListenerPerPeerBoundToLoopback). Over loopback no other
-// device carries the connection: a socket bound to another one does not
-// connect to a loopback address.
+// The look-up names a device (idiag_if): the kernel matches a socket
+// bound to a device (SO_BINDTODEVICE, which any user may set on a socket
+// of its own; a connection to a link-local address binds it to the
+// address's zone) only to a look-up of that device, and one bound to
+// none to any. With no device named, a peer that bound its sockets to
+// "lo" made every one of them untellable, each a peer of its own, and so
+// took every connection of the listener
+// (TestMetricsListenerPerPeerBoundToLoopback); one that bound them to
+// eth0 and connected to the host's addresses on it was each address's
+// remote peer (TestMetricsListenerPerPeerOverLocalAddresses). The
+// loopback device is asked first, which matches the sockets bound to
+// none as well, then each other device of the host, while the kernel
+// finds no such socket: a peer on another host is looked up on each.
 func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
+	uid, err := sockDiagUID(local, peer, loopbackIndex())
+	if !errors.Is(err, syscall.ENOENT) {
+		return uid, err
+	}
+	ifs, ierr := net.Interfaces()
+	if ierr != nil {
+		return 0, err
+	}
+	for _, i := range ifs {
+		if uint32(i.Index) == loopbackIndex() {
+			continue
+		}
+		if uid, err = sockDiagUID(local, peer, uint32(i.Index)); !errors.Is(err, syscall.ENOENT) {
+			return uid, err
+		}
+	}
+	return 0, err
+}
+
+// sockDiagUID is tcpPeerUID's look-up on device dif.
+func sockDiagUID(local, peer *net.TCPAddr, dif uint32) (uint32, error) {
 	family := syscall.AF_INET6
 	if peer.IP.To4() != nil && local.IP.To4() != nil {
 		family = syscall.AF_INET
@@ -56,7 +82,7 @@ func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	binary.BigEndian.PutUint16(r[10:], uint16(local.Port))
 	putDiagAddr(r[12:28], peer.IP, family)
 	putDiagAddr(r[28:44], local.IP, family)
-	ne.PutUint32(r[44:], loopbackIndex())
+	ne.PutUint32(r[44:], dif)
 	ne.PutUint32(r[48:], ^uint32(0)) // no cookie
 	ne.PutUint32(r[52:], ^uint32(0))
 	if err := syscall.Sendto(fd, b, 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
