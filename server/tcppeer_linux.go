@@ -33,11 +33,14 @@ import (
 // eth0 and connected to the host's addresses on it was each address's
 // remote peer (TestMetricsListenerPerPeerOverLocalAddresses). The
 // loopback device is asked first, which matches the sockets bound to
-// none as well, then each other device of the host, while the kernel
-// finds no such socket: a peer on another host is looked up on each.
+// none as well, then, for a peer at one of the host's addresses (a
+// socket bound to a device connects to the addresses that device
+// holds), each other device of the host, while the kernel finds no such
+// socket. A peer on another host costs one look-up and a listing of the
+// host's addresses, not one look-up per device.
 func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 	uid, err := sockDiagUID(local, peer, loopbackIndex())
-	if !errors.Is(err, syscall.ENOENT) {
+	if !errors.Is(err, syscall.ENOENT) || !peer.IP.IsLoopback() && !hostAddress(peer.IP) {
 		return uid, err
 	}
 	ifs, ierr := net.Interfaces()
@@ -53,6 +56,20 @@ func tcpPeerUID(local, peer *net.TCPAddr) (uint32, error) {
 		}
 	}
 	return 0, err
+}
+
+// hostAddress reports whether ip is one of the host's addresses.
+func hostAddress(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // ask every device
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // sockDiagUID is tcpPeerUID's look-up on device dif.
