@@ -134,6 +134,9 @@ type Store struct {
 // a time leads: it waits out commitEvery since the last commit, commits
 // every write then waiting in one transaction, and hands the lead to the
 // first write that came meanwhile; the others wait for their commit.
+// (bbolt's DB.Batch groups writes too, but holds every write, a lone one
+// on an idle store included, for its whole delay: each async submission
+// would wait it out.)
 type writeQueue struct {
 	mu      sync.Mutex
 	pending []*write
