@@ -147,7 +147,8 @@ func TestProgramLaunch(t *testing.T) {
 	if l.Stdin != runtimes.StdinFile {
 		t.Errorf("Launch.Stdin %q", l.Stdin)
 	}
-	if n := len(l.Args); n < 3 || l.Args[n-1] != "/job/main.ts" || l.Args[n-3] != "--allow-env=GREETING,_n,TMPDIR,NODE_ENV" {
+	env, boot := slices.Index(l.Args, "--allow-env=GREETING,_n,TMPDIR,NODE_ENV"), slices.Index(l.Args, runtimes.GuestDir+"/bootstrap.js")
+	if n := len(l.Args); n < 3 || l.Args[n-1] != "/job/main.ts" || env < 0 || boot != n-2 || env > boot {
 		t.Errorf("args %q: want --allow-env for the job's names, TMPDIR and NODE_ENV before the bootstrap, the entry last", l.Args)
 	}
 	if !slices.Contains(l.Env, "GREETING=hi") || !slices.Contains(l.Env, "_n=1") {
