@@ -67,8 +67,14 @@ func TestSecurityFilesystem_JSRun(t *testing.T) {
 	for _, p := range []string{"read_passwd", "read_hostname", "read_root", "read_repo", "read_proc1_root",
 		"list_proc_self_root_up", "read_traversal", "list_root", "write_root", "write_tmp", "symlink_tmp",
 		"read_via_symlink", "symlink_scratch", "write_deno_dir", "fetch_local", "connect_tcp", "connect_abstract", "command", "env_get", "env_all",
-		"proc_pids", "uid", "kill_host", "ffi", "net_ifaces"} {
+		"proc_pids", "kill_host", "ffi", "net_ifaces"} {
 		wantJSFail(t, rep, p, "NotCapable", "TypeError")
+	}
+	// The guest may ask its uid (node:fs's access needs it): the one its
+	// user namespace maps, the same in every job, never its lease's host
+	// uid, which would tell the host's job ids.
+	if u := rep["uid"]; !u.OK || string(u.Value) != "1000" {
+		t.Errorf("probe uid: %+v, want the namespace's 1000", u)
 	}
 	wantJSFail(t, rep, "dynamic_import_passwd", "TypeError")
 	wantJSFail(t, rep, "resolve_dns", "Error", "NotCapable")
