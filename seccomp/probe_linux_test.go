@@ -53,7 +53,7 @@ var probes = map[string]func() error{
 		var n int32
 		return raw(unix.SYS_IOCTL, uintptr(p[0]), unix.TIOCINQ /* FIONREAD */, uintptr(unsafe.Pointer(&n)))
 	},
-	"getuid":  func() error { return raw(unix.SYS_GETUID, 0, 0, 0) },
+	"getsid":  func() error { return raw(unix.SYS_GETSID, 0, 0, 0) },
 	"getppid": func() error { return raw(unix.SYS_GETPPID, 0, 0, 0) },
 }
 
