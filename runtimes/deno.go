@@ -267,9 +267,9 @@ func TypeErrors(stderr string) (message, report string, ok bool) {
 // The message and report a result takes from a run's stderr are bounded:
 // stderr is the guest's to write (it may forge Deno's report and exit),
 // and the result holds them besides the stderr itself, escaped, where a
-// control character, <, > or & takes six bytes: whole, a forged report
-// over 8 MiB of stderr made a 61 MB response and grew the daemon by
-// 310 MiB, where the output alone is carried in at most twice its size.
+// control character, <, > or & takes six bytes: taken whole, a forged
+// report made the response and the daemon's memory several times the
+// output's, which alone is carried in at most twice its size.
 const (
 	maxReport        = 64 << 10
 	maxReportMessage = 4 << 10
