@@ -40,6 +40,28 @@ func (s *sources) runs(source string) int {
 	return s.ran[source]
 }
 
+// submitAlice submits a Deno job of tenant alice whose id and source
+// are id.
+func submitAlice(ctx context.Context, t *testing.T, c *Client, id string) {
+	t.Helper()
+	if err := c.Submit(ctx, "alice", id, &api.Job{Runtime: "deno", Source: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// givenUp sends the older consumer's next job back at both of its
+// deliveries (max_deliver 2), and checks the consumer then gives up on
+// it: a poison job.
+func givenUp(t *testing.T, older jetstream.Consumer) {
+	t.Helper()
+	nakAll(t, older, 2, 0)
+	if b, err := older.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
+		for m := range b.Messages() {
+			t.Fatalf("the older consumer handed out %s a third time", m.Subject())
+		}
+	}
+}
+
 // nakAll pulls n jobs as an older worker would and sends each back (a
 // worker that died running it, or stopped), delayed by after.
 func nakAll(t *testing.T, cons jetstream.Consumer, n int, after time.Duration) {
@@ -71,21 +93,11 @@ func TestWorkerKeepsTheOlderConsumersDeliveries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	older := olderConsumer(t, c, cfg)
-	submit := func(id string) {
-		t.Helper()
-		if err := c.Submit(ctx, "alice", id, &api.Job{Runtime: "deno", Source: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(id string) { submitAlice(ctx, t, c, id) }
 	// The poison job: two deliveries, each its worker's end; the older
 	// consumer then gives up on it.
 	submit("poison")
-	nakAll(t, older, 2, 0)
-	if b, err := older.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
-		for m := range b.Messages() {
-			t.Fatalf("the older consumer handed out %s a third time", m.Subject())
-		}
-	}
+	givenUp(t, older)
 	// Two held by live older workers: one at its first delivery, one
 	// at its last.
 	submit("sent-back")
@@ -244,20 +256,10 @@ func TestWorkerForgetsTheRetirementOfAStreamMadeAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	older := olderConsumer(t, c, cfg)
-	submit := func(id string) {
-		t.Helper()
-		if err := c.Submit(ctx, "alice", id, &api.Job{Runtime: "deno", Source: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(id string) { submitAlice(ctx, t, c, id) }
 	// A poison job the older consumer gave up on, at sequence 1.
 	submit("poison")
-	nakAll(t, older, 2, 0)
-	if b, err := older.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
-		for m := range b.Messages() {
-			t.Fatalf("the older consumer handed out %s a third time", m.Subject())
-		}
-	}
+	givenUp(t, older)
 	s := &sources{}
 	w, err := NewWorker(ctx, &cfg, admitAll{s}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -314,9 +316,7 @@ func TestWorkersRetiringTogetherRecordItOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	older := olderConsumer(t, c, cfg)
-	if err := c.Submit(ctx, "alice", "sent-back", &api.Job{Runtime: "deno", Source: "sent-back"}); err != nil {
-		t.Fatal(err)
-	}
+	submitAlice(ctx, t, c, "sent-back")
 	held := fetchOne(t, older)
 	beatFor(t, held, 200*time.Millisecond)
 	// The first worker to record waits for the other's record (or 5 s:
