@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pmjail/pmjail/internal/testenv"
 )
 
 // dialAsOn connects to addr over TCP from a socket owned by uid: the
@@ -66,19 +68,7 @@ func TestMetricsListenerPerPeerBoundToLoopback(t *testing.T) {
 // metrics listener takes from sockets bound to dev (none if empty), then
 // scrapes as root.
 func testMetricsListenerPerPeer(t *testing.T, dev string) {
-	ts := startServer(t, `{"version": 1}`)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- ts.ServeMetrics(ln) }()
-	defer func() {
-		_ = ts.metricsHTTP.Close()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
+	ln := serveMetricsOn(t, "127.0.0.1:0")
 	addr := ln.Addr().String()
 	// uid 4243 holds every connection the listener takes, idle.
 	var held []net.Conn
@@ -151,22 +141,8 @@ func TestMetricsListenerPerPeerOverLocalAddresses(t *testing.T) {
 			local = append(local, address{host, i.Name})
 		}
 	}
-	if len(local) == 0 {
-		t.Skip("no address but loopback's")
-	}
-	ts := startServer(t, `{"version": 1}`)
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- ts.ServeMetrics(ln) }()
-	defer func() {
-		_ = ts.metricsHTTP.Close()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
+	testenv.Need(t, len(local) > 0, "an address other than loopback's")
+	ln := serveMetricsOn(t, ":0")
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	var held []net.Conn
 	defer func() {
@@ -204,4 +180,24 @@ func TestMetricsListenerPerPeerOverLocalAddresses(t *testing.T) {
 		t.Fatalf("a scrape while uid 4243 holds %d idle connections: %v, want it served", open, err)
 	}
 	resp.Body.Close()
+}
+
+// serveMetricsOn starts a daemon and serves its metrics on a TCP
+// listener at addr until the test ends.
+func serveMetricsOn(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ts := startServer(t, `{"version": 1}`)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.ServeMetrics(ln) }()
+	t.Cleanup(func() {
+		_ = ts.metricsHTTP.Close()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	return ln
 }
