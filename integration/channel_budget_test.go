@@ -118,6 +118,50 @@ console.log(got);
 	}
 }
 
+// TestChannelRequestBodyCheckedOnce: the broker reads a request.send
+// body for a _method field as each Content-Type the call gives makes a
+// server read it, in the session's read loop, on CPU time no run counts.
+// A call giving Content-Type 64 times (names that differ in case) had its
+// body, a multipart form of tiny parts, parsed 64 times: one 4 MiB frame
+// cost the daemon tens of seconds, and a run's frame budget minutes of a
+// core, while the run's wall limit waited for it. A call now gives
+// Content-Type once (invalid_request otherwise), and its body is read once.
+func TestChannelRequestBodyCheckedOnce(t *testing.T) {
+	// Harmless outside a jail: it talks only to the jail's channel, and
+	// its calls name an origin nothing listens on.
+	src := `let out, inp;
+try { out = Deno.openSync("/pmjail/channel/out", { write: true }); inp = Deno.openSync("/pmjail/channel/in", { read: true }); } catch { console.log("not jailed"); Deno.exit(0); }
+const headers = {};
+for (let i = 0; i < 64; i++) {
+  let name = "";
+  for (const [j, c] of [..."content-type"].entries()) name += j < 6 && (i >> j) & 1 ? c.toUpperCase() : c;
+  headers[name] = "multipart/form-data; boundary=b";
+}
+// Tiny parts cost a multipart reader the most a byte; the last names a
+// method the job did not declare, so the call is refused once read.
+const body = "--b\r\n\r\n\r\n".repeat(100000) + '--b\r\nContent-Disposition: form-data; name="_method"\r\n\r\nPATCH\r\n--b--\r\n';
+const b = new TextEncoder().encode(JSON.stringify({ type: "call", id: 1, method: "request.send", params: { url: "http://127.0.0.1:9/", method: "POST", headers, body } }));
+const f = new Uint8Array(4 + b.length); new DataView(f.buffer).setUint32(0, b.length); f.set(b, 4);
+let off = 0;
+while (off < f.length) off += out.writeSync(f.subarray(off));
+const hdr = new Uint8Array(4);
+let have = 0;
+while (have < 4) have += inp.readSync(hdr.subarray(have));
+const reply = new Uint8Array(new DataView(hdr.buffer).getUint32(0));
+have = 0;
+while (have < reply.length) have += inp.readSync(reply.subarray(have));
+console.log(JSON.parse(new TextDecoder().decode(reply)).error.code);
+`
+	res, host := supervisorCPU(t, src, "--cap", "request=http://127.0.0.1:9:POST", "--timeout", "60s")
+	t.Logf("status %s after %d ms; guest CPU %d ms, supervisor CPU %s; reply %s", res.Status, res.Usage.WallMS, res.Usage.CPUMS, host.Round(time.Millisecond), strings.TrimSpace(res.Stdout))
+	if res.Status != "ok" || strings.TrimSpace(res.Stdout) != "invalid_request" {
+		t.Errorf("status %s, reply %q (error %+v), want ok and the call refused invalid_request", res.Status, strings.TrimSpace(res.Stdout), res.Error)
+	}
+	if host > 3*time.Second {
+		t.Errorf("the supervisor spent %s of CPU on one call of a 1 MB body, the guest %d ms", host, res.Usage.CPUMS)
+	}
+}
+
 // supervisorCPU runs source with `pmjail run --json` and returns the
 // result and the CPU time the supervisor spent on it: pmjail's rusage
 // (its reaped children included) less the guest's, which the run's

@@ -57,8 +57,9 @@ func (b *broker) checkOverride(h hop) *CallError {
 
 // formOverrides returns the _method fields of a URL-encoded or multipart
 // form body, or the top-level _method member of a JSON one (Laravel and
-// Symfony read it from JSON input too), as each Content-Type the request
-// gives (a server may read any of them) makes a server read the body.
+// Symfony read it from JSON input too), as the request's Content-Type
+// makes a server read the body. guestHeaders lets a call give one; each
+// further one here would be a whole parse more.
 func formOverrides(h http.Header, body string) ([]string, error) {
 	types := h.Values("Content-Type")
 	if len(types) == 0 {

@@ -386,6 +386,15 @@ func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header,
 		}
 		h.Add(ck, v)
 	}
+	// Content-Type holds one value (RFC 9110). Given more than once (names
+	// that differ in case), a server may read any of them, and the broker
+	// reads the body for a _method field as each (formOverrides), in the
+	// session's read loop, on CPU time no run counts: each copy cost the
+	// daemon the body's whole parse again, so one frame of a large
+	// multipart body cost it many times what the guest paid to write it.
+	if n := len(h.Values("Content-Type")); n > 1 {
+		return nil, callErr(CodeInvalidRequest, "header Content-Type is given %d times (names that differ in case): a request has one", n)
+	}
 	return h, nil
 }
 

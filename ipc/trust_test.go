@@ -281,15 +281,19 @@ func TestMethodOverrideDenied(t *testing.T) {
 			"headers": map[string]string{"Content-Type": "application/vnd.api+json"}},
 		"_method in JSON of a text/json type": {"url": srv.URL + "/19", "method": "POST", "body": `{"_method":"DELETE"}`,
 			"headers": map[string]string{"Content-Type": "text/json"}},
-		// Two Content-Types (names that differ in case): a server may read
-		// either.
-		"_method in a form of a second type": {"url": srv.URL + "/20", "method": "POST", "body": "_method=DELETE",
-			"headers": map[string]string{"Content-Type": "text/plain", "content-type": "application/x-www-form-urlencoded"}},
 	} {
 		f := r.g.call("request.send", params)
 		if f.OK || f.Error.Code != CodeDenied {
 			t.Errorf("%s: want denied, got ok=%v %+v", name, f.OK, f.Error)
 		}
+	}
+	// Two Content-Types (names that differ in case), which a server may
+	// read either of, are not a request the broker sends.
+	f := r.g.call("request.send", map[string]any{"url": srv.URL + "/20", "method": "POST", "body": "_method=DELETE",
+		"headers": map[string]string{"Content-Type": "text/plain", "content-type": "application/x-www-form-urlencoded"}})
+	wantCode(t, f, CodeInvalidRequest)
+	if !strings.Contains(f.Error.Message, "Content-Type") {
+		t.Errorf("refusal %q does not name Content-Type", f.Error.Message)
 	}
 	decodeResult(t, r.g.call("request.send", map[string]any{"url": srv.URL + "/ok?_method=post", "headers": map[string]string{"X-HTTP-Method-Override": "GET"}}))
 	// A body no server reads as a form or as JSON is not one.
@@ -303,6 +307,55 @@ func TestMethodOverrideDenied(t *testing.T) {
 	}
 	if _, ok := hits.Load("/ok"); !ok {
 		t.Error("the declared override did not reach the origin")
+	}
+}
+
+// TestRequestBodyCheckedOnce: the broker reads a body for _method as its
+// Content-Type makes a server read it, in the session's read loop, where
+// the host's CPU time is no run's. A call that gave Content-Type 64 times
+// (names that differ in case) had its body parsed 64 times: a megabyte
+// multipart form of tiny parts cost the daemon seconds a call. A call
+// gives Content-Type once (invalid_request otherwise), and costs at most
+// the one parse of a call that gives it once.
+func TestRequestBodyCheckedOnce(t *testing.T) {
+	noLeak(t)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	// Tiny parts cost a multipart reader the most a byte; the last names
+	// an undeclared method, so a call that reads it all is denied.
+	body := strings.Repeat("--b\r\n\r\n\r\n", 100000) + "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--b--\r\n"
+	const ct = "multipart/form-data; boundary=b"
+	call := func(headers map[string]string) (hostFrame, time.Duration) {
+		before := processCPU(t)
+		f := r.g.call("request.send", map[string]any{"url": srv.URL + "/", "method": "POST", "body": body, "headers": headers})
+		return f, processCPU(t) - before
+	}
+	once, one := call(map[string]string{"Content-Type": ct})
+	wantCode(t, once, CodeDenied)
+	many := map[string]string{}
+	for i := range 64 {
+		name := []byte("content-type")
+		for j := range 6 {
+			if i>>j&1 == 1 {
+				name[j] -= 'a' - 'A'
+			}
+		}
+		many[string(name)] = ct
+	}
+	f, all := call(many)
+	t.Logf("one Content-Type: %s of CPU; 64: %s", one, all)
+	if all > 2*one+100*time.Millisecond {
+		t.Errorf("a call giving Content-Type 64 times cost the host %s of CPU, one giving it once %s", all, one)
+	}
+	wantCode(t, f, CodeInvalidRequest)
+	if !strings.Contains(f.Error.Message, "Content-Type is given 64 times") {
+		t.Errorf("refusal %q does not say Content-Type was given 64 times", f.Error.Message)
+	}
+	r.finish(t)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the origin got %d requests", n)
 	}
 }
 
