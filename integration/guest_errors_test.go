@@ -191,6 +191,49 @@ func TestGuestUnhandledRejection(t *testing.T) {
 	}
 }
 
+// TestGuestHandledErrors: an error or rejection the guest's own listener
+// handles, as `deno run` lets it (preventDefault on the global's "error"
+// or "unhandledrejection" event, or node:process's uncaughtException and
+// unhandledRejection listeners), does not end the run: the program goes
+// on, as it would on its own. One the guest's listener sees but does not
+// handle still ends it.
+func TestGuestHandledErrors(t *testing.T) {
+	alive := "setTimeout(() => console.log('alive'), 20);\n"
+	cases := []struct{ name, src, stdout, value string }{
+		{"unhandledrejection prevented", "addEventListener('unhandledrejection', (e) => { e.preventDefault(); console.log('handled', e.reason.message); });\nPromise.reject(new Error('r'));\n" + alive,
+			"handled r\nalive\n", ""},
+		{"onunhandledrejection prevented", "globalThis.onunhandledrejection = (e) => { e.preventDefault(); console.log('handled', e.reason.message); };\nPromise.reject(new Error('r'));\n" + alive,
+			"handled r\nalive\n", ""},
+		{"error event prevented", "addEventListener('error', (e) => { e.preventDefault(); console.log('handled', e.error.message); });\nsetTimeout(() => { throw new Error('t'); }, 1);\n" + alive,
+			"handled t\nalive\n", ""},
+		{"returnValue false", "addEventListener('error', (e) => { e.returnValue = false; console.log('handled', e.error.message); });\nsetTimeout(() => { throw new Error('t'); }, 1);\n" + alive,
+			"handled t\nalive\n", ""},
+		{"node:process unhandledRejection", "import process from 'node:process';\nprocess.on('unhandledRejection', (r) => console.log('handled', r.message));\nPromise.reject(new Error('r'));\n" + alive,
+			"handled r\nalive\n", ""},
+		{"node:process uncaughtException", "process.on('uncaughtException', (e) => console.log('handled', e.message));\nsetTimeout(() => { throw new Error('t'); }, 1);\n" + alive,
+			"handled t\nalive\n", ""},
+		{"handler goes on", "addEventListener('unhandledrejection', (e) => e.preventDefault());\nexport default async () => {\n  Promise.reject(new Error('bg'));\n  await new Promise((r) => setTimeout(r, 10));\n  return 'fine';\n};\n",
+			"", `"fine"`},
+	}
+	for _, c := range cases {
+		path := filepath.Join(t.TempDir(), "main.js")
+		if err := os.WriteFile(path, []byte(c.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		inv := pmjailCmd(t, "", "run", "--json", path)
+		r := inv.Result
+		if r == nil {
+			t.Fatalf("%s: no result (exit %d): %s", c.name, inv.ExitCode, inv.Stderr)
+		}
+		if r.Status != "ok" || r.Stdout != c.stdout || compact(r.Value) != c.value {
+			t.Errorf("%s: status %s stdout %q value %s error %+v, want ok, stdout %q, value %s", c.name, r.Status, r.Stdout, r.Value, r.Error, c.stdout, c.value)
+		}
+	}
+	// A listener that only looks does not handle it.
+	r := runGuest(t, "main.js", "addEventListener('unhandledrejection', (e) => console.log('seen', e.reason.message));\nPromise.reject(new Error('r'));\n"+alive)
+	wantError(t, "a listener that does not prevent", r, guestError{Code: "Error", Message: "r"}, "file:///job/main.js:2:16")
+}
+
 // TestGuestErrorsPython: the same for a Python guest.
 func TestGuestErrorsPython(t *testing.T) {
 	cases := []struct {

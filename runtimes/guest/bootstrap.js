@@ -53,15 +53,53 @@ async function fail(err) {
 }
 
 // Errors thrown after the module finished loading (timers, promises) end the
-// run through the same report instead of Deno's default printout.
-globalThis.addEventListener("error", (ev) => {
-  ev.preventDefault();
-  fail(ev.error ?? ev.message);
-});
-globalThis.addEventListener("unhandledrejection", (ev) => {
-  ev.preventDefault();
-  fail(ev.reason);
-});
+// run through the same report instead of Deno's default printout, unless
+// the guest handles them as `deno run` lets it: a listener of its own that
+// cancels the event (preventDefault, returnValue = false), or node's
+// process with an uncaughtException or unhandledRejection listener.
+globalThis.addEventListener("error", (ev) => uncaught(ev, ev.error ?? ev.message));
+globalThis.addEventListener("unhandledrejection", (ev) => uncaught(ev, ev.reason));
+// Deno's own cancel, taken before any guest code can replace it.
+const cancelEvent = Event.prototype.preventDefault;
+
+// uncaught is the bootstrap's listener, the first on the global: it
+// cancels the event itself, or Deno ends the runtime with its own
+// printout as the dispatch returns, before any report. The guest's
+// listeners run after it in the same dispatch; its cancel is recorded on
+// the event instead, and once the dispatch is over (a microtask later)
+// the run fails unless the guest handled it. A rejection no listener
+// handled goes to node's process as Deno would hand it on (it does only
+// for an event not cancelled): its callback cancels it when the process
+// has a listener that takes it.
+function uncaught(ev, err) {
+  let handled = false;
+  const handle = () => {
+    handled = true;
+  };
+  try {
+    Object.defineProperty(ev, "preventDefault", { value: handle, configurable: true });
+    Object.defineProperty(ev, "returnValue", {
+      get: () => !handled,
+      set: (v) => {
+        if (!v) handled = true;
+      },
+      configurable: true,
+    });
+  } catch { /* an event that takes no property: none cancels it */ }
+  Reflect.apply(cancelEvent, ev, []);
+  queueMicrotask(() => {
+    if (!handled && ev.type === "unhandledrejection") {
+      try {
+        const node = denoInternal?.nodeProcessUnhandledRejectionCallback;
+        if (typeof node === "function") node(ev);
+      } catch (e) {
+        err = e;
+      }
+    }
+    if (!handled) fail(err);
+  });
+}
+
 // The event loop ran empty while the handler's promise was pending: nothing
 // can settle it any more. (A plain script's top-level await that cannot
 // settle is Deno's own report on stderr, which names the guest's line and
