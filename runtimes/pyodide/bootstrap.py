@@ -70,12 +70,20 @@ def _make_module(bridge, input_value):
 class _RefusePackages:
     """Last on sys.meta_path: a module that is not in the standard library
     cannot be installed here, and the error says so instead of Pyodide's
-    hint to use micropip."""
+    hint to use micropip. One of the standard library's that Pyodide
+    leaves out (resource, pwd, curses, ...) is no package's either: that
+    error says so, not to ask the operator for a wheel."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
         if "." in name:
             return None
+        if name in sys.stdlib_module_names:
+            raise ModuleNotFoundError(
+                f"No module named {name!r}: Pyodide's Python, which pmjail runs Python on,"
+                " leaves this standard-library module out; no package can add it (docs/guest-api.md)",
+                name=name,
+            )
         raise ModuleNotFoundError(
             f"No module named {name!r}: {DISABLED}; a job imports only the wheels"
             " the operator stored and allowed it (pmjail packages add, docs/packages.md)",
