@@ -206,6 +206,22 @@ func TestPythonFailures(t *testing.T) {
 	if r.ExitCode != 3 || r.Stdout != "bye\n" {
 		t.Errorf("sys.exit(3): %+v", r)
 	}
+	// os._exit ends the process at once, with its code, as in CPython
+	// (Pyodide throws it to the loader as an Exit error, which ended the
+	// run as a guest error of code "Exit" and exit code 1).
+	for _, c := range []struct {
+		src    string
+		status string
+		code   int
+	}{
+		{"import os\nprint('bye', flush=True)\nos._exit(6)\nprint('not reached')\n", "error", 6},
+		{"import os\n\ndef main(input):\n    print('bye', flush=True)\n    os._exit(0)\n", "ok", 0},
+	} {
+		r = runScript(t, "osexit.py", c.src)
+		if r.Status != c.status || r.ExitCode != c.code || r.Stdout != "bye\n" || (c.code != 0 && (r.Error == nil || r.Error.Code != "exit")) {
+			t.Errorf("os._exit(%d): status %s exit %d error %+v stdout %q stderr %q", c.code, r.Status, r.ExitCode, r.Error, r.Stdout, r.Stderr)
+		}
+	}
 }
 
 func TestPythonLimits(t *testing.T) {

@@ -260,6 +260,9 @@ globalThis.addEventListener("beforeunload", (ev) => {
   report({ kind: "error", error: { name: "UnsettledPromise", message, stack: "" } });
 });
 run.callPromising(bridge, JSON.stringify(input), source, mainPath, JSON.stringify(files), JSON.stringify(manifest.env ?? {})).then(valueFits, (err) => {
+  // os._exit(n) (Emscripten's exit) ends Python at once, as an Exit error
+  // carrying its status: the exit code is the result, as sys.exit's.
+  if (err?.name === "Exit" && Number.isInteger(err.status)) return { kind: "exit", code: err.status & 0xff };
   // Only a failure of pmjail's own bootstrap lands here; the guest's own
   // exceptions come back as an outcome.
   return { kind: "error", error: { name: err?.name ?? "Error", message: String(err?.message ?? err), stack: String(err?.stack ?? "") } };
