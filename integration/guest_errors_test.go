@@ -144,6 +144,16 @@ func TestGuestErrorsJS(t *testing.T) {
 			guestError{Code: "ResultError", Message: valueOK + "value.n is NaN, which JSON cannot hold"}, nil},
 		{"symbol as the value", "main.js", "export default () => Symbol('s');\n",
 			guestError{Code: "ResultError", Message: valueOK + "value is a symbol"}, nil},
+		// JSON.stringify turns these into {}: a value that came back
+		// from JSON changed, silently.
+		{"Response as the value", "main.js", "export default () => new Response('hello');\n",
+			guestError{Code: "ResultError", Message: valueOK + "value is a Response, which JSON turns into {} (return await response.json() or .text())"}, nil},
+		{"Headers in the value", "main.js", "export default () => ({ h: new Headers({ a: '1' }) });\n",
+			guestError{Code: "ResultError", Message: valueOK + "value.h is a Headers, which JSON turns into {} (use Object.fromEntries(headers))"}, nil},
+		{"generator as the value", "main.js", "export default () => (function* () { yield 1; })();\n",
+			guestError{Code: "ResultError", Message: valueOK + "value is a Generator, which JSON turns into {} (use [...generator])"}, nil},
+		{"getters only in the value", "main.js", "class Point { get x() { return 1; } }\nexport default () => [new Point()];\n",
+			guestError{Code: "ResultError", Message: valueOK + "value[0] is a Point, which JSON turns into {}"}, nil},
 		{"thrown inside pmjail's own code", "main.js", "export default async (i, ctx) => {\n  await ctx.host.log.info({ toString() { throw new RangeError('bad toString'); } });\n};\n",
 			guestError{Code: "RangeError", Message: "bad toString"},
 			[]string{"RangeError: bad toString\n    at Object.toString (file:///job/main.js:2:48)", "at Module.default (file:///job/main.js:2:22)"}},
@@ -165,6 +175,11 @@ func TestGuestErrorsJS(t *testing.T) {
 	// undefined is no value at all, not null.
 	if r := runGuest(t, "main.js", "export default () => undefined;\n"); r.Status != "ok" || r.Value != nil {
 		t.Errorf("undefined: status %s value %s, want ok and no value", r.Status, r.Value)
+	}
+	// An instance of a class is its own fields, as JSON has them, and one
+	// with none and nothing else to lose is {}.
+	if r := runGuest(t, "main.js", "class P { constructor() { this.x = 1; } get y() { return 2; } }\nclass E {}\nexport default () => [new P(), new E()];\n"); r.Status != "ok" || compact(r.Value) != `[{"x":1},{}]` {
+		t.Errorf("class instances: status %s value %s error %+v", r.Status, r.Value, r.Error)
 	}
 	// A Date is its toJSON, an undefined property is left out: JSON's
 	// own rules, which round-trip.

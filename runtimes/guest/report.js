@@ -188,6 +188,10 @@ function walk(v, path, parents, depth) {
     if (v instanceof type) return `${path} is ${what}`;
   }
   if (ArrayBuffer.isView(v)) return `${path} is a ${v.constructor?.name ?? "typed array"} (encode bytes as base64)`;
+  if (!Array.isArray(v)) {
+    const what = emptied(v);
+    if (what) return `${path} is ${what}`;
+  }
   parents.push(v);
   try {
     if (Array.isArray(v)) {
@@ -207,6 +211,41 @@ function walk(v, path, parents, depth) {
   } finally {
     parents.pop();
   }
+}
+
+// HINTS say what to return instead of the platform objects emptied
+// finds most often.
+const HINTS = {
+  Response: " (return await response.json() or .text())",
+  Request: " (return await request.json() or .text())",
+  Headers: " (use Object.fromEntries(headers))",
+  URLSearchParams: " (use Object.fromEntries(params) or params.toString())",
+  FormData: " (use Object.fromEntries(form))",
+  Blob: " (return await blob.text())",
+  File: " (return await file.text())",
+  Generator: " (use [...generator])",
+  AsyncGenerator: " (use await Array.fromAsync(generator))",
+};
+
+// emptied says what v is when JSON.stringify would turn it into {} and
+// lose what it holds: an object with no own fields whose class keeps its
+// state elsewhere, a platform object (a Response, Headers, a generator:
+// a Symbol.toStringTag) or an instance of a class of getters. It is null
+// for a plain object, an object with fields of its own (an instance is
+// its fields, as JSON has it) and an instance of a class with nothing to
+// lose.
+function emptied(v) {
+  const proto = Object.getPrototypeOf(v);
+  if (proto === null || proto === Object.prototype || Object.keys(v).length > 0) return null;
+  let held = false;
+  for (let p = proto; p !== null && p !== Object.prototype && !held; p = Object.getPrototypeOf(p)) {
+    held = Object.hasOwn(p, Symbol.toStringTag) ||
+      Object.values(Object.getOwnPropertyDescriptors(p)).some((d) => typeof d.get === "function");
+  }
+  if (!held) return null;
+  const tag = v[Symbol.toStringTag];
+  const name = safeString(typeof tag === "string" && tag ? tag : (v.constructor?.name || "object"));
+  return `${/^[AEIO]/.test(name) ? "an" : "a"} ${name}, which JSON turns into {}${Object.hasOwn(HINTS, name) ? HINTS[name] : ""}`;
 }
 
 function pathKey(key) {
