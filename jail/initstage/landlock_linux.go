@@ -22,15 +22,23 @@ var landlockABIs = [...]landlock.Config{
 	landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11,
 }
 
-// The rights go-landlock's RODirs, RWDirs and RWFiles rules grant (its
-// unexported accessFSRead, accessFSReadWrite and accessFSReadWrite &
-// accessFile), each then cut to what the ruleset handles. A test holds
-// them to the library's.
+// The rights go-landlock's RODirs, RWDirs (WithRefer) and RWFiles rules
+// grant (its unexported accessFSRead, accessFSReadWrite and
+// accessFSReadWrite & accessFile), each then cut to what the ruleset
+// handles. A test holds them to the library's.
+//
+// The writable directories also take Refer (ABI 2 on), which a ruleset
+// refuses unless a rule grants it: without it every rename or link into
+// another directory fails EXDEV, which breaks extract-then-move, package
+// managers and atomic writes into a directory. It widens nothing: a
+// rename cannot leave its mount, and Landlock still refuses a move whose
+// destination grants the file a right its source did not.
 const (
 	llFileOnly  = llsys.AccessFSExecute | llsys.AccessFSWriteFile | llsys.AccessFSTruncate | llsys.AccessFSReadFile
 	llRead      = llsys.AccessFSExecute | llsys.AccessFSReadFile | llsys.AccessFSReadDir
 	llWrite     = llsys.AccessFSWriteFile | llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile | llsys.AccessFSMakeChar | llsys.AccessFSMakeDir | llsys.AccessFSMakeReg | llsys.AccessFSMakeSock | llsys.AccessFSMakeFifo | llsys.AccessFSMakeBlock | llsys.AccessFSMakeSym | llsys.AccessFSTruncate
 	llReadWrite = llRead | llWrite
+	llRWDirs    = llReadWrite | llsys.AccessFSRefer
 	llRWFiles   = llReadWrite & llFileOnly
 )
 
@@ -92,7 +100,7 @@ func applyLandlock(mounts []specs.Mount, rwFiles []string) (int, string) {
 		}
 	}
 	cfg := landlockABIs[abi-1]
-	if err := restrictThread(cfg, []pathRule{{llRead, []string{"/"}}, {llReadWrite, rwDirs}, {llRWFiles, rwFiles}}); err != nil {
+	if err := restrictThread(cfg, []pathRule{{llRead, []string{"/"}}, {llRWDirs, rwDirs}, {llRWFiles, rwFiles}}); err != nil {
 		return 0, fmt.Sprintf("landlock restrict: %v", err)
 	}
 	return abi, ""

@@ -32,6 +32,7 @@ func TestLandlockRightsMatchLibrary(t *testing.T) {
 	}{
 		{landlock.RODirs("/x"), llRead},
 		{landlock.RWDirs("/x"), llReadWrite},
+		{landlock.RWDirs("/x").WithRefer(), llRWDirs},
 		{landlock.RWFiles("/x"), llRWFiles},
 	} {
 		if want := fmt.Sprintf("REQUIRE %v for paths [/x]", landlock.AccessFSSet(c.access)); c.rule.String() != want {

@@ -15,7 +15,7 @@ func TestLandlockHandlesUnixConnectFromABI9(t *testing.T) {
 			t.Errorf("ABI %d: the ruleset does not handle connecting to Unix sockets", v)
 		}
 	}
-	for name, granted := range map[string]uint64{"read": llRead, "read-write": llReadWrite, "read-write files": llRWFiles} {
+	for name, granted := range map[string]uint64{"read": llRead, "read-write": llReadWrite, "read-write dirs": llRWDirs, "read-write files": llRWFiles} {
 		if granted&llsys.AccessFSResolveUnix != 0 {
 			t.Errorf("the %s rule grants connecting to Unix sockets", name)
 		}
