@@ -639,6 +639,11 @@ func TestRequestBodiesInFlightBounded(t *testing.T) {
 		r.g.send(map[string]any{"type": "call", "id": i, "method": "request.send", "params": map[string]any{"url": srv.URL + "/", "method": "POST", "body": body}})
 	}
 	body = ""
+	// Every call is either held by the origin or refused at once; one that
+	// is neither is the failure, named when the wait gives up (a CI run
+	// under load hung here for the test binary's whole timeout).
+	wait := time.NewTimer(3 * time.Minute)
+	defer wait.Stop()
 	var held, refused int
 	for held+refused < DefaultMaxInFlight {
 		select {
@@ -649,6 +654,9 @@ func TestRequestBodiesInFlightBounded(t *testing.T) {
 				t.Fatalf("reply %+v while the origin holds every call", f)
 			}
 			refused++
+		case <-wait.C:
+			close(release)
+			t.Fatalf("after 3m, %d of %d calls held by the origin and %d refused: the rest neither", held, DefaultMaxInFlight, refused)
 		}
 	}
 	runtime.GC()
