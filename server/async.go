@@ -460,12 +460,15 @@ func (s *Server) runDetached(ctx context.Context, id string, tn *tenant, resolve
 	// Running is told from the live run, not written to the store: a run
 	// the daemon loses is cancelled whether it was queued or running, and
 	// each write is an fsync.
-	res, err := s.runInSlot(ctx, tn, resolved, wait, func() job.Options {
+	res, answered, err := s.runInSlot(ctx, tn, resolved, wait, func() job.Options {
 		l.mu.Lock()
 		l.started = true
 		l.mu.Unlock()
 		return job.Options{Stdout: stdout, Stderr: stderr, OnLog: logAfterOutput(l.log, stdout, stderr), ID: id}
 	})
+	// Its answer is the store's, written by the daemon, read by nobody
+	// now: the slot goes with the run's teardown.
+	answered()
 	if err != nil {
 		// Never started: its result is the reason alone.
 		s.endDetached(id, l, api.RunCancelled, runstore.Cancelled(id, err.Error()), log)

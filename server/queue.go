@@ -187,7 +187,10 @@ func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, erro
 		return nil, &queue.Refusal{Code: codeInvalid, Message: msg, Field: field}
 	}
 	taken := func(context.Context) (grant, error) { return q.slots, nil }
-	res, err := s.runInSlot(ctx, tn, resolved, taken, nil)
+	res, answered, err := s.runInSlot(ctx, tn, resolved, taken, nil)
+	// The queue's answer is the worker's to publish, not a client's to
+	// read: the slot goes with the run's teardown.
+	answered()
 	re, reloaded := errors.AsType[*reloadRefusal](err)
 	switch {
 	case err != nil && ctx.Err() != nil:

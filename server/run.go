@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/pmjail/pmjail/api"
@@ -115,7 +116,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		stdout *outputStream
 		stderr *outputStream
 	)
-	res, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
+	res, answered, err := s.runInSlot(runContext(r.Context()), tn, resolved, s.queued(st, tn), func() job.Options {
 		if !wantsStream(r) {
 			return job.Options{}
 		}
@@ -157,6 +158,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no run slot freed within %v", time.Duration(st.cfg.QueueTimeout)), "", 5*time.Second)
 		return
 	}
+	// The run's slots are held until its answer is written: an answer
+	// holds the run's output whole, and a client that does not read it
+	// must not keep it in the daemon beyond its share while its slots
+	// run more.
+	defer answered()
 	if ev != nil {
 		stdout.flush()
 		stderr.flush()
@@ -167,6 +173,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			log.Info("result not sent", "job", res.ID, "err", err)
 		}
 	}
+	answered()
 	// A shutdown ends the request's context too (errShutdown), though its
 	// client is there for the result.
 	gone := r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errShutdown)
@@ -178,8 +185,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // whatever brought it (a connection, the async API, a queue): it waits
 // for its slot (wait, which it always gives back), checks the daemon has
 // descriptors to spare, calls start for the run's options (nil: none),
-// runs the job under tn's runner, gives the slot back and counts the run
-// in the metrics before returning its result. ctx cancels the wait and
+// runs the job under tn's runner and counts the run in the metrics
+// before returning its result, and answered, which the caller calls
+// once it has answered with the result (more calls do nothing): the
+// slot is given back when the run's jail is torn down and the caller
+// has answered, so that a result whose reader does not read it is held
+// within its tenant's slots, not beside them. ctx cancels the wait and
 // the run; its cause is the cancelled result's reason. A run that never
 // started returns no result and why: ctx's cause if it ended, else the
 // admission's refusal (errShareFull, errQueueFull, its wait's error),
@@ -189,7 +200,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // that waited across a reload, whatever brought it, meets the config in
 // force.
 func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
-	start func() job.Options) (*jail.Result, error) {
+	start func() job.Options) (res *jail.Result, answered func(), err error) {
 	queued := time.Now()
 	slots, err := wait(ctx)
 	if err == nil && s.draining.Load() {
@@ -221,7 +232,7 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		if tn.share != nil {
 			tn.share.bucket.refund() // it never ran
 		}
-		return nil, err
+		return nil, func() {}, err
 	}
 	wq := time.Since(queued)
 	var opt job.Options
@@ -231,22 +242,30 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 	opt.Owner = tn.name
 	// The result goes to the caller as soon as it is complete, which a
 	// warm run's is before its jail's teardown (job.Options.Answer); the
-	// slot stays taken until the teardown has ended, and the daemon's
-	// shutdown waits for it (teardowns). The counters are settled before
-	// the caller answers, so that a client reading /metrics after its
-	// result sees its run.
+	// slot stays taken until the teardown has ended and the caller has
+	// answered, and the daemon's shutdown waits for it (teardowns). The
+	// counters are settled before the caller answers, so that a client
+	// reading /metrics after its result sees its run.
 	answer := make(chan *jail.Result, 1)
 	settle := func(res *jail.Result) {
 		res.QueuedMS = wq.Milliseconds()
 		s.metrics.observe(resolved.Runtime, tn.name, res, wq.Seconds())
 		answer <- res
 	}
-	answered := false
+	// written is closed once the caller has answered. Only then does the
+	// slot wait for the teardown alone: a run the client sends next may
+	// wait for it rather than be refused for it.
+	written := make(chan struct{})
+	var once sync.Once
+	answered = func() {
+		once.Do(func() {
+			slots.answer()
+			close(written)
+		})
+	}
+	early := false
 	opt.Answer = func(res *jail.Result) {
-		answered = true
-		// Before the caller has its answer: a run it sends next may wait
-		// for this one's slots rather than be refused for them.
-		slots.answer()
+		early = true
 		settle(res)
 	}
 	s.teardowns.Add(1)
@@ -255,17 +274,19 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(resolved.Limits.Timeout)+runSlack)
 		res := tn.runner.Run(ctx, resolved, opt)
 		cancel()
-		slots.release()
-		if !answered {
+		if !early {
 			settle(res)
-			return
 		}
-		// The run's own refill, at its end, counted its slot as taken,
-		// and the next run may have come meanwhile: with the slot free
-		// now, the pool may start what it could not then.
-		s.warm.Refill()
+		<-written
+		slots.release()
+		if early {
+			// The run's own refill, at its end, counted its slot as
+			// taken, and the next run may have come meanwhile: with the
+			// slot free now, the pool may start what it could not then.
+			s.warm.Refill()
+		}
 	}()
-	return <-answer, nil
+	return <-answer, answered, nil
 }
 
 // queued is the admission of a run that waits for its slot, as a
