@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -12,9 +15,25 @@ import (
 // "10K" (binary multiples).
 type Size int64
 
+// spaces are the white space a size or a duration may have around it:
+// those every regular-expression engine's \s matches (RE2's, which Go
+// schema checkers use, matches no other), as the OpenAPI document's
+// patterns spell them. strings.TrimSpace took more (a vertical tab, a
+// no-break space, U+0085), which a proxy that holds jobs to the
+// document refuses.
+const spaces = " \t\n\f\r"
+
+// maxSize is the largest size taken, in either spelling: 1048576G.
+const maxSize = 1 << 50
+
+// maxMillis is the largest duration taken as a number of milliseconds,
+// in either spelling (about 34 years): a count whose nanoseconds do not
+// fit wrapped round to another duration.
+const maxMillis = 1 << 40
+
 // ParseSize parses "128M", "1G", "512K", "1048576" or "1Mi".
 func ParseSize(s string) (Size, error) {
-	t := strings.TrimSpace(s)
+	t := strings.Trim(s, spaces)
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "i")
 	mult := int64(1)
 	if t != "" {
@@ -31,10 +50,18 @@ func ParseSize(s string) (Size, error) {
 		}
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || !plain(t) || n < 0 || n > (1<<50)/mult {
+	if digits(t) && (errors.Is(err, strconv.ErrRange) || err == nil && n > maxSize/mult) {
+		return 0, fmt.Errorf("invalid size %q (over %s, the largest)", s, Size(maxSize))
+	}
+	if err != nil || !plain(t) || n < 0 {
 		return 0, fmt.Errorf("invalid size %q (want bytes or a number with K, M or G)", s)
 	}
 	return Size(n * mult), nil
+}
+
+// digits reports whether t is one or more ASCII digits alone.
+func digits(t string) bool {
+	return t != "" && strings.Trim(t, "0123456789") == ""
 }
 
 func (s Size) String() string {
@@ -60,8 +87,11 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 	}
 	switch x := v.(type) {
 	case float64:
-		if x < 0 || x != float64(int64(x)) {
-			return fmt.Errorf("invalid size %v (want a whole number of bytes)", x)
+		if x < 0 || x != math.Trunc(x) {
+			return fmt.Errorf("invalid size %s (want a whole number of bytes)", b)
+		}
+		if x > maxSize {
+			return fmt.Errorf("invalid size %s (over %s, the largest)", b, Size(maxSize))
 		}
 		*s = Size(x)
 		return nil
@@ -81,19 +111,31 @@ type Duration time.Duration
 
 // ParseDuration parses "2s", "500ms", "1m" or a bare number of milliseconds.
 func ParseDuration(s string) (Duration, error) {
-	t := strings.TrimSpace(s)
+	t := strings.Trim(s, spaces)
 	if !plain(t) {
 		return 0, fmt.Errorf("invalid duration %q (want e.g. \"2s\", \"500ms\" or milliseconds)", s)
 	}
-	if n, err := strconv.ParseInt(t, 10, 64); err == nil && n >= 0 {
+	if digits(t) {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || n > maxMillis {
+			return 0, fmt.Errorf("invalid duration %q (over %d milliseconds, the largest)", s, maxMillis)
+		}
 		return Duration(time.Duration(n) * time.Millisecond), nil
 	}
 	d, err := time.ParseDuration(t)
+	if err != nil && goDuration.MatchString(t) {
+		// Spelt right, and over what a time.Duration holds.
+		return 0, fmt.Errorf("invalid duration %q (over %s, the largest)", s, time.Duration(math.MaxInt64))
+	}
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("invalid duration %q (want e.g. \"2s\", \"500ms\" or milliseconds)", s)
 	}
 	return Duration(d), nil
 }
+
+// goDuration is a duration string as the OpenAPI document spells one,
+// spaces trimmed, without a bare number.
+var goDuration = regexp.MustCompile(`^([0-9]*\.?[0-9]+(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
@@ -108,8 +150,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	switch x := v.(type) {
 	case float64:
-		if x < 0 || x > float64(1<<40) {
-			return fmt.Errorf("invalid duration %v (want milliseconds)", x)
+		if x < 0 {
+			return fmt.Errorf("invalid duration %s (want milliseconds, 0 or more)", b)
+		}
+		if x > maxMillis {
+			return fmt.Errorf("invalid duration %s (over %d milliseconds, the largest)", b, maxMillis)
 		}
 		*d = Duration(time.Duration(x * float64(time.Millisecond)))
 		return nil

@@ -29,6 +29,9 @@ func rawPost(t *testing.T, sock, path, headers, body string) (int, api.ErrorBody
 //     key the client believed made a retry safe.
 //   - Text that is not UTF-8 was read as U+FFFD (and passed raw in the
 //     input): the job that ran was not the bytes a proxy checked.
+//   - A count of milliseconds whose nanoseconds overflow was wrapped
+//     round to another duration, and a size spaced by a vertical tab
+//     (which the OpenAPI document refuses) was taken.
 //   - A batch's refusal said its field twice ("jobs[1].runtime: runtime:
 //     unknown runtime").
 func TestBadInputNamesTheField(t *testing.T) {
@@ -52,6 +55,10 @@ func TestBadInputNamesTheField(t *testing.T) {
 			`jobs[0].labels.t`, `jobs[0].labels.t: invalid UTF-8 (JSON text is UTF-8) (at byte 62)`}, // the batch's raw jobs: a path as in input
 		{"batch job refused", "/v1/batches", "", `{"jobs": [` + job + `, {"runtime": "cobol", "source": "1"}]}`,
 			"jobs[1].runtime", `jobs[1].runtime: unknown runtime "cobol" (want deno or python)`},
+		{"timeout whose nanoseconds overflow", "/v1/runs", "", `{"runtime": "deno", "source": "1", "limits": {"timeout": "288230376151716728"}}`, // read as 5s
+			"limits.timeout", `limits.timeout: invalid duration "288230376151716728" (over 1099511627776 milliseconds, the largest)`},
+		{"size with a space the document refuses", "/v1/runs", "", `{"runtime": "deno", "source": "1", "limits": {"memory": "\u000b64M"}}`,
+			"limits.memory", `limits.memory: invalid size "\v64M" (want bytes or a number with K, M or G)`},
 		{"batch limit refused", "/v1/batches", "", `{"jobs": [{"runtime": "deno", "source": "1", "limits": {"memory": "9G"}}]}`,
 			"jobs[0].limits.memory", `jobs[0].limits.memory: 9G is above the ceiling of 1G`},
 	} {
