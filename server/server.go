@@ -592,6 +592,7 @@ func (s *Server) ownUID(h http.HandlerFunc) http.HandlerFunc {
 // authorise refuses every request from a peer the config does not allow.
 func (s *Server) authorise(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		boundUnreadBody(w, r)
 		p := peerFrom(r.Context())
 		// A peer a tenant names is allowed as if the allow list named it.
 		st := s.state.Load()
@@ -607,6 +608,30 @@ func (s *Server) authorise(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// unreadBodyTimeout bounds the read of a body no handler read: net/http
+// reads up to 256 KiB of it to keep the connection, which at a body's
+// minimum rate, after its grace, takes as long as this.
+const unreadBodyTimeout = bodyGrace + (256<<10)*time.Second/bodyMinRate
+
+// boundUnreadBody gives a request that declares a body a read deadline
+// before any handler runs. net/http reads away what of a body the
+// handler did not read, before the answer's head and again after the
+// handler, with no deadline of its own: a peer that declared a body and
+// sent none to an endpoint that reads none (a GET), or to a POST refused
+// before it reads its body (the peer's own refusal included), had no
+// answer, and its connection stayed active for ever, which held every
+// shutdown for its grace and the cancel wait after, and failed it. Past
+// the deadline the answer goes, and the connection is closed after it.
+// A POST's handler reads its body under deadlines of its own (a
+// pacedBody). Once a body is read whole, net/http clears the deadline
+// for its read that watches for the client going; a request without a
+// body is left alone, for the same read starts at once.
+func boundUnreadBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(unreadBodyTimeout))
+	}
 }
 
 func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
