@@ -123,9 +123,10 @@ func ParseDuration(s string) (Duration, error) {
 		return Duration(time.Duration(n) * time.Millisecond), nil
 	}
 	d, err := time.ParseDuration(t)
-	if err != nil && goDuration.MatchString(t) {
-		// Spelt right, and over what a time.Duration holds.
-		return 0, fmt.Errorf("invalid duration %q (over %s, the largest)", s, time.Duration(math.MaxInt64))
+	// Spelt right and over the largest, or over what a time.Duration
+	// holds: the same bound as a number of milliseconds.
+	if err != nil && goDuration.MatchString(t) || err == nil && d > maxMillis*time.Millisecond {
+		return 0, fmt.Errorf("invalid duration %q (over %s, the largest)", s, maxMillis*time.Millisecond)
 	}
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("invalid duration %q (want e.g. \"2s\", \"500ms\" or milliseconds)", s)
