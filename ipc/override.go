@@ -76,12 +76,24 @@ func formOverrides(h http.Header, body string) ([]string, error) {
 	return out, nil
 }
 
+// The most parts, and header lines in all its parts, of a multipart body
+// the broker reads for _method fields: Go's ReadForm's defaults, so a Go
+// origin refuses a larger form itself. The broker reads a form in the
+// session's read loop, on CPU time no run counts, and each part and line
+// costs it allocations: a frame of tiny parts cost several times what
+// reading a plain frame of its size does.
+const (
+	maxFormParts   = 1000
+	maxFormHeaders = 10000
+)
+
 // typedOverrides is formOverrides for a body of Content-Type ct. A body
 // without a type is a URL-encoded form to Rack (a POST's); a type that
 // holds "json" anywhere is JSON to Laravel (which looks for "/json" and
 // "+json" in the header). A multipart body is refused unless it parses to
-// its end: a server that skips a part it cannot read would read the parts
-// after it, which the check would not have seen.
+// its end, within maxFormParts and maxFormHeaders: a server that skips a
+// part it cannot read would read the parts after it, which the check
+// would not have seen.
 func typedOverrides(ct, body string) ([]string, error) {
 	mt, params, typeErr := mediaType(ct)
 	var out []string
@@ -93,6 +105,7 @@ func typedOverrides(ct, body string) ([]string, error) {
 			return nil, fmt.Errorf("a multipart form whose Content-Type %.80q does not parse or names no boundary", ct)
 		}
 		mr := multipart.NewReader(strings.NewReader(body), params["boundary"])
+		parts, lines := 0, 0
 		for {
 			part, err := mr.NextPart()
 			if err == io.EOF {
@@ -100,6 +113,16 @@ func typedOverrides(ct, body string) ([]string, error) {
 			}
 			if err != nil {
 				return nil, fmt.Errorf("a multipart form that does not parse: %w", err)
+			}
+			parts++
+			for _, vs := range part.Header {
+				lines += len(vs)
+			}
+			if parts > maxFormParts {
+				return nil, fmt.Errorf("a multipart form of more than %d parts", maxFormParts)
+			}
+			if lines > maxFormHeaders {
+				return nil, fmt.Errorf("a multipart form of more than %d header lines", maxFormHeaders)
 			}
 			if isOverrideName(part.FormName()) {
 				v, _ := io.ReadAll(io.LimitReader(part, 64))

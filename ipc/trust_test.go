@@ -359,6 +359,121 @@ func TestRequestBodyCheckedOnce(t *testing.T) {
 	}
 }
 
+// TestRequestFormBounded: the broker reads a multipart body for _method
+// parts in the session's read loop, on CPU time no run counts. A form of
+// tiny parts, or of parts of many header lines, cost the daemon several
+// allocations a part and a line, some twice what decoding a plain frame
+// of the same size costs. It reads at most 1000 parts and 10,000 header
+// lines in all, as Go's ReadForm does (a Go origin refuses more), and
+// refuses a form of more as one it cannot check.
+func TestRequestFormBounded(t *testing.T) {
+	noLeak(t)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	form := func(parts, lines int, method string) map[string]any {
+		part := "--b\r\n" + strings.Repeat("a:\r\n", lines) + "\r\n\r\n"
+		body := strings.Repeat(part, parts) + "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\n" + method + "\r\n--b--\r\n"
+		return map[string]any{"url": srv.URL + "/", "method": "POST", "body": body, "headers": map[string]string{"Content-Type": "multipart/form-data; boundary=b"}}
+	}
+	// A plain body of the frame cap's size is the control: what reading
+	// a frame costs the daemon.
+	room := DefaultMaxFrame - 4<<10
+	plain := map[string]any{"url": srv.URL + "/?_method=PATCH", "method": "POST", "body": strings.Repeat("a", room),
+		"headers": map[string]string{"Content-Type": "text/plain"}}
+	sendCost(t, r.g, plain) // the first of a size grows the buffers
+	f, control := sendCost(t, r.g, plain)
+	wantCode(t, f, CodeDenied)
+	// In JSON a part of no headers is 16 bytes, a header line 6.
+	for name, params := range map[string]map[string]any{
+		"tiny parts":   form(room/16, 0, "PATCH"),
+		"header lines": form(room/6020, 1000, "PATCH"),
+	} {
+		f, cost := sendCost(t, r.g, params)
+		t.Logf("%s: %s; a plain frame %s", name, cost, control)
+		wantCode(t, f, CodeDenied)
+		cost.within(t, name, control)
+	}
+
+	// The parts a form may have are all read: the last one's _method
+	// counts. (Its part is one more, of one header line.)
+	wantCode(t, r.g.call("request.send", form(maxFormParts-1, 0, "DELETE")), CodeDenied)
+	decodeResult(t, r.g.call("request.send", form(maxFormParts-1, 0, "POST")))
+	decodeResult(t, r.g.call("request.send", form(10, maxFormHeaders/10-1, "POST")))
+	for name, params := range map[string]map[string]any{
+		"parts":        form(maxFormParts, 0, "POST"),
+		"header lines": form(10, maxFormHeaders/10, "POST"),
+	} {
+		f := r.g.call("request.send", params)
+		wantCode(t, f, CodeDenied)
+		if !strings.Contains(f.Error.Message, "more than") || !strings.Contains(f.Error.Message, name) {
+			t.Errorf("a form of too many %s: refusal %q does not name them", name, f.Error.Message)
+		}
+	}
+	r.finish(t)
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the origin got %d requests, want the 2 of forms within the caps", n)
+	}
+}
+
+// callCost is what one call cost the test process (the daemon's side and
+// the guest's reading of the reply).
+type callCost struct {
+	cpu    time.Duration
+	allocs uint64 // heap objects allocated
+	bytes  uint64 // heap bytes allocated
+}
+
+func (c callCost) String() string {
+	return fmt.Sprintf("%s of CPU, %d allocations, %d MiB", c.cpu.Round(time.Millisecond), c.allocs, c.bytes>>20)
+}
+
+// within fails t when c cost the host markedly more than control, a call
+// of a plain frame of the same size. It compares allocations, which the
+// race detector and a busy machine leave nearly as they are: each is CPU
+// time in the read loop, and unbounded parsing is one or more a unit.
+func (c callCost) within(t *testing.T, name string, control callCost) {
+	t.Helper()
+	if c.allocs > control.allocs+25000 || c.bytes > control.bytes+16<<20+raceSlack {
+		t.Errorf("%s cost the host %s, a plain frame of its size %s", name, c, control)
+	}
+}
+
+// sendCost makes a request.send call of params and returns its reply and
+// what it cost; the frame is encoded, type first, before counting starts.
+func sendCost(t *testing.T, g *testGuest, params any) (hostFrame, callCost) {
+	t.Helper()
+	g.nextID++
+	body, err := json.Marshal(struct {
+		Type   string `json:"type"`
+		ID     uint64 `json:"id"`
+		Method string `json:"method"`
+		Params any    `json:"params"`
+	}{"call", g.nextID, "request.send", params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > DefaultMaxFrame {
+		t.Fatalf("the call's frame is %d bytes, over the cap", len(body))
+	}
+	frame := frameBytes(string(body))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	cpu := processCPU(t)
+	if _, err := g.conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	f := g.recv()
+	cpu = processCPU(t) - cpu
+	runtime.ReadMemStats(&after)
+	if f.ID != g.nextID {
+		t.Fatalf("reply %+v, want one to call %d", f, g.nextID)
+	}
+	return f, callCost{cpu: cpu, allocs: after.Mallocs - before.Mallocs, bytes: after.TotalAlloc - before.TotalAlloc}
+}
+
 // TestGuestHeaderRules: forwarding headers are dropped and the guest's
 // headers are capped in count and bytes.
 func TestGuestHeaderRules(t *testing.T) {
