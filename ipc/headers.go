@@ -1,9 +1,14 @@
 package ipc
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // droppedHeaders are never forwarded from the guest: hop-by-hop headers that
@@ -42,6 +47,56 @@ const (
 	MaxGuestHeaders     = 64
 	MaxGuestHeaderBytes = 16 << 10
 )
+
+// headersCapError is request.send's headers past a cap (MaxGuestHeaders
+// or MaxGuestHeaderBytes), found as they are decoded.
+type headersCapError struct{ msg string }
+
+func (e *headersCapError) Error() string { return e.msg }
+
+// guestHeaderMap is request.send's headers as the guest gave them, decoded
+// only as far as the caps: the map was decoded whole before its count was
+// checked, in the session's read loop, and a frame of a headers object of
+// a few hundred thousand names cost the daemon an allocation or two a
+// name for a call refused at the 65th.
+type guestHeaderMap map[string]string
+
+// UnmarshalJSONFrom decodes an object of string values up to the caps,
+// and leaves any other JSON (null, or not an object) to the decoding a
+// map of strings has, so its errors read as any other field's.
+func (m *guestHeaderMap) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	if dec.PeekKind() != '{' {
+		return errors.ErrUnsupported
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	out := guestHeaderMap{}
+	size := 0
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		k := name.String() // before the decoder reads on
+		if len(out) == MaxGuestHeaders {
+			return &headersCapError{fmt.Sprintf("more than %d headers: at most %d", MaxGuestHeaders, MaxGuestHeaders)}
+		}
+		var v string
+		if err := json.UnmarshalDecode(dec, &v); err != nil {
+			return err
+		}
+		if size += len(k) + len(v); size > MaxGuestHeaderBytes {
+			return &headersCapError{fmt.Sprintf("more than %d bytes of names and values: at most %d", MaxGuestHeaderBytes, MaxGuestHeaderBytes)}
+		}
+		out[k] = v
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	*m = out
+	return nil
+}
 
 // secretHopDropped are the guest's headers left out of a request that
 // carries a secret: each could make an origin that echoes the secret send

@@ -128,13 +128,13 @@ func newBroker(cfg SessionConfig, ceil Ceiling) *broker {
 }
 
 type sendParams struct {
-	URL          string            `json:"url"`
-	Method       string            `json:"method"`
-	Headers      map[string]string `json:"headers"`
-	Body         *string           `json:"body"`
-	BodyEncoding string            `json:"body_encoding"`
-	TimeoutMS    *float64          `json:"timeout_ms"`
-	Auth         string            `json:"auth"`
+	URL          string         `json:"url"`
+	Method       string         `json:"method"`
+	Headers      guestHeaderMap `json:"headers"`
+	Body         *string        `json:"body"`
+	BodyEncoding string         `json:"body_encoding"`
+	TimeoutMS    *float64       `json:"timeout_ms"`
+	Auth         string         `json:"auth"`
 }
 
 // The body encodings of request.send (params body_encoding), which name
@@ -230,6 +230,9 @@ func (b *broker) prepare(raw json.RawMessage) (*sendCall, *CallError) {
 	}
 	var p sendParams
 	if err := strictjson.Decode(raw, &p); err != nil {
+		if over, ok := errors.AsType[*headersCapError](err); ok {
+			return nil, callErr(CodeTooLarge, "request params: headers: %v", over)
+		}
 		return nil, callErr(CodeInvalidRequest, "request params: %v", err)
 	}
 	body, cerr := p.body()
@@ -355,18 +358,10 @@ func (b *broker) checkTarget(origin, method string) *CallError {
 	return nil
 }
 
-// guestHeaders validates and filters the headers the guest asked for.
-func (b *broker) guestHeaders(in map[string]string, origin string) (http.Header, *CallError) {
-	if len(in) > MaxGuestHeaders {
-		return nil, callErr(CodeTooLarge, "%d headers: at most %d", len(in), MaxGuestHeaders)
-	}
-	size := 0
-	for k, v := range in {
-		size += len(k) + len(v)
-	}
-	if size > MaxGuestHeaderBytes {
-		return nil, callErr(CodeTooLarge, "the headers hold %d bytes: at most %d", size, MaxGuestHeaderBytes)
-	}
+// guestHeaders validates and filters the headers the guest asked for,
+// which their decoding held to the caps on count and bytes
+// (guestHeaderMap).
+func (b *broker) guestHeaders(in guestHeaderMap, origin string) (http.Header, *CallError) {
 	h := make(http.Header, len(in))
 	reserved := b.reserved(origin)
 	for _, k := range sortedKeys(in) {

@@ -417,6 +417,36 @@ func TestRequestFormBounded(t *testing.T) {
 	}
 }
 
+// TestRequestHeadersDecodedBounded: request.send's headers were decoded
+// whole before their count was checked, in the session's read loop: a
+// frame of a headers object of 280,000 names cost the daemon an
+// allocation or two a name, 48 MB, twice a plain frame's CPU, for a call
+// refused at the 65th. The decoding stops there.
+func TestRequestHeadersDecodedBounded(t *testing.T) {
+	noLeak(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	room := DefaultMaxFrame - 4<<10
+	plain := map[string]any{"url": srv.URL + "/?_method=PATCH", "method": "POST", "body": strings.Repeat("a", room),
+		"headers": map[string]string{"Content-Type": "text/plain"}}
+	sendCost(t, r.g, plain)
+	f, control := sendCost(t, r.g, plain)
+	wantCode(t, f, CodeDenied)
+	many := map[string]string{}
+	for i := 0; len(many)*15 < room; i++ { // `"h123456":"",` is 13 bytes
+		many["h"+strconv.Itoa(i)] = ""
+	}
+	f, cost := sendCost(t, r.g, map[string]any{"url": srv.URL + "/", "method": "POST", "headers": many})
+	t.Logf("%d headers: %s; a plain frame %s; %s", len(many), cost, control, f.Error.Message)
+	wantCode(t, f, CodeTooLarge)
+	if !strings.Contains(f.Error.Message, "headers") || !strings.Contains(f.Error.Message, "at most 64") {
+		t.Errorf("refusal %q does not name headers and their cap", f.Error.Message)
+	}
+	cost.within(t, "a headers object of many names", control)
+	r.finish(t)
+}
+
 // callCost is what one call cost the test process (the daemon's side and
 // the guest's reading of the reply).
 type callCost struct {

@@ -175,7 +175,7 @@ func describe(err error, t reflect.Type) error {
 func ownDecoding(t reflect.Type, k jsontext.Kind) bool {
 	p := reflect.PointerTo(t)
 	switch {
-	case p.Implements(jsonUnmarshaler):
+	case p.Implements(jsonUnmarshaler), p.Implements(jsonUnmarshalerFrom):
 		return true
 	case p.Implements(textUnmarshaler):
 		return k == '"'
@@ -228,10 +228,13 @@ func kind(t reflect.Type) string {
 	return "another JSON value"
 }
 
-// jsonUnmarshaler is the v1 interface, which v2 calls as v1 did.
+// jsonUnmarshaler is the v1 interface, which v2 calls as v1 did;
+// jsonUnmarshalerFrom v2's own, which reads from the decoder (a type that
+// stops early).
 var (
-	jsonUnmarshaler = reflect.TypeFor[interface{ UnmarshalJSON([]byte) error }]()
-	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonUnmarshaler     = reflect.TypeFor[interface{ UnmarshalJSON([]byte) error }]()
+	jsonUnmarshalerFrom = reflect.TypeFor[json.UnmarshalerFrom]()
+	textUnmarshaler     = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 // path writes a JSON pointer into t's value as a path: a struct's fields

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // size refuses what is not a whole number, as profiles.Size does: an
@@ -23,6 +25,27 @@ func (s *size) UnmarshalJSON(b []byte) error {
 	}
 	*s = size(n)
 	return nil
+}
+
+// counted reads an array from the decoder, as a type that stops early
+// does (json.UnmarshalerFrom), and refuses one of more than two values.
+type counted int
+
+func (c *counted) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	for n := 1; dec.PeekKind() != ']'; n++ {
+		if n > 2 {
+			return errors.New("more than 2 values")
+		}
+		if err := dec.SkipValue(); err != nil {
+			return err
+		}
+		*c = counted(n)
+	}
+	_, err := dec.ReadToken()
+	return err
 }
 
 type Embedded struct {
@@ -52,6 +75,7 @@ type doc struct {
 	List    []limits          `json:"list"`
 	ByName  map[string]limits `json:"by_name"`
 	Raw     json.RawMessage   `json:"raw"`
+	Counted counted           `json:"counted"`
 	Skipped string            `json:"-"`
 	Plain   int
 }
@@ -72,6 +96,8 @@ func TestDecodeNamesThePlace(t *testing.T) {
 		{`{"limits":{"memory":"lots"}}`, "limits.memory", `invalid size "lots"`},
 		{`{"list":[{"memory":1},{"memory":true}]}`, "list[1].memory", "invalid size true"},
 		{`{"by_name":{"k":{"memory":[]}}}`, `by_name["k"].memory`, "invalid size []"},
+		// A value its own UnmarshalJSONFrom refuses.
+		{`{"counted":[1,2,3,4]}`, "counted", "more than 2 values"},
 		// The wrong JSON type, named by encoding/json.
 		{`{"name":1}`, "name", "want a string, got JSON number"},
 		{`{"limits":{"pids":"many"}}`, "limits.pids", "want an integer, got JSON string"},
