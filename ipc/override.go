@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // overrideHeaders name a method that many frameworks (Rails, Laravel,
@@ -165,8 +167,7 @@ func jsonOverrides(body string) []string {
 		vend := valueEnd(body, i)
 		// "_method" escaped as far as it goes is 7 escapes of 6 bytes.
 		if len(key) <= 2+7*6 && isOverrideKey(key) {
-			var v string
-			if json.Unmarshal([]byte(body[i:vend]), &v) == nil {
+			if v, ok := jsonString(body[i:vend]); ok {
 				out = append(out, v)
 			}
 		}
@@ -177,14 +178,73 @@ func jsonOverrides(body string) []string {
 	}
 }
 
-// isOverrideKey reports whether the quoted JSON string key decodes to
-// _method in any case.
-func isOverrideKey(key string) bool {
-	if !strings.Contains(key, `\`) {
-		return strings.EqualFold(key[1:len(key)-1], overrideParam)
+// jsonString is the string the JSON value raw holds, if it is one: a
+// plain one (no escape, valid UTF-8) is raw's own text, without the heap.
+func jsonString(raw string) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && !strings.Contains(raw, `\`) && utf8.ValidString(raw) {
+		return raw[1 : len(raw)-1], true
 	}
-	var k string
-	return json.Unmarshal([]byte(key), &k) == nil && strings.EqualFold(k, overrideParam)
+	var v string
+	return v, json.Unmarshal([]byte(raw), &v) == nil
+}
+
+// isOverrideKey reports whether the quoted JSON string key decodes to
+// _method in any case. It decodes the key's escapes itself, without the
+// heap: a body of members whose keys hold an escape cost the daemon an
+// allocation or three a member, in the session's read loop. _method is
+// ASCII, and no other character folds to one of its letters, so a key
+// that decodes to anything else cannot match.
+func isOverrideKey(key string) bool {
+	var buf [len(overrideParam)]byte
+	n := 0
+	for i := 1; i < len(key)-1; i++ {
+		c := key[i]
+		if c == '\\' {
+			i++
+			switch key[i] {
+			case 'u':
+				r, err := strconv.ParseUint(key[i+1:i+5], 16, 16)
+				if err != nil || r >= utf8.RuneSelf {
+					return false
+				}
+				c, i = byte(r), i+4
+			case 'b':
+				c = '\b'
+			case 'f':
+				c = '\f'
+			case 'n':
+				c = '\n'
+			case 'r':
+				c = '\r'
+			case 't':
+				c = '\t'
+			default: // '"', '\\', '/'
+				c = key[i]
+			}
+		}
+		if n == len(buf) || c >= utf8.RuneSelf {
+			return false
+		}
+		buf[n] = c
+		n++
+	}
+	return n == len(buf) && asciiEqualFold(buf[:], overrideParam)
+}
+
+// asciiEqualFold reports whether b is s, ASCII letters in any case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // skipSpace returns the index of the first byte at or after i that is not
@@ -275,11 +335,62 @@ func fieldValues(raw string) []string {
 			field, raw = raw, ""
 		}
 		name, value, _ := strings.Cut(field, "=")
-		if isOverrideName(unescape(name)) {
+		if isOverrideField(name) {
 			out = append(out, unescape(value))
 		}
 	}
 	return out
+}
+
+// isOverrideField reports whether isOverrideName(unescape(name)) holds,
+// without the heap: a form or query of fields whose names hold an escape
+// or a '+' cost the daemon an allocation a field, in the session's read
+// loop. A name none of whose escapes decode is read as it stands, and
+// one that holds a '%' or a '+' then is not _method.
+func isOverrideField(name string) bool {
+	if !strings.ContainsAny(name, "%+") {
+		return isOverrideName(name)
+	}
+	var buf [len(overrideParam)]byte
+	n, lead := 0, true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if i+2 >= len(name) || !isHex(name[i+1]) || !isHex(name[i+2]) {
+				return false
+			}
+			c, i = unhex(name[i+1])<<4|unhex(name[i+2]), i+2
+		}
+		if lead && c == ' ' {
+			continue // isOverrideName drops leading spaces
+		}
+		lead = false
+		if n == len(buf) {
+			// Too long to match, unless an escape further on does not
+			// decode: then the name stands as it is, with a '%' or '+'.
+			return false
+		}
+		buf[n] = c
+		n++
+	}
+	return n == len(buf) && isOverrideName(buf[:])
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // unescape is s with its escapes decoded ('+' a space), or s as it
@@ -294,18 +405,29 @@ func unescape(s string) string {
 // isOverrideName reports whether a field named name is _method to some
 // server: in any case (servers differ in how they match it), and as PHP
 // names fields, its leading spaces dropped and ' ', '.' and '[' read as
-// '_'.
-func isOverrideName(name string) bool {
-	name = strings.TrimLeft(name, " ")
-	if len(name) != len(overrideParam) {
+// '_'. _method is ASCII and no other character folds to one of its
+// letters: the bytes compare as ASCII.
+func isOverrideName[S ~string | ~[]byte](name S) bool {
+	i := 0
+	for i < len(name) && name[i] == ' ' {
+		i++
+	}
+	if len(name)-i != len(overrideParam) {
 		return false
 	}
-	return strings.EqualFold(strings.Map(func(r rune) rune {
-		if r == ' ' || r == '.' || r == '[' {
-			return '_'
+	for j := range len(overrideParam) {
+		c := name[i+j]
+		switch {
+		case c == ' ' || c == '.' || c == '[':
+			c = '_'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
 		}
-		return r
-	}, name), overrideParam)
+		if c != overrideParam[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // checkOverrideValue: the method an override names must be one the job

@@ -66,7 +66,8 @@ func TestJSONOverrides(t *testing.T) {
 
 // FuzzJSONOverrides holds the walk to encoding/json's tokens.
 func FuzzJSONOverrides(f *testing.F) {
-	for _, s := range []string{`{"_method":"DELETE"}`, `{"a":[{"_method":"x"}],"_Method":"y"}`, `{"\u005fmethod":"z"}`, `{"a":"\"}","_method":"w"}`} {
+	for _, s := range []string{`{"_method":"DELETE"}`, `{"a":[{"_method":"x"}],"_Method":"y"}`, `{"\u005fmethod":"z"}`, `{"a":"\"}","_method":"w"}`,
+		`{"\u005F\u004Dethod":"a",".method":"b"," _method":"c","_metho\u0064":"\u0050OST","\u212aey":1,"_met\/od":2}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
@@ -98,4 +99,32 @@ func TestJSONOverridesCheap(t *testing.T) {
 	if allocs > 64 {
 		t.Errorf("%.0f allocations for one look, want a few", allocs)
 	}
+}
+
+// isOverrideNameByMap is isOverrideName as it was, by Unicode folding: the
+// reference the byte compare is held to.
+func isOverrideNameByMap(name string) bool {
+	name = strings.TrimLeft(name, " ")
+	if len(name) != len(overrideParam) {
+		return false
+	}
+	return strings.EqualFold(strings.Map(func(r rune) rune {
+		if r == ' ' || r == '.' || r == '[' {
+			return '_'
+		}
+		return r
+	}, name), overrideParam)
+}
+
+// FuzzOverrideField: a query or form field's name is _method without the
+// heap exactly when it is once unescaped.
+func FuzzOverrideField(f *testing.F) {
+	for _, s := range []string{"_method", "%5Fmethod", "++_METHOD", "%20.method", "[method", "_method%", "_method%zz", "+%5fmeth%6Fd", "_meth%C3%B6d", "%2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, ref := isOverrideField(name), isOverrideNameByMap(unescape(name)); got != ref {
+			t.Fatalf("isOverrideField(%q) = %v, unescaped %v", name, got, ref)
+		}
+	})
 }

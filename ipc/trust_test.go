@@ -447,6 +447,45 @@ func TestRequestHeadersDecodedBounded(t *testing.T) {
 	r.finish(t)
 }
 
+// TestRequestOverrideScanCheap: looking through a query, a URL-encoded
+// form or a JSON body for _method costs the daemon about what reading the
+// frame does. A name with an escape was decoded on the heap to be
+// compared, an allocation or three a field or member, in the session's
+// read loop: a frame of such names cost the daemon a million allocations
+// and two or three times a plain frame's CPU.
+func TestRequestOverrideScanCheap(t *testing.T) {
+	noLeak(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	r := requestSession(t, &RequestCapability{URLs: []string{srv.URL}, Methods: []string{"POST"}}, PermissiveCeiling(), nil)
+	room := DefaultMaxFrame - 4<<10
+	// Each call names an undeclared method in its query, after its body
+	// is looked through.
+	call := func(query, body, ct string) map[string]any {
+		return map[string]any{"url": srv.URL + "/?" + query + "_method=PATCH", "method": "POST", "body": body,
+			"headers": map[string]string{"Content-Type": ct}}
+	}
+	plain := call("", strings.Repeat("a", room), "text/plain")
+	sendCost(t, r.g, plain)
+	f, control := sendCost(t, r.g, plain)
+	wantCode(t, f, CodeDenied)
+	// Sizes are of the frame's JSON, where '&' is six bytes (";" splits
+	// fields too) and a backslash two.
+	for name, params := range map[string]map[string]any{
+		"form of escaped names":       call("", strings.Repeat("%41=;", room/5), "application/x-www-form-urlencoded"),
+		"form of spaces":              call("", strings.Repeat("+=;", room/3), "application/x-www-form-urlencoded"),
+		"query of escaped names":      call(strings.Repeat("%41=;", room/5), "", "text/plain"),
+		"JSON of escaped keys":        call("", "{"+strings.Repeat(`"\u005f":0,`, room/16)+`"a":0}`, "application/json"),
+		"JSON of escaped backslashes": call("", "{"+strings.Repeat(`"\\":0,`, room/12)+`"a":0}`, "application/json"),
+	} {
+		f, cost := sendCost(t, r.g, params)
+		t.Logf("%s: %s; a plain frame %s", name, cost, control)
+		wantCode(t, f, CodeDenied)
+		cost.within(t, name, control)
+	}
+	r.finish(t)
+}
+
 // callCost is what one call cost the test process (the daemon's side and
 // the guest's reading of the reply).
 type callCost struct {
