@@ -195,8 +195,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // started returns no result and why: ctx's cause if it ended, else the
 // admission's refusal (errShareFull, errQueueFull, its wait's error),
 // errDrainedQueued when its slot came as the daemon drains, fdRoom's
-// (errNoFDs) or asRunNow's (*reloadRefusal); its rate is
-// refunded. Once the run has its slots it runs as asRunNow says: a run
+// (errNoFDs) or asRunNow's (*reloadRefusal); its rate is refunded when
+// refundable says so. Once the run has its slots it runs as asRunNow says: a run
 // that waited across a reload, whatever brought it, meets the config in
 // force.
 func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolved, wait admission,
@@ -229,8 +229,8 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
 		}
-		if tn.share != nil {
-			tn.share.bucket.refund() // it never ran
+		if tn.share != nil && refundable(err) {
+			tn.share.bucket.refund() // it never ran, for the daemon's reasons
 		}
 		return nil, func() {}, err
 	}
@@ -287,6 +287,23 @@ func (s *Server) runInSlot(ctx context.Context, tn *tenant, resolved *job.Resolv
 		}
 	}()
 	return <-answer, answered, nil
+}
+
+// refundable reports whether a run that never started, for err, gets
+// its rate's token back: only when the daemon kept it from starting
+// (its share or queue full, its queue timeout, a drain or shutdown, a
+// reload that refuses it, too few descriptors). A run its own client
+// ended while it waited (a sync client gone, an async run DELETEd) is
+// not refunded: a tenant whose slots are full would otherwise submit
+// and cancel runs at its request rate, each one a stored run and an
+// fsync, beyond its rate. The daemon's reasons are named, not the
+// client's, so that a cause added later costs the rate until it is
+// named here.
+func refundable(err error) bool {
+	_, reloaded := errors.AsType[*reloadRefusal](err)
+	return reloaded || errors.Is(err, errShareFull) || errors.Is(err, errQueueFull) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errDrainedQueued) ||
+		errors.Is(err, errShutdown) || errors.Is(err, errNoFDs)
 }
 
 // queued is the admission of a run that waits for its slot, as a
