@@ -26,8 +26,25 @@ const (
 	codeBusy             = api.CodeBusy
 )
 
-// writeJSON sends v with the given status.
+// answerTimeout bounds the write of an answer the daemon holds whole
+// and small (an error, a run's record, health, the posture, the OpenAPI
+// document, /metrics): a client has it as soon as it reads, and one
+// that never reads must not hold its connection, the handler's
+// goroutine and the answer for ever (nor a shutdown for its grace).
+// Answers that carry a run's output have deadlines of their own
+// (resultTimeout, eventWriteTimeout), set before each write.
+const answerTimeout = 10 * time.Second
+
+// answerDeadline gives the answer w is about to write answerTimeout. A
+// deadline outlives its request on a kept connection: each answer sets
+// its own.
+func answerDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerTimeout))
+}
+
+// writeJSON sends v with the given status, within answerTimeout.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	answerDeadline(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)

@@ -585,6 +585,7 @@ func (s *Server) ownUID(h http.HandlerFunc) http.HandlerFunc {
 				fmt.Sprintf("%s on the socket is for the daemon's own uid (%d) only: it shows every tenant's counts; uid %d may not read it", r.URL.Path, self, p.UID), "", 0)
 			return
 		}
+		answerDeadline(w)
 		h(w, r)
 	}
 }
@@ -687,6 +688,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
 // plain application/json: what generators, Swagger UI and curl expect (the
 // OpenAPI media type, application/vnd.oai.openapi+json, few clients ask for).
 func handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	answerDeadline(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(api.OpenAPI)))
 	_, _ = w.Write(api.OpenAPI)
