@@ -581,7 +581,7 @@ func (s *Server) handleRunByID(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.Path, "/"+api.APIVersion+"/runs/")
 	id, sub, _ := strings.Cut(rest, "/")
 	if id == "" || (sub != "" && sub != "events") {
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+target(r), "", 0)
 		return
 	}
 	method := http.MethodGet

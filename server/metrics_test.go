@@ -232,6 +232,8 @@ func TestMetricsListenerServesMetricsOnly(t *testing.T) {
 	for _, r := range []struct{ method, path string }{
 		{http.MethodPost, "/v1/runs"}, {http.MethodGet, "/v1/runs"}, {http.MethodGet, "/v1/health"},
 		{http.MethodGet, "/v1/posture"}, {http.MethodGet, "/"},
+		// Not redirected to /metrics (TestUncleanPathsAnsweredInJSON).
+		{http.MethodGet, "//metrics"}, {http.MethodGet, "/v1/../metrics"},
 	} {
 		if status, body := get(r.method, r.path); status != http.StatusNotFound {
 			t.Errorf("%s %s on the metrics listener: %d %s, want 404", r.method, r.path, status, body)

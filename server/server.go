@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -226,15 +227,19 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// "OPTIONS *" is answered by the handler, as every request is,
+		// not with net/http's empty 200.
+		DisableGeneralOptionsHandler: true,
 	}
 	s.metricsHTTP = &http.Server{
-		Handler:           s.metricsHandler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ReadTimeout:       metricsReadTimeout,
-		WriteTimeout:      metricsWriteTimeout,
-		IdleTimeout:       metricsIdleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Handler:                      s.metricsHandler(),
+		ReadHeaderTimeout:            readHeaderTimeout,
+		MaxHeaderBytes:               maxHeaderBytes,
+		DisableGeneralOptionsHandler: true,
+		ReadTimeout:                  metricsReadTimeout,
+		WriteTimeout:                 metricsWriteTimeout,
+		IdleTimeout:                  metricsIdleTimeout,
+		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
@@ -499,9 +504,9 @@ func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.only(http.MethodGet, s.metrics.handler.ServeHTTP))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path+" (this listener serves /metrics only)", "", 0)
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+target(r)+" (this listener serves /metrics only)", "", 0)
 	})
-	return mux
+	return cleanPaths(mux)
 }
 
 // Shutdown stops taking requests and lets the runs in flight finish for up
@@ -569,9 +574,42 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/"+api.APIVersion+"/openapi.json", s.only(http.MethodGet, handleOpenAPI))
 	mux.Handle("/metrics", s.only(http.MethodGet, s.ownUID(s.metrics.handler.ServeHTTP)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "", 0)
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+target(r), "", 0)
 	})
-	return s.authorise(mux)
+	return s.authorise(cleanPaths(mux))
+}
+
+// cleanPaths answers, as the API answers, a request whose path no route
+// takes as it is: one net/http's ServeMux would clean (an empty, "." or
+// ".." segment) and answer with a redirect to the clean one (307, with
+// an empty or HTML body, which a client posting a job follows or takes
+// for its answer), or one with no path at all ("*", a CONNECT's
+// host:port), which the mux answers in plain text or not at all. The
+// API's paths are clean: such a request is 404, naming what it asked.
+func cleanPaths(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if !strings.HasPrefix(p, "/") {
+			writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+target(r)+" (the API's paths begin with /)", "", 0)
+			return
+		}
+		if clean := path.Clean(p); clean != p && clean+"/" != p {
+			writeError(w, http.StatusNotFound, codeNotFound,
+				fmt.Sprintf("no such endpoint: %s (a path with an empty, . or .. segment is not cleaned: ask %s)", target(r), clean), "", 0)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// target is the request's path as the client sent it (escapes kept:
+// "/v1%2fhealth" is not "/v1/health"), or its whole target where it
+// has no path (a CONNECT's host:port).
+func target(r *http.Request) string {
+	if p := r.URL.EscapedPath(); p != "" {
+		return p
+	}
+	return r.RequestURI
 }
 
 // ownUID lets only the daemon's own uid through: /metrics shows every
