@@ -240,6 +240,12 @@ func TestJobErrorNamesTheField(t *testing.T) {
 		{`{"runtime":"deno","source":"1","labels":{"team":null}}`, `labels["team"]`},
 		{`{"runtime":"deno","files":{"main.ts":"1","lib/u.ts":null}}`, `files["lib/u.ts"]`},
 		{`{"runtime":"deno","source":"1","capabilities":{"request":{"urls":["https://a.example"],"auth":{"https://a.example":null}}}}`, `capabilities.request.auth["https://a.example"]`},
+		// Not JSON: the place the decoder found it so, where it has one;
+		// input nested too deep, the input (not a path 10,000 deep).
+		{`{"runtime":"deno","source": x}`, "source"},
+		{`{"runtime":"deno","source":"1","input":{"a":[1,}}`, "input.a[1]"},
+		{`{"runtime":"deno","source":"1","input":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, "input"},
+		{`{"runtime":"deno","source":"1","input":{"a":` + strings.Repeat(`{"b":`, 20000), "input"},
 		{`[1]`, ""},
 		{`{"runtime": "deno",`, ""},
 		{`{bad`, ""},

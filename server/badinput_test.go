@@ -59,6 +59,12 @@ func TestBadInputNamesTheField(t *testing.T) {
 			"limits.timeout", `limits.timeout: invalid duration "288230376151716728" (over 1099511627776 milliseconds, the largest)`},
 		{"size with a space the document refuses", "/v1/runs", "", `{"runtime": "deno", "source": "1", "limits": {"memory": "\u000b64M"}}`,
 			"limits.memory", `limits.memory: invalid size "\v64M" (want bytes or a number with K, M or G)`},
+		{"input nested too deep", "/v1/runs", "", `{"runtime": "deno", "source": "1", "input": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+			"input", "malformed job JSON: input: nested deeper than 10000 arrays and objects (at byte 10043)"},
+		{"input nested too deep in a batch", "/v1/batches", "", `{"jobs": [{"runtime": "deno", "source": "1", "input": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}]}`,
+			"jobs[0]", "malformed batch JSON: jobs[0]: nested deeper than 10000 arrays and objects (at byte 10051)"},
+		{"not JSON in a value", "/v1/runs", "", `{"runtime": "deno", "source": x}`,
+			"source", "malformed job JSON: source: invalid character 'x' at start of value (at byte 30)"},
 		{"batch limit refused", "/v1/batches", "", `{"jobs": [{"runtime": "deno", "source": "1", "limits": {"memory": "9G"}}]}`,
 			"jobs[0].limits.memory", `jobs[0].limits.memory: 9G is above the ceiling of 1G`},
 	} {

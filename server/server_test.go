@@ -200,7 +200,7 @@ func TestServerRefusals(t *testing.T) {
 		{`{"runtime": "deno", "source": "1", "evil": true}`, 400, "evil"},
 		{`{"runtime": "deno", "source": "1", "profile": "/etc/x.json"}`, 400, "profile"},
 		{`{"runtime": "deno", "source": "1", "capabilities": {"request": {"urls": ["https://a.example"]}}, "limits": {"memory": "64M"}}`, 400, "capabilities.request"},
-		{`{"runtime": "deno", "source": `, 400, ""},
+		{`{"runtime": "deno", "source": `, 400, "source"}, // malformed where source's value was due
 		{`{"runtime": "deno", "source": "` + strings.Repeat("x", job.MaxRequestBytes) + `"}`, 413, ""},
 	} {
 		status, eb, _ := ts.post(t, strings.NewReader(tc.body))

@@ -38,6 +38,10 @@ type Error struct {
 	// place is known (a syntax error).
 	Field string
 	Err   error
+	// malformed is set for input that is not well-formed JSON, whose
+	// Field says where the decoder found it so: the input as a whole
+	// is at fault (Located is false), its place named to help.
+	malformed bool
 }
 
 // Errorf returns a problem at field, its message formatted as by
@@ -59,18 +63,23 @@ func (e *Error) Unwrap() error { return e.Err }
 // well-formed JSON with one value at fault, not malformed as a whole.
 func Located(err error) bool {
 	e, ok := errors.AsType[*Error](err)
-	return ok && e.Field != ""
+	return ok && e.Field != "" && !e.malformed
 }
 
 // Headed returns err as it is when it names its field, and otherwise under
 // head ("malformed job JSON: ..."): only input that is not one well-formed
-// value is called malformed, where a value at fault is named by its field.
+// value is called malformed, where a value at fault is named by its field
+// (a malformed one names the field it was found in, under the head).
 func Headed(err error, head string) error {
 	if Located(err) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", head, err)
 }
+
+// MaxDepth is how deep arrays and objects may nest in the input: the
+// decoder's own bound (jsontext's, not exported), said in its refusal.
+const MaxDepth = 10000
 
 // ErrDuplicateKey is a key an object holds twice, at any depth, also
 // inside a value kept as raw JSON (a job's input): which one counts would
@@ -109,10 +118,27 @@ func Decode(data []byte, v any) error {
 	if err := json.UnmarshalDecode(dec, v, options); err != nil {
 		return describe(err, reflect.TypeOf(v))
 	}
+	end := dec.InputOffset()
 	if _, err := dec.ReadToken(); err != io.EOF {
-		return &Error{Err: errors.New("data after the JSON value")}
+		// The whole input is at fault, not a field of its value.
+		at := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
+		return &Error{Err: fmt.Errorf("data after the JSON value (at byte %d)", at), malformed: true}
 	}
 	return nil
+}
+
+// maxFieldDepth bounds the path a malformed input's Error names: input
+// may nest 10,000 deep, and a path that deep is some 30 KiB of "[0]".
+// Beyond it the field is the value at that depth that holds the fault.
+const maxFieldDepth = 16
+
+// malformedAt is the field a syntax error at ptr names: the path to the
+// value the decoder was in, at most maxFieldDepth deep; for input nested
+// too deep, the value of t's that holds it as raw JSON (a job's input, a
+// batch's jobs[i]), which is what is too deep.
+func malformedAt(t reflect.Type, ptr jsontext.Pointer, tooDeep bool) string {
+	field, _ := pathTo(t, ptr, maxFieldDepth, tooDeep)
+	return field
 }
 
 // Valid reports whether Decode would accept data as one JSON value kept
@@ -137,10 +163,13 @@ func describe(err error, t reflect.Type) error {
 			field, _ := path(t, syntax.JSONPointer)
 			return &Error{Field: field, Err: fmt.Errorf("%w (at byte %d)", ErrInvalidUTF8, syntax.ByteOffset)}
 		case errors.Is(syntax.Err, io.ErrUnexpectedEOF):
-			return &Error{Err: errors.New("unexpected end of the JSON")}
+			return &Error{Field: malformedAt(t, syntax.JSONPointer, false), Err: errors.New("unexpected end of the JSON"), malformed: true}
+		case strings.HasSuffix(syntax.Err.Error(), "exceeded max depth"): // jsontext's, not exported
+			return &Error{Field: malformedAt(t, syntax.JSONPointer, true),
+				Err: fmt.Errorf("nested deeper than %d arrays and objects (at byte %d)", MaxDepth, syntax.ByteOffset), malformed: true}
 		}
 		msg := strings.TrimPrefix(syntax.Err.Error(), "jsontext: ")
-		return &Error{Err: fmt.Errorf("%s (at byte %d)", msg, syntax.ByteOffset)}
+		return &Error{Field: malformedAt(t, syntax.JSONPointer, false), Err: fmt.Errorf("%s (at byte %d)", msg, syntax.ByteOffset), malformed: true}
 	}
 	sem, ok := errors.AsType[*json.SemanticError](err)
 	if !ok {
@@ -244,8 +273,19 @@ var (
 // an index. in is the struct type whose field the last key is (or would
 // be), nil if that is no struct's.
 func path(t reflect.Type, ptr jsontext.Pointer) (p string, in reflect.Type) {
+	return pathTo(t, ptr, -1, false)
+}
+
+// pathTo is path cut short: after max tokens (unless max < 0), and, if
+// typed, at the first token inside a value t does not describe (raw
+// JSON, or a value of its own decoding).
+func pathTo(t reflect.Type, ptr jsontext.Pointer, max int, typed bool) (p string, in reflect.Type) {
 	var b strings.Builder
+	n := 0
 	for tok := range ptr.Tokens() {
+		if n == max {
+			break
+		}
 		in = nil
 		for t != nil && t.Kind() == reflect.Pointer {
 			t = t.Elem()
@@ -254,6 +294,10 @@ func path(t reflect.Type, ptr jsontext.Pointer) (p string, in reflect.Type) {
 		if t != nil && !reflect.PointerTo(t).Implements(jsonUnmarshaler) {
 			kind = t.Kind()
 		}
+		if typed && n > 0 && kind == reflect.Invalid {
+			break
+		}
+		n++
 		switch kind {
 		case reflect.Struct:
 			in = t

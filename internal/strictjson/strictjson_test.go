@@ -110,10 +110,19 @@ func TestDecodeNamesThePlace(t *testing.T) {
 		{`{"name":"ok", "shadow":"x", "quoted":"1"}`, "shadow", "invalid size \"x\""},
 		{`{"addr":"not-an-address"}`, "addr", `ParseAddr("not-an-address"): unable to parse IP`},
 		{`{"addr":{"x":1}}`, "addr", "want a string, got JSON object"},
-		// No place to name.
+		// Not JSON: the input as a whole is at fault, the place the
+		// decoder found it so named where it has one.
 		{``, "", "no JSON value"},
-		{`{"name":`, "", "unexpected end of the JSON"},
+		{`{"name":`, "name", "unexpected end of the JSON"},
 		{`{name}`, "", "invalid character 'a' in literal null (expecting 'u') (at byte 2)"},
+		{`{"name": x}`, "name", "invalid character 'x' at start of value (at byte 9)"},
+		{`{"limits":{"pids":1,}}`, "limits", "invalid character ',' at start of value (at byte 19)"},
+		{`{"raw":{"a":[1,]}}`, "raw.a", "invalid character ']' after object value (expecting ',' or '}') (at byte 15)"},
+		// Too deep: the member that holds it, not a path 10,000 deep.
+		{`{"raw":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, "raw", "nested deeper than 10000 arrays and objects (at byte 10006)"},
+		{`{"raw":{"a":` + strings.Repeat(`{"b":`, 10000), "raw", "nested deeper than 10000 arrays and objects (at byte 50002)"},
+		// A fault deep inside: the value 16 deep that holds it.
+		{`{"raw":` + strings.Repeat("[", 100) + "x", "raw" + strings.Repeat("[0]", 15), "invalid character 'x' at start of value (at byte 107)"},
 		// A key twice in one object, at any depth, raw JSON included.
 		{`{"name":"a","name":"b"}`, "name", "duplicate key"},
 		{`{"limits":{"pids":1,"pids":2}}`, "limits.pids", "duplicate key"},
@@ -128,9 +137,9 @@ func TestDecodeNamesThePlace(t *testing.T) {
 		{`{"plain":1}`, "plain", `unknown field (keys match case: want "Plain")`},
 		{`{"SHARED":1}`, "SHARED", `unknown field (keys match case: want "shared")`},
 		{`{"by_name":{"k":{"PIDS":1}}}`, `by_name["k"].PIDS`, `unknown field (keys match case: want "pids")`},
-		{`{} {}`, "", "data after the JSON value"},
-		{`{} ]`, "", "data after the JSON value"},
-		{"{}\f", "", "data after the JSON value"},
+		{`{} {}`, "", "data after the JSON value (at byte 3)"},
+		{`{} ]`, "", "data after the JSON value (at byte 3)"},
+		{"{}\f", "", "data after the JSON value (at byte 2)"},
 	} {
 		var d doc
 		err := Decode([]byte(tc.in), &d)
