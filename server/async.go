@@ -884,6 +884,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := rf.log
+	if !identityBody(w, r, reject) {
+		return
+	}
 	if r.ContentLength > job.MaxRequestBytes {
 		reject(http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("a batch is at most %d bytes, all its jobs together", job.MaxRequestBytes), "", 0)
 		return

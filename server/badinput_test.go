@@ -2,6 +2,8 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -126,4 +128,47 @@ func rawExchange(t *testing.T, sock, raw string) (int, api.ErrorBody) {
 	var eb api.ErrorBody
 	_ = json.NewDecoder(resp.Body).Decode(&eb)
 	return resp.StatusCode, eb
+}
+
+// A body sent with a Content-Encoding the daemon does not decode is
+// refused, 415 naming the header: it was read as it came, so a job
+// declared gzip-encoded ran as its bytes said, and a reader before
+// pmjail that decodes the coding (a proxy checking jobs) read another
+// job from the same bytes, or the refusal was a vague "malformed JSON"
+// for the real gzip of a job. Identity is no coding.
+func TestContentEncodingRefused(t *testing.T) {
+	sock, store := asyncDirs(t)
+	ts := startServerAt(t, fmt.Sprintf(`{"version": 1, "runs": {"dir": %q}}`, store), sock)
+	job := `{"runtime": "deno", "source": "export default () => 1"}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(job))
+	_ = zw.Close()
+	for _, tc := range []struct{ name, path, headers, body string }{
+		{"plain JSON declared gzip", "/v1/runs", "Content-Encoding: gzip\r\n", job},
+		{"the gzip of a job", "/v1/runs", "Content-Encoding: gzip\r\n", gz.String()},
+		{"async, declared br", "/v1/runs", "Prefer: respond-async\r\nContent-Encoding: br\r\n", job},
+		{"identity, then gzip", "/v1/runs", "Content-Encoding: identity\r\nContent-Encoding: gzip\r\n", job},
+		{"a batch, declared deflate", "/v1/batches", "Content-Encoding: deflate\r\n", `{"jobs": [` + job + `]}`},
+	} {
+		status, eb := rawPost(t, sock, tc.path, tc.headers, tc.body)
+		if status != http.StatusUnsupportedMediaType || eb.Error.Code != codeInvalid || eb.Error.Field != "Content-Encoding" ||
+			!strings.Contains(eb.Error.Message, "does not decode") {
+			t.Errorf("%s: %d %+v, want 415 naming Content-Encoding", tc.name, status, eb.Error)
+		}
+	}
+	// Nothing of those ran or was stored.
+	m, err := ts.c.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`pmjail_async_runs_total{event="submitted"} 0`, `pmjail_runs_total{runtime="deno",status="ok",tenant="others"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("after the refusals, the metrics lack %s", want)
+		}
+	}
+	// Identity is the body as it is.
+	if status, eb := rawPost(t, sock, "/v1/runs", "Content-Encoding: identity\r\n", job); status != http.StatusOK {
+		t.Errorf("Content-Encoding: identity: %d %+v, want the run", status, eb.Error)
+	}
 }

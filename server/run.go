@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := rf.log
+	if !identityBody(w, r, reject) {
+		return
+	}
 	async := wantsAsync(r)
 	if async && s.async == nil {
 		s.metrics.rejected.WithLabelValues(api.CodeAsyncUnavailable).Inc()
@@ -359,6 +363,28 @@ func (s *Server) openPost(w http.ResponseWriter, r *http.Request, what string) (
 		return peer, nil
 	}
 	return peer, rf
+}
+
+// identityBody refuses, 415 naming the header, a body sent with a
+// Content-Encoding other than identity, and reports whether the body
+// may be read as it is. The daemon decodes no coding: read as it came,
+// a job declared gzip-encoded ran as its bytes said, where a reader
+// before pmjail that decodes the coding (a proxy checking jobs) reads
+// another job from the same bytes. The Content-Type is not checked:
+// the body is JSON whatever it says (curl -d, as the docs use it, says
+// application/x-www-form-urlencoded).
+func identityBody(w http.ResponseWriter, r *http.Request, reject func(status int, code, msg, field string, retry time.Duration)) bool {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				reject(http.StatusUnsupportedMediaType, codeInvalid,
+					fmt.Sprintf("the body is sent with Content-Encoding %q, which this daemon does not decode: send it as it is", clipped(c)), "Content-Encoding", 0)
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // errShareFull is admit's refusal when the tenant's own slots and queue
