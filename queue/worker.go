@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/logtext"
 )
 
 // Executor runs the queue's jobs: the daemon, with its tenants'
@@ -260,13 +261,14 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 	}()
 	meta, err := msg.Metadata()
 	if err != nil {
-		w.log.Warn("queue: message without metadata", "subject", msg.Subject(), "err", err)
+		w.log.Warn("queue: message without metadata", "subject", logtext.Clip(msg.Subject()), "err", err)
 		_ = msg.Term()
 		return
 	}
 	tenant := strings.TrimPrefix(msg.Subject(), w.cfg.Subject+".")
 	id := msg.Headers().Get(HeaderID)
-	log := w.log.With("tenant", tenant, "queue_id", id, "seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
+	// The subject's tenant token and the id are the submitter's text.
+	log := w.log.With("tenant", logtext.Clip(tenant), "queue_id", logtext.Clip(id), "seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
 	// A job handed out by the consumer of older workers counts its
 	// deliveries there too: one it gave up on is never run again. The
 	// record is checked to be of the stream as it is now before a job
@@ -376,7 +378,7 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 		}
 	}
 	if refusal != nil {
-		log.Info("queue: job refused: terminated", "code", refusal.Code, "field", refusal.Field, "detail", refusal.Message)
+		log.Info("queue: job refused: terminated", "code", refusal.Code, "field", logtext.Clip(refusal.Field), "detail", logtext.Clip(refusal.Message))
 		_ = msg.TermWithReason(refusal.Code)
 		return
 	}

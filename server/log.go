@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // Level is the config's log level.
@@ -64,24 +63,6 @@ func plainAttr(_ []string, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
-}
-
-// logTextMax bounds a client's text in a log line: a refusal's field and
-// message may hold a key, a name or a value as the client sent it, a
-// megabyte of it, and the log is the operator's.
-const logTextMax = 512
-
-// clipped is s within logTextMax bytes, cut at a character's start and
-// saying how long it was.
-func clipped(s string) string {
-	if len(s) <= logTextMax {
-		return s
-	}
-	cut := logTextMax
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // isNil reports whether v holds a nil pointer (a typed nil in an

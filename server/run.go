@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/api"
+	"github.com/pmjail/pmjail/internal/logtext"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 )
@@ -335,7 +336,7 @@ func (f *refuser) reject(status int, code, msg, field string, retry time.Duratio
 	f.s.metrics.rejected.WithLabelValues(code).Inc()
 	// The answer, to the client alone, says them whole.
 	if ok, suppressed := f.s.refusals.allow(f.uid, time.Now()); ok {
-		f.log.Info(f.what, "code", code, "field", clipped(field), "detail", clipped(msg), "suppressed", suppressed)
+		f.log.Info(f.what, "code", code, "field", logtext.Clip(field), "detail", logtext.Clip(msg), "suppressed", suppressed)
 	}
 	writeError(f.w, status, code, msg, field, retry)
 }
@@ -379,7 +380,7 @@ func identityBody(w http.ResponseWriter, r *http.Request, reject func(status int
 			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
 				w.Header().Set("Accept-Encoding", "identity")
 				reject(http.StatusUnsupportedMediaType, codeInvalid,
-					fmt.Sprintf("the body is sent with Content-Encoding %q, which this daemon does not decode: send it as it is", clipped(c)), "Content-Encoding", 0)
+					fmt.Sprintf("the body is sent with Content-Encoding %q, which this daemon does not decode: send it as it is", logtext.Clip(c)), "Content-Encoding", 0)
 				return false
 			}
 		}

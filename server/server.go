@@ -19,6 +19,7 @@ import (
 
 	"github.com/pmjail/pmjail/api"
 	"github.com/pmjail/pmjail/cgroup"
+	"github.com/pmjail/pmjail/internal/logtext"
 	"github.com/pmjail/pmjail/jail"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/packages"
@@ -639,7 +640,7 @@ func (s *Server) authorise(next http.Handler) http.Handler {
 			s.metrics.rejected.WithLabelValues(codeForbidden).Inc()
 			if ok, suppressed := s.refusals.allow(p.UID, time.Now()); ok {
 				s.log.Warn("peer refused", "peer_pid", p.PID, "peer_uid", p.UID, "peer_gid", p.GID,
-					"method", clipped(r.Method), "path", clipped(r.URL.Path), "err", p.Err, "suppressed", suppressed)
+					"method", logtext.Clip(r.Method), "path", logtext.Clip(r.URL.Path), "err", p.Err, "suppressed", suppressed)
 			}
 			writeError(w, http.StatusForbidden, codeForbidden,
 				fmt.Sprintf("uid %d is not allowed to use this pmjail daemon", p.UID), "", 0)
