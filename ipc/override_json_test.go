@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// jsonOverridesByTokens is jsonOverrides by encoding/json's own tokens:
-// slow, and the reference the fast walk is held to.
+// jsonOverridesByTokens is the values of body's top-level _method
+// members, by encoding/json's own tokens: slow, and the reference the
+// fast walk is held to.
 func jsonOverridesByTokens(body string) []string {
 	if !json.Valid([]byte(body)) {
 		return nil
@@ -35,9 +36,25 @@ func jsonOverridesByTokens(body string) []string {
 	return out
 }
 
+// firstDenied is the first of vs whose method, as the check has always
+// read one (strings.ToUpper(strings.TrimSpace(v))), is not in allowed:
+// the reference the check without the heap is held to.
+func firstDenied(vs, allowed []string) (string, bool) {
+	for _, v := range vs {
+		if !slices.Contains(allowed, strings.ToUpper(strings.TrimSpace(v))) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// overrideRules are sets of methods an override may name, to check with.
+var overrideRules = [][]string{nil, {"GET"}, {"POST", "DELETE"}, AllMethods}
+
 // TestJSONOverrides: the walk finds every top-level _method member (in any
 // case, escaped or not, given twice) and nothing nested or in a string,
-// as encoding/json's tokens do.
+// as encoding/json's tokens do, and denies the first that names a method
+// not allowed.
 func TestJSONOverrides(t *testing.T) {
 	for _, c := range []struct {
 		body string
@@ -46,20 +63,29 @@ func TestJSONOverrides(t *testing.T) {
 		{`{"_method":"DELETE"}`, []string{"DELETE"}},
 		{` { "a" : [1, {"_method":"PUT"}, "}]\"{"] , "_METHOD" : "delete" } `, []string{"delete"}},
 		{`{"_method":"DELETE","_method":"GET"}`, []string{"DELETE", "GET"}},
+		{`{"_method":"GET","_method":"DELETE"}`, []string{"GET", "DELETE"}},
 		{`{"\u005fmethod":"PATCH","_m\u0065thod":"PUT"}`, []string{"PATCH", "PUT"}},
 		{`{"_method":1,"_method":null,"_method":{"a":"DELETE"},"_method":"\u0044ELETE"}`, []string{"", "DELETE"}}, // null is "" to Go, and denied
 		{`{"a":"_method","b":{"_method":"DELETE"},"c":["_method","DELETE"]}`, nil},
 		{`{"a":1.5e3,"b":true,"c":false,"d":null,"_method":"POST"}`, []string{"POST"}},
 		{`{"x\\":"\\","_method":"PUT"}`, []string{"PUT"}},
+		{`{"_method":" g\u0065t\n","_method":"po\u017ft","_method":"g\u0131t"}`, []string{" get\n", "poſt", "gıt"}},
+		{`{"_method":"GE T","_method":"GET\u00a0","_method":"\ud83d\ude00","_method":"\udc00"}`, []string{"GE T", "GET\u00a0", "😀", "\ufffd"}},
 		{`[{"_method":"DELETE"}]`, nil},
 		{`{"_method":"DELETE"`, nil},
 		{`{}`, nil},
 		{``, nil},
 		{`"_method"`, nil},
 	} {
-		got, ref := jsonOverrides(c.body), jsonOverridesByTokens(c.body)
-		if !slices.Equal(got, c.want) || !slices.Equal(ref, c.want) {
-			t.Errorf("jsonOverrides(%s) = %q (tokens %q), want %q", c.body, got, ref, c.want)
+		if ref := jsonOverridesByTokens(c.body); !slices.Equal(ref, c.want) {
+			t.Errorf("tokens of %s: %q, want %q", c.body, ref, c.want)
+		}
+		for _, allowed := range overrideRules {
+			v, denied := deniedJSON(c.body, allowed)
+			wv, wdenied := firstDenied(c.want, allowed)
+			if v != wv || denied != wdenied {
+				t.Errorf("deniedJSON(%s, %q) = %q, %v; want %q, %v", c.body, allowed, v, denied, wv, wdenied)
+			}
 		}
 	}
 }
@@ -67,12 +93,39 @@ func TestJSONOverrides(t *testing.T) {
 // FuzzJSONOverrides holds the walk to encoding/json's tokens.
 func FuzzJSONOverrides(f *testing.F) {
 	for _, s := range []string{`{"_method":"DELETE"}`, `{"a":[{"_method":"x"}],"_Method":"y"}`, `{"\u005fmethod":"z"}`, `{"a":"\"}","_method":"w"}`,
-		`{"\u005F\u004Dethod":"a",".method":"b"," _method":"c","_metho\u0064":"\u0050OST","\u212aey":1,"_met\/od":2}`} {
+		`{"\u005F\u004Dethod":"a",".method":"b"," _method":"c","_metho\u0064":"\u0050OST","\u212aey":1,"_met\/od":2}`,
+		`{"_method":"get","_method":" P\u004fST\t","_method":"po\u017ft","_method":"\ud800\udc00","_method":"GET\u2028"}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		if got, ref := jsonOverrides(body), jsonOverridesByTokens(body); !slices.Equal(got, ref) {
-			t.Fatalf("jsonOverrides(%q) = %q, tokens %q", body, got, ref)
+		ref := jsonOverridesByTokens(body)
+		for _, allowed := range overrideRules {
+			v, denied := deniedJSON(body, allowed)
+			if wv, wdenied := firstDenied(ref, allowed); v != wv || denied != wdenied {
+				t.Fatalf("deniedJSON(%q, %q) = %q, %v; tokens %q", body, allowed, v, denied, ref)
+			}
+		}
+	})
+}
+
+// FuzzOverrideValue: the check without the heap reads a header's value,
+// and a form field's value once unescaped, as strings.ToUpper and
+// strings.TrimSpace do.
+func FuzzOverrideValue(f *testing.F) {
+	for _, s := range []string{"GET", " post ", "g et", "poſt", "gıt", "GET\u0085", "\u00a0PUT", "P%4FST", "+get+", "get%", "%zzGET",
+		"%C5%BFet", "GET\xc4", "\xc4GET", "GET\xff\xfe", "OPTIONSS", "\u3000OPTIONS\u3000", "p%c4%b1t", "%e2%80%a8GET"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, allowed := range overrideRules {
+			_, want := firstDenied([]string{v}, allowed)
+			if got := !methodAllowed(allowed, v); got != want {
+				t.Fatalf("methodAllowed(%q, %q) denies: %v, want %v", allowed, v, got, want)
+			}
+			_, want = firstDenied([]string{unescape(v)}, allowed)
+			if got := !fieldMethod(v).in(allowed); got != want {
+				t.Fatalf("fieldMethod(%q).in(%q) denies: %v, want %v (unescaped %q)", v, allowed, got, want, unescape(v))
+			}
 		}
 	})
 }
@@ -88,13 +141,13 @@ func TestJSONOverridesCheap(t *testing.T) {
 	}
 	b.WriteString(`"_method":"GET"}`)
 	body := b.String()
-	allocs := testing.AllocsPerRun(3, func() { jsonOverrides(body) })
+	allocs := testing.AllocsPerRun(3, func() { deniedJSON(body, []string{"POST"}) })
 	t0 := time.Now()
-	got := jsonOverrides(body)
+	v, denied := deniedJSON(body, []string{"POST"})
 	d := time.Since(t0)
 	t.Logf("%d bytes: %s, %.0f allocations", len(body), d, allocs)
-	if !slices.Equal(got, []string{"GET"}) {
-		t.Fatalf("got %q", got)
+	if v != "GET" || !denied {
+		t.Fatalf("got %q, %v", v, denied)
 	}
 	if allocs > 64 {
 		t.Errorf("%.0f allocations for one look, want a few", allocs)

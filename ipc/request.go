@@ -189,23 +189,30 @@ type hop struct {
 	forms *formCheck
 }
 
-// formCheck is the _method fields of a body under the Content-Types
-// types, or why it cannot be checked (formOverrides).
+// formCheck is the first _method field of a body under the Content-Types
+// types that names a method the job may not use, or why the body cannot
+// be checked (deniedOverride).
 type formCheck struct {
 	types  []string
-	values []string
+	denied *string
 	err    error
 }
 
-// checkForms looks through h's body for _method fields, or takes what an
-// earlier hop of the call found in the same body under the same types.
-func checkForms(h hop) *formCheck {
+// checkForms looks through h's body for a _method field that names a
+// method not in allowed, or takes what an earlier hop of the call found
+// in the same body under the same types.
+func checkForms(h hop, allowed []string) *formCheck {
 	types := h.header.Values("Content-Type")
 	if h.forms != nil && slices.Equal(h.forms.types, types) {
 		return h.forms
 	}
-	vs, err := formOverrides(h.header, *h.body)
-	return &formCheck{types: types, values: vs, err: err}
+	c := &formCheck{types: types}
+	v, denied, err := deniedOverride(h.header, *h.body, allowed)
+	if denied {
+		c.denied = &v
+	}
+	c.err = err
+	return c
 }
 
 // sendCall is a request.send call whose params passed every check that
@@ -287,7 +294,7 @@ func (b *broker) prepare(raw json.RawMessage) (*sendCall, *CallError) {
 
 	h := hop{method: method, url: u, origin: origin, header: header, body: body}
 	if body != nil {
-		h.forms = checkForms(h)
+		h.forms = checkForms(h, b.overrideMethods())
 	}
 	if cerr := b.checkOverride(h); cerr != nil {
 		return nil, cerr
@@ -383,7 +390,7 @@ func (b *broker) guestHeaders(in guestHeaderMap, origin string) (http.Header, *C
 	}
 	// Content-Type holds one value (RFC 9110). Given more than once (names
 	// that differ in case), a server may read any of them, and the broker
-	// reads the body for a _method field as each (formOverrides), in the
+	// reads the body for a _method field as each (deniedOverride), in the
 	// session's read loop, on CPU time no run counts: each copy cost the
 	// daemon the body's whole parse again, so one frame of a large
 	// multipart body cost it many times what the guest paid to write it.

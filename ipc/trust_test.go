@@ -477,6 +477,13 @@ func TestRequestOverrideScanCheap(t *testing.T) {
 		"query of escaped names":      call(strings.Repeat("%41=;", room/5), "", "text/plain"),
 		"JSON of escaped keys":        call("", "{"+strings.Repeat(`"\u005f":0,`, room/16)+`"a":0}`, "application/json"),
 		"JSON of escaped backslashes": call("", "{"+strings.Repeat(`"\\":0,`, room/12)+`"a":0}`, "application/json"),
+		// Every _method field or member names a declared method (in a
+		// case the check folds), and each was kept in a list to the end.
+		"form of allowed _method fields":  call("", strings.Repeat("_method=post;", room/13), "application/x-www-form-urlencoded"),
+		"form of escaped _method values":  call("", strings.Repeat("_method=%50OST;", room/15), "application/x-www-form-urlencoded"),
+		"query of allowed _method fields": call(strings.Repeat("_method=post;", room/13), "", "text/plain"),
+		"JSON of allowed _method members": call("", "{"+strings.Repeat(`"_method":"post",`, room/22)+`"a":0}`, "application/json"),
+		"JSON of escaped _method values":  call("", "{"+strings.Repeat(`"_method":"\u0050OST",`, room/30)+`"a":0}`, "application/json"),
 	} {
 		f, cost := sendCost(t, r.g, params)
 		t.Logf("%s: %s; a plain frame %s", name, cost, control)
@@ -747,7 +754,7 @@ func TestMethodOverrideBodyCheckedOnce(t *testing.T) {
 	}
 	raw, _ := base64.StdEncoding.DecodeString(body)
 	single := time.Now()
-	if _, err := formOverrides(http.Header{"Content-Type": {"application/json"}}, string(raw)); err != nil {
+	if _, _, err := deniedOverride(http.Header{"Content-Type": {"application/json"}}, string(raw), []string{"POST"}); err != nil {
 		t.Fatal(err)
 	}
 	once := time.Since(single)
