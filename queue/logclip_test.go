@@ -1,42 +1,14 @@
 package queue
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
-
-// lineLog is a slog destination tests read back, safe for the worker's
-// goroutines.
-type lineLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lineLog) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(l.buf.Bytes()))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
-}
 
 // A submitter's text in a job's log lines is clipped: the subject's
 // tenant token and the id header went whole into every line the worker
@@ -45,7 +17,7 @@ func (l *lineLog) lines() []string {
 // operator's log.
 func TestWorkerLogsClipTheSubmittersText(t *testing.T) {
 	cfg, c := setup(t, 5*time.Second)
-	logs := &lineLog{}
+	logs := &logBuf{}
 	w, err := NewWorker(context.Background(), &cfg, admitAll{&echo{}}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +32,7 @@ func TestWorkerLogsClipTheSubmittersText(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEmpty(t, c, cfg)
-	lines := logs.lines()
+	lines := strings.Split(logs.String(), "\n")
 	var seen bool
 	for _, l := range lines {
 		if strings.Contains(l, "iiii") {

@@ -37,16 +37,7 @@ func TestUncleanPathsAnsweredInJSON(t *testing.T) {
 		{"OPTIONS * HTTP/1.1\r\nHost: p\r\n\r\n", http.StatusNotFound, "*"},
 		{"CONNECT p:80 HTTP/1.1\r\nHost: p\r\n\r\n", http.StatusNotFound, "p:80"},
 	} {
-		c, err := net.Dial("unix", ts.sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte(tc.req)); err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, err := rawRequest(t, ts.sock, tc.req)
 		if err != nil {
 			t.Errorf("%.30q: %v", tc.req, err)
 			continue
@@ -58,4 +49,21 @@ func TestUncleanPathsAnsweredInJSON(t *testing.T) {
 			t.Errorf("%.30q: %d %q %q, want %d, a JSON %s naming %q", tc.req, resp.StatusCode, resp.Header.Get("Content-Type"), body, tc.status, codeNotFound, tc.named)
 		}
 	}
+}
+
+// rawRequest sends req, a request as its bytes, on a connection of its
+// own to sock and reads the answer's head (its body is the caller's).
+// The connection closes with the test.
+func rawRequest(t *testing.T, sock, req string) (*http.Response, error) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	return http.ReadResponse(bufio.NewReader(c), nil)
 }

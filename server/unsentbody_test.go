@@ -32,16 +32,7 @@ func TestUnsentBodyHoldsNothing(t *testing.T) {
 		{"GET /v1/runs/0000000000000000/events HTTP/1.1\r\nHost: pmjail\r\nContent-Length: 10\r\n\r\n", http.StatusNotFound},
 		{"POST /v1/runs HTTP/1.1\r\nHost: pmjail\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\nContent-Length: 100\r\n\r\n", http.StatusBadRequest},
 	} {
-		c, err := net.Dial("unix", ts.sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte(tc.head)); err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, err := rawRequest(t, ts.sock, tc.head)
 		if err != nil || resp.StatusCode != tc.status {
 			t.Errorf("%.40q, its body never sent: %v %v, want %d", tc.head, resp, err, tc.status)
 		}
