@@ -113,7 +113,8 @@ type Invocation struct {
 // pmjailCmd runs the binary with args and optional stdin, with a deadline.
 func pmjailCmd(t *testing.T, stdin string, args ...string) Invocation {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Past the longest wall limit a test gives a run (room).
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	// Under TestMutation_SecurityLayers, the harness removes one layer
 	// (mutation_test.go); otherwise this is pmjail with args.
@@ -142,6 +143,14 @@ func pmjailCmd(t *testing.T, stdin string, args ...string) Invocation {
 	}
 	return inv
 }
+
+// room gives a run that tests some other limit CPU and wall time to spare.
+// A fraction of a second of a guest's CPU natively is tens of times that
+// under the VM suite's emulated CPU, whose clock also runs on while QEMU
+// waits for a host core: past the default profile's CPU limit on a slower
+// or busier host, where the run would end cpu_limit instead of by the
+// limit the test is of.
+var room = []string{"--cpu-time", "120s", "--timeout", "300s"}
 
 // runScript writes source to a file named name in a fresh directory and
 // runs it with `pmjail run --json [flags] FILE`, returning the parsed result.

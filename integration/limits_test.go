@@ -24,7 +24,7 @@ func TestLimits_MemoryJS(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bomb.js")
 			writeFile(t, path, src)
-			inv := pmjailCmd(t, "", "run", "--json", "--memory", "64M", path)
+			inv := pmjailCmd(t, "", append(append([]string{"run", "--json", "--memory", "64M"}, room...), path)...)
 			r := inv.Result
 			if r == nil || r.Status != "memory_limit" || inv.ExitCode != 137 || r.ExitCode != 137 {
 				t.Fatalf("result %+v exit %d, want memory_limit and 137", r, inv.ExitCode)
@@ -69,7 +69,9 @@ echo tree-done
 `
 
 func TestLimits_ForkBomb(t *testing.T) {
-	inv := pmjailCmd(t, "", "exec", "--json", "--pids", "16", "--", "/bin/sh", "-c", forkTree)
+	// The tree's CPU (tens of seconds of busybox ash under the VM suite's
+	// emulated CPU) gets room: this is of the pids limit.
+	inv := pmjailCmd(t, "", append(append([]string{"exec", "--json", "--pids", "16"}, room...), "--", "/bin/sh", "-c", forkTree)...)
 	r := inv.Result
 	if r == nil {
 		t.Fatalf("no result: %s", inv.Stderr)
@@ -109,7 +111,7 @@ func TestLimits_ConcurrentJobsIsolated(t *testing.T) {
 	t.Run("together", func(t *testing.T) {
 		t.Run("bomb", func(t *testing.T) {
 			t.Parallel()
-			bomb = runScript(t, "bomb.js", `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`, "--memory", "64M")
+			bomb = runScript(t, "bomb.js", `const a = []; for (;;) a.push(new Uint8Array(1 << 20).fill(7));`, append([]string{"--memory", "64M"}, room...)...)
 		})
 		t.Run("normal", func(t *testing.T) {
 			t.Parallel()
