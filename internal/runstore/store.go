@@ -53,6 +53,9 @@ var (
 	// ErrIDTaken: a new run's id is a stored run's (ids are 64 random
 	// bits: never in practice, but a run is not written over).
 	ErrIDTaken = errors.New("run id already stored")
+	// ErrNotStored: a run's end was stored without its result and
+	// events, which the store could not hold (Finish).
+	ErrNotStored = errors.New("the run's result could not be stored: it was ended without it")
 	// ErrDamaged: the file is not a sound store (a bad disk, a crash of
 	// the file system, a hand that wrote into it). bbolt panics on a bad
 	// page; the store turns that into this error, not a daemon's crash.
@@ -383,7 +386,12 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 // commit commits batch's writes in one transaction, in order, and gives
 // each its outcome. A write its function refuses gets that refusal
 // alone: the writes before it are committed together, it alone (as if
-// it had come alone, after them), then those after it.
+// it had come alone, after them), then those after it. A transaction
+// that fails as a whole (its pages do not fit on the disk, say) is
+// tried again in halves, down to each write alone: one run's end, tens
+// of MiB of another peer's output, that cannot be stored fails alone,
+// not every submission and run's end that came within the same
+// commitEvery.
 func (s *Store) commit(batch []*write) {
 	if len(batch) == 0 {
 		return
@@ -400,10 +408,17 @@ func (s *Store) commit(batch []*write) {
 			return nil
 		})
 	})
-	if refused >= 0 && len(batch) > 1 && s.damaged.Load() == nil {
+	switch {
+	case err == nil || len(batch) == 1 || s.damaged.Load() != nil:
+	case refused >= 0:
 		s.commit(batch[:refused])
 		s.commit(batch[refused : refused+1])
 		s.commit(batch[refused+1:])
+		return
+	default:
+		half := len(batch) / 2
+		s.commit(batch[:half])
+		s.commit(batch[half:])
 		return
 	}
 	if err == nil {
@@ -674,9 +689,36 @@ func (s *Store) ResultChunk(id string, offset, max int) ([]byte, error) {
 }
 
 // Finish stores the run's final state, result and events, then prunes.
-// A run that already ended keeps its first end (ErrEnded).
+// A run that already ended keeps its first end (ErrEnded). An end the
+// store cannot hold (its pages do not fit on the disk, say) is stored
+// without its result and events, as an internal error (NotStored), and
+// Finish returns ErrNotStored with why: the run would otherwise stay
+// queued for ever, since runs not ended are never pruned, and its owner
+// would wait for an end that never comes.
 func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, events []byte) error {
 	now := time.Now()
+	k, err := s.end(id, status, result, events, now)
+	if err != nil && !errors.Is(err, ErrEnded) && !errors.Is(err, ErrNotFound) && s.damaged.Load() == nil {
+		if again, aerr := s.end(id, status, NotStored(id), nil, now); aerr == nil {
+			k, err = again, fmt.Errorf("%w: %w", ErrNotStored, err)
+		}
+	}
+	if k == nil {
+		return fmt.Errorf("run store: finish %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.account(*k)
+	s.mu.Unlock()
+	_, perr := s.Prune(now)
+	if err != nil {
+		return fmt.Errorf("run store: finish %s: %w", id, err)
+	}
+	return perr
+}
+
+// end writes the run's end (Finish), and returns it as accounted, or
+// nil and why not.
+func (s *Store) end(id string, status api.RunState, result json.RawMessage, events []byte, now time.Time) (*kept, error) {
 	var size int64
 	var owner string
 	err := s.update(func(tx *bolt.Tx) error {
@@ -705,13 +747,20 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 		return tx.Bucket(bucketEvents).Put([]byte(id), events)
 	})
 	if err != nil {
-		return fmt.Errorf("run store: finish %s: %w", id, err)
+		return nil, err
 	}
-	s.mu.Lock()
-	s.account(kept{id: id, owner: owner, at: now, size: size})
-	s.mu.Unlock()
-	_, err = s.Prune(now)
-	return err
+	return &kept{id: id, owner: owner, at: now, size: size}, nil
+}
+
+// NotStored is the result of a run whose own could not be stored
+// (Finish). It does not say why: the daemon's log does, and the store's
+// errors name its file, a path on the daemon's host.
+func NotStored(id string) json.RawMessage {
+	code, _ := api.StatusInternalError.ExitCode()
+	res := api.Result{ID: id, Status: api.StatusInternalError, ExitCode: code, Logs: []api.LogEntry{},
+		Error: &api.ErrorInfo{Code: string(api.StatusInternalError), Message: "the run ended, but the daemon could not store its result (its log says why)"}}
+	data, _ := json.Marshal(res)
+	return data
 }
 
 // account counts a finished run (s.mu held, or the store not yet shared)
