@@ -4,9 +4,10 @@ import "encoding/json"
 
 // Job is the job object: the body of POST /v1/runs.
 type Job struct {
-	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
-	// type stripping. Names are taken exactly as the OpenAPI enum spells
-	// them, in lower case.
+	// Runtime is "deno" or "python"; "typescript" ("ts") is accepted as
+	// Deno with type stripping, "jsx" and "tsx" as Deno with JSX (and
+	// TSX's types stripped). Names are taken exactly as the OpenAPI enum
+	// spells them, in lower case.
 	Runtime      string          `json:"runtime"`
 	Source       string          `json:"source,omitempty"`
 	Input        json.RawMessage `json:"input,omitempty"`
@@ -41,7 +42,7 @@ type Job struct {
 }
 
 // DefaultEntries are the files a job's Files runs when it names no Entry.
-var DefaultEntries = []string{"main.ts", "main.js", "main.mjs", "main.py"}
+var DefaultEntries = []string{"main.ts", "main.tsx", "main.js", "main.jsx", "main.mjs", "main.py"}
 
 // The bounds of a job's Files, Stdin and Env.
 const (

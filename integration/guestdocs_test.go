@@ -39,7 +39,7 @@ func TestGuestDocsExamples(t *testing.T) {
 		t.Fatalf("%s: %d runnable examples; the page lost its examples or their markers", guestDocs, len(examples))
 	}
 	srv := newTestServer(t)
-	ext := map[string]string{"js": ".js", "javascript": ".js", "ts": ".ts", "typescript": ".ts", "py": ".py", "python": ".py"}
+	ext := map[string]string{"js": ".js", "javascript": ".js", "jsx": ".jsx", "ts": ".ts", "typescript": ".ts", "tsx": ".tsx", "py": ".py", "python": ".py"}
 	for _, ex := range examples {
 		t.Run(fmt.Sprintf("line%d", ex.line), func(t *testing.T) {
 			e, ok := ext[ex.lang]

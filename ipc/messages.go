@@ -64,8 +64,10 @@ type startFrame struct {
 type StartSource struct {
 	// Text is the program's text.
 	Text string `json:"text"`
-	// TypeScript says its types are stripped before it runs.
-	TypeScript bool `json:"typescript,omitempty"`
+	// MediaType is the type Deno evaluates the text as, which says its
+	// dialect (runtimes.Dialect): application/typescript, text/jsx,
+	// text/tsx; application/javascript when empty.
+	MediaType string `json:"media_type,omitempty"`
 }
 
 type startOptions struct {

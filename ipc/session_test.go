@@ -475,7 +475,7 @@ func TestAppendStart(t *testing.T) {
 // TestAppendStartSource: a warm runtime's start frame carries the program
 // after the input; a cold run's carries none.
 func TestAppendStartSource(t *testing.T) {
-	for _, src := range []*StartSource{nil, {Text: "console.log(\"<&>\")\n", TypeScript: true}} {
+	for _, src := range []*StartSource{nil, {Text: "console.log(\"<&>\")\n", MediaType: "text/tsx"}} {
 		start := startFrame{Type: typeStart, Options: startOptions{Timing: "precise"}, Source: src}
 		got, err := appendStart(nil, json.RawMessage(`{"n":1}`), start, DefaultMaxFrame)
 		if err != nil {

@@ -137,7 +137,7 @@ func entryExts(rt runtimes.Name) string {
 	if rt == runtimes.Python {
 		return ".py"
 	}
-	return ".js, .mjs, .ts or .mts"
+	return ".js, .mjs, .jsx, .ts, .mts or .tsx"
 }
 
 // Program returns the job's files by their paths relative to the job's

@@ -78,7 +78,7 @@ func TestProgramRefusals(t *testing.T) {
 		{"entry escapes", `{"runtime":"deno","files":{"main.js":"1"},"entry":"../main.js"}`, "entry", `entry: "../main.js": ".." segment: paths are relative to the job's directory and stay inside it`},
 		{"entry absolute", `{"runtime":"deno","files":{"main.js":"1"},"entry":"/job/main.js"}`, "entry", `entry: "/job/main.js": absolute path: want one relative to the job's directory`},
 		{"entry of another runtime", `{"runtime":"python","files":{"main.js":"1"},"entry":"main.js"}`, "entry", `entry: "main.js" is not a python program (want .py)`},
-		{"entry not a program", `{"runtime":"deno","files":{"data.json":"1"},"entry":"data.json"}`, "entry", `entry: "data.json" is not a deno program (want .js, .mjs, .ts or .mts)`},
+		{"entry not a program", `{"runtime":"deno","files":{"data.json":"1"},"entry":"data.json"}`, "entry", `entry: "data.json" is not a deno program (want .js, .mjs, .jsx, .ts, .mts or .tsx)`},
 		{"entry without files", `{"runtime":"deno","source":"1","entry":"main.js"}`, "entry", "entry: names a file of files, and the job has none (source is the one-file form)"},
 		{"stdin encoding", `{"runtime":"deno","source":"1","stdin":"x","stdin_encoding":"hex"}`, "stdin_encoding", `stdin_encoding: "hex" (want base64, or nothing for text)`},
 		{"stdin base64", `{"runtime":"deno","source":"1","stdin":"not base64!","stdin_encoding":"base64"}`, "stdin", "stdin: not valid base64: illegal base64 data at input byte 3"},

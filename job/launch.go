@@ -46,7 +46,7 @@ func (rn *Runner) launch(r *Resolved) (*runtimes.Launch, error) {
 	return rn.Install.Launch(runtimes.Guest{
 		Runtime:     r.Runtime,
 		Source:      []byte(r.Request.Source),
-		TypeScript:  runtimes.TypeScript(r.Request.Runtime),
+		Dialect:     runtimes.DialectOf(r.Request.Runtime),
 		MemoryBytes: int64(r.Limits.Memory),
 		CoarseTime:  r.Profile.CoarseTime,
 		Packages:    view,

@@ -37,9 +37,10 @@ var ErrInvalid = errors.New("invalid job")
 // request body (api.Job, converted by FromAPI and API), and what the CLI
 // builds from its flags.
 type Request struct {
-	// Runtime is "deno" or "python"; "typescript" is accepted as Deno with
-	// type stripping. It is spelled exactly as the socket API takes it
-	// (runtimes.Names): the CLI lower-cases its --runtime.
+	// Runtime is "deno" or "python"; "typescript", "jsx" and "tsx" are
+	// accepted as Deno with that dialect (runtimes.DialectOf). It is
+	// spelled exactly as the socket API takes it (runtimes.Names): the
+	// CLI lower-cases its --runtime.
 	Runtime      string           `json:"runtime"`
 	Source       string           `json:"source,omitempty"`
 	Input        json.RawMessage  `json:"input,omitempty"`

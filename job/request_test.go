@@ -73,9 +73,11 @@ func TestDecodeRefusesOffSchemaSpellings(t *testing.T) {
 		dur  = ` (want e.g. "2s", "500ms" or milliseconds)`
 	)
 	for _, tc := range []struct{ body, field, msg string }{
-		{`{"runtime":"PyThOn","source":"1"}`, "runtime", `runtime: unknown runtime "PyThOn" (want deno or python)`},
-		{`{"runtime":"DENO","source":"1"}`, "runtime", `runtime: unknown runtime "DENO" (want deno or python)`},
-		{`{"runtime":"TypeScript","source":"1"}`, "runtime", `runtime: unknown runtime "TypeScript" (want deno or python)`},
+		{`{"runtime":"PyThOn","source":"1"}`, "runtime", `runtime: unknown runtime "PyThOn" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
+		{`{"runtime":"DENO","source":"1"}`, "runtime", `runtime: unknown runtime "DENO" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
+		{`{"runtime":"TypeScript","source":"1"}`, "runtime", `runtime: unknown runtime "TypeScript" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
+		{`{"runtime":"TSX","source":"1"}`, "runtime", `runtime: unknown runtime "TSX" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
+		{`{"runtime":"react","source":"1"}`, "runtime", `runtime: unknown runtime "react" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
 		{`{"runtime":"deno","source":"1","limits":{"memory":"+64M"}}`, "limits.memory", `limits.memory: invalid size "+64M"` + size},
 		{`{"runtime":"deno","source":"1","limits":{"output":"+1"}}`, "limits.output", `limits.output: invalid size "+1"` + size},
 		{`{"runtime":"deno","source":"1","limits":{"tmp":"-0"}}`, "limits.tmp", `limits.tmp: invalid size "-0"` + size},

@@ -70,7 +70,7 @@ func (a *attempt) offerWarm(job *jail.Job, launch *runtimes.Launch, b *broker) s
 		// undefined), where a cold run's names the job's file.
 		return "programs that read import.meta are not served warm"
 	}
-	src := &ipc.StartSource{Text: r.Request.Source, TypeScript: runtimes.TypeScript(r.Request.Runtime)}
+	src := &ipc.StartSource{Text: r.Request.Source, MediaType: runtimes.DialectOf(r.Request.Runtime).MediaType()}
 	text, err := json.Marshal(src)
 	if err != nil {
 		return "the program cannot travel in the start frame: " + err.Error()

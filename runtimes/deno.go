@@ -108,10 +108,7 @@ func (in *Install) denoLaunch(guest Guest) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	main := JobDir + "/main.js"
-	if guest.TypeScript {
-		main = JobDir + "/main.ts"
-	}
+	main := JobDir + "/main" + guest.Dialect.Ext()
 	if guest.Files != nil {
 		var own []File
 		own, main = jobFiles(guest.Files, guest.Entry)

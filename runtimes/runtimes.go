@@ -27,10 +27,11 @@ var ErrUnknownRuntime = errors.New("unknown runtime")
 // names maps each runtime name a job may give to the runtime it runs on.
 // The names are exactly the OpenAPI document's enum: the socket API takes
 // them as spelled there, so that a proxy that filters jobs by the runtime
-// string sees what runs. "ts" and "typescript" are Deno with type
-// stripping (TypeScript).
+// string sees what runs. The names of Deno say the program's dialect too
+// (DialectOf): "ts" and "typescript" are TypeScript (types stripped),
+// "jsx" and "tsx" JSX and TSX.
 var names = map[string]Name{
-	"deno": Deno, "js": Deno, "javascript": Deno, "ts": Deno, "typescript": Deno,
+	"deno": Deno, "js": Deno, "javascript": Deno, "ts": Deno, "typescript": Deno, "jsx": Deno, "tsx": Deno,
 	"python": Python, "py": Python, "pyodide": Python,
 }
 
@@ -44,24 +45,73 @@ func ParseName(s string) (Name, error) {
 	if n, ok := names[s]; ok {
 		return n, nil
 	}
-	return "", fmt.Errorf("%w %q (want deno or python)", ErrUnknownRuntime, s)
+	return "", fmt.Errorf("%w %q (want one of %s)", ErrUnknownRuntime, s, strings.Join(Names(), ", "))
 }
 
-// TypeScript reports whether the runtime name s asks for Deno with type
-// stripping.
-func TypeScript(s string) bool { return s == "ts" || s == "typescript" }
+// Dialect is the language a Deno program's text is in, which says how
+// Deno parses it: by its file's extension in a cold run, by its blob's
+// media type in a warm runtime (which evaluates it from memory).
+type Dialect string
 
-// ForFile picks the runtime and the in-jail source name from a file name's
-// extension: .js and .mjs run on Deno, .ts on Deno with type stripping, .py
+// The dialects of a Deno program. TypeScript's and TSX's types are
+// stripped, not checked (Guest.TypeCheck checks them).
+const (
+	JavaScript Dialect = "js"
+	TypeScript Dialect = "ts"
+	JSX        Dialect = "jsx"
+	TSX        Dialect = "tsx"
+)
+
+// DialectOf is the dialect the runtime name s asks for: JavaScript for
+// "deno", "js" and "javascript" (and for a name that is not Deno's).
+func DialectOf(s string) Dialect {
+	switch s {
+	case "ts", "typescript":
+		return TypeScript
+	case "jsx":
+		return JSX
+	case "tsx":
+		return TSX
+	}
+	return JavaScript
+}
+
+// Ext is the extension of a one-file program's file in the job's root:
+// Deno reads a file's dialect by it.
+func (d Dialect) Ext() string {
+	switch d {
+	case TypeScript, JSX, TSX:
+		return "." + string(d)
+	}
+	return ".js"
+}
+
+// MediaType is the type of the blob a warm runtime evaluates the program
+// from: the one Deno maps to the dialect (deno_media_type's
+// from_content_type; a blob: URL has no extension to go by).
+func (d Dialect) MediaType() string {
+	switch d {
+	case TypeScript:
+		return "application/typescript"
+	case JSX:
+		return "text/jsx"
+	case TSX:
+		return "text/tsx"
+	}
+	return "application/javascript"
+}
+
+// ForFile picks the runtime from a file name's extension: .js, .mjs and
+// .jsx run on Deno, .ts, .mts and .tsx on Deno with type stripping, .py
 // on Pyodide.
 func ForFile(name string) (Name, error) {
 	switch strings.ToLower(filepath.Ext(name)) {
-	case ".js", ".mjs", ".ts", ".mts":
+	case ".js", ".mjs", ".jsx", ".ts", ".mts", ".tsx":
 		return Deno, nil
 	case ".py":
 		return Python, nil
 	}
-	return "", fmt.Errorf("%w for %q: use a .js, .mjs, .ts or .py file or --runtime", ErrUnknownRuntime, name)
+	return "", fmt.Errorf("%w for %q: use a .js, .mjs, .jsx, .ts, .mts, .tsx or .py file or --runtime", ErrUnknownRuntime, name)
 }
 
 // Guest is what a runtime needs to know about one run.
@@ -69,8 +119,9 @@ type Guest struct {
 	Runtime Name
 	// Source is the guest program's text.
 	Source []byte
-	// TypeScript marks Deno source that needs type stripping.
-	TypeScript bool
+	// Dialect is the language of Deno's Source (JavaScript when empty);
+	// Files name theirs by their extensions.
+	Dialect Dialect
 	// MemoryBytes is the job's memory limit; the V8 heap is capped below it so
 	// that a host without a cgroup still has a memory bound.
 	MemoryBytes int64

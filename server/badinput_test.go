@@ -56,7 +56,7 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"label in a batch not UTF-8", "/v1/batches", "", "{\"jobs\": [{\"runtime\": \"deno\", \"source\": \"1\", \"labels\": {\"t\": \"\xff\"}}]}",
 			`jobs[0].labels.t`, `jobs[0].labels.t: invalid UTF-8 (JSON text is UTF-8) (at byte 62)`}, // the batch's raw jobs: a path as in input
 		{"batch job refused", "/v1/batches", "", `{"jobs": [` + job + `, {"runtime": "cobol", "source": "1"}]}`,
-			"jobs[1].runtime", `jobs[1].runtime: unknown runtime "cobol" (want deno or python)`},
+			"jobs[1].runtime", `jobs[1].runtime: unknown runtime "cobol" (want one of deno, javascript, js, jsx, py, pyodide, python, ts, tsx, typescript)`},
 		{"timeout whose nanoseconds overflow", "/v1/runs", "", `{"runtime": "deno", "source": "1", "limits": {"timeout": "288230376151716728"}}`, // read as 5s
 			"limits.timeout", `limits.timeout: invalid duration "288230376151716728" (over 1099511627776 milliseconds, the largest)`},
 		{"size with a space the document refuses", "/v1/runs", "", `{"runtime": "deno", "source": "1", "limits": {"memory": "\u000b64M"}}`,

@@ -45,7 +45,7 @@ func TestDirectoryProgram(t *testing.T) {
 		{[]string{"--env", "A=1", "--env", "A=2", dir}, "--env: A given twice"},
 		{[]string{"--env", "=1", dir}, `--env "=1": want NAME=VALUE`},
 		{[]string{"--entry", "main.py", filepath.Join(dir, "main.py")}, "--entry: names a file of a DIR, and the program is one file"},
-		{[]string{filepath.Join(dir, "pkg")}, "holds none of main.ts, main.js, main.mjs, main.py: name the file that runs with --entry"},
+		{[]string{filepath.Join(dir, "pkg")}, "holds none of main.ts, main.tsx, main.js, main.jsx, main.mjs, main.py: name the file that runs with --entry"},
 		// A missing DIR (or a missing FILE without an extension) is named as
 		// missing, not as a program of an unknown runtime.
 		{[]string{filepath.Join(dir, "app") + "/"}, "app/: no such file or directory"},

@@ -256,12 +256,16 @@ func (f *runFlags) programRequest(args []string) (*job.Request, error) {
 	return req, nil
 }
 
-// runtimeForFile names the runtime, keeping TypeScript distinct so that
-// the source is type-stripped.
+// runtimeForFile names the runtime, keeping Deno's dialects distinct so
+// that the source is parsed as its extension says (runtimes.DialectOf).
 func runtimeForFile(file string) string {
 	switch strings.ToLower(filepath.Ext(file)) {
 	case ".ts", ".mts":
 		return "typescript"
+	case ".jsx":
+		return "jsx"
+	case ".tsx":
+		return "tsx"
 	case ".py":
 		return "python"
 	}

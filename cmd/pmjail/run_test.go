@@ -97,7 +97,7 @@ func TestRunFlags(t *testing.T) {
 	}
 	// --runtime is typed by a person: any case, sent on as the socket API
 	// spells it (a job pmjail submit sends crosses it).
-	for in, want := range map[string]string{"PYTHON": "python", "TypeScript": "typescript", "deno": "deno"} {
+	for in, want := range map[string]string{"PYTHON": "python", "TypeScript": "typescript", "deno": "deno", "TSX": "tsx", "jsx": "jsx"} {
 		req, err := newRunFlags("run", false).programRequest([]string{"--runtime", in, file})
 		if err != nil || req.Runtime != want {
 			t.Errorf("--runtime %s: %v, runtime %q, want %q", in, err, req.Runtime, want)
@@ -105,6 +105,17 @@ func TestRunFlags(t *testing.T) {
 		}
 		if _, err := job.Resolve(req, job.DefaultCeiling(), true); err != nil {
 			t.Errorf("--runtime %s: %v", in, err)
+		}
+	}
+	// A file's extension names its runtime, Deno's dialect included.
+	for ext, want := range map[string]string{".js": "deno", ".mjs": "deno", ".ts": "typescript", ".mts": "typescript", ".jsx": "jsx", ".tsx": "tsx", ".TSX": "tsx", ".py": "python"} {
+		named := filepath.Join(t.TempDir(), "page"+ext)
+		if err := os.WriteFile(named, []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		req, err := newRunFlags("run", false).programRequest([]string{"--no-stdin", named})
+		if err != nil || req.Runtime != want {
+			t.Errorf("run page%s: %v, request %+v, want runtime %q", ext, err, req, want)
 		}
 	}
 	for _, args := range [][]string{{file, "--timeout", "+2s"}, {file, "--memory", "+64M"}} {

@@ -317,7 +317,9 @@ function lazyFetch(capabilities) {
 // job's file (a stack the program prints itself names the blob: URL).
 function moduleOf(source) {
   if (source == null) return { url: jobPath, named: (stack) => stack };
-  const type = source.typescript ? "application/typescript" : "application/javascript";
+  // The media type says the program's dialect, as a file's extension
+  // does in a cold run: Deno maps text/jsx and text/tsx to JSX and TSX.
+  const type = source.media_type || "application/javascript";
   const url = URL.createObjectURL(new Blob([source.text], { type }));
   const file = "file://" + jobPath;
   return { url, named: (stack) => String(stack).replaceAll(url, file) };
