@@ -147,3 +147,57 @@ func killPending(status string) bool {
 	}
 	return false
 }
+
+// TestHandlerExitCode: a handler's module run by `deno run` would exit
+// with the exit code the module or the handler set, so the run does: a
+// non-zero one makes it an error, exit_code that code, error.code exit,
+// with the handler's value kept. Warm and cold alike; an error the
+// handler throws still exits 1, as it would under `deno run`.
+func TestHandlerExitCode(t *testing.T) {
+	d := startDaemon(t, daemonDir(t), warmConfig)
+	cases := []struct {
+		name, source, value string
+		code                int
+		errCode             string
+	}{
+		{"none", `export default () => "v"`, `"v"`, 0, ""},
+		{"Deno.exitCode", `export default () => { Deno.exitCode = 3; return "v" }`, `"v"`, 3, "exit"},
+		{"process.exitCode", `export default async () => { process.exitCode = 4; return { saved: false } }`, `{"saved":false}`, 4, "exit"},
+		{"set by the module", `Deno.exitCode = 2; export default () => 1`, `1`, 2, "exit"},
+		{"set back to 0", `Deno.exitCode = 2; export default () => { Deno.exitCode = 0; return 1 }`, `1`, 0, ""},
+		{"unload listener", `export default () => { addEventListener("unload", () => { Deno.exitCode = 5 }); return 1 }`, `1`, 5, "exit"},
+		{"and a throw", `export default () => { Deno.exitCode = 3; throw new Error("no") }`, ``, 1, "Error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, warm := range []bool{true, false} {
+				job := &api.Job{Runtime: "deno", Source: tc.source}
+				var res *api.Result
+				if warm {
+					res = warmRun(t, d, job)
+				} else {
+					job.Env = map[string]string{"COLD": "1"}
+					var err error
+					if res, err = d.c.Run(context.Background(), job); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want := jail.StatusOK
+				if tc.code != 0 {
+					want = jail.StatusError
+				}
+				errCode := ""
+				if res.Error != nil {
+					errCode = res.Error.Code
+				}
+				if res.Status != want || res.ExitCode != tc.code || errCode != tc.errCode || compact(res.Value) != tc.value {
+					t.Errorf("warm %v: status %s, exit %d, error %+v, value %s (stderr %q); want %s, exit %d, error code %q, value %s",
+						warm, res.Status, res.ExitCode, res.Error, res.Value, res.Stderr, want, tc.code, tc.errCode, tc.value)
+				}
+				if tc.errCode == "exit" && errCode == "exit" && res.Error.Message != fmt.Sprintf("exited with code %d", tc.code) {
+					t.Errorf("warm %v: error message %q", warm, res.Error.Message)
+				}
+			}
+		})
+	}
+}

@@ -28,8 +28,10 @@ let plain = false;
 // awaiting is set while a handler's promise is unsettled.
 let awaiting = false;
 
-// report sends the run's last frame, then exits. A frame sent is the
-// outcome: nothing after it counts.
+// report sends the run's last frame, then exits with code, or, without
+// one, with the program's own exit code (Deno.exitCode, process.exitCode,
+// as its unload listeners leave it), as `deno run` would. A frame sent is
+// the outcome: nothing after it counts but the exit code.
 async function report(frame, code) {
   if (reported) return;
   reported = true;
@@ -206,7 +208,9 @@ async function run() {
   if (reported) return;
   const { checkValue } = value === undefined ? {} : await reportJS();
   if (reported) return;
-  return report(doneFrame(value, checkValue), 0);
+  // A handler's module run by `deno run` would exit with the exit code
+  // the module or the handler set: so does the run (docs/guest-api.md).
+  return report(doneFrame(value, checkValue));
 }
 
 // isClass reports whether fn is a class: its source text, read through
