@@ -244,7 +244,7 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if n, err := runtimes.ParseName(r.Runtime); r.TypeCheck && (r.Exec != nil || err == nil && n != runtimes.Deno) {
-		return invalidAt("typecheck", "only a Deno program (runtime deno or typescript) is type-checked")
+		return invalidAt("typecheck", "only a Deno program (runtime deno, typescript, jsx or tsx) is type-checked")
 	}
 	switch r.Posture {
 	case "", api.PostureFull, api.PostureSummary:

@@ -323,7 +323,7 @@ func TestValidateTypeCheck(t *testing.T) {
 	} {
 		err := req.Validate()
 		msg, field := Refusal(err)
-		if !errors.Is(err, ErrInvalid) || field != "typecheck" || msg != "typecheck: only a Deno program (runtime deno or typescript) is type-checked" {
+		if !errors.Is(err, ErrInvalid) || field != "typecheck" || msg != "typecheck: only a Deno program (runtime deno, typescript, jsx or tsx) is type-checked" {
 			t.Errorf("%s typecheck: %v (field %q)", req.Runtime, err, field)
 		}
 	}
