@@ -364,8 +364,9 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 		data = record(data, sum)
 	}
 	if err != nil {
-		log.Error("queue: result not encoded: job sent back", "err", err)
-		_ = msg.Nak()
+		// Run again, it would give the same result: it is not sent back.
+		log.Error("queue: result not encoded: job terminated", "err", err)
+		_ = msg.TermWithReason("result not encoded")
 		return
 	}
 	if !w.store(key, data, log) {
