@@ -15,6 +15,12 @@ type Layout struct {
 	// MaxJobs bounds the jobs waiting in the stream: beyond it a submit
 	// is refused (back-pressure at the door, not in the workers).
 	MaxJobs int64
+	// MaxJobsPerTenant bounds the jobs of one tenant's subject waiting
+	// in the stream: beyond it that tenant's submit is refused, not
+	// every tenant's, so one tenant's backlog does not fill the stream
+	// (default a quarter of MaxJobs, or DefaultMaxJobsPerTenant without
+	// MaxJobs; -1 for no bound).
+	MaxJobsPerTenant int64
 	// Retention is how long a result stays in the bucket.
 	Retention time.Duration
 	// Duplicates is the stream's window for a job id sent twice.
@@ -24,11 +30,30 @@ type Layout struct {
 	History uint8
 }
 
+// DefaultMaxJobsPerTenant is Layout.MaxJobsPerTenant of a stream whose
+// jobs in all are not bounded.
+const DefaultMaxJobsPerTenant = 10000
+
+// perTenant is the layout's bound of one tenant's waiting jobs, 0 for none.
+func (l Layout) perTenant() int64 {
+	switch {
+	case l.MaxJobsPerTenant < 0:
+		return 0
+	case l.MaxJobsPerTenant > 0:
+		return l.MaxJobsPerTenant
+	case l.MaxJobs > 0:
+		return max(1, l.MaxJobs/4)
+	}
+	return DefaultMaxJobsPerTenant
+}
+
 // Provision makes (or updates) the work-queue stream and the result
 // bucket the config names, as an operator's `nats stream add` and `nats
 // kv add` would: for tests, benchmarks and a first set-up. The stream
 // republishes the headers of each job it stores on NoticeSubject +
-// "." + the tenant, which wakes the workers.
+// "." + the tenant, which wakes the workers; it refuses a tenant's job
+// past the layout's bound of one tenant's waiting jobs, which leaves the
+// others room.
 func Provision(ctx context.Context, cfg Config, l Layout) error {
 	if err := cfg.Check(1); err != nil {
 		return err
@@ -51,6 +76,10 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 		MaxMsgs:    l.MaxJobs,
 		Discard:    jetstream.DiscardNew,
 		Duplicates: l.Duplicates,
+		// A subject is a tenant's: past its bound, the stream refuses the
+		// tenant's next job, not every tenant's.
+		MaxMsgsPerSubject:    l.perTenant(),
+		DiscardNewPerSubject: l.perTenant() > 0,
 		RePublish: &jetstream.RePublish{
 			Source:      cfg.Subject + ".*",
 			Destination: NoticeSubject(cfg.Subject) + ".{{wildcard(1)}}",

@@ -205,7 +205,12 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 	if w.kv, err = w.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
-	w.noticeSubject = noticeSubscription(w.stream.CachedInfo().Config.RePublish, cfg.Subject)
+	sc := w.stream.CachedInfo().Config
+	w.noticeSubject = noticeSubscription(sc.RePublish, cfg.Subject)
+	if sc.MaxMsgsPerSubject <= 0 || !sc.DiscardNewPerSubject {
+		log.Warn("queue: the stream bounds no tenant's waiting jobs: one tenant's backlog may fill it, and every tenant's submit is then refused "+
+			"(set its max_msgs_per_subject with discard new per subject, as queue.Provision and docs/queue.md do)", "stream", cfg.Stream)
+	}
 	ok = true
 	return w, nil
 }
