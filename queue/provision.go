@@ -23,6 +23,10 @@ type Layout struct {
 	MaxJobsPerTenant int64
 	// Retention is how long a result stays in the bucket.
 	Retention time.Duration
+	// MaxResultBytes bounds the bucket's bytes (0: only the account's
+	// storage does): once full, its oldest results make room for new
+	// ones, whoever's (ResultsDiscardOld).
+	MaxResultBytes int64
 	// Duplicates is the stream's window for a job id sent twice.
 	Duplicates time.Duration
 	// History is how many values of a key the bucket keeps (default 1):
@@ -91,11 +95,40 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   cfg.Bucket,
 		TTL:      l.Retention,
+		MaxBytes: l.MaxResultBytes,
 		Storage:  jetstream.FileStorage,
 		Replicas: l.Replicas,
 		History:  l.History,
 	}); err != nil {
 		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 	}
+	if err := ResultsDiscardOld(ctx, js, cfg.Bucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+	}
 	return nil
 }
+
+// ResultsDiscardOld has the bucket, once full, drop its oldest results to
+// store a new one, rather than refuse it (a key-value bucket's default,
+// which every `nats kv add` and CreateKeyValue sets): every tenant's
+// results share the bucket, and a tenant whose results filled it had
+// every other tenant's refused, their jobs run again at each delivery and
+// never given a result, for as long as the bucket kept its own (its ttl).
+// Dropped, an old result is as one past the ttl: its id runs again if
+// sent again.
+func ResultsDiscardOld(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, bucketStream(bucket))
+	if err != nil {
+		return err
+	}
+	sc := s.CachedInfo().Config
+	if sc.Discard == jetstream.DiscardOld {
+		return nil
+	}
+	sc.Discard = jetstream.DiscardOld
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// bucketStream is the stream that holds a key-value bucket.
+func bucketStream(bucket string) string { return "KV_" + bucket }

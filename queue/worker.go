@@ -205,6 +205,13 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 	if w.kv, err = w.js.KeyValue(ctx, cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
+	if st, err := w.kv.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo().Config.Discard != jetstream.DiscardOld {
+			log.Warn("queue: the result bucket refuses a result once full: one tenant's results may fill it, and every tenant's job is then "+
+				"run again at each delivery and never given a result (set its stream's discard policy to old, as queue.Provision and docs/queue.md do)",
+				"bucket", cfg.Bucket, "stream", bucketStream(cfg.Bucket))
+		}
+	}
 	sc := w.stream.CachedInfo().Config
 	w.noticeSubject = noticeSubscription(sc.RePublish, cfg.Subject)
 	if sc.MaxMsgsPerSubject <= 0 || !sc.DiscardNewPerSubject {
