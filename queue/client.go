@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -126,26 +127,69 @@ func (c *Client) Wait(ctx context.Context, tenant, id string) (*api.Result, erro
 	return res, err
 }
 
-// wait is Wait, and returns the digest of the job the result is of.
+// resultPoll is how often a wait reads the bucket for its result besides
+// the result subject's word: a result published while the connection
+// moved to another server is not heard, and with no result subject
+// ("-", or another than the workers') the bucket alone tells.
+const resultPoll = time.Second
+
+// heardRetry is how soon a wait reads the bucket again when a result it
+// heard of is not there yet (a replica a moment behind its leader
+// answered); it doubles up to resultPoll.
+const heardRetry = 25 * time.Millisecond
+
+// wait is Wait, and returns the digest of the job the result is of. It
+// hears of the result on the result subject and reads it from the
+// bucket, by a direct get of its key: what it hears is only a cue, as a
+// subject's message is any publisher's its permissions allow, and it
+// makes no consumer, which a tenant may not (a consumer's deliver subject
+// is any subject of the account, its deliveries the server's:
+// deploy/queue/nats-server.conf).
 func (c *Client) wait(ctx context.Context, tenant, id string) (*api.Result, string, error) {
-	w, err := c.kv.Watch(ctx, Key(tenant, id), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, "", fmt.Errorf("watch result %s: %w", id, err)
+	heard := make(chan *nats.Msg, 1)
+	if c.cfg.ResultSubject != NoResultSubject {
+		sub, err := c.nc.Subscribe(c.cfg.ResultSubject+"."+Key(tenant, id), func(m *nats.Msg) {
+			select {
+			case heard <- m:
+			default:
+			}
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("wait for result %s: %w", id, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		// Subscribed before the first read: a result stored after it is
+		// heard of.
+		if err := c.nc.FlushTimeout(opTimeout); err != nil {
+			return nil, "", fmt.Errorf("wait for result %s: %w", id, err)
+		}
 	}
-	defer func() { _ = w.Stop() }()
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	next := resultPoll
+	var last error
 	for {
 		select {
 		case <-ctx.Done():
+			if last != nil {
+				return nil, "", fmt.Errorf("wait for result %s: %w (last read: %v)", id, context.Cause(ctx), last)
+			}
 			return nil, "", fmt.Errorf("wait for result %s: %w", id, context.Cause(ctx))
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, "", fmt.Errorf("wait for result %s: the watch ended", id)
-			}
-			if e == nil {
-				continue // the end of what was stored: the result is to come
-			}
-			return decode(id, e.Value())
+		case <-heard:
+			next = heardRetry
+		case <-poll.C:
 		}
+		gctx, cancel := context.WithTimeout(ctx, opTimeout)
+		res, sum, err := c.get(gctx, tenant, id)
+		cancel()
+		if err == nil {
+			return res, sum, nil
+		}
+		if !errors.Is(err, ErrNoResult) {
+			last = err
+		}
+		poll.Reset(next)
+		next = min(2*next, resultPoll)
 	}
 }
 

@@ -52,8 +52,9 @@ func (b *logBuf) String() string {
 
 // startShippedNATS starts a server from deploy/queue/nats-server.conf, its
 // password hashes replaced by plain test passwords and its cluster left
-// out: the permissions under test are the ones shipped.
-func startShippedNATS(t *testing.T) string {
+// out: the permissions under test are the ones shipped. Each of tenants
+// is a user as ci is, its password its name + "-pw".
+func startShippedNATS(t *testing.T, tenants ...string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "deploy", "queue", "nats-server.conf"))
 	if err != nil {
@@ -63,6 +64,24 @@ func startShippedNATS(t *testing.T) string {
 		"$2a$11$REPLACE_WITH_BCRYPT_HASH_OF_THE_WORKERS_PASSWORD", "worker-pw",
 		"$2a$11$REPLACE_WITH_BCRYPT_HASH_OF_CIS_PASSWORD", "ci-pw",
 	).Replace(string(data))
+	if len(tenants) > 0 {
+		// ci's user, its permissions and all, once more for each.
+		start := strings.Index(conf, "      {\n        user: ci\n")
+		if start < 0 {
+			t.Fatal("deploy/queue/nats-server.conf: no user ci")
+		}
+		n := strings.Index(conf[start:], "\n      }\n")
+		if n < 0 {
+			t.Fatal("deploy/queue/nats-server.conf: user ci has no end")
+		}
+		end := start + n + len("\n      }\n")
+		ci := conf[start:end]
+		var more strings.Builder
+		for _, name := range tenants {
+			more.WriteString(strings.NewReplacer("user: ci", "user: "+name, "ci-pw", name+"-pw", ".ci", "."+name, "_ci", "_"+name).Replace(ci))
+		}
+		conf = conf[:end] + more.String() + conf[end:]
+	}
 	path := filepath.Join(t.TempDir(), "nats-server.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

@@ -381,11 +381,14 @@ func (w *Worker) handle(msg jetstream.Msg, adm Admission) {
 		_ = msg.TermWithReason("result not encoded")
 		return
 	}
-	if !w.store(key, data, log) {
+	stored, own := w.store(key, data, log)
+	if !stored {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if w.cfg.ResultSubject != NoResultSubject {
+	// A result another worker stored first was published by it: a waiting
+	// client reads what is published as what is stored.
+	if own && w.cfg.ResultSubject != NoResultSubject {
 		if err := w.nc.Publish(w.cfg.ResultSubject+"."+key, data); err != nil {
 			log.Warn("queue: result not published (it is stored)", "err", err)
 		}
@@ -432,24 +435,25 @@ func (w *Worker) settleDone(msg jetstream.Msg, key, id, sum string, stored []byt
 
 // store puts the result under key, retrying while the cluster elects a
 // leader; a result another worker stored first stays (the job's one
-// result). It reports whether a result is stored.
-func (w *Worker) store(key string, data []byte, log *slog.Logger) bool {
+// result). It reports whether a result is stored, and whether it is
+// this one.
+func (w *Worker) store(key string, data []byte, log *slog.Logger) (stored, own bool) {
 	for try := range storeTries {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_, err := w.kv.Create(ctx, key, data)
 		cancel()
 		switch {
 		case err == nil:
-			return true
+			return true, true
 		case errors.Is(err, jetstream.ErrKeyExists):
 			log.Info("queue: a result was stored first by another worker; it stays")
-			return true
+			return true, false
 		}
 		log.Warn("queue: result not stored yet", "try", try+1, "err", err)
 		time.Sleep(storeBackoff * time.Duration(1+try/4))
 	}
 	log.Error("queue: result not stored: job sent back")
-	return false
+	return false, false
 }
 
 // ack acks and waits for the server's word; a lost ack only means the job

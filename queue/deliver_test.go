@@ -1,0 +1,88 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// A tenant makes no consumer of the result bucket, and its waits need
+// none. A push consumer's deliver subject is any subject of the account,
+// not one its maker may publish on, and the server delivers: ci's
+// consumer of its own results (which the shipped permissions let it make,
+// for its waits, as many durable ones as it liked) delivered them onto
+// bob's result subject, where whatever listens for bob's results heard
+// ci's, forged, as bob's.
+func TestTenantDeliversNothingOntoAnotherSubject(t *testing.T) {
+	url := startShippedNATS(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
+	if err := workerCfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(ctx, &workerCfg, admitAll{&echo{}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop(time.Second)
+	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ci.Close()
+	// ci's own job, and its result, still work.
+	res, err := ci.Run(ctx, "ci", &api.Job{Runtime: "deno", Source: "forged"})
+	if err != nil || res.Stdout != "forged" {
+		t.Fatalf("ci's own job: %+v %v", res, err)
+	}
+	if got, err := ci.Get(ctx, "ci", res.ID); err != nil || got.Stdout != "forged" {
+		t.Fatalf("ci's own result: %+v %v", got, err)
+	}
+
+	// Bob listens for the result of its job build-1.
+	bob, err := nats.Connect(url, nats.UserInfo("bob", "bob-pw"), nats.CustomInboxPrefix("_INBOX_bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	target := DefaultResultSubject + "." + Key("bob", "build-1")
+	heard, err := bob.SubscribeSync(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, nats.UserInfo("ci", "ci-pw"), nats.CustomInboxPrefix("_INBOX_ci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = js.CreatePushConsumer(sctx, "KV_"+DefaultBucket, jetstream.ConsumerConfig{
+		Durable: "ci-onto-bob", DeliverSubject: target,
+		FilterSubject: "$KV." + DefaultBucket + ".ci.>", AckPolicy: jetstream.AckNonePolicy})
+	scancel()
+	if err == nil {
+		t.Errorf("ci made a consumer of its results delivering onto %s", target)
+		// What it did: bob heard ci's result as its own.
+		if m, err := heard.NextMsg(10 * time.Second); err == nil {
+			t.Errorf("bob heard on %s: %.120s", target, m.Data)
+		}
+	}
+}
