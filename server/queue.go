@@ -149,7 +149,7 @@ type queuedJob struct {
 }
 
 // Release gives back the slots and the rate token of a job that does not
-// run.
+// run for the worker's reasons (it stops, the job is not read).
 func (q *queuedJob) Release() {
 	if q.tn == nil {
 		return
@@ -160,9 +160,20 @@ func (q *queuedJob) Release() {
 	}
 }
 
+// refused gives back the slots of a job refused for what it says, not
+// its rate token, as the socket's refundable does: each refusal still
+// costs the worker a pull, a stored record and a publish, so a tenant
+// publishing jobs the daemon refuses is held to its rate as one whose
+// jobs run.
+func (q *queuedJob) refused() {
+	if q.tn != nil {
+		q.slots.release()
+	}
+}
+
 // Execute runs the job in the slots Admit took: decoded and resolved
 // against its tenant's ceiling as a socket job is (a refusal gives the
-// slots and the rate token back). ctx ends when the worker stops, which
+// slots back, not the rate token). ctx ends when the worker stops, which
 // cuts the run short and sends the job back.
 func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, error) {
 	s, st, tn := q.s, q.st, q.tn
@@ -172,7 +183,7 @@ func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, erro
 	log := s.log.With("queue", "nats", "tenant", tn.name)
 	req, err := job.Decode(bytes.NewReader(body))
 	if err != nil {
-		q.Release()
+		q.refused()
 		msg, field := job.Refusal(err)
 		code := codeInvalid
 		if isTooLarge(err) {
@@ -182,7 +193,7 @@ func (q *queuedJob) Execute(ctx context.Context, body []byte) (*api.Result, erro
 	}
 	resolved, err := job.Resolve(req, tn.ceil, false)
 	if err != nil {
-		q.Release()
+		q.refused()
 		msg, field := job.Refusal(err)
 		return nil, &queue.Refusal{Code: codeInvalid, Message: msg, Field: field}
 	}

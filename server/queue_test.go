@@ -59,8 +59,9 @@ func TestQueueConfigRefusals(t *testing.T) {
 }
 
 // A job of the queue is admitted only when its tenant can start it now:
-// its rate and its share refuse at once, taking nothing, and a job that
-// does not run gives back its slots and its rate's token.
+// its rate and its share refuse at once, taking nothing; a job that
+// does not run gives back its slots and its rate's token, and one the
+// daemon refuses for what it says its slots only.
 func TestQueueAdmitTakesNoWait(t *testing.T) {
 	ts := startServer(t, `{"version": 1, "max_concurrency": 2, "tenants": [
 		{"name": "root", "match": {"uid": 0}, "max_concurrency": 1, "max_queue": 2, "rate": "1/min"},
@@ -89,15 +90,22 @@ func TestQueueAdmitTakesNoWait(t *testing.T) {
 	if running != 2 || queued != 0 {
 		t.Errorf("global slots %d running, %d queued; want the 2 admitted, none queued", running, queued)
 	}
-	// A refused job gives its slots and token back.
+	// A refused job gives its slots back, not its token: each costs the
+	// worker a stored record and a publish, so refused jobs are held to
+	// the tenant's rate too.
 	var refusal *queue.Refusal
+	if _, err := b.Execute(context.Background(), []byte(`{"runtime": "deno"}`)); !errors.As(err, &refusal) {
+		t.Fatalf("a job without source: %v, want a refusal", err)
+	}
+	if b, _ = ts.Admit("b"); b == nil {
+		t.Fatal("b's job after a refused one not admitted: its slot was not given back")
+	}
 	if _, err := a.Execute(context.Background(), []byte(`{"runtime": "deno"}`)); !errors.As(err, &refusal) {
 		t.Fatalf("a job without source: %v, want a refusal", err)
 	}
-	if a, _ = ts.Admit("root"); a == nil {
-		t.Fatal("root's job after a refused one not admitted")
+	if again, wait := ts.Admit("root"); again != nil || wait <= 0 {
+		t.Fatalf("root's job after a refused one within its rate of 1/min: %v, wait %v; want none and a wait", again, wait)
 	}
-	a.Release()
 	b.Release()
 	if running, _, _, _ := ts.lim.stats(); running != 0 {
 		t.Errorf("%d global slots taken after every release", running)
