@@ -42,21 +42,7 @@ func TestDaemonWarmExit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, warm := range []bool{true, false} {
-				job := &api.Job{Runtime: "deno", Source: tc.source}
-				var res *api.Result
-				if warm {
-					res = warmRun(t, d, job)
-				} else {
-					job.Env = map[string]string{"COLD": "1"}
-					var err error
-					if res, err = d.c.Run(context.Background(), job); err != nil {
-						t.Fatal(err)
-					}
-					if res.Warm {
-						t.Fatalf("a job with env was served warm")
-					}
-				}
+			warmAndCold(t, d, tc.source, func(warm bool, res *api.Result) {
 				want := jail.StatusOK
 				if tc.code != 0 {
 					want = jail.StatusError
@@ -65,9 +51,24 @@ func TestDaemonWarmExit(t *testing.T) {
 					t.Errorf("warm %v: status %s, exit %d, signal %q, stdout %q (stderr %q); want %s, exit %d, stdout %q",
 						warm, res.Status, res.ExitCode, res.Signal, res.Stdout, res.Stderr, want, tc.code, tc.stdout)
 				}
-			}
+			})
 		})
 	}
+}
+
+// warmAndCold runs the Deno source on d warm, then cold (an env makes a
+// job cold), and gives check each result: the two must agree.
+func warmAndCold(t *testing.T, d *daemon, source string, check func(warm bool, res *api.Result)) {
+	t.Helper()
+	check(true, warmRun(t, d, &api.Job{Runtime: "deno", Source: source}))
+	res, err := d.c.Run(context.Background(), &api.Job{Runtime: "deno", Source: source, Env: map[string]string{"COLD": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Warm {
+		t.Fatalf("a job with env was served warm")
+	}
+	check(false, res)
 }
 
 // forgedExit is guest code that spins Workers on every core it can, then
@@ -170,18 +171,7 @@ func TestHandlerExitCode(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, warm := range []bool{true, false} {
-				job := &api.Job{Runtime: "deno", Source: tc.source}
-				var res *api.Result
-				if warm {
-					res = warmRun(t, d, job)
-				} else {
-					job.Env = map[string]string{"COLD": "1"}
-					var err error
-					if res, err = d.c.Run(context.Background(), job); err != nil {
-						t.Fatal(err)
-					}
-				}
+			warmAndCold(t, d, tc.source, func(warm bool, res *api.Result) {
 				want := jail.StatusOK
 				if tc.code != 0 {
 					want = jail.StatusError
@@ -197,7 +187,7 @@ func TestHandlerExitCode(t *testing.T) {
 				if tc.errCode == "exit" && errCode == "exit" && res.Error.Message != fmt.Sprintf("exited with code %d", tc.code) {
 					t.Errorf("warm %v: error message %q", warm, res.Error.Message)
 				}
-			}
+			})
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/pmjail/pmjail/api"
 )
 
@@ -55,12 +57,27 @@ func TestOneTenantCannotFillTheStream(t *testing.T) {
 	}
 
 	// A worker on a stream without the bound says so.
-	s, err := c.js.Stream(ctx, cfg.Stream)
+	logs := workerWarns(t, c, cfg, cfg.Stream, func(sc *jetstream.StreamConfig) {
+		sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = 0, false
+	})
+	if !strings.Contains(logs, "bounds no tenant's waiting jobs") {
+		t.Errorf("a worker on a stream without a bound of one tenant's jobs said nothing of it: %s", logs)
+	}
+}
+
+// workerWarns changes the config of the stream named stream as change
+// does, then starts a worker of cfg and gives what it logged as it
+// started.
+func workerWarns(t *testing.T, c *Client, cfg Config, stream string, change func(*jetstream.StreamConfig)) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc := s.CachedInfo().Config
-	sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = 0, false
+	change(&sc)
 	if _, err := c.js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +87,5 @@ func TestOneTenantCannotFillTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.nc.Close()
-	if !strings.Contains(logs.String(), "bounds no tenant's waiting jobs") {
-		t.Errorf("a worker on a stream without a bound of one tenant's jobs said nothing of it: %s", logs)
-	}
+	return logs.String()
 }

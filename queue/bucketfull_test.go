@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -69,22 +68,8 @@ func TestOneTenantCannotFillTheResultBucket(t *testing.T) {
 	}
 
 	// A worker on a bucket that refuses a result once full says so.
-	s, err := c.js.Stream(ctx, bucketStream(cfg.Bucket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := s.CachedInfo().Config
-	sc.Discard = jetstream.DiscardNew
-	if _, err := c.js.UpdateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuf{}
-	w, err := NewWorker(ctx, &cfg, admitAll{&echo{}}, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.nc.Close()
-	if !strings.Contains(logs.String(), "result bucket refuses a result once full") {
+	logs := workerWarns(t, c, cfg, bucketStream(cfg.Bucket), func(sc *jetstream.StreamConfig) { sc.Discard = jetstream.DiscardNew })
+	if !strings.Contains(logs, "result bucket refuses a result once full") {
 		t.Errorf("a worker on a bucket that refuses results once full said nothing of it: %s", logs)
 	}
 }

@@ -203,7 +203,13 @@ func TestWorkerRetiresOnAClusterOnlyOncePaused(t *testing.T) {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		defer acancel()
 		if err := held.DoubleAck(actx); err != nil {
-			t.Fatal(err)
+			// The ack's answer can be lost while the ack took effect (the
+			// cluster under load, the race detector and the whole suite
+			// beside it, once let the answer's 10 s pass): it is sent
+			// again, and what counts is that the older consumer retires
+			// below, which it does not while the job is still pending.
+			t.Logf("round %d: the ack of job %s was not answered (%v): sent again", round, id, err)
+			_ = held.Ack()
 		}
 		for {
 			if _, err := older.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) {
