@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
@@ -51,11 +50,7 @@ func TestTenantDeliversNothingOntoAnotherSubject(t *testing.T) {
 	}
 
 	// Bob listens for the result of its job build-1.
-	bob, err := nats.Connect(url, nats.UserInfo("bob", "bob-pw"), nats.CustomInboxPrefix("_INBOX_bob"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
+	bob := connectAs(t, url, "bob")
 	target := DefaultResultSubject + "." + Key("bob", "build-1")
 	heard, err := bob.SubscribeSync(target)
 	if err != nil {
@@ -64,11 +59,7 @@ func TestTenantDeliversNothingOntoAnotherSubject(t *testing.T) {
 	if err := bob.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, nats.UserInfo("ci", "ci-pw"), nats.CustomInboxPrefix("_INBOX_ci"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectAs(t, url, "ci")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

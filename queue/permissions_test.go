@@ -103,6 +103,19 @@ func startShippedNATS(t *testing.T, tenants ...string) string {
 // submitting as another tenant, reading another tenant's result, and
 // listening on the workers' replies and other tenants' results all fail,
 // while ci's own job runs and its result reaches it.
+// connectAs connects to the shipped server at url as tenant (its
+// password tenant-pw, its inbox _INBOX_tenant), closed when t ends.
+func connectAs(t *testing.T, url, tenant string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{nats.UserInfo(tenant, tenant+"-pw"), nats.CustomInboxPrefix("_INBOX_" + tenant)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", tenant, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 func TestTenantPermissions(t *testing.T) {
 	url := startShippedNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -167,12 +180,7 @@ func TestTenantPermissions(t *testing.T) {
 	// Raw subscriptions on others' replies and results are refused by
 	// the server.
 	violations := make(chan string, 8)
-	nc, err := nats.Connect(url, nats.UserInfo("ci", "ci-pw"), nats.CustomInboxPrefix("_INBOX_ci"),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err.Error() }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectAs(t, url, "ci", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err.Error() }))
 	for _, subj := range []string{"_INBOX.>", "pmjail.results.>", "$KV.pmjail_results.>", NoticeSubject(DefaultSubject) + ".*"} {
 		if _, err := nc.SubscribeSync(subj); err != nil {
 			continue // refused at once
