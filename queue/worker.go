@@ -436,7 +436,11 @@ func (w *Worker) settleDone(msg jetstream.Msg, key, id, sum string, stored []byt
 // store puts the result under key, retrying while the cluster elects a
 // leader; a result another worker stored first stays (the job's one
 // result). It reports whether a result is stored, and whether it is
-// this one.
+// this one. A try already made is not cut short (a run that ended keeps
+// its result if the store answers), but once the runs are cancelled (a
+// stop past its grace) no other is made: the job goes back to the
+// stream, where it finds its result if that try stored it, and the stop
+// is not held for the retries.
 func (w *Worker) store(key string, data []byte, log *slog.Logger) (stored, own bool) {
 	for try := range storeTries {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -450,10 +454,26 @@ func (w *Worker) store(key string, data []byte, log *slog.Logger) (stored, own b
 			return true, false
 		}
 		log.Warn("queue: result not stored yet", "try", try+1, "err", err)
-		time.Sleep(storeBackoff * time.Duration(1+try/4))
+		if !w.pause(storeBackoff * time.Duration(1+try/4)) {
+			log.Warn("queue: result not stored, the worker is stopping: job sent back")
+			return false, false
+		}
 	}
 	log.Error("queue: result not stored: job sent back")
 	return false, false
+}
+
+// pause waits for d, and reports false at once if the runs are
+// cancelled first.
+func (w *Worker) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.runCtx.Done():
+		return false
+	}
 }
 
 // ack acks and waits for the server's word; a lost ack only means the job
