@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,10 +20,11 @@ import (
 // Client submits jobs to the stream and waits on their results, as
 // `pmjail submit --nats` does. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	claims jetstream.KeyValue
 }
 
 // Dial connects to the servers of cfg, of which it reads the URLs, the
@@ -46,6 +48,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		c.nc.Close()
 		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
 	}
+	if c.claims, err = c.js.KeyValue(ctx, cfg.Claims); err != nil {
+		c.nc.Close()
+		return nil, fmt.Errorf("queue.nats.claims: %s: %w (docs/queue.md says how to make it)", cfg.Claims, err)
+	}
 	return c, nil
 }
 
@@ -67,9 +73,8 @@ var ErrIDConflict = errors.New("given before with another job")
 // stream holds it. The same job sent again under its id within the
 // stream's duplicate window is stored once; after it, a worker finds
 // the first one's result and does not run it again. Another job under
-// an id the stream or the bucket holds is ErrIDConflict: when the
-// stream's word is Duplicate and the first job has no result yet,
-// Submit waits for that result (until ctx ends) to compare the jobs.
+// an id claimed within the window is ErrIDConflict, at once; after it,
+// SubmitWait tells it by the stored result's digest.
 func (c *Client) Submit(ctx context.Context, tenant, id string, job *api.Job) error {
 	_, err := c.submit(ctx, tenant, id, job)
 	return err
@@ -88,27 +93,56 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 		return "", fmt.Errorf("encode job: %w", err)
 	}
 	sum := digest(data)
-	msg := &nats.Msg{Subject: c.cfg.Subject + "." + tenant, Header: nats.Header{HeaderID: []string{id}}, Data: data}
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)), jetstream.WithExpectStream(c.cfg.Stream))
+	nonce, err := c.claim(ctx, tenant, id, sum)
 	if err != nil {
-		return "", fmt.Errorf("submit job %s: %w", id, err)
-	}
-	if !ack.Duplicate {
-		return sum, nil
-	}
-	// The stream dropped this job as one it holds under the id: which
-	// job it holds, the digest stored with its result tells.
-	_, first, err := c.get(ctx, tenant, id)
-	if errors.Is(err, ErrNoResult) {
-		_, first, err = c.wait(ctx, tenant, id)
-	}
-	if err != nil {
-		return "", fmt.Errorf("submit job %s: a job under this id is in the stream: %w", id, err)
-	}
-	if err := conflict(id, first, sum); err != nil {
 		return "", err
 	}
+	// The stream's duplicate check keys a message by whatever
+	// Nats-Msg-Id its publisher gives, on any subject: keyed by the job
+	// id alone, another tenant that published first under bob's id made
+	// bob's job a duplicate the stream dropped. The claim's nonce is
+	// bob's to read alone, so only bob's own job under the id is one.
+	msg := &nats.Msg{Subject: c.cfg.Subject + "." + tenant, Header: nats.Header{HeaderID: []string{id}}, Data: data}
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)+"."+nonce), jetstream.WithExpectStream(c.cfg.Stream)); err != nil {
+		return "", fmt.Errorf("submit job %s: %w", id, err)
+	}
 	return sum, nil
+}
+
+// claim takes tenant's job id for the job of digest sum in the claims
+// bucket, or finds the id taken for it already (the same job sent
+// again), and returns the claim's nonce; an id taken for another job is
+// ErrIDConflict. A claim lasts the stream's duplicate window: a job sent
+// again after it is one the stream stores again, as before claims.
+func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, error) {
+	key := Key(tenant, id)
+	// A claim that lapses between the create and the read is made again.
+	for range 3 {
+		nonce := NewID()
+		_, err := c.claims.Create(ctx, key, []byte(sum+" "+nonce))
+		if err == nil {
+			return nonce, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", fmt.Errorf("claim job id %s: %w", id, err)
+		}
+		e, err := c.claims.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("claim job id %s: %w", id, err)
+		}
+		first, nonce, ok := strings.Cut(string(e.Value()), " ")
+		if !ok || first == "" || nonce == "" {
+			return "", fmt.Errorf("claim job id %s: the claim under %s is not one a client made", id, key)
+		}
+		if err := conflict(id, first, sum); err != nil {
+			return "", err
+		}
+		return nonce, nil
+	}
+	return "", fmt.Errorf("claim job id %s: its claim lapsed as it was read, three times", id)
 }
 
 // conflict is ErrIDConflict when the stored digest is another job's; a

@@ -49,6 +49,11 @@ type Config struct {
 	// Bucket is the key-value bucket of results, key the job id (default
 	// "pmjail_results"); it must exist.
 	Bucket string `json:"bucket"`
+	// Claims is the key-value bucket in which a client takes a job id
+	// for its job before it submits it (default "pmjail_claims"), key
+	// the job id; it must exist. The stream's duplicate check keys a job
+	// by what the claim holds, which no other tenant can write or read.
+	Claims string `json:"claims"`
 	// ResultSubject is the prefix a result is published on, + "." + the
 	// job id (default "pmjail.results"); "-" publishes none.
 	ResultSubject string `json:"result_subject"`
@@ -73,6 +78,7 @@ const (
 	DefaultSubject       = "pmjail.jobs"
 	DefaultConsumer      = "pmjail-workers"
 	DefaultBucket        = "pmjail_results"
+	DefaultClaims        = "pmjail_claims"
 	DefaultResultSubject = "pmjail.results"
 	DefaultAckWait       = 30 * time.Second
 	DefaultMaxAckPending = 1000
@@ -138,16 +144,20 @@ func (c *Config) Check(concurrency int) error {
 	def(&c.Stream, DefaultStream)
 	def(&c.Consumer, DefaultConsumer)
 	def(&c.Bucket, DefaultBucket)
+	def(&c.Claims, DefaultClaims)
 	def(&c.Subject, DefaultSubject)
 	def(&c.ResultSubject, DefaultResultSubject)
 	def(&c.InboxPrefix, nats.InboxPrefix[:len(nats.InboxPrefix)-1])
 	if err := checkSubject(c.InboxPrefix); err != nil {
 		return fmt.Errorf(at+"inbox_prefix: %q: %w", c.InboxPrefix, err)
 	}
-	for key, v := range map[string]string{"stream": c.Stream, "consumer": c.Consumer, "bucket": c.Bucket} {
+	for key, v := range map[string]string{"stream": c.Stream, "consumer": c.Consumer, "bucket": c.Bucket, "claims": c.Claims} {
 		if !streamName.MatchString(v) {
 			return fmt.Errorf(at+"%s: %q (want 1 to 64 letters, digits, '-' and '_')", key, v)
 		}
+	}
+	if c.Claims == c.Bucket {
+		return fmt.Errorf(at+"claims: %q is the results' bucket too (want a bucket of its own)", c.Claims)
 	}
 	if err := checkSubject(c.Subject); err != nil {
 		return fmt.Errorf(at+"subject: %q: %w", c.Subject, err)

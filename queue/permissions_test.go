@@ -99,10 +99,6 @@ func startShippedNATS(t *testing.T, tenants ...string) string {
 	return serveNATS(t, opts)
 }
 
-// TestTenantPermissions attacks the shipped permissions as tenant ci:
-// submitting as another tenant, reading another tenant's result, and
-// listening on the workers' replies and other tenants' results all fail,
-// while ci's own job runs and its result reaches it.
 // connectAs connects to the shipped server at url as tenant (its
 // password tenant-pw, its inbox _INBOX_tenant), closed when t ends.
 func connectAs(t *testing.T, url, tenant string, opts ...nats.Option) *nats.Conn {
@@ -116,6 +112,10 @@ func connectAs(t *testing.T, url, tenant string, opts ...nats.Option) *nats.Conn
 	return nc
 }
 
+// TestTenantPermissions attacks the shipped permissions as tenant ci:
+// submitting as another tenant, reading another tenant's result, and
+// listening on the workers' replies and other tenants' results all fail,
+// while ci's own job runs and its result reaches it.
 func TestTenantPermissions(t *testing.T) {
 	url := startShippedNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -199,6 +199,13 @@ func TestTenantPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A job published on another tenant's subject, past the claim that
+	// Submit makes first (which ci's permissions refuse too).
+	sctx, scancel = short()
+	if _, err := js.Publish(sctx, DefaultSubject+".other", []byte(`{"runtime":"deno","source":"raw"}`)); err == nil {
+		t.Errorf("ci published a job on tenant other's subject")
+	}
+	scancel()
 	sctx, scancel = short()
 	if s, err := js.Stream(sctx, "KV_"+DefaultBucket); err == nil {
 		if m, err := s.GetLastMsgForSubject(sctx, "$KV."+DefaultBucket+".other.secret"); err == nil {

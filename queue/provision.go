@@ -25,14 +25,29 @@ type Layout struct {
 	Retention time.Duration
 	// MaxResultBytes bounds the bucket's bytes (0: only the account's
 	// storage does): once full, its oldest results make room for new
-	// ones, whoever's (ResultsDiscardOld).
+	// ones, whoever's (BucketDiscardOld).
 	MaxResultBytes int64
-	// Duplicates is the stream's window for a job id sent twice.
+	// Duplicates is the stream's window for a job id sent twice, and how
+	// long a claim of a job id lasts (default DefaultDuplicates).
 	Duplicates time.Duration
 	// History is how many values of a key the bucket keeps (default 1):
 	// a result is stored once, so more shows a second store.
 	History uint8
 }
+
+// DefaultDuplicates is the stream's duplicate window when the layout
+// names none, as JetStream's own default.
+const DefaultDuplicates = 2 * time.Minute
+
+// claimBytes bounds the claims bucket. A claim is a digest and a nonce;
+// once full, the oldest claims make room (DiscardOld): a tenant that
+// claims ids at NATS's pace shortens how long the others' claims last,
+// which only lets a job sent twice be stored twice (its worker then
+// finds its result), never refuses one.
+const claimBytes = 64 << 20
+
+// claimSize bounds one claim's value: a tenant writes its own.
+const claimSize = 256
 
 // DefaultMaxJobsPerTenant is Layout.MaxJobsPerTenant of a stream whose
 // jobs in all are not bounded.
@@ -51,8 +66,8 @@ func (l Layout) perTenant() int64 {
 	return DefaultMaxJobsPerTenant
 }
 
-// Provision makes (or updates) the work-queue stream and the result
-// bucket the config names, as an operator's `nats stream add` and `nats
+// Provision makes (or updates) the work-queue stream, the result bucket
+// and the claims bucket the config names, as an operator's `nats stream add` and `nats
 // kv add` would: for tests, benchmarks and a first set-up. The stream
 // republishes the headers of each job it stores on NoticeSubject +
 // "." + the tenant, which wakes the workers; it refuses a tenant's job
@@ -79,7 +94,7 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 		Replicas:   l.Replicas,
 		MaxMsgs:    l.MaxJobs,
 		Discard:    jetstream.DiscardNew,
-		Duplicates: l.Duplicates,
+		Duplicates: l.dupWindow(),
 		// A subject is a tenant's: past its bound, the stream refuses the
 		// tenant's next job, not every tenant's.
 		MaxMsgsPerSubject:    l.perTenant(),
@@ -102,21 +117,43 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 	}); err != nil {
 		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 	}
-	if err := ResultsDiscardOld(ctx, js, cfg.Bucket); err != nil {
+	if err := BucketDiscardOld(ctx, js, cfg.Bucket); err != nil {
 		return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       cfg.Claims,
+		TTL:          l.dupWindow(),
+		MaxBytes:     claimBytes,
+		MaxValueSize: claimSize,
+		Storage:      jetstream.FileStorage,
+		Replicas:     l.Replicas,
+		History:      1,
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", cfg.Claims, err)
+	}
+	if err := BucketDiscardOld(ctx, js, cfg.Claims); err != nil {
+		return fmt.Errorf("bucket %s: %w", cfg.Claims, err)
 	}
 	return nil
 }
 
-// ResultsDiscardOld has the bucket, once full, drop its oldest results to
+// dupWindow is the layout's duplicate window.
+func (l Layout) dupWindow() time.Duration {
+	if l.Duplicates > 0 {
+		return l.Duplicates
+	}
+	return DefaultDuplicates
+}
+
+// BucketDiscardOld has the bucket, once full, drop its oldest values to
 // store a new one, rather than refuse it (a key-value bucket's default,
 // which every `nats kv add` and CreateKeyValue sets): every tenant's
 // results share the bucket, and a tenant whose results filled it had
 // every other tenant's refused, their jobs run again at each delivery and
 // never given a result, for as long as the bucket kept its own (its ttl).
 // Dropped, an old result is as one past the ttl: its id runs again if
-// sent again.
-func ResultsDiscardOld(ctx context.Context, js jetstream.JetStream, bucket string) error {
+// sent again. The claims bucket is shared so too.
+func BucketDiscardOld(ctx context.Context, js jetstream.JetStream, bucket string) error {
 	s, err := js.Stream(ctx, bucketStream(bucket))
 	if err != nil {
 		return err

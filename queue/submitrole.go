@@ -44,6 +44,7 @@ func SubmitMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Config.Stream, "stream", "", "")
 	fs.StringVar(&o.Config.Subject, "subject", "", "")
 	fs.StringVar(&o.Config.Bucket, "bucket", "", "")
+	fs.StringVar(&o.Config.Claims, "claims", "", "")
 	fs.StringVar(&o.Config.InboxPrefix, "inbox", "", "")
 	fs.StringVar(&o.Tenant, "tenant", "", "")
 	fs.StringVar(&o.ID, "id", "", "")
@@ -104,6 +105,7 @@ var submitFlags = map[string]string{
 	"urls": "--nats", "credentials": "--nats-creds", "nkey": "--nats-nkey", "user": "--nats-user",
 	"password": "--nats-password-file", "password_file": "--nats-password-file", "inbox_prefix": "--nats-inbox",
 	"stream": "--nats-stream", "subject": "--nats-subject", "bucket": "--nats-bucket",
+	"claims": "--nats-claims",
 }
 
 // asSubmitFlags rewrites an error that names the config's fields

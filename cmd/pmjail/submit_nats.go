@@ -12,9 +12,9 @@ import (
 // This file imports no NATS package: the client is pmjail-serve's (see
 // submit_nats_exec.go), or linked in when pmjail carries the daemon.
 type natsOptions struct {
-	urls, creds, nkey, user, passwordFile string
-	stream, subject, bucket, inbox        string
-	tenant, id                            string
+	urls, creds, nkey, user, passwordFile  string
+	stream, subject, bucket, claims, inbox string
+	tenant, id                             string
 }
 
 func natsFlags(fs *flag.FlagSet) *natsOptions {
@@ -27,6 +27,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 	fs.StringVar(&o.stream, "nats-stream", "", "the jobs' stream, `NAME` (default PMJAIL_JOBS)")
 	fs.StringVar(&o.subject, "nats-subject", "", "the jobs' subject prefix, `SUBJECT` (default pmjail.jobs)")
 	fs.StringVar(&o.bucket, "nats-bucket", "", "the results' bucket, `NAME` (default pmjail_results)")
+	fs.StringVar(&o.claims, "nats-claims", "", "the bucket a job id is claimed in before its job is sent, `NAME` (default pmjail_claims)")
 	fs.StringVar(&o.inbox, "nats-inbox", "", "the connection's reply subject prefix, `PREFIX` (default _INBOX)")
 	fs.StringVar(&o.tenant, "tenant", "others", "the `TENANT` whose subject the job goes to (NATS permissions decide who may)")
 	fs.StringVar(&o.id, "id", "", "the job's `ID` (default a fresh one): a job id whose result exists is not run again, and refuses another job")

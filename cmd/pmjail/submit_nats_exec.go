@@ -32,7 +32,7 @@ func natsRun(ctx context.Context, o *natsOptions, job *api.Job) (*api.Result, er
 	}
 	args := []string{submitRole, "--urls", o.urls, "--creds", o.creds, "--nkey", o.nkey, "--user", o.user,
 		"--password-file", o.passwordFile, "--stream", o.stream, "--subject", o.subject, "--bucket", o.bucket,
-		"--inbox", o.inbox, "--tenant", o.tenant, "--id", o.id}
+		"--claims", o.claims, "--inbox", o.inbox, "--tenant", o.tenant, "--id", o.id}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdin = bytes.NewReader(body)
 	var out, errb bytes.Buffer

@@ -19,7 +19,7 @@ func natsRun(ctx context.Context, o *natsOptions, job *api.Job) (*api.Result, er
 func (o *natsOptions) submitOptions() queue.SubmitOptions {
 	return queue.SubmitOptions{
 		Config: queue.Config{URLs: strings.Split(o.urls, ","), Credentials: o.creds, Nkey: o.nkey, User: o.user, PasswordFile: o.passwordFile,
-			Stream: o.stream, Subject: o.subject, Bucket: o.bucket, InboxPrefix: o.inbox},
+			Stream: o.stream, Subject: o.subject, Bucket: o.bucket, Claims: o.claims, InboxPrefix: o.inbox},
 		Tenant: o.tenant, ID: o.id,
 	}
 }
