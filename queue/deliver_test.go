@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -19,27 +18,10 @@ import (
 // bob's result subject, where whatever listens for bob's results heard
 // ci's, forged, as bob's.
 func TestTenantDeliversNothingOntoAnotherSubject(t *testing.T) {
-	url := startShippedNATS(t, "bob")
+	url, _ := startShippedWorker(t, &echo{}, nil, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
-	if err := workerCfg.Check(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewWorker(ctx, &workerCfg, admitAll{&echo{}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop(time.Second)
-	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ci.Close()
+	ci := dialAs(t, url, "ci")
 	// ci's own job, and its result, still work.
 	res, err := ci.Run(ctx, "ci", &api.Job{Runtime: "deno", Source: "forged"})
 	if err != nil || res.Stdout != "forged" {

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -20,22 +19,9 @@ import (
 // waited for a result no worker would store), and ci cannot claim bob's
 // id in the claims bucket either. Under the shipped permissions.
 func TestForgedMsgIDBlocksNoOne(t *testing.T) {
-	url := startShippedNATS(t, "bob")
+	url, _ := startShippedWorker(t, &echo{}, nil, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
-	if err := workerCfg.Check(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewWorker(ctx, &workerCfg, admitAll{&echo{}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop(time.Second)
 
 	// bob's id is one ci can guess, such as a build number.
 	const id = "build-42"
@@ -55,11 +41,7 @@ func TestForgedMsgIDBlocksNoOne(t *testing.T) {
 	}
 	scancel()
 
-	bob, err := Dial(ctx, Config{URLs: []string{url}, User: "bob", Password: "bob-pw", InboxPrefix: "_INBOX_bob"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
+	bob := dialAs(t, url, "bob")
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	res, err := bob.SubmitWait(wctx, "bob", id, &api.Job{Runtime: "deno", Source: "bob's"})

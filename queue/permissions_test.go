@@ -99,6 +99,47 @@ func startShippedNATS(t *testing.T, tenants ...string) string {
 	return serveNATS(t, opts)
 }
 
+// startShippedWorker starts a server as startShippedNATS does, provisions
+// it as the workers' user and starts a worker of e with log (nil for
+// none), stopped when t ends; it returns the server's URL and the worker.
+func startShippedWorker(t *testing.T, e runner, log *slog.Logger, tenants ...string) (string, *Worker) {
+	t.Helper()
+	url := startShippedNATS(t, tenants...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
+	if err := cfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, cfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatalf("provision as the workers' user: %v", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w, err := NewWorker(ctx, &cfg, admitAll{e}, log)
+	if err != nil {
+		t.Fatalf("worker as the workers' user: %v", err)
+	}
+	w.Start()
+	t.Cleanup(func() { w.Stop(time.Second) })
+	return url, w
+}
+
+// dialAs is a Client of the shipped server at url as tenant, closed when
+// t ends.
+func dialAs(t *testing.T, url, tenant string) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, Config{URLs: []string{url}, User: tenant, Password: tenant + "-pw", InboxPrefix: "_INBOX_" + tenant})
+	if err != nil {
+		t.Fatalf("dial as %s: %v", tenant, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // connectAs connects to the shipped server at url as tenant (its
 // password tenant-pw, its inbox _INBOX_tenant), closed when t ends.
 func connectAs(t *testing.T, url, tenant string, opts ...nats.Option) *nats.Conn {
@@ -117,30 +158,12 @@ func connectAs(t *testing.T, url, tenant string, opts ...nats.Option) *nats.Conn
 // listening on the workers' replies and other tenants' results all fail,
 // while ci's own job runs and its result reaches it.
 func TestTenantPermissions(t *testing.T) {
-	url := startShippedNATS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
-	if err := workerCfg.Check(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
-		t.Fatalf("provision as the workers' user: %v", err)
-	}
 	e := &tenantsSeen{}
 	logs := &logBuf{}
-	w, err := NewWorker(ctx, &workerCfg, admitAll{e}, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatalf("worker as the workers' user: %v", err)
-	}
-	w.Start()
-	defer w.Stop(time.Second)
-
-	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
-	if err != nil {
-		t.Fatalf("dial as ci: %v", err)
-	}
-	defer ci.Close()
+	url, w := startShippedWorker(t, e, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ci := dialAs(t, url, "ci")
 	res, err := ci.Run(ctx, "ci", &api.Job{Runtime: "deno", Source: "own"})
 	if err != nil || res.Stdout != "own" {
 		t.Fatalf("ci's own job: %+v %v", res, err)
@@ -241,11 +264,7 @@ func TestWorkerRetiresUnderShippedPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ci, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ci.Close()
+	ci := dialAs(t, url, "ci")
 	older := olderConsumer(t, c, cfg)
 	if err := ci.Submit(ctx, "ci", "sent-back", &api.Job{Runtime: "deno", Source: "back"}); err != nil {
 		t.Fatal(err)
