@@ -42,6 +42,32 @@ const openTimeout = time.Second
 // a store not written to within it, is committed at once.
 const commitEvery = 10 * time.Millisecond
 
+// bbolt never gives a file's pages back, and writes the list of its free
+// pages at every commit: runs of large output, once pruned, leave a file
+// far over the store's cap, each of whose commits then writes a page id
+// for each of its free pages. The store copies its live pages into a new
+// file (compact) when the free ones are most of the file and at least
+// compactFloor, so that the file stays within about twice what it holds
+// (or that plus compactFloor), and each commit writes the ids of at most
+// that many free pages.
+const (
+	compactFloor = 32 << 20
+	// compactEvery is the least time between two compactions while the
+	// store is open: each holds every write for the copy.
+	compactEvery = time.Minute
+	// compactTxMax bounds each transaction of the copy, which bbolt
+	// holds in memory until it commits.
+	compactTxMax = 16 << 20
+	// compactSuffix names the new file until it is whole and synced: a
+	// kill before its rename leaves the old file the store's, and the
+	// next Open removes this one.
+	compactSuffix = ".compact"
+)
+
+// compactHook, when set (by tests), is called at each step of a
+// compaction, named.
+var compactHook func(step string)
+
 // The store's errors.
 var (
 	// ErrNotFound: no run of that id, or none the asker owns.
@@ -109,8 +135,17 @@ func (r *Record) Run() (*api.Run, error) {
 
 // Store is the open store.
 type Store struct {
-	db  *bolt.DB
-	lim Limits
+	// db is the open file; a compaction puts another in its place, with
+	// dbmu held written: reads hold it read, commits hold wmu.
+	db   *bolt.DB
+	dbmu sync.RWMutex
+	// wmu is held by each commit, and by a compaction for all its copy:
+	// writes wait for it, reads do not.
+	wmu sync.Mutex
+	// lastCompact is when the last compaction was tried (wmu held).
+	lastCompact time.Time
+	dir         string
+	lim         Limits
 	// damaged is the first panic a transaction recovered from. bbolt
 	// may have left its locks held as it unwound: every later call is
 	// refused with it, none waits on them.
@@ -185,7 +220,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
-	s := &Store{db: db, lim: lim, ended: map[string]kept{}, owners: map[string]*owned{}}
+	// A copy a compaction left as it was killed: never the store's, which
+	// it is only once renamed over runs.db. The file's lock, held now,
+	// says no other daemon is making it.
+	if err := os.Remove(path + compactSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = closeDB(db)
+		return nil, 0, fmt.Errorf("run store: remove a compaction's leftover: %w", err)
+	}
+	s := &Store{db: db, dir: dir, lim: lim, ended: map[string]kept{}, owners: map[string]*owned{}}
 	lost := 0
 	now := time.Now()
 	// Accounted oldest first, so that each owner's runs are appended in
@@ -247,7 +289,14 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		_ = s.close()
 		return nil, 0, fmt.Errorf("run store %s: %w", path, err)
 	}
-	if _, err := s.Prune(now); err != nil {
+	if _, err := s.prune(now); err != nil {
+		_ = s.close()
+		return nil, 0, err
+	}
+	// A file left wasteful by the last daemon is compacted now. A failure
+	// that is not damage (a disk too full for the copy) leaves the store
+	// as it is: the next Prune tries again, and its caller hears of it.
+	if err := s.compact(now); errors.Is(err, ErrDamaged) {
 		_ = s.close()
 		return nil, 0, err
 	}
@@ -325,13 +374,22 @@ func (s *Store) close() (err error) {
 	if p := s.damaged.Load(); p != nil {
 		return *p
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.dbmu.Lock()
+	defer s.dbmu.Unlock()
+	return closeDB(s.db)
+}
+
+// closeDB closes db, a panic on a damaged page its close reads an error.
+func closeDB(db *bolt.DB) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: close: %v", ErrDamaged, p)
 		}
 	}()
-	return s.db.Close()
+	return db.Close()
 }
 
 // update and view are bbolt's Update and View, with a panic on a damaged
@@ -371,7 +429,9 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	batch := q.pending
 	q.pending = nil
 	q.mu.Unlock()
+	s.wmu.Lock()
 	s.commit(batch)
+	s.wmu.Unlock()
 	q.mu.Lock()
 	q.last = time.Now()
 	if len(q.pending) > 0 {
@@ -431,6 +491,8 @@ func (s *Store) commit(batch []*write) {
 }
 
 func (s *Store) view(fn func(*bolt.Tx) error) error {
+	s.dbmu.RLock()
+	defer s.dbmu.RUnlock()
 	return s.guard(func() error { return s.db.View(fn) })
 }
 
@@ -709,7 +771,9 @@ func (s *Store) Finish(id string, status api.RunState, result json.RawMessage, e
 	s.mu.Lock()
 	s.account(*k)
 	s.mu.Unlock()
-	_, perr := s.Prune(now)
+	// A run's end prunes but does not compact: it would wait for the
+	// copy. The daemon's periodic Prune does.
+	_, perr := s.prune(now)
 	if err != nil {
 		return fmt.Errorf("run store: finish %s: %w", id, err)
 	}
@@ -839,8 +903,17 @@ func (s *Store) Stats() (runs int, bytes int64) {
 // while the store is over its size cap, the oldest run of the owner that
 // keeps the most bytes, and returns how many it removed: an owner that
 // fills the store prunes its own runs, not another's. Runs not yet ended
-// are never pruned.
+// are never pruned. It then compacts the file if its free pages are most
+// of it (compact), at most once every compactEvery.
 func (s *Store) Prune(now time.Time) (int, error) {
+	n, err := s.prune(now)
+	if err != nil {
+		return n, err
+	}
+	return n, s.compact(now)
+}
+
+func (s *Store) prune(now time.Time) (int, error) {
 	s.mu.Lock()
 	// The runs to remove are uncounted here, so that a Prune at the same
 	// time picks others; counted again if the removal fails.
