@@ -344,7 +344,13 @@ func ParseConfig(r io.Reader) (*Config, error) {
 
 // normalize checks the config and fills in its defaults.
 func (c *Config) normalize() error {
-	if c.Version != ConfigVersion {
+	switch c.Version {
+	case ConfigVersion:
+	case 0:
+		// A config without the key reads as version 0, which no config
+		// ever had: say what is missing, not that 0 is unknown.
+		return fmt.Errorf("version: missing (want %d, the config schema this pmjail reads)", ConfigVersion)
+	default:
 		return fmt.Errorf("version: %d (this pmjail reads version %d)", c.Version, ConfigVersion)
 	}
 	if c.Socket.Path == "" {
