@@ -72,7 +72,15 @@ func newRunFlags(name string, forExec bool) *runFlags {
 			f.caps = append(f.caps, s)
 			return nil
 		})
-		fs.StringVar(&f.input, "input", "", "the job's input: `JSON`, or @file")
+		fs.Func("input", "the job's input: `JSON`, or @file", func(v string) error {
+			// An empty value is no JSON: taken as no input, a --input "$X"
+			// whose X was unset ran the job on null without a word.
+			if strings.TrimSpace(v) == "" {
+				return errors.New("empty: want one JSON value, or @file (leave --input out for no input)")
+			}
+			f.input = v
+			return nil
+		})
 		fs.BoolVar(&f.check, "check", false, "type-check a Deno program (TypeScript) before it runs; a type error fails the run")
 		fs.StringVar(&f.entry, "entry", "", "with a DIR, the `FILE` in it that runs (default: the first it holds of "+strings.Join(api.DefaultEntries, ", ")+")")
 	} else {

@@ -123,6 +123,14 @@ func TestRunFlags(t *testing.T) {
 			t.Errorf("%q: %v, want a sign refused", args, err)
 		}
 	}
+	// An empty --input (a --input "$X" whose X is unset) is no JSON; it
+	// ran the job on null.
+	for _, v := range []string{"", " "} {
+		_, err := newRunFlags("run", false).programRequest([]string{"--input", v, file})
+		if err == nil || !strings.HasPrefix(err.Error(), `--input "`+v+`": empty: want one JSON value`) {
+			t.Errorf("--input %q: %v, want it refused as empty", v, err)
+		}
+	}
 	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
 	if err == nil || err.Error() != `--timeout "soon": invalid duration "soon" (want e.g. 2s, 500ms or 1m)` {
 		t.Errorf("--timeout soon: %v", err)
