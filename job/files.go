@@ -95,6 +95,17 @@ func checkFilePath(p string) error {
 	return nil
 }
 
+// fileList names a job's files for a refusal, sorted, the first few: a
+// typo'd entry is seen against the names beside it.
+func fileList(files map[string]string) string {
+	const shown = 8
+	names := slices.Sorted(maps.Keys(files))
+	if len(names) > shown {
+		return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
+	}
+	return strings.Join(names, ", ")
+}
+
 // entry is the path, relative to the job's directory, of the file of
 // Files that runs: Entry, or the one default entry Files holds for the
 // runtime.
@@ -108,7 +119,7 @@ func (r *Request) entry() (string, error) {
 			return "", invalidAt("entry", "%q: %s", r.Entry, err)
 		}
 		if _, ok := r.Files[r.Entry]; !ok {
-			return "", invalidAt("entry", "%q is not one of files", r.Entry)
+			return "", invalidAt("entry", "%q is not a file of the job (its files: %s)", r.Entry, fileList(r.Files))
 		}
 		if ert, err := runtimes.ForFile(r.Entry); err != nil || ert != rt {
 			return "", invalidAt("entry", "%q is not a %s program (want %s)", r.Entry, rt, entryExts(rt))

@@ -41,7 +41,7 @@ func TestDirectoryProgram(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--entry", "app.ts", dir}, ""}, // refused by the job: not one of files
+		{[]string{"--entry", "app.ts", dir}, ""}, // refused by the job: not a file of it
 		{[]string{"--env", "A=1", "--env", "A=2", dir}, "--env: A given twice"},
 		{[]string{"--env", "=1", dir}, `--env "=1": want NAME=VALUE`},
 		{[]string{"--entry", "main.py", filepath.Join(dir, "main.py")}, "--entry: names a file of a DIR, and the program is one file"},
