@@ -25,6 +25,43 @@ const SystemRuntimeDir = "/usr/local/lib/pmjail/node_modules"
 // ErrNotInstalled is returned when the runtime files cannot be found.
 var ErrNotInstalled = errors.New("runtime not installed")
 
+// ErrUnreachable marks a runtime or state directory that a jail's ids,
+// unprivileged on the host, cannot reach: a directory on its path others
+// may not search.
+var ErrUnreachable = errors.New("is not searchable by others")
+
+// CheckReachable refuses an install whose runtime files or state the
+// jails could not use. A jail binds Deno and Pyodide from ModulesDir and
+// the snapshot and caches from StateDir, opened by its own unprivileged
+// ids: a parent others cannot search (a state directory under a 0700
+// one, as mktemp -d makes) failed every Python run, and every run once
+// the Deno caches were built there, as pmjail's own internal_error.
+// Directories not made yet are left out: pmjail makes them 0755.
+func (in *Install) CheckReachable() error {
+	for _, d := range []struct{ what, dir, env string }{
+		{"runtime directory", in.ModulesDir, EnvRuntimeDir},
+		{"state directory", in.StateDir, EnvStateDir},
+	} {
+		if d.dir == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d.dir)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", d.what, d.dir, err)
+		}
+		for p := abs; ; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil && st.IsDir() && st.Mode().Perm()&0o001 == 0 {
+				return fmt.Errorf("%s %s (%s): %s %w (mode %04o): a jail's ids are unprivileged on the host and reach the files pmjail binds from it through every parent; chmod o+x %s, or set %s to another directory",
+					d.what, abs, "$"+d.env, p, ErrUnreachable, st.Mode().Perm(), p, d.env)
+			}
+			if p == filepath.Dir(p) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
 // Install is the set of runtime files found on this host.
 type Install struct {
 	// ModulesDir is the node_modules directory the files came from.

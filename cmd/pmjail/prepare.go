@@ -30,6 +30,9 @@ func cmdPrepare(args []string) int {
 		return fail("prepare: unexpected arguments %q", fs.Args())
 	}
 	in, err := runtimes.Locate()
+	if err == nil {
+		err = in.CheckReachable()
+	}
 	if err != nil {
 		return fail("prepare: %v", oneLine(err))
 	}

@@ -435,6 +435,11 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 	if err != nil && needRuntimes {
 		return nil, err
 	}
+	if in != nil && needRuntimes {
+		if err := in.CheckReachable(); err != nil {
+			return nil, err
+		}
+	}
 	if in != nil {
 		in.Warmer = job.Warm
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/pmjail/pmjail/client"
+	"github.com/pmjail/pmjail/internal/testenv"
 	"github.com/pmjail/pmjail/job"
 	"github.com/pmjail/pmjail/profiles"
+	"github.com/pmjail/pmjail/runtimes"
 )
 
 // A refusal names the flag when the user set the value with it, and the
@@ -196,5 +199,24 @@ func TestSubmitFlagsRefused(t *testing.T) {
 		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A run whose state directory the jails cannot reach is refused before
+// it starts, the directory named: each Python run (and each run once the
+// Deno caches were built there) failed as pmjail's own internal_error.
+func TestRunRefusesUnreachableState(t *testing.T) {
+	modules, err := filepath.Abs("../../node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, statErr := os.Stat(filepath.Join(modules, "@deno", "linux-x64-glibc", "deno"))
+	testenv.Need(t, statErr == nil, "the runtimes `make setup` installs in node_modules")
+	private := t.TempDir() // 0700, as mktemp -d makes it
+	t.Setenv(runtimes.EnvRuntimeDir, modules)
+	t.Setenv(runtimes.EnvStateDir, filepath.Join(private, "state"))
+	_, err = newRunner(true, true)
+	if !errors.Is(err, runtimes.ErrUnreachable) || !strings.Contains(err.Error(), "chmod o+x ") {
+		t.Fatalf("newRunner with the state below a 0700 directory: %v, want it refused as unreachable", err)
 	}
 }

@@ -101,7 +101,10 @@ func Main(args []string, version string) int {
 	// The store of async runs is in the state directory the unit gives
 	// (StateDirectory=), unless the config's runs.dir names another.
 	opt := server.Options{Logger: logger, Version: version, StateDir: os.Getenv(runtimes.EnvStateDir)}
-	if opt.Install, err = runtimes.Locate(); err != nil {
+	if opt.Install, err = runtimes.Locate(); err == nil {
+		err = opt.Install.CheckReachable()
+	}
+	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
 	}
 	opt.Install.Warmer = job.Warm
