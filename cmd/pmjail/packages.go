@@ -72,6 +72,8 @@ func cmdPackages(args []string) int {
 				if err != nil {
 					return fail("packages add: %v", err)
 				}
+			} else if err := addArg(a); err != nil {
+				return fail("packages add: %v", err)
 			} else if e, err = store.AddFile(a); err != nil {
 				return fail("packages add: %v", err)
 			}
@@ -135,4 +137,19 @@ func storedPackages() []packages.Ref {
 		refs = append(refs, e.Ref)
 	}
 	return refs
+}
+
+// addArg refuses an argument of packages add that is neither npm:NAME@X.Y.Z
+// nor a package file: "zod@3.23.8" and "py:greet@1.0" were answered as
+// files of no known kind, and neither said what to write instead.
+func addArg(a string) error {
+	for _, ext := range []string{".whl", ".tgz", ".tar.gz"} {
+		if strings.HasSuffix(a, ext) {
+			return nil
+		}
+	}
+	if strings.HasPrefix(a, "py:") {
+		return fmt.Errorf("%s: a wheel is added from its file (NAME-VERSION-py3-none-any.whl): only npm packages are fetched (npm:NAME@X.Y.Z)", a)
+	}
+	return fmt.Errorf("%s: want npm:NAME@X.Y.Z from the registry, or the file of an npm tarball (.tgz) or a wheel (.whl)", a)
 }
