@@ -70,7 +70,8 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  pmjail run [flags] FILE|-          run a .js, .mjs, .ts or .py file in the jail
+  pmjail run [flags] FILE|DIR|-      run a .js, .mjs, .jsx, .ts, .tsx or .py file, or a
+                                     DIR of files (main.ts, main.py, ...), in the jail
   pmjail exec [flags] [--ro-bind SRC[:DST]]... -- PROGRAM [ARGS]
                                      run a native program in the same jail
   pmjail posture [--json] [--mode auto|required]
@@ -79,12 +80,12 @@ func usage() {
   pmjail packages add|list|remove    manage the vetted packages jobs may import
   pmjail serve [--socket PATH] [--config FILE] [--check-config]
                                      serve the socket API (as a systemd service)
-  pmjail submit [--socket PATH] [run flags] FILE|-
+  pmjail submit [--socket PATH] [run flags] FILE|DIR|-
                                      send a job to a daemon, print it like run
                                      (--async: print the run's id, do not wait)
   pmjail runs get|events|cancel [--socket PATH] ID
                                      an async run: its state, its output, or cancel it
-  pmjail submit --nats URLS [--tenant T] [--id ID] [run flags] FILE|-
+  pmjail submit --nats URLS [--tenant T] [--id ID] [run flags] FILE|DIR|-
                                      send it to the workers of a NATS JetStream queue
   pmjail version | --version | -v    print this build's version
 

@@ -214,7 +214,7 @@ func cmdRun(args []string) int {
 	return f.execute(req)
 }
 
-// programRequest parses `[flags] FILE|-` into the job they describe: the
+// programRequest parses `[flags] FILE|DIR|-` into the job they describe: the
 // runtime from --runtime or the file's extension, the source from the file
 // (or stdin), capped.
 func (f *runFlags) programRequest(args []string) (*job.Request, error) {
@@ -222,7 +222,7 @@ func (f *runFlags) programRequest(args []string) (*job.Request, error) {
 		return nil, err
 	}
 	if f.fs.NArg() != 1 {
-		return nil, fmt.Errorf("want exactly one FILE (or - for stdin), got %d arguments", f.fs.NArg())
+		return nil, fmt.Errorf("want exactly one FILE, DIR or - (stdin), got %d arguments", f.fs.NArg())
 	}
 	file := f.fs.Arg(0)
 	req, err := f.request()

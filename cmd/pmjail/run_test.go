@@ -134,6 +134,13 @@ func TestRunFlags(t *testing.T) {
 			t.Errorf("--input %q: %v, want it refused as empty", v, err)
 		}
 	}
+	// No program: the forms it may take are named, a DIR among them.
+	for _, args := range [][]string{{"--json"}, {file, file}} {
+		_, err := newRunFlags("run", false).programRequest(args)
+		if err == nil || !strings.HasPrefix(err.Error(), "want exactly one FILE, DIR or - (stdin), got ") {
+			t.Errorf("%q: %v, want FILE, DIR or - named", args, err)
+		}
+	}
 	_, err = newRunFlags("run", false).programRequest([]string{file, "--timeout", "soon"})
 	if err == nil || err.Error() != `--timeout "soon": invalid duration "soon" (want e.g. 2s, 500ms or 1m)` {
 		t.Errorf("--timeout soon: %v", err)
