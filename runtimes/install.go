@@ -3,6 +3,7 @@ package runtimes
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -30,14 +31,20 @@ var ErrNotInstalled = errors.New("runtime not installed")
 // may not search.
 var ErrUnreachable = errors.New("is not searchable by others")
 
-// CheckReachable refuses an install whose runtime files or state the
-// jails could not use. A jail binds Deno and Pyodide from ModulesDir and
-// the snapshot and caches from StateDir, opened by its own unprivileged
-// ids: a parent others cannot search (a state directory under a 0700
-// one, as mktemp -d makes) failed every Python run, and every run once
-// the Deno caches were built there, as pmjail's own internal_error.
-// Directories not made yet are left out: pmjail makes them 0755.
-func (in *Install) CheckReachable() error {
+// CheckDirs makes the state directory if it is missing, each directory
+// it makes 0755 whatever the umask, and refuses an install whose runtime
+// files or state the jails could not use. A jail binds Deno and Pyodide
+// from ModulesDir and the snapshot and caches from StateDir, opened by its
+// own unprivileged ids: a parent others cannot search (a state directory
+// under a 0700 one, as mktemp -d makes, or made under umask 077) failed
+// every Python run, and every run once the Deno caches were built there,
+// as pmjail's own internal_error.
+func (in *Install) CheckDirs() error {
+	if in.StateDir != "" {
+		if err := mkdirShared(in.StateDir); err != nil {
+			return fmt.Errorf("state directory %s: %w", in.StateDir, err)
+		}
+	}
 	for _, d := range []struct{ what, dir, env string }{
 		{"runtime directory", in.ModulesDir, EnvRuntimeDir},
 		{"state directory", in.StateDir, EnvStateDir},
@@ -60,6 +67,32 @@ func (in *Install) CheckReachable() error {
 		}
 	}
 	return nil
+}
+
+// mkdirShared makes dir and its missing parents 0755, as MkdirAll does
+// under umask 022: under 077 they were 0700, and the jails' ids could not
+// reach what pmjail then built in them. A directory that exists is left
+// as it is, for CheckDirs to judge.
+func mkdirShared(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err == nil {
+		return nil
+	}
+	if parent := filepath.Dir(abs); parent != abs {
+		if err := mkdirShared(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(abs, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	return os.Chmod(abs, 0o755)
 }
 
 // Install is the set of runtime files found on this host.

@@ -31,7 +31,7 @@ func cmdPrepare(args []string) int {
 	}
 	in, err := runtimes.Locate()
 	if err == nil {
-		err = in.CheckReachable()
+		err = in.CheckDirs()
 	}
 	if err != nil {
 		return fail("prepare: %v", oneLine(err))

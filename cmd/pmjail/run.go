@@ -436,7 +436,7 @@ func newRunner(needRuntimes, lazyCgroups bool) (*job.Runner, error) {
 		return nil, err
 	}
 	if in != nil && needRuntimes {
-		if err := in.CheckReachable(); err != nil {
+		if err := in.CheckDirs(); err != nil {
 			return nil, err
 		}
 	}

@@ -102,7 +102,7 @@ func Main(args []string, version string) int {
 	// (StateDirectory=), unless the config's runs.dir names another.
 	opt := server.Options{Logger: logger, Version: version, StateDir: os.Getenv(runtimes.EnvStateDir)}
 	if opt.Install, err = runtimes.Locate(); err == nil {
-		err = opt.Install.CheckReachable()
+		err = opt.Install.CheckDirs()
 	}
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
