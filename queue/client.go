@@ -52,7 +52,29 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		c.nc.Close()
 		return nil, fmt.Errorf("queue.nats.claims: %s: %w (docs/queue.md says how to make it)", cfg.Claims, err)
 	}
+	if err := c.checkClaims(ctx); err != nil {
+		c.nc.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// ErrClaimsRollup is Dial's error for a claims bucket whose stream allows
+// roll-ups: any tenant's Nats-Rollup: all on its own key purges every
+// tenant's claims.
+var ErrClaimsRollup = errors.New("its stream allows roll-ups, so any tenant can purge every tenant's claims")
+
+// checkClaims refuses a claims bucket any tenant can empty (one made by
+// `nats kv add` alone), rather than submit under claims that do not hold.
+func (c *Client) checkClaims(ctx context.Context) error {
+	st, err := c.claims.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("queue.nats.claims: %s: %w", c.cfg.Claims, err)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo().Config.AllowRollup {
+		return fmt.Errorf("queue.nats.claims: %s: %w (set allow_rollup_hdrs false: docs/queue.md)", c.cfg.Claims, ErrClaimsRollup)
+	}
+	return nil
 }
 
 // Close closes the connection.
@@ -134,8 +156,8 @@ func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, err
 			return "", fmt.Errorf("claim job id %s: %w", id, err)
 		}
 		first, nonce, ok := strings.Cut(string(e.Value()), " ")
-		if !ok || first == "" || nonce == "" {
-			return "", fmt.Errorf("claim job id %s: the claim under %s is not one a client made", id, key)
+		if !ok || !lowerHex(first, 2*sha256.Size) || !lowerHex(nonce, len(NewID())) {
+			return "", fmt.Errorf("claim job id %s: the claim under %s is not one a client made (%.80q)", id, key, e.Value())
 		}
 		if err := conflict(id, first, sum); err != nil {
 			return "", err
@@ -143,6 +165,21 @@ func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, err
 		return nonce, nil
 	}
 	return "", fmt.Errorf("claim job id %s: its claim lapsed as it was read, three times", id)
+}
+
+// lowerHex tells whether s is n lowercase hex digits, as a digest and a
+// nonce a client writes are: another tenant cannot write a claim, but a
+// tenant's own by hand is read as a conflict or keys its job by junk.
+func lowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // conflict is ErrIDConflict when the stored digest is another job's; a

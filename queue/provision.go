@@ -134,7 +134,29 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 	if err := BucketDiscardOld(ctx, js, cfg.Claims); err != nil {
 		return fmt.Errorf("bucket %s: %w", cfg.Claims, err)
 	}
+	if err := claimsNoRollup(ctx, js, cfg.Claims); err != nil {
+		return fmt.Errorf("bucket %s: %w", cfg.Claims, err)
+	}
 	return nil
+}
+
+// claimsNoRollup has the claims bucket's stream refuse roll-ups, which
+// every key-value bucket allows (its Purge is one). A tenant may publish
+// on its own keys' subjects, with any headers, and a message with
+// Nats-Rollup: all purges the whole stream: every tenant's claims. The
+// clients only create and read claims.
+func claimsNoRollup(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, bucketStream(bucket))
+	if err != nil {
+		return err
+	}
+	sc := s.CachedInfo().Config
+	if !sc.AllowRollup {
+		return nil
+	}
+	sc.AllowRollup = false
+	_, err = js.UpdateStream(ctx, sc)
+	return err
 }
 
 // dupWindow is the layout's duplicate window.

@@ -1,0 +1,134 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pmjail/pmjail/api"
+)
+
+// provisionShipped makes the stream and the buckets on the shipped
+// server at url, as its workers' user.
+func provisionShipped(ctx context.Context, t *testing.T, url string) {
+	t.Helper()
+	cfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
+	if err := cfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, cfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialAs is a Client of tenant's on the shipped server at url.
+func dialAs(ctx context.Context, t *testing.T, url, tenant string) *Client {
+	t.Helper()
+	c, err := Dial(ctx, Config{URLs: []string{url}, User: tenant, Password: tenant + "-pw", InboxPrefix: "_INBOX_" + tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// A tenant cannot wipe the others' claims. Its user may publish on its
+// own keys' subjects of the claims bucket, with any headers: a
+// Nats-Rollup: all there purged the bucket's stream, every tenant's
+// claims, so that bob's job sent again was stored twice and another job
+// under bob's id was no longer refused at once.
+func TestTenantCannotRollUpOthersClaims(t *testing.T) {
+	url := startShippedNATS(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	provisionShipped(ctx, t, url)
+	bob := dialAs(ctx, t, url, "bob")
+	const id = "build-7"
+	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "bob's"}); err != nil {
+		t.Fatal(err)
+	}
+
+	nc := connectAs(t, url, "ci")
+	for _, rollup := range []string{"all", "sub"} {
+		m := &nats.Msg{Subject: "$KV." + DefaultClaims + ".ci.x", Header: nats.Header{"Nats-Rollup": []string{rollup}}, Data: []byte("x")}
+		_, _ = nc.RequestMsg(m, 2*time.Second)
+	}
+	if _, err := bob.claims.Get(ctx, Key("bob", id)); err != nil {
+		t.Fatalf("bob's claim after ci's roll-up: %v", err)
+	}
+	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "another"}); !errors.Is(err, ErrIDConflict) {
+		t.Errorf("another job under bob's id after ci's roll-up: %v", err)
+	}
+}
+
+// A claim a tenant wrote by hand, not as a client writes one, is an
+// error that says so: neither a conflict nor a job keyed by what it holds.
+func TestHandMadeClaimIsAnError(t *testing.T) {
+	url := startShippedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	provisionShipped(ctx, t, url)
+	ci := dialAs(ctx, t, url, "ci")
+	job := &api.Job{Runtime: "deno", Source: "ci's"}
+	data, _ := json.Marshal(job)
+	sum := digest(data)
+	for i, v := range []string{
+		"x", " ", "x ", " x", "0 0", sum + " ", sum + " a.b", sum + " *", sum + " >", sum + " \x00",
+		sum + " " + strings.Repeat("a", 150), strings.ToUpper(sum) + " 0123456789abcdef01234567",
+	} {
+		id := "hand-" + string(rune('a'+i))
+		if _, err := ci.claims.Put(ctx, Key("ci", id), []byte(v)); err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ci.Submit(sctx, "ci", id, job)
+		scancel()
+		if err == nil || errors.Is(err, ErrIDConflict) || !strings.Contains(err.Error(), "not one a client made") {
+			t.Errorf("claim %q: %v", v, err)
+		}
+	}
+}
+
+// A claims bucket any tenant can empty, made by `nats kv add` alone, or
+// none at all, is Dial's error naming queue.nats.claims.
+func TestDialChecksTheClaimsBucket(t *testing.T) {
+	url := startShippedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	provisionShipped(ctx, t, url)
+	js, err := jetstream.New(connectAs(t, url, "worker", nats.CustomInboxPrefix("_INBOX")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "KV_"+DefaultClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.AllowRollup = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"}
+	if c, err := Dial(ctx, cfg); !errors.Is(err, ErrClaimsRollup) || !strings.Contains(err.Error(), "queue.nats.claims") {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("claims bucket that allows roll-ups: %v", err)
+	}
+	if err := js.DeleteKeyValue(ctx, DefaultClaims); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Dial(ctx, cfg); err == nil || !strings.Contains(err.Error(), "queue.nats.claims: "+DefaultClaims) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("no claims bucket: %v", err)
+	}
+}
