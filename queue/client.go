@@ -125,10 +125,43 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 	// bob's job a duplicate the stream dropped. The claim's nonce is
 	// bob's to read alone, so only bob's own job under the id is one.
 	msg := &nats.Msg{Subject: c.cfg.Subject + "." + tenant, Header: nats.Header{HeaderID: []string{id}}, Data: data}
-	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)+"."+nonce), jetstream.WithExpectStream(c.cfg.Stream)); err != nil {
-		return "", fmt.Errorf("submit job %s: %w", id, err)
+	for try := 0; ; try++ {
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(Key(tenant, id)+"."+nonce), jetstream.WithExpectStream(c.cfg.Stream))
+		if err == nil {
+			return sum, nil
+		}
+		// A clustered stream refuses a message whose id one in flight
+		// has (the same job sent at once by another client) rather than
+		// call it a duplicate: once that one is stored, this one is.
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMsgIDInFlight || try == claimTries-1 {
+			return "", fmt.Errorf("submit job %s: %w", id, err)
+		}
+		if err := pause(ctx, try); err != nil {
+			return "", fmt.Errorf("submit job %s: %w", id, err)
+		}
 	}
-	return sum, nil
+}
+
+// errCodeMsgIDInFlight is JetStream's error of a message whose id is
+// one the stream is storing ("duplicate message id is in process").
+const errCodeMsgIDInFlight jetstream.ErrorCode = 10158
+
+// claimTries is how many times a claim is read, or a job sent, when
+// another client's of the same id is under way; pause spaces them.
+const claimTries = 8
+
+// pause waits before try+1 of claimTries: 10 ms doubling, about 1.3 s
+// in all, or until ctx ends.
+func pause(ctx context.Context, try int) error {
+	t := time.NewTimer(10 * time.Millisecond << try)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
 }
 
 // claim takes tenant's job id for the job of digest sum in the claims
@@ -138,8 +171,16 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 // again after it is one the stream stores again, as before claims.
 func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, error) {
 	key := Key(tenant, id)
-	// A claim that lapses between the create and the read is made again.
-	for range 3 {
+	// A claim not found after the create found it is made again: it
+	// lapsed between the two, or the read was answered by a replica
+	// that has not stored it yet (a direct get is any replica's), which
+	// a later read finds.
+	for try := range claimTries {
+		if try > 0 {
+			if err := pause(ctx, try-1); err != nil {
+				return "", fmt.Errorf("claim job id %s: %w", id, err)
+			}
+		}
 		nonce := NewID()
 		_, err := c.claims.Create(ctx, key, []byte(sum+" "+nonce))
 		if err == nil {
@@ -164,7 +205,7 @@ func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, err
 		}
 		return nonce, nil
 	}
-	return "", fmt.Errorf("claim job id %s: its claim lapsed as it was read, three times", id)
+	return "", fmt.Errorf("claim job id %s: its claim was there to create but not to read, %d times", id, claimTries)
 }
 
 // lowerHex tells whether s is n lowercase hex digits, as a digest and a
