@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +60,45 @@ func TestTenantCannotRollUpOthersClaims(t *testing.T) {
 		m := &nats.Msg{Subject: "$KV." + DefaultClaims + ".ci.x", Header: nats.Header{"Nats-Rollup": []string{rollup}}, Data: []byte("x")}
 		_, _ = nc.RequestMsg(m, 2*time.Second)
 	}
-	if _, err := bob.claims.Get(ctx, Key("bob", id)); err != nil {
+	if _, err := bob.claims.get(ctx, Key("bob", id)); err != nil {
 		t.Fatalf("bob's claim after ci's roll-up: %v", err)
 	}
 	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "another"}); !errors.Is(err, ErrIDConflict) {
 		t.Errorf("another job under bob's id after ci's roll-up: %v", err)
+	}
+}
+
+// What a tenant may ask of the buckets names no other tenant's keys: a
+// bucket's stream info, which binding a jetstream.KeyValue asks for,
+// lists every key of the bucket when asked with a subjects filter, and
+// a tenant was allowed it (every tenant's job ids).
+func TestTenantListsNoOthersClaims(t *testing.T) {
+	url := startShippedNATS(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	provisionShipped(ctx, t, url)
+	bob := dialAs(ctx, t, url, "bob")
+	const id = "secret-build-9"
+	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "bob's"}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(connectAs(t, url, "worker", nats.CustomInboxPrefix("_INBOX")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := js.KeyValue(ctx, DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.Put(ctx, Key("bob", id), []byte(`{"status":"ok"}`)); err != nil {
+		t.Fatal(err)
+	}
+	nc := connectAs(t, url, "ci")
+	for _, bucket := range []string{DefaultClaims, DefaultBucket} {
+		m, err := nc.Request("$JS.API.STREAM.INFO.KV_"+bucket, []byte(`{"subjects_filter":">"}`), 2*time.Second)
+		if err == nil && strings.Contains(string(m.Data), id) {
+			t.Errorf("ci listed bob's job id in %s: %s", bucket, m.Data)
+		}
 	}
 }
 
@@ -83,7 +118,7 @@ func TestHandMadeClaimIsAnError(t *testing.T) {
 		sum + " " + strings.Repeat("a", 150), strings.ToUpper(sum) + " 0123456789abcdef01234567",
 	} {
 		id := "hand-" + string(rune('a'+i))
-		if _, err := ci.claims.Put(ctx, Key("ci", id), []byte(v)); err != nil {
+		if _, err := ci.js.Publish(ctx, "$KV."+DefaultClaims+"."+Key("ci", id), []byte(v)); err != nil {
 			t.Fatalf("%q: %v", v, err)
 		}
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
@@ -95,9 +130,10 @@ func TestHandMadeClaimIsAnError(t *testing.T) {
 	}
 }
 
-// A claims bucket any tenant can empty, made by `nats kv add` alone, or
-// none at all, is Dial's error naming queue.nats.claims.
-func TestDialChecksTheClaimsBucket(t *testing.T) {
+// A claims bucket any tenant can empty, made by `nats kv add` alone, is
+// a worker's warning (a client may not read a stream's config); a
+// bucket missing is a submit's error, and a wait's, naming its key.
+func TestClaimsBucketChecked(t *testing.T) {
 	url := startShippedNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -115,20 +151,35 @@ func TestDialChecksTheClaimsBucket(t *testing.T) {
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci"}
-	if c, err := Dial(ctx, cfg); !errors.Is(err, ErrClaimsRollup) || !strings.Contains(err.Error(), "queue.nats.claims") {
-		if c != nil {
-			c.Close()
-		}
-		t.Errorf("claims bucket that allows roll-ups: %v", err)
-	}
-	if err := js.DeleteKeyValue(ctx, DefaultClaims); err != nil {
+	workerCfg := Config{URLs: []string{url}, User: "worker", Password: "worker-pw", Concurrency: 1}
+	if err := workerCfg.Check(1); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := Dial(ctx, cfg); err == nil || !strings.Contains(err.Error(), "queue.nats.claims: "+DefaultClaims) {
-		if c != nil {
-			c.Close()
+	var logs logBuf
+	w, err := NewWorker(ctx, &workerCfg, admitAll{&echo{}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	w.Stop(time.Second)
+	if !strings.Contains(logs.String(), "the claims bucket allows roll-ups") {
+		t.Errorf("a worker on a claims bucket that allows roll-ups said nothing: %s", logs.String())
+	}
+
+	ci := dialAs(ctx, t, url, "ci")
+	for _, bucket := range []string{DefaultClaims, DefaultBucket} {
+		if err := js.DeleteKeyValue(ctx, bucket); err != nil {
+			t.Fatal(err)
 		}
-		t.Errorf("no claims bucket: %v", err)
+		_, err := ci.SubmitWait(ctx, "ci", NewID(), &api.Job{Runtime: "deno", Source: "1"})
+		field := map[string]string{DefaultClaims: "claims", DefaultBucket: "bucket"}[bucket]
+		if !errors.Is(err, ErrNoBucket) || !strings.HasPrefix(err.Error(), "queue.nats."+field+": "+bucket+": ") {
+			t.Errorf("no bucket %s: %v", bucket, err)
+		}
+		if bucket == DefaultClaims {
+			if err := Provision(ctx, workerCfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

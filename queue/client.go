@@ -23,13 +23,15 @@ type Client struct {
 	cfg    Config
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	claims jetstream.KeyValue
+	kv     *tenantKV // the results
+	claims *tenantKV
 }
 
 // Dial connects to the servers of cfg, of which it reads the URLs, the
-// credentials, the stream, the subject and the bucket (empty ones take
-// the defaults of Config).
+// credentials, the stream, the subject and the buckets (empty ones take
+// the defaults of Config). It asks for no stream's info, which a
+// tenant's user may not (tenantKV): a bucket missing is the first
+// submit's or wait's error, ErrNoBucket.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	// A client's config is the worker's less the worker's own settings.
 	if err := cfg.Check(1); err != nil {
@@ -44,37 +46,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		c.nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if c.kv, err = c.js.KeyValue(ctx, cfg.Bucket); err != nil {
-		c.nc.Close()
-		return nil, fmt.Errorf("queue.nats.bucket: %s: %w", cfg.Bucket, err)
-	}
-	if c.claims, err = c.js.KeyValue(ctx, cfg.Claims); err != nil {
-		c.nc.Close()
-		return nil, fmt.Errorf("queue.nats.claims: %s: %w (docs/queue.md says how to make it)", cfg.Claims, err)
-	}
-	if err := c.checkClaims(ctx); err != nil {
-		c.nc.Close()
-		return nil, err
-	}
+	c.kv = &tenantKV{nc: c.nc, js: c.js, name: cfg.Bucket, field: "bucket"}
+	c.claims = &tenantKV{nc: c.nc, js: c.js, name: cfg.Claims, field: "claims"}
 	return c, nil
-}
-
-// ErrClaimsRollup is Dial's error for a claims bucket whose stream allows
-// roll-ups: any tenant's Nats-Rollup: all on its own key purges every
-// tenant's claims.
-var ErrClaimsRollup = errors.New("its stream allows roll-ups, so any tenant can purge every tenant's claims")
-
-// checkClaims refuses a claims bucket any tenant can empty (one made by
-// `nats kv add` alone), rather than submit under claims that do not hold.
-func (c *Client) checkClaims(ctx context.Context) error {
-	st, err := c.claims.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("queue.nats.claims: %s: %w", c.cfg.Claims, err)
-	}
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo().Config.AllowRollup {
-		return fmt.Errorf("queue.nats.claims: %s: %w (set allow_rollup_hdrs false: docs/queue.md)", c.cfg.Claims, ErrClaimsRollup)
-	}
-	return nil
 }
 
 // Close closes the connection.
@@ -182,23 +156,29 @@ func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, err
 			}
 		}
 		nonce := NewID()
-		_, err := c.claims.Create(ctx, key, []byte(sum+" "+nonce))
+		err := c.claims.create(ctx, key, []byte(sum+" "+nonce))
 		if err == nil {
 			return nonce, nil
+		}
+		if errors.Is(err, ErrNoBucket) {
+			return "", err
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return "", fmt.Errorf("claim job id %s: %w", id, err)
 		}
-		e, err := c.claims.Get(ctx, key)
+		v, err := c.claims.get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
+		}
+		if errors.Is(err, ErrNoBucket) {
+			return "", err
 		}
 		if err != nil {
 			return "", fmt.Errorf("claim job id %s: %w", id, err)
 		}
-		first, nonce, ok := strings.Cut(string(e.Value()), " ")
+		first, nonce, ok := strings.Cut(string(v), " ")
 		if !ok || !lowerHex(first, 2*sha256.Size) || !lowerHex(nonce, len(NewID())) {
-			return "", fmt.Errorf("claim job id %s: the claim under %s is not one a client made (%.80q)", id, key, e.Value())
+			return "", fmt.Errorf("claim job id %s: the claim under %s is not one a client made (%.80q)", id, key, v)
 		}
 		if err := conflict(id, first, sum); err != nil {
 			return "", err
@@ -280,6 +260,7 @@ func (c *Client) wait(ctx context.Context, tenant, id string) (*api.Result, stri
 	defer poll.Stop()
 	next := resultPoll
 	var last error
+	read := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -297,6 +278,12 @@ func (c *Client) wait(ctx context.Context, tenant, id string) (*api.Result, stri
 		if err == nil {
 			return res, sum, nil
 		}
+		// A bucket missing at the first read is a set-up's error; later,
+		// a moment with no node holding it answering.
+		if errors.Is(err, ErrNoBucket) && !read {
+			return nil, "", err
+		}
+		read = true
 		if !errors.Is(err, ErrNoResult) {
 			last = err
 		}
@@ -341,14 +328,17 @@ func (c *Client) Get(ctx context.Context, tenant, id string) (*api.Result, error
 
 // get is Get, and returns the digest of the job the result is of.
 func (c *Client) get(ctx context.Context, tenant, id string) (*api.Result, string, error) {
-	e, err := c.kv.Get(ctx, Key(tenant, id))
+	v, err := c.kv.get(ctx, Key(tenant, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, "", fmt.Errorf("job %s: %w", id, ErrNoResult)
+	}
+	if errors.Is(err, ErrNoBucket) {
+		return nil, "", err
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("job %s: %w", id, err)
 	}
-	return decode(id, e.Value())
+	return decode(id, v)
 }
 
 // The stored record of a job is its api.Result's JSON with one field

@@ -33,7 +33,7 @@ func checkFirst(t *testing.T, c *Client, id, want string) {
 	if err != nil || got.Stdout != want {
 		t.Errorf("stored result %+v %v, want the first job's (%q)", got, err, want)
 	}
-	h, err := c.kv.History(ctx, Key("alice", id))
+	h, err := resultsKV(t, c).History(ctx, Key("alice", id))
 	if err != nil || len(h) != 1 {
 		t.Errorf("history of the key: %d entries (%v), want 1", len(h), err)
 	}

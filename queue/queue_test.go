@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -179,7 +180,7 @@ func TestWorkerRunsAJobOnce(t *testing.T) {
 	if err != nil || got.Stdout != "one" {
 		t.Errorf("stored result %+v %v, want the first run's", got, err)
 	}
-	h, err := c.kv.History(ctx, Key("alice", id))
+	h, err := resultsKV(t, c).History(ctx, Key("alice", id))
 	if err != nil || len(h) != 1 {
 		t.Errorf("history of the key: %d entries (%v), want 1", len(h), err)
 	}
@@ -306,4 +307,15 @@ func TestWorkerStopSendsTheJobBack(t *testing.T) {
 	if fast.calls.Load() != 1 {
 		t.Errorf("the second worker ran it %d times", fast.calls.Load())
 	}
+}
+
+// resultsKV is the results bucket of c's config, read as the workers
+// read it (a client reads its own keys only, by direct gets).
+func resultsKV(t *testing.T, c *Client) jetstream.KeyValue {
+	t.Helper()
+	kv, err := c.js.KeyValue(context.Background(), c.cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }

@@ -268,7 +268,7 @@ func TestWorkerForgetsTheRetirementOfAStreamMadeAgain(t *testing.T) {
 	w.Start()
 	// Retired and recorded: the poison job is terminated unrun.
 	waitEmpty(t, c, cfg)
-	if _, err := c.kv.Get(ctx, retiredKey(cfg.Consumer)); err != nil {
+	if _, err := resultsKV(t, c).Get(ctx, retiredKey(cfg.Consumer)); err != nil {
 		t.Fatalf("the retirement's record: %v", err)
 	}
 	if n := s.runs("poison"); n != 0 {
@@ -360,7 +360,7 @@ func TestWorkersRetiringTogetherRecordItOnce(t *testing.T) {
 	if err != nil || res.Stdout != "sent-back" {
 		t.Errorf("the job sent back after one delivery: %+v %v, want it run once more (max_deliver 2 in all)", res, err)
 	}
-	e, err := c.kv.Get(ctx, retiredKey(cfg.Consumer))
+	e, err := resultsKV(t, c).Get(ctx, retiredKey(cfg.Consumer))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,6 +212,7 @@ func NewWorker(ctx context.Context, cfg *Config, exec Executor, log *slog.Logger
 				"bucket", cfg.Bucket, "stream", bucketStream(cfg.Bucket))
 		}
 	}
+	warnClaims(ctx, w.js, cfg.Claims, log)
 	sc := w.stream.CachedInfo().Config
 	w.noticeSubject = noticeSubscription(sc.RePublish, cfg.Subject)
 	if sc.MaxMsgsPerSubject <= 0 || !sc.DiscardNewPerSubject {
@@ -506,4 +507,22 @@ func (w *Worker) beat(msg jetstream.Msg) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// warnClaims says in the worker's log what is amiss with the claims
+// bucket, which the workers do not use but the clients do, and which
+// a client cannot check: a tenant's user may not ask for a stream's
+// info (tenantKV).
+func warnClaims(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) {
+	s, err := js.Stream(ctx, bucketStream(bucket))
+	if err != nil {
+		log.Warn("queue: no claims bucket: clients refuse to submit (make it as queue.Provision and docs/queue.md do)",
+			"bucket", bucket, "err", err)
+		return
+	}
+	if s.CachedInfo().Config.AllowRollup {
+		log.Warn("queue: the claims bucket allows roll-ups: any tenant's Nats-Rollup: all on its own claim purges every tenant's claims "+
+			"(set its stream's allow_rollup_hdrs false, as queue.Provision and docs/queue.md do)",
+			"bucket", bucket, "stream", bucketStream(bucket))
+	}
 }
