@@ -183,3 +183,31 @@ func TestClaimsBucketChecked(t *testing.T) {
 		}
 	}
 }
+
+// A careless client's submit, under the shipped permissions, that names
+// a tenant, a claims bucket or a results bucket its user may not use
+// ends in the server's refusal, not a bare timeout, and a wait for a
+// result it may not read ends at once, not when its context does.
+func TestRefusedSubmitSaysSo(t *testing.T) {
+	url := startShippedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	provisionShipped(ctx, t, url)
+	job := &api.Job{Runtime: "deno", Source: "1"}
+	for _, tc := range []struct {
+		tenant         string
+		bucket, claims string
+	}{{tenant: "others"}, {tenant: "ci", claims: "nope"}, {tenant: "ci", bucket: "wrong"}} {
+		c, err := Dial(ctx, Config{URLs: []string{url}, User: "ci", Password: "ci-pw", InboxPrefix: "_INBOX_ci", Bucket: tc.bucket, Claims: tc.claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err = c.SubmitWait(wctx, tc.tenant, NewID(), job)
+		if !errors.Is(err, nats.ErrPermissionViolation) || wctx.Err() != nil {
+			t.Errorf("%+v: %v", tc, err)
+		}
+		wcancel()
+		c.Close()
+	}
+}

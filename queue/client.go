@@ -109,7 +109,7 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 		// call it a duplicate: once that one is stored, this one is.
 		var apiErr *jetstream.APIError
 		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMsgIDInFlight || try == claimTries-1 {
-			return "", fmt.Errorf("submit job %s: %w", id, err)
+			return "", fmt.Errorf("submit job %s: %w", id, refusedBy(c.nc, err, msg.Subject))
 		}
 		if err := pause(ctx, try); err != nil {
 			return "", fmt.Errorf("submit job %s: %w", id, err)
@@ -278,10 +278,13 @@ func (c *Client) wait(ctx context.Context, tenant, id string) (*api.Result, stri
 		if err == nil {
 			return res, sum, nil
 		}
-		// A bucket missing at the first read is a set-up's error; later,
-		// a moment with no node holding it answering.
+		// A bucket missing, or refused, at the first read is a set-up's
+		// error; later, a moment with no node holding it answering.
 		if errors.Is(err, ErrNoBucket) && !read {
 			return nil, "", err
+		}
+		if errors.Is(err, nats.ErrPermissionViolation) && !read {
+			return nil, "", fmt.Errorf("wait for result %s: %w", id, err)
 		}
 		read = true
 		if !errors.Is(err, ErrNoResult) {

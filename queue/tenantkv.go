@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,12 +42,13 @@ func (b *tenantKV) get(ctx context.Context, key string) ([]byte, error) {
 		ctx, cancel = context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 	}
-	m, err := b.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+bucketStream(b.name)+".$KV."+b.name+"."+key, nil)
+	subject := "$JS.API.DIRECT.GET." + bucketStream(b.name) + ".$KV." + b.name + "." + key
+	m, err := b.nc.RequestWithContext(ctx, subject, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, b.missing()
 	}
 	if err != nil {
-		return nil, err
+		return nil, refusedBy(b.nc, err, subject)
 	}
 	switch status := m.Header.Get("Status"); status {
 	case "":
@@ -65,7 +67,11 @@ func (b *tenantKV) get(ctx context.Context, key string) ([]byte, error) {
 // create stores value under key if the key has none, or is
 // jetstream.ErrKeyExists.
 func (b *tenantKV) create(ctx context.Context, key string, value []byte) error {
-	_, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: value},
+	// One request's time: past it, a refusal by the server is told.
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	subject := "$KV." + b.name + "." + key
+	_, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: value},
 		jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(bucketStream(b.name)))
 	var apiErr *jetstream.APIError
 	switch {
@@ -74,6 +80,20 @@ func (b *tenantKV) create(ctx context.Context, key string, value []byte) error {
 		return jetstream.ErrKeyExists
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return b.missing()
+	}
+	return refusedBy(b.nc, err, subject)
+}
+
+// refusedBy is err, or, when err is a request's time running out after
+// the server refused the user a publish on subject, that refusal: the
+// server sends it apart from any reply, and the connection keeps it as
+// its last error, so the request waits for a reply that never comes.
+func refusedBy(nc *nats.Conn, err error, subject string) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		return err
+	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+subject+`"`) {
+		return last
 	}
 	return err
 }
