@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmjail/pmjail/api"
 )
@@ -34,6 +36,33 @@ func TestQueueErrorsNameTheFieldOrFlag(t *testing.T) {
 	} {
 		_, err := SubmitOptions{Config: c.cfg, Tenant: "t"}.SubmitAndWait(ctx, &api.Job{Runtime: "deno", Source: "1"})
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("submit %+v: %v, want it to start %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// A bucket missing is the submit's error, as the client asks for no
+// stream's info at Dial; `pmjail submit --nats` names its flag.
+func TestSubmitNamesTheMissingBucketsFlag(t *testing.T) {
+	url := startNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{URLs: []string{url}, Concurrency: 1}
+	if err := cfg.Check(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(ctx, cfg, Layout{Replicas: 1, MaxJobs: 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{URLs: []string{url}, Claims: "nope"}, "--nats-claims: nope: no such bucket"},
+		{Config{URLs: []string{url}, Bucket: "nope"}, "--nats-bucket: nope: no such bucket"},
+	} {
+		_, err := SubmitOptions{Config: c.cfg, Tenant: "t"}.SubmitAndWait(ctx, &api.Job{Runtime: "deno", Source: "1"})
+		if !errors.Is(err, ErrNoBucket) || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("submit %+v: %v, want it to start %q", c.cfg, err, c.want)
 		}
 	}

@@ -97,6 +97,10 @@ func (o SubmitOptions) SubmitAndWait(ctx context.Context, j *api.Job) (*api.Resu
 	if errors.Is(err, ErrIDConflict) && o.ID != "" {
 		return nil, fmt.Errorf("--id: %w", err)
 	}
+	if errors.Is(err, ErrNoBucket) {
+		// Found at the submit, not at Dial (tenantKV).
+		return nil, asSubmitFlags(err)
+	}
 	return res, err
 }
 
