@@ -111,7 +111,7 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMsgIDInFlight || try == claimTries-1 {
 			return "", fmt.Errorf("submit job %s: %w", id, refusedBy(c.nc, err, msg.Subject))
 		}
-		if err := pause(ctx, try); err != nil {
+		if err := backoff(ctx, try); err != nil {
 			return "", fmt.Errorf("submit job %s: %w", id, err)
 		}
 	}
@@ -122,12 +122,12 @@ func (c *Client) submit(ctx context.Context, tenant, id string, job *api.Job) (s
 const errCodeMsgIDInFlight jetstream.ErrorCode = 10158
 
 // claimTries is how many times a claim is read, or a job sent, when
-// another client's of the same id is under way; pause spaces them.
+// another client's of the same id is under way; backoff spaces them.
 const claimTries = 8
 
-// pause waits before try+1 of claimTries: 10 ms doubling, about 1.3 s
+// backoff waits before try+1 of claimTries: 10 ms doubling, about 1.3 s
 // in all, or until ctx ends.
-func pause(ctx context.Context, try int) error {
+func backoff(ctx context.Context, try int) error {
 	t := time.NewTimer(10 * time.Millisecond << try)
 	defer t.Stop()
 	select {
@@ -151,7 +151,7 @@ func (c *Client) claim(ctx context.Context, tenant, id, sum string) (string, err
 	// a later read finds.
 	for try := range claimTries {
 		if try > 0 {
-			if err := pause(ctx, try-1); err != nil {
+			if err := backoff(ctx, try-1); err != nil {
 				return "", fmt.Errorf("claim job id %s: %w", id, err)
 			}
 		}
