@@ -28,17 +28,6 @@ func provisionShipped(ctx context.Context, t *testing.T, url string) {
 	}
 }
 
-// dialAs is a Client of tenant's on the shipped server at url.
-func dialAs(ctx context.Context, t *testing.T, url, tenant string) *Client {
-	t.Helper()
-	c, err := Dial(ctx, Config{URLs: []string{url}, User: tenant, Password: tenant + "-pw", InboxPrefix: "_INBOX_" + tenant})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // A tenant cannot wipe the others' claims. Its user may publish on its
 // own keys' subjects of the claims bucket, with any headers: a
 // Nats-Rollup: all there purged the bucket's stream, every tenant's
@@ -49,7 +38,7 @@ func TestTenantCannotRollUpOthersClaims(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	provisionShipped(ctx, t, url)
-	bob := dialAs(ctx, t, url, "bob")
+	bob := dialAs(t, url, "bob")
 	const id = "build-7"
 	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "bob's"}); err != nil {
 		t.Fatal(err)
@@ -77,7 +66,7 @@ func TestTenantListsNoOthersClaims(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	provisionShipped(ctx, t, url)
-	bob := dialAs(ctx, t, url, "bob")
+	bob := dialAs(t, url, "bob")
 	const id = "secret-build-9"
 	if err := bob.Submit(ctx, "bob", id, &api.Job{Runtime: "deno", Source: "bob's"}); err != nil {
 		t.Fatal(err)
@@ -109,7 +98,7 @@ func TestHandMadeClaimIsAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	provisionShipped(ctx, t, url)
-	ci := dialAs(ctx, t, url, "ci")
+	ci := dialAs(t, url, "ci")
 	job := &api.Job{Runtime: "deno", Source: "ci's"}
 	data, _ := json.Marshal(job)
 	sum := digest(data)
@@ -166,7 +155,7 @@ func TestClaimsBucketChecked(t *testing.T) {
 		t.Errorf("a worker on a claims bucket that allows roll-ups said nothing: %s", logs.String())
 	}
 
-	ci := dialAs(ctx, t, url, "ci")
+	ci := dialAs(t, url, "ci")
 	for _, bucket := range []string{DefaultClaims, DefaultBucket} {
 		if err := js.DeleteKeyValue(ctx, bucket); err != nil {
 			t.Fatal(err)
