@@ -68,6 +68,16 @@ func wasteful(t *testing.T, dir string) (*Store, []small) {
 // stored, and the queued one.
 func readable(t *testing.T, s *Store, kept []small) {
 	t.Helper()
+	readableRuns(t, s, kept)
+	if r, err := s.Get("uid:2", "queued"); err != nil || r.Status != api.RunQueued && r.Status != api.RunCancelled {
+		t.Errorf("the queued run: %v (%v)", r, err)
+	}
+}
+
+// readableRuns fails the test unless s holds every run of kept as it was
+// stored.
+func readableRuns(t *testing.T, s *Store, kept []small) {
+	t.Helper()
 	for _, k := range kept {
 		r, err := s.Get("uid:2", k.id)
 		if err != nil {
@@ -83,9 +93,6 @@ func readable(t *testing.T, s *Store, kept []small) {
 		if got, err := s.Lookup("uid:2", "k"+k.id); err != nil || got == nil || got.ID != k.id {
 			t.Errorf("key k%s: %v (%v), want run %s", k.id, got, err, k.id)
 		}
-	}
-	if r, err := s.Get("uid:2", "queued"); err != nil || r.Status != api.RunQueued && r.Status != api.RunCancelled {
-		t.Errorf("the queued run: %v (%v)", r, err)
 	}
 }
 
@@ -168,53 +175,64 @@ func TestCompactAfterLargeRunsPruned(t *testing.T) {
 	}
 }
 
-// A compaction holds the writes for its copy, not the reads: a read
-// while it copies is answered, and a write that came meanwhile is
-// committed (to the new file) once it is done. Compactions are bounded
-// in how often: a Prune within compactEvery of one does not copy again.
+// A compaction holds neither the reads nor the writes for its copy (a
+// copy under the store's writes held every peer's submissions and runs'
+// ends for seconds, once a minute): a read while it copies is answered,
+// a write committed, and the writes committed once the copy is made
+// (a submission with a key, a run's end, a prune) are in the new file.
+// Compactions are bounded in how often: a Prune within compactEvery of
+// one does not copy again.
 func TestCompactServesReadsAndWrites(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, FileName)
 	s, kept := wasteful(t, dir)
 	defer func() { _ = s.Close() }()
+	gone, err := s.Get("uid:2", kept[0].id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var steps []string
-	written := make(chan error, 1)
 	copies := 0
+	var hookErr error
 	compactHook = func(step string) {
 		steps = append(steps, step)
-		if step != "created" {
+		if copies > 0 { // the first compaction's alone
 			return
 		}
-		if copies++; copies > 1 {
-			return
-		}
-		// Reads while the compaction holds the store's writes, on this
-		// goroutine: a read that waited for the compaction would never
-		// return (the test's deadline says so).
-		readable(t, s, kept)
-		go func() {
-			_, err := s.Create(&Record{ID: "during", Owner: "uid:2", Status: api.RunQueued, SubmittedAt: time.Now()})
-			written <- err
-		}()
-		// Until that write waits for its commit.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			s.writes.mu.Lock()
-			waiting := s.writes.leading
-			s.writes.mu.Unlock()
-			if waiting {
-				break
+		switch step {
+		case "renamed":
+			copies++
+		case "created":
+			// Reads and a write while the compaction copies, on this
+			// goroutine: one that waited for the compaction would never
+			// return (the deadline says so).
+			readable(t, s, kept)
+			// Another Prune (a reload's) does not wait for this one,
+			// nor make another.
+			if _, err := s.Prune(time.Now().Add(2 * compactEvery)); err != nil || len(steps) != 1 {
+				t.Errorf("a Prune during a compaction: steps %v (%v), want this compaction's alone", steps, err)
 			}
-			if time.Now().After(deadline) {
-				t.Error("the write never came")
-				break
+			written := make(chan error, 1)
+			go func() {
+				_, err := s.Create(&Record{ID: "during", Owner: "uid:2", Status: api.RunQueued, SubmittedAt: time.Now()})
+				written <- err
+			}()
+			select {
+			case hookErr = <-written:
+			case <-time.After(30 * time.Second):
+				hookErr = errors.New("a write during the compaction's copy waited for it")
 			}
-			time.Sleep(time.Millisecond)
-		}
-		select {
-		case err := <-written:
-			t.Errorf("a write was committed during the copy (%v): the copy would miss it", err)
-		default:
+		case "copied":
+			// Writes the copy cannot hold: made once it is.
+			if _, err := s.Create(&Record{ID: "after", Owner: "uid:2", Key: "kafter", Sum: "s", Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+				hookErr = err
+			}
+			if err := s.Finish("queued", api.RunDone, []byte(`{"id":"queued","status":"ok"}`), []byte("{}\n")); err != nil {
+				hookErr = err
+			}
+			if n, err := s.prune(gone.EndedAt.Add(time.Hour)); err != nil || n != 1 {
+				hookErr = fmt.Errorf("pruned %d (%v), want the oldest small run", n, err)
+			}
 		}
 	}
 	t.Cleanup(func() { compactHook = nil })
@@ -223,18 +241,54 @@ func TestCompactServesReadsAndWrites(t *testing.T) {
 	if _, err := s.Prune(now); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"created", "synced", "renamed"}; !slices.Equal(steps, want) {
-		t.Fatalf("compaction steps %v, want %v", steps, want)
+	if hookErr != nil {
+		t.Fatal(hookErr)
 	}
-	if err := <-written; err != nil {
-		t.Fatalf("the write that came during the compaction: %v", err)
+	if want := []string{"created", "copied", "synced", "renamed"}; !slices.Equal(steps, want) {
+		t.Fatalf("compaction steps %v, want %v", steps, want)
 	}
 	if size := fileSize(t, path); size >= grown/4 {
 		t.Errorf("the file is %d KiB after a compaction, %d KiB before", size>>10, grown>>10)
 	}
-	readable(t, s, kept)
-	if r, err := s.Get("uid:2", "during"); err != nil || r.Status != api.RunQueued {
-		t.Errorf("the write during the compaction: %v (%v)", r, err)
+	during := func(s *Store) {
+		t.Helper()
+		readableRuns(t, s, kept[1:])
+		for _, id := range []string{"during", "after"} {
+			if r, err := s.Get("uid:2", id); err != nil || r.Status != api.RunQueued && r.Status != api.RunCancelled {
+				t.Errorf("the write of %s during the compaction: %v (%v)", id, r, err)
+			}
+		}
+		if r, err := s.Lookup("uid:2", "kafter"); err != nil || r == nil || r.ID != "after" {
+			t.Errorf("the key written during the compaction: %v (%v)", r, err)
+		}
+		if r, err := s.Get("uid:2", "queued"); err != nil || r.Status != api.RunDone {
+			t.Errorf("the run ended during the compaction: %v (%v)", r, err)
+		}
+		if ev, err := s.Events("uid:2", "queued"); err != nil || string(ev) != "{}\n" {
+			t.Errorf("the events stored during the compaction: %q (%v)", ev, err)
+		}
+		if r, err := s.Get("uid:2", kept[0].id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("the run pruned during the compaction: %v (%v), want it gone", r, err)
+		}
+		if r, err := s.Lookup("uid:2", "k"+kept[0].id); err != nil || r != nil {
+			t.Errorf("the key of the run pruned during the compaction: %v (%v), want it gone", r, err)
+		}
+	}
+	during(s)
+	// And as a restart finds them (a copy of the file, as it is between
+	// two writes: the store keeps its own open).
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := t.TempDir()
+	if err := os.WriteFile(filepath.Join(again, FileName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reopened, _ := open(t, again, roomy)
+	during(reopened)
+	if err := reopened.Close(); err != nil {
+		t.Fatal(err)
 	}
 	// Waste again: a Prune within compactEvery does not compact.
 	for i := range 10 {
@@ -254,7 +308,7 @@ func TestCompactServesReadsAndWrites(t *testing.T) {
 	if _, err := s.Prune(now.Add(compactEvery / 2)); err != nil || len(steps) != 0 {
 		t.Errorf("a Prune within compactEvery of a compaction: steps %v (%v), want none", steps, err)
 	}
-	if _, err := s.Prune(now.Add(compactEvery)); err != nil || len(steps) != 3 {
+	if _, err := s.Prune(now.Add(compactEvery)); err != nil || len(steps) != 4 {
 		t.Errorf("a Prune compactEvery after a compaction: steps %v (%v), want a compaction", steps, err)
 	}
 }
@@ -280,7 +334,7 @@ func TestCompactionKilled(t *testing.T) {
 		}
 		return
 	}
-	for _, at := range []string{"created", "synced", "renamed"} {
+	for _, at := range []string{"created", "copied", "synced", "renamed"} {
 		t.Run(at, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, FileName)
@@ -367,5 +421,45 @@ func TestCompactDamaged(t *testing.T) {
 	}
 	if size := fileSize(t, path); size != int64(len(noise))+2*4096 {
 		t.Errorf("the damaged file is %d bytes, was %d", size, len(noise)+2*4096)
+	}
+}
+
+// The store closed (the daemon's shutdown) while a compaction copies:
+// the close does not wait for the copy, the compaction gives up, its copy
+// removed and the old file whole, and the next start compacts it.
+func TestCompactClosedMeanwhile(t *testing.T) {
+	for _, at := range []string{"created", "copied"} {
+		t.Run(at, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, FileName)
+			s, kept := wasteful(t, dir)
+			grown := fileSize(t, path)
+			var closeErr error
+			compactHook = func(step string) {
+				if step == at {
+					closeErr = s.Close()
+				}
+			}
+			t.Cleanup(func() { compactHook = nil })
+			if _, err := s.Prune(time.Now()); err == nil || errors.Is(err, ErrDamaged) {
+				t.Errorf("a compaction of a store closed meanwhile: %v, want an error", err)
+			}
+			compactHook = nil
+			if closeErr != nil {
+				t.Fatal(closeErr)
+			}
+			if _, err := os.Stat(path + compactSuffix); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the copy is left behind: %v", err)
+			}
+			if size := fileSize(t, path); size != grown {
+				t.Errorf("runs.db is %d KiB, was %d KiB", size>>10, grown>>10)
+			}
+			s, _ = open(t, dir, roomy)
+			defer func() { _ = s.Close() }()
+			readable(t, s, kept)
+			if size := fileSize(t, path); size >= grown/4 {
+				t.Errorf("runs.db is %d KiB after a start, was %d KiB", size>>10, grown>>10)
+			}
+		})
 	}
 }

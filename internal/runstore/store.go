@@ -53,7 +53,8 @@ const commitEvery = 10 * time.Millisecond
 const (
 	compactFloor = 32 << 20
 	// compactEvery is the least time between two compactions while the
-	// store is open: each holds every write for the copy.
+	// store is open: each writes the store's whole content again, and
+	// holds the writes while it catches up with them.
 	compactEvery = time.Minute
 	// compactTxMax bounds each transaction of the copy, which bbolt
 	// holds in memory until it commits.
@@ -139,10 +140,15 @@ type Store struct {
 	// dbmu held written: reads hold it read, commits hold wmu.
 	db   *bolt.DB
 	dbmu sync.RWMutex
-	// wmu is held by each commit, and by a compaction for all its copy:
-	// writes wait for it, reads do not.
+	// wmu is held by each commit, and by a compaction as it starts and
+	// as it ends (compact): writes wait for it, reads do not.
 	wmu sync.Mutex
-	// lastCompact is when the last compaction was tried (wmu held).
+	// dirty, while a compaction copies the file, holds the keys the
+	// writes committed meanwhile changed (touch; wmu held).
+	dirty map[dirtyKey]struct{}
+	// cmu is held by a compaction; lastCompact is when the last one was
+	// tried (cmu held).
+	cmu         sync.Mutex
 	lastCompact time.Time
 	dir         string
 	lim         Limits
@@ -272,6 +278,7 @@ func Open(dir string, lim Limits, lostReason string) (*Store, int, error) {
 		for _, r := range unfinished {
 			r.Status, r.EndedAt = api.RunCancelled, now
 			r.Result = Cancelled(r.ID, lostReason)
+			s.touch(bucketRuns, []byte(r.ID))
 			size, err := putRecord(runs, r)
 			if err != nil {
 				return err
@@ -545,6 +552,20 @@ func putRecord(b *bolt.Bucket, r *Record) (int64, error) {
 	return int64(len(data)), b.Put([]byte(r.ID), data)
 }
 
+// dirtyKey is a key of one of the store's buckets.
+type dirtyKey struct{ bucket, key string }
+
+// touch notes that a write changes key in bucket, while a compaction
+// copies the file (s.dirty not nil): the compaction then copies that
+// key's value as it is after the copy, or its removal. Every Put and
+// Delete of the store's buckets is noted (wmu held, as in every write's
+// function): one missed would be lost by the compaction.
+func (s *Store) touch(bucket, key []byte) {
+	if s.dirty != nil {
+		s.dirty[dirtyKey{string(bucket), string(key)}] = struct{}{}
+	}
+}
+
 func keyOf(owner, key string) []byte { return []byte(owner + "\x00" + key) }
 
 // Create stores a new queued run. With an idempotency key the owner gave
@@ -575,10 +596,12 @@ func (s *Store) Create(r *Record) (existing *Record, err error) {
 				}
 				// The run was pruned: the key is free again.
 			}
+			s.touch(bucketKeys, keyOf(r.Owner, r.Key))
 			if err := keys.Put(keyOf(r.Owner, r.Key), []byte(r.ID)); err != nil {
 				return err
 			}
 		}
+		s.touch(bucketRuns, []byte(r.ID))
 		_, err := putRecord(runs, r)
 		return err
 	})
@@ -603,6 +626,7 @@ func (s *Store) CreateAll(rs []*Record) error {
 			if runs.Get([]byte(r.ID)) != nil {
 				return fmt.Errorf("run %s: %w", r.ID, ErrIDTaken)
 			}
+			s.touch(bucketRuns, []byte(r.ID))
 			if _, err := putRecord(runs, r); err != nil {
 				return err
 			}
@@ -800,6 +824,7 @@ func (s *Store) end(id string, status api.RunState, result json.RawMessage, even
 		}
 		r.Status, r.EndedAt, r.Result = status, now, result
 		owner = r.Owner
+		s.touch(bucketRuns, []byte(id))
 		n, err := putRecord(runs, &r)
 		if err != nil {
 			return err
@@ -808,6 +833,7 @@ func (s *Store) end(id string, status api.RunState, result json.RawMessage, even
 		if len(events) == 0 {
 			return nil
 		}
+		s.touch(bucketEvents, []byte(id))
 		return tx.Bucket(bucketEvents).Put([]byte(id), events)
 	})
 	if err != nil {
@@ -946,11 +972,14 @@ func (s *Store) prune(now time.Time) (int, error) {
 			if v := runs.Get([]byte(g.id)); v != nil {
 				var r Record
 				if err := decodeHead(v, &r); err == nil && r.Key != "" {
+					s.touch(bucketKeys, keyOf(r.Owner, r.Key))
 					if err := keys.Delete(keyOf(r.Owner, r.Key)); err != nil {
 						return err
 					}
 				}
 			}
+			s.touch(bucketRuns, []byte(g.id))
+			s.touch(bucketEvents, []byte(g.id))
 			if err := runs.Delete([]byte(g.id)); err != nil {
 				return err
 			}
