@@ -27,16 +27,24 @@ func fullDisk(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	capFiles(t, st.Size())
+}
+
+// capFiles makes this process unable to write past size bytes of any
+// file (RLIMIT_FSIZE, whose signal it ignores, so the write fails EFBIG),
+// until the test ends.
+func capFiles(t *testing.T, size int64) {
+	t.Helper()
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
 	}
-	if old.Cur != unix.RLIM_INFINITY && old.Cur < uint64(st.Size()) {
-		t.Fatalf("RLIMIT_FSIZE is %d already, below the store's %d bytes", old.Cur, st.Size())
+	if old.Cur != unix.RLIM_INFINITY && old.Cur < uint64(size) {
+		t.Fatalf("RLIMIT_FSIZE is %d already, below %d bytes", old.Cur, size)
 	}
 	signal.Ignore(syscall.SIGXFSZ)
 	capped := old
-	capped.Cur = uint64(st.Size())
+	capped.Cur = uint64(size)
 	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &capped); err != nil {
 		t.Fatal(err)
 	}

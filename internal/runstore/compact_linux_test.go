@@ -463,3 +463,59 @@ func TestCompactClosedMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// A disk too full for the copy fails the compaction alone: its copy
+// removed, runs.db as it was, every run readable; once there is room,
+// writes go on and the next try (compactEvery later) compacts.
+func TestCompactDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	s, kept := wasteful(t, dir)
+	defer func() { _ = s.Close() }()
+	grown := fileSize(t, path)
+	var steps []string
+	var full *testing.T
+	compactHook = func(step string) {
+		steps = append(steps, step)
+		if step == "created" && full != nil {
+			// No file may grow past the copy's first pages (until the
+			// subtest ends): the copy cannot hold the runs.
+			capFiles(full, 32<<10)
+		}
+	}
+	t.Cleanup(func() { compactHook = nil })
+	now := time.Now()
+	t.Run("full", func(t *testing.T) {
+		full = t
+		defer func() { full = nil }()
+		if _, err := s.Prune(now); err == nil || errors.Is(err, ErrDamaged) {
+			t.Errorf("a compaction on a full disk (steps %v): %v, want an error", steps, err)
+		} else {
+			t.Logf("the compaction: %v", err)
+		}
+		if !slices.Equal(steps, []string{"created"}) {
+			t.Errorf("compaction steps %v, want it to stop at its copy", steps)
+		}
+		if _, err := os.Stat(path + compactSuffix); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the copy is left behind: %v", err)
+		}
+		if size := fileSize(t, path); size != grown {
+			t.Errorf("runs.db is %d KiB, was %d KiB", size>>10, grown>>10)
+		}
+		readable(t, s, kept)
+	})
+	if _, err := s.Create(&Record{ID: "room-again", Owner: "uid:2", Status: api.RunQueued, SubmittedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	steps = nil
+	if _, err := s.Prune(now.Add(compactEvery)); err != nil || len(steps) != 4 {
+		t.Fatalf("the next try, with room: steps %v (%v), want a compaction", steps, err)
+	}
+	if size := fileSize(t, path); size >= grown/4 {
+		t.Errorf("runs.db is %d KiB after the next try, was %d KiB", size>>10, grown>>10)
+	}
+	readable(t, s, kept)
+	if _, err := s.Get("uid:2", "room-again"); err != nil {
+		t.Error(err)
+	}
+}
