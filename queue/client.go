@@ -128,14 +128,7 @@ const claimTries = 8
 // backoff waits before try+1 of claimTries: 10 ms doubling, about 1.3 s
 // in all, or until ctx ends.
 func backoff(ctx context.Context, try int) error {
-	t := time.NewTimer(10 * time.Millisecond << try)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, 10*time.Millisecond<<try)
 }
 
 // claim takes tenant's job id for the job of digest sum in the claims

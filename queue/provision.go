@@ -67,12 +67,12 @@ func (l Layout) perTenant() int64 {
 }
 
 // Provision makes (or updates) the work-queue stream, the result bucket
-// and the claims bucket the config names, as an operator's `nats stream add` and `nats
-// kv add` would: for tests, benchmarks and a first set-up. The stream
-// republishes the headers of each job it stores on NoticeSubject +
-// "." + the tenant, which wakes the workers; it refuses a tenant's job
-// past the layout's bound of one tenant's waiting jobs, which leaves the
-// others room.
+// and the claims bucket the config names, as an operator's `nats stream
+// add` and `nats kv add` would: for tests, benchmarks and a first
+// set-up. The stream republishes the headers of each job it stores on
+// NoticeSubject + "." + the tenant, which wakes the workers; it refuses
+// a tenant's job past the layout's bound of one tenant's waiting jobs,
+// which leaves the others room.
 func Provision(ctx context.Context, cfg Config, l Layout) error {
 	if err := cfg.Check(1); err != nil {
 		return err
@@ -146,17 +146,11 @@ func Provision(ctx context.Context, cfg Config, l Layout) error {
 // Nats-Rollup: all purges the whole stream: every tenant's claims. The
 // clients only create and read claims.
 func claimsNoRollup(ctx context.Context, js jetstream.JetStream, bucket string) error {
-	s, err := js.Stream(ctx, bucketStream(bucket))
-	if err != nil {
-		return err
-	}
-	sc := s.CachedInfo().Config
-	if !sc.AllowRollup {
-		return nil
-	}
-	sc.AllowRollup = false
-	_, err = js.UpdateStream(ctx, sc)
-	return err
+	return editBucket(ctx, js, bucket, func(sc *jetstream.StreamConfig) bool {
+		was := sc.AllowRollup
+		sc.AllowRollup = false
+		return was
+	})
 }
 
 // dupWindow is the layout's duplicate window.
@@ -176,15 +170,24 @@ func (l Layout) dupWindow() time.Duration {
 // Dropped, an old result is as one past the ttl: its id runs again if
 // sent again. The claims bucket is shared so too.
 func BucketDiscardOld(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	return editBucket(ctx, js, bucket, func(sc *jetstream.StreamConfig) bool {
+		was := sc.Discard
+		sc.Discard = jetstream.DiscardOld
+		return was != jetstream.DiscardOld
+	})
+}
+
+// editBucket updates the stream of a bucket by change, which reports
+// whether it changed the config (no update is sent otherwise).
+func editBucket(ctx context.Context, js jetstream.JetStream, bucket string, change func(*jetstream.StreamConfig) bool) error {
 	s, err := js.Stream(ctx, bucketStream(bucket))
 	if err != nil {
 		return err
 	}
 	sc := s.CachedInfo().Config
-	if sc.Discard == jetstream.DiscardOld {
+	if !change(&sc) {
 		return nil
 	}
-	sc.Discard = jetstream.DiscardOld
 	_, err = js.UpdateStream(ctx, sc)
 	return err
 }

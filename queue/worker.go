@@ -466,14 +466,17 @@ func (w *Worker) store(key string, data []byte, log *slog.Logger) (stored, own b
 
 // pause waits for d, and reports false at once if the runs are
 // cancelled first.
-func (w *Worker) pause(d time.Duration) bool {
+func (w *Worker) pause(d time.Duration) bool { return sleep(w.runCtx, d) == nil }
+
+// sleep waits for d, or until ctx ends (its cause).
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	case <-t.C:
-		return true
-	case <-w.runCtx.Done():
-		return false
+		return nil
 	}
 }
 
